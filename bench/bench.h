@@ -1,0 +1,79 @@
+/*
+ * The benchmark framework behind `mapping bench`. A section is a function
+ * that measures something on ctx->dev and reports tables of medians through
+ * bench_table_*; the same report is printed as text or, with --json, as one
+ * JSON document. Sections register themselves with BENCH_SECTION and run in
+ * order of their `order` key.
+ */
+#ifndef MAPPING_BENCH_H
+#define MAPPING_BENCH_H
+
+#include <stddef.h>
+#include <stdio.h>
+#include "mapping.h"
+
+typedef struct bench_ctx {
+    mapping_device     *dev;
+    mapping_device_info info;
+    int                 quick; /* fewer sizes and runs */
+    int                 runs;  /* runs per figure; the median is reported */
+    int                 json;
+    FILE               *out;   /* text output (stdout; stderr when --json) */
+    char               *json_buf;
+    size_t              json_len, json_cap;
+    int                 json_tables, json_figures;
+} bench_ctx;
+
+typedef struct bench_section {
+    const char *name;  /* for --only */
+    int         order; /* sections run in increasing order */
+    const char *help;
+    int (*run)(bench_ctx *ctx); /* 0 = ok; else the run fails */
+} bench_section;
+
+void bench_register(const bench_section *section);
+#define BENCH_SECTION(ident, order_, name_, help_)                                           \
+    static int ident(bench_ctx *ctx);                                                        \
+    static const bench_section ident##_section = {name_, order_, help_, ident};              \
+    __attribute__((constructor)) static void ident##_register(void)                          \
+    {                                                                                        \
+        bench_register(&ident##_section);                                                    \
+    }                                                                                        \
+    static int ident(bench_ctx *ctx)
+
+/* ---- measuring ---- */
+double bench_now(void);                 /* seconds, monotonic */
+double bench_median(double *v, int n);  /* sorts v */
+/* Runs fn(arg) `reps` times per sample, takes ctx->runs samples, and returns
+ * the median seconds per call. */
+double bench_time(bench_ctx *ctx, int reps, int (*fn)(void *arg), void *arg);
+/* Repetitions so one sample takes about `target` seconds, from one call. */
+int    bench_reps_for(double seconds_per_call, double target);
+/* Fails the run with a message when st is not MAPPING_OK. */
+int    bench_check(mapping_status st, const char *what);
+
+/* ---- reporting ---- */
+typedef struct bench_table {
+    bench_ctx  *ctx;
+    int         ncols;
+    const char *cols[12];
+    int         decimals;
+    int         rows;
+} bench_table;
+
+/* id: a stable key for JSON; title: printed above the table; label: the
+ * name of the first column. cols: the value columns. */
+void bench_table_begin(bench_ctx *ctx, bench_table *t, const char *id, const char *title, const char *label,
+                       int decimals, int ncols, const char *const *cols);
+/* One row; NaN prints as "n/a" (null in JSON). */
+void bench_table_row(bench_table *t, const char *label, const double *values);
+void bench_table_end(bench_table *t);
+/* A line of text under a table (JSON: a note). */
+void bench_note(bench_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A headline figure: printed and kept in JSON "figures". */
+void bench_figure(bench_ctx *ctx, const char *id, double value, const char *unit, const char *what);
+
+/* Human size, "64 KiB". */
+const char *bench_size_name(size_t bytes, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,360 @@
+/*
+ * mapping.h: move data between CPU memory and accelerator memory, and know
+ * where each byte is valid.
+ *
+ * One header is the whole public surface of libmapping. Every symbol is
+ * prefixed mapping_ / MAPPING_. C11.
+ *
+ * ---------------------------------------------------------------------------
+ * Quick start: the seed's scenario
+ * ---------------------------------------------------------------------------
+ *
+ *     mapping_device *dev;
+ *     mapping_open(NULL, &dev);                    // best back end, or $MAPPING_BACKEND
+ *
+ *     float cpu_data[3] = {1.0f, 2.0f, 3.0f};
+ *     mapping_buffer *gpu_tensor;
+ *     mapping_allocate_gpu(dev, sizeof cpu_data, &gpu_tensor);
+ *     mapping_sync_to_gpu(cpu_data, gpu_tensor);   // CPU -> GPU (HtoD)
+ *
+ *     // ... device work on gpu_tensor (your kernel, or mapping_copy_gpu) ...
+ *
+ *     float *cpu_result;
+ *     mapping_allocate_cpu(dev, sizeof cpu_data, (void **)&cpu_result); // page-locked
+ *     mapping_sync_to_cpu(gpu_tensor, cpu_result); // GPU -> CPU (DtoH)
+ *     printf("%g %g %g\n", cpu_result[0], cpu_result[1], cpu_result[2]);
+ *
+ *     mapping_free_cpu(dev, cpu_result);
+ *     mapping_free_gpu(gpu_tensor);
+ *     mapping_close(dev);
+ *
+ * ---------------------------------------------------------------------------
+ * Conventions
+ * ---------------------------------------------------------------------------
+ * - Fallible functions return mapping_status: MAPPING_OK (0) or a negative
+ *   error. mapping_status_string() names it; mapping_last_error_message()
+ *   says what exactly went wrong on this thread (which argument, which
+ *   driver call and its raw code).
+ * - Handles are opaque pointers. Every destroy/free function accepts NULL
+ *   as a no-op. A void function that detects misuse (say, freeing a pointer
+ *   it does not own) changes nothing, and records the error for
+ *   mapping_last_error() on the calling thread.
+ * - An operation that can run on a stream takes `mapping_stream *stream`
+ *   first. stream == NULL means blocking: the call returns when the work is
+ *   done. Non-NULL: the call returns once the work is queued; host memory the
+ *   work reads or writes must stay valid (and, for a source, unchanged) until
+ *   the stream has reached it. Work on one stream runs in order; work on two
+ *   streams is unordered unless joined by mapping_stream_wait_event().
+ * - Source comes before destination in every copy.
+ * - Zero sizes are errors (MAPPING_ERR_ZERO_SIZE) everywhere: an empty copy
+ *   or allocation is nearly always a bug in the caller's arithmetic.
+ * - A failed call leaves every byte where it was: a copy that is refused
+ *   touched nothing, and the source of any copy is never modified.
+ *
+ * Thread safety (per function below, summarised here):
+ * - A device and everything made from it may be used from several threads at
+ *   once: allocations, copies, streams, events. Two threads may enqueue on the
+ *   same stream; the order between them is the order the calls were made.
+ * - A mirror and a batch are not internally locked: one thread at a time per
+ *   mirror (or per mirror family: a parent and its views) and per batch.
+ * - mapping_open / mapping_close of different devices may run concurrently.
+ */
+#ifndef MAPPING_H
+#define MAPPING_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define MAPPING_API
+#else
+#define MAPPING_API __attribute__((visibility("default")))
+#endif
+
+#define MAPPING_VERSION_MAJOR 0
+#define MAPPING_VERSION_MINOR 1
+#define MAPPING_VERSION_PATCH 0
+MAPPING_API const char *mapping_version(void); /* "0.1.0" */
+
+/* ===========================================================================
+ * Status codes
+ * ======================================================================== */
+
+/* One list generates the enum, the names and the messages. */
+#define MAPPING_STATUS_LIST(X)                                                               \
+    X(OK, 0, "success")                                                                      \
+    X(ERR_NULL_ARGUMENT, -1, "a required pointer or handle argument is NULL")               \
+    X(ERR_INVALID_ARGUMENT, -2, "an argument has a value outside its domain")               \
+    X(ERR_ZERO_SIZE, -3, "a size is zero")                                                   \
+    X(ERR_OUT_OF_RANGE, -4, "offset + bytes lies past the end of the object (or overflows)") \
+    X(ERR_INVALID_HANDLE, -5, "the handle is not a live object of this library")            \
+    X(ERR_DEVICE_MISMATCH, -6, "the objects belong to different devices")                    \
+    X(ERR_NOT_OWNED, -7, "the host pointer was not returned by mapping_allocate_cpu on this device") \
+    X(ERR_OUT_OF_HOST_MEMORY, -8, "out of host memory")                                      \
+    X(ERR_OUT_OF_DEVICE_MEMORY, -9, "out of device memory")                                  \
+    X(ERR_NO_BACKEND, -10, "the back end is unknown, not compiled in, or could not load")   \
+    X(ERR_NO_DEVICE, -11, "no device with that index")                                      \
+    X(ERR_UNSUPPORTED, -12, "the back end or device does not support this")                 \
+    X(ERR_DRIVER, -13, "the driver reported an error")                                      \
+    X(ERR_NOT_READY, -14, "the work has not completed yet")                                 \
+    X(ERR_OVERLAP, -15, "source and destination ranges overlap in one buffer")              \
+    X(ERR_CONFLICT, -16, "the range is modified on both sides")                             \
+    X(ERR_FAULT_INJECTED, -17, "a fault injected for testing")                              \
+    X(ERR_BUSY, -18, "the object is in use by queued work or by other objects")             \
+    X(ERR_INTERNAL, -19, "internal error (a bug in mapping: please report it)")
+
+typedef enum mapping_status {
+#define MAPPING_STATUS_ENUM_(name, value, message) MAPPING_##name = value,
+    MAPPING_STATUS_LIST(MAPPING_STATUS_ENUM_)
+#undef MAPPING_STATUS_ENUM_
+} mapping_status;
+
+/* Short fixed message for a status; never NULL ("unknown status" for others).
+ * Thread-safe. */
+MAPPING_API const char *mapping_status_string(mapping_status status);
+/* The enumerator's name without prefix, e.g. "ERR_OUT_OF_RANGE"; never NULL. */
+MAPPING_API const char *mapping_status_name(mapping_status status);
+
+/* The status of the last call on this thread that failed, void functions
+ * included, and a sentence saying exactly what failed (the argument and its
+ * value, or the driver call with its raw error code and name). MAPPING_OK and
+ * "" when nothing has failed since the last mapping_clear_last_error().
+ * Thread-local: never NULL, valid until the next failing call on the thread. */
+MAPPING_API mapping_status mapping_last_error(void);
+MAPPING_API const char    *mapping_last_error_message(void);
+MAPPING_API void           mapping_clear_last_error(void);
+
+/* Optional log callback; the library is silent without one. level: 0 error,
+ * 1 warning, 2 info. Process-wide; set it before opening devices. */
+typedef void (*mapping_log_fn)(int level, const char *message, void *user);
+MAPPING_API void mapping_set_log(mapping_log_fn fn, void *user);
+
+/* ===========================================================================
+ * Back ends and devices
+ * ======================================================================== */
+
+typedef struct mapping_device mapping_device;
+typedef struct mapping_buffer mapping_buffer; /* device ("GPU") memory */
+typedef struct mapping_stream mapping_stream;
+typedef struct mapping_event  mapping_event;
+
+/* Desc structs: zero always means default, so (mapping_device_desc){0} is
+ * always valid and new fields never break callers. */
+typedef struct mapping_device_desc {
+    /* "host", "opencl", "cuda". NULL = $MAPPING_BACKEND if set, else the best
+     * available: CUDA, then an OpenCL GPU or accelerator, then host (an
+     * OpenCL CPU device such as PoCL is used only when asked for). */
+    const char *backend;
+    /* Index among that back end's devices; 0 = first. When desc is NULL,
+     * $MAPPING_DEVICE applies. OpenCL indexes devices across all platforms. */
+    int device;
+    /* Host back end only: model a link (PCIe, say) so copies between host and
+     * device memory take latency + bytes / bandwidth. 0 = no model, or
+     * $MAPPING_HOST_LINK ("25e9,5e-6": bytes/s,seconds) when set. */
+    double link_bandwidth; /* bytes per second */
+    double link_latency;   /* seconds per transfer */
+} mapping_device_desc;
+
+/* Capability bits (mapping_device_info.caps). */
+enum {
+    MAPPING_CAP_PINNED_HOST   = 1u << 0, /* mapping_allocate_cpu returns page-locked memory */
+    MAPPING_CAP_ASYNC_COPY    = 1u << 1, /* copies on streams overlap with the caller */
+    MAPPING_CAP_UNIFIED       = 1u << 2, /* one allocation usable by CPU and device (managed / SVM / host) */
+    MAPPING_CAP_CONCURRENT_UNIFIED = 1u << 3, /* CPU and device may touch unified memory concurrently */
+    MAPPING_CAP_BATCH_COPY    = 1u << 4, /* the driver moves a list of copies in one call */
+    MAPPING_CAP_HOST_REGISTER = 1u << 5, /* user memory can be page-locked in place */
+    MAPPING_CAP_TIMING        = 1u << 6, /* events measure elapsed time on the device */
+    MAPPING_CAP_DEVICE_KERNELS = 1u << 7, /* the library can run its own kernels (scatter/gather) */
+    MAPPING_CAP_LINK_MODEL    = 1u << 8  /* a modelled link is active (host back end) */
+};
+
+typedef struct mapping_device_info {
+    char     backend[16];   /* "host", "opencl", "cuda" */
+    int      index;         /* index within the back end */
+    char     kind[16];      /* "gpu", "cpu", "accelerator" (OpenCL CPU devices say "cpu"), "host" */
+    char     name[128];     /* device name as the driver reports it */
+    char     vendor[64];
+    char     driver[128];   /* driver / platform version */
+    uint64_t memory_bytes;  /* device memory; for host, physical RAM */
+    unsigned caps;          /* MAPPING_CAP_* bits */
+} mapping_device_info;
+
+typedef struct mapping_backend_info {
+    char name[16];      /* "host", "opencl", "cuda" */
+    int  compiled;      /* 1 if built into this library */
+    int  available;     /* 1 if its driver loaded and it has at least one device */
+    int  device_count;
+    char reason[256];   /* why it is unavailable ("" when available) */
+} mapping_backend_info;
+
+/* Lists back ends in a fixed order (host, opencl, cuda). Writes at most `max`
+ * entries into out (out may be NULL when max is 0) and the total into *count.
+ * Loads drivers on first use (once per process). Thread-safe. */
+MAPPING_API mapping_status mapping_list_backends(mapping_backend_info *out, int max, int *count);
+/* Lists the devices of one back end, like mapping_list_backends. */
+MAPPING_API mapping_status mapping_list_devices(const char *backend, mapping_device_info *out,
+                                                int max, int *count);
+
+/* Opens a device. desc NULL = all defaults with $MAPPING_BACKEND and
+ * $MAPPING_DEVICE applied. Each call returns a new, independent device
+ * object (opening the same index twice gives two objects whose buffers must
+ * not be mixed). Thread-safe. */
+MAPPING_API mapping_status mapping_open(const mapping_device_desc *desc, mapping_device **out);
+/* Waits for all of the device's streams, frees what is still allocated on it
+ * (reporting leaks through the log callback), and closes it. NULL: no-op.
+ * Must not race with other calls on the same device. */
+MAPPING_API void           mapping_close(mapping_device *dev);
+MAPPING_API const char    *mapping_backend_name(const mapping_device *dev); /* "host", ...; "" for NULL */
+MAPPING_API mapping_status mapping_device_get_info(const mapping_device *dev, mapping_device_info *out);
+
+/* The link between host and device memory as the library sees it: the
+ * per-transfer cost and the bandwidth used to decide when merging two ranges
+ * into one copy beats two copies, and to size pipeline chunks. Measured on
+ * the device the first time it is asked for (a few milliseconds), unless set.
+ * mapping_device_set_link with 0 fields re-measures them on next use. */
+typedef struct mapping_link {
+    double latency;   /* seconds per blocking transfer */
+    double bandwidth; /* bytes per second, host to device, page-locked */
+} mapping_link;
+MAPPING_API mapping_status mapping_device_link(mapping_device *dev, mapping_link *out);
+MAPPING_API mapping_status mapping_device_set_link(mapping_device *dev, const mapping_link *link);
+
+/* Native handles, so users run their own kernels on the library's objects.
+ *   OpenCL: context = cl_context, device = cl_device_id, platform = cl_platform_id,
+ *           queue = the device's internal blocking cl_command_queue
+ *   CUDA:   context = CUcontext, device = (CUdevice)(intptr_t)device, platform = NULL,
+ *           queue = NULL (the legacy default stream)
+ *   host:   all NULL */
+typedef struct mapping_native_device {
+    void *context;
+    void *device;
+    void *platform;
+    void *queue;
+} mapping_native_device;
+MAPPING_API mapping_status mapping_native_device_handles(const mapping_device *dev, mapping_native_device *out);
+/* OpenCL: a cl_mem; CUDA: the CUdeviceptr, as (void *)(uintptr_t)ptr; host: the
+ * address of the buffer's memory. Valid until the buffer is freed. */
+MAPPING_API mapping_status mapping_native_buffer(const mapping_buffer *buf, void **out);
+/* OpenCL: a cl_command_queue (in order); CUDA: a CUstream; host: NULL with
+ * MAPPING_OK (work on the host back end is submitted with mapping_launch_host). */
+MAPPING_API mapping_status mapping_native_stream(const mapping_stream *stream, void **out);
+
+/* ===========================================================================
+ * The seed's four functions: allocate, sync to the GPU, sync to the CPU
+ * ======================================================================== */
+
+/* Allocates `bytes` of device memory. Its content is undefined (in test
+ * builds of the host back end it is filled with a poison pattern, 0xCD, so a
+ * missing sync shows up as wrong data). Thread-safe. */
+MAPPING_API mapping_status mapping_allocate_gpu(mapping_device *dev, size_t bytes, mapping_buffer **out);
+/* Frees device memory. The caller must have waited for work that uses it.
+ * NULL: no-op. */
+MAPPING_API void           mapping_free_gpu(mapping_buffer *buf);
+/* Size in bytes; 0 for NULL. O(1). */
+MAPPING_API size_t         mapping_buffer_size(const mapping_buffer *buf);
+MAPPING_API mapping_device *mapping_buffer_device(const mapping_buffer *buf);
+
+/* Allocates `bytes` of host memory for fast transfers: page-locked where the
+ * back end can (CUDA: cuMemHostAlloc; OpenCL: a mapped CL_MEM_ALLOC_HOST_PTR
+ * buffer; host: mlock where allowed), always page-aligned. Copies to and from
+ * it take the fastest path. Thread-safe. */
+MAPPING_API mapping_status mapping_allocate_cpu(mapping_device *dev, size_t bytes, void **out);
+/* Frees memory from mapping_allocate_cpu on the same device. NULL: no-op. Any
+ * other pointer is refused (nothing freed, MAPPING_ERR_NOT_OWNED recorded for
+ * mapping_last_error()). */
+MAPPING_API void           mapping_free_cpu(mapping_device *dev, void *cpu_ptr);
+
+/* Whole buffer (mapping_buffer_size(gpu) bytes), blocking. Thread-safe. */
+MAPPING_API mapping_status mapping_sync_to_gpu(const void *cpu_src, mapping_buffer *gpu_dst);
+MAPPING_API mapping_status mapping_sync_to_cpu(const mapping_buffer *gpu_src, void *cpu_dst);
+
+/* Any range; stream NULL = blocking. gpu_offset + bytes must lie within the
+ * buffer. Thread-safe. */
+MAPPING_API mapping_status mapping_sync_to_gpu_range(mapping_stream *stream, const void *cpu_src,
+                                                     mapping_buffer *gpu_dst, size_t gpu_offset,
+                                                     size_t bytes);
+MAPPING_API mapping_status mapping_sync_to_cpu_range(mapping_stream *stream, const mapping_buffer *gpu_src,
+                                                     size_t gpu_offset, void *cpu_dst, size_t bytes);
+
+/* ===========================================================================
+ * Device-side operations
+ * ======================================================================== */
+
+/* Device-to-device copy. Within one buffer the ranges must not overlap
+ * (MAPPING_ERR_OVERLAP). Thread-safe. */
+MAPPING_API mapping_status mapping_copy_gpu(mapping_stream *stream, const mapping_buffer *src, size_t src_offset,
+                                            mapping_buffer *dst, size_t dst_offset, size_t bytes);
+/* Sets `bytes` bytes at `offset` to `value`. Thread-safe. */
+MAPPING_API mapping_status mapping_fill_gpu(mapping_stream *stream, mapping_buffer *dst, size_t offset,
+                                            size_t bytes, unsigned char value);
+
+/* ===========================================================================
+ * Streams and events
+ * ======================================================================== */
+
+/* An in-order queue of work (CUDA stream, OpenCL in-order command queue, a
+ * worker thread on the host back end). Thread-safe. */
+MAPPING_API mapping_status mapping_stream_create(mapping_device *dev, mapping_stream **out);
+/* Waits for the stream's queued work, then destroys it. NULL: no-op. */
+MAPPING_API void           mapping_stream_destroy(mapping_stream *stream);
+/* Waits until all queued work is done. Returns the first error of that work
+ * (and forgets it), MAPPING_OK otherwise. Thread-safe. */
+MAPPING_API mapping_status mapping_stream_synchronize(mapping_stream *stream);
+/* Queues fn(user) to run on a library thread once earlier work on the stream
+ * is done; later work waits for it to return. fn must not call the library
+ * on the same stream. stream NULL: runs fn now, on this thread. */
+MAPPING_API mapping_status mapping_launch_host(mapping_stream *stream, void (*fn)(void *user), void *user);
+
+/* Creates an event that completes when the stream reaches this point, and
+ * takes a timestamp there. Destroy it with mapping_event_destroy. */
+MAPPING_API mapping_status mapping_event_record(mapping_stream *stream, mapping_event **out);
+/* Later work on `stream` waits until `event` has completed (the event may
+ * belong to another stream of the same device). Does not block the caller. */
+MAPPING_API mapping_status mapping_stream_wait_event(mapping_stream *stream, mapping_event *event);
+/* Blocks until the event has completed. */
+MAPPING_API mapping_status mapping_event_synchronize(mapping_event *event);
+/* MAPPING_OK if the event has completed, MAPPING_ERR_NOT_READY if not. */
+MAPPING_API mapping_status mapping_event_query(const mapping_event *event);
+/* Seconds between two completed events of the same device
+ * (MAPPING_ERR_NOT_READY if either has not completed). */
+MAPPING_API mapping_status mapping_event_elapsed(const mapping_event *start, const mapping_event *end,
+                                                 double *seconds);
+MAPPING_API void           mapping_event_destroy(mapping_event *event); /* NULL: no-op */
+
+/* ===========================================================================
+ * Statistics
+ * ======================================================================== */
+
+/* Counters of everything the device moved since it was opened (or reset).
+ * Read with relaxed atomics: exact once the device is idle. */
+typedef struct mapping_stats {
+    uint64_t h2d_bytes, h2d_copies;   /* host to device (driver transfers) */
+    uint64_t d2h_bytes, d2h_copies;   /* device to host */
+    uint64_t d2d_bytes, d2d_copies;   /* device to device */
+    uint64_t fill_bytes, fills;
+    uint64_t sync_skipped_bytes;      /* bytes a mirror sync did not move: already valid */
+    uint64_t conflicts;               /* marks refused as conflicts */
+    uint64_t batch_flushes;           /* mapping_batch_flush calls that moved data */
+    uint64_t batch_copies;            /* copies queued in batches */
+    uint64_t blocking_seconds_ns;     /* nanoseconds spent in blocking transfers */
+} mapping_stats;
+
+MAPPING_API mapping_status mapping_device_stats(const mapping_device *dev, mapping_stats *out);
+MAPPING_API void           mapping_device_stats_reset(mapping_device *dev);
+/* Writes the statistics as one JSON object into buf (NUL-terminated, cut to
+ * size) and the length it needs (without the NUL) into *needed (may be NULL). */
+MAPPING_API mapping_status mapping_device_stats_json(const mapping_device *dev, char *buf, size_t size,
+                                                     size_t *needed);
+
+/* ==== Mirrors (src/coherence/) ==== */
+
+/* ==== Batches and pipelines (src/transfer/) ==== */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MAPPING_H */

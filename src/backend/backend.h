@@ -1,0 +1,125 @@
+/*
+ * The seam between the library and the drivers: one table of operations per
+ * back end. Only files in src/backend/ call a driver; everything above talks
+ * to a back end through this table (via the wrappers in src/core/ops.h, which
+ * add statistics and fault injection).
+ *
+ * Conventions for every operation:
+ * - `dev` is the back end's own device state (from device_open), `mem` a
+ *   buffer's (from buffer_alloc), `stream` a stream's (from stream_create).
+ * - stream == NULL means blocking: return when the work is done.
+ *   Non-NULL: return once the work is queued; errors of queued work are
+ *   returned by stream_synchronize.
+ * - Arguments have been validated by src/core/ (non-NULL, in range, same
+ *   device, non-zero sizes). A back end only reports what its driver says.
+ * - On a driver error, call mapping__fail_driver() (src/core/error.h) so the
+ *   raw code and its name reach mapping_last_error_message(), and return the
+ *   mapped status.
+ * - An optional operation left NULL means "unsupported" and core reports
+ *   MAPPING_ERR_UNSUPPORTED or takes a fallback.
+ */
+#ifndef MAPPING_BACKEND_H
+#define MAPPING_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "mapping.h"
+
+/* Where a host pointer lies inside memory from host_alloc (or host_register):
+ * lets a back end take its fast path (OpenCL: copy via the mapped buffer). */
+typedef struct mapping_host_ref {
+    void  *cookie; /* what host_alloc / host_register returned */
+    size_t offset; /* offset of the pointer within that allocation */
+} mapping_host_ref;
+
+/* One entry of a scatter/gather table (see mapping_backend.scatter). */
+typedef struct mapping_scatter_entry {
+    uint64_t staging_offset; /* in the staging buffer */
+    uint64_t buffer_offset;  /* in the destination (scatter) or source (gather) buffer */
+    uint64_t bytes;
+} mapping_scatter_entry;
+
+typedef struct mapping_backend {
+    const char *name;
+
+    /* Load the driver and count devices; called once per process. On
+     * failure write a one-line reason into why (driver not found, dlerror(),
+     * no devices, driver too old) and return an error. */
+    mapping_status (*load)(char *why, size_t why_size, int *device_count);
+    mapping_status (*device_info)(int index, mapping_device_info *info);
+    mapping_status (*device_open)(int index, const mapping_device_desc *desc, void **dev);
+    void (*device_close)(void *dev);
+    mapping_status (*device_native)(void *dev, mapping_native_device *out);
+
+    /* Device memory. */
+    mapping_status (*buffer_alloc)(void *dev, size_t bytes, void **mem);
+    void (*buffer_free)(void *dev, void *mem);
+    mapping_status (*buffer_native)(void *dev, void *mem, void **native);
+    /* Optional: memory both the CPU and the device can use (CUDA managed
+     * memory, OpenCL SVM, plain memory on host). *mem works with every buffer
+     * operation and is freed by buffer_free; *host is its CPU address. */
+    mapping_status (*buffer_alloc_unified)(void *dev, size_t bytes, void **mem, void **host);
+    /* Optional: move [offset, +bytes) of unified memory close to the device
+     * (to_device = true) or the CPU, ordered on the stream; a hint only. */
+    mapping_status (*unified_prefetch)(void *dev, void *stream, void *mem, size_t offset, size_t bytes, bool to_device);
+
+    /* Host memory for fast transfers (page-locked where possible). *cookie is
+     * handed back with every copy that touches the allocation. */
+    mapping_status (*host_alloc)(void *dev, size_t bytes, void **ptr, void **cookie);
+    void (*host_free)(void *dev, void *ptr, void *cookie);
+    /* Optional: page-lock user memory in place. */
+    mapping_status (*host_register)(void *dev, void *ptr, size_t bytes, void **cookie);
+    void (*host_unregister)(void *dev, void *ptr, void *cookie);
+
+    /* Streams. stream_destroy is called after stream_synchronize. */
+    mapping_status (*stream_create)(void *dev, void **stream);
+    void (*stream_destroy)(void *dev, void *stream);
+    mapping_status (*stream_synchronize)(void *dev, void *stream);
+    mapping_status (*stream_native)(void *dev, void *stream, void **native);
+
+    /* Transfers. `pinned` is non-NULL when the host side lies in host_alloc
+     * (or host_register) memory. */
+    mapping_status (*write)(void *dev, void *stream, const void *src, const mapping_host_ref *pinned,
+                            void *dst_mem, size_t dst_offset, size_t bytes);
+    mapping_status (*read)(void *dev, void *stream, void *src_mem, size_t src_offset, void *dst,
+                           const mapping_host_ref *pinned, size_t bytes);
+    mapping_status (*copy)(void *dev, void *stream, void *src_mem, size_t src_offset, void *dst_mem,
+                           size_t dst_offset, size_t bytes);
+    mapping_status (*fill)(void *dev, void *stream, void *mem, size_t offset, size_t bytes,
+                           unsigned char value);
+
+    /* Optional: many small copies in one device-side step. For each entry,
+     * scatter copies staging[staging_offset, +bytes) to dst[buffer_offset, ..);
+     * gather copies src[buffer_offset, +bytes) to staging[staging_offset, ..).
+     * The table is given twice: in host memory (`table`, readable only during
+     * the call) and in the staging buffer at `table_offset` (already written
+     * by earlier work on the same stream), so a back end may use either
+     * (a kernel reads the device copy; a driver batch call the host one). */
+    mapping_status (*scatter)(void *dev, void *stream, void *staging_mem, size_t table_offset,
+                              const mapping_scatter_entry *table, size_t count, void *dst_mem);
+    mapping_status (*gather)(void *dev, void *stream, void *src_mem, void *staging_mem, size_t table_offset,
+                             const mapping_scatter_entry *table, size_t count);
+
+    /* fn(user) on a library thread when the stream reaches it; stream != NULL. */
+    mapping_status (*launch_host)(void *dev, void *stream, void (*fn)(void *), void *user);
+
+    /* Events: record creates a new event at the current end of the stream. */
+    mapping_status (*event_record)(void *dev, void *stream, void **event);
+    mapping_status (*event_wait)(void *dev, void *stream, void *event);
+    mapping_status (*event_synchronize)(void *dev, void *event);
+    mapping_status (*event_query)(void *dev, void *event);
+    mapping_status (*event_elapsed)(void *dev, void *start, void *end, double *seconds);
+    void (*event_destroy)(void *dev, void *event);
+} mapping_backend;
+
+/* The back ends compiled into this library, in listing order. */
+extern const mapping_backend mapping_backend_host;
+#ifdef MAPPING_WITH_OPENCL
+extern const mapping_backend mapping_backend_opencl;
+#endif
+#ifdef MAPPING_WITH_CUDA
+extern const mapping_backend mapping_backend_cuda;
+#endif
+
+#endif /* MAPPING_BACKEND_H */

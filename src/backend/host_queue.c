@@ -1,0 +1,266 @@
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include "backend/host_queue.h"
+#include "core/error.h"
+#include "os/os.h"
+
+struct host_event {
+    pthread_mutex_t lock;
+    pthread_cond_t  done_cond;
+    bool            done;
+    uint64_t        time_ns;
+    _Atomic int     refs; /* the handle, plus each queued operation that uses it */
+};
+
+typedef struct host_stream {
+    host_device    *dev;
+    pthread_t       thread;
+    pthread_mutex_t lock;
+    pthread_cond_t  work_cond; /* work arrived, or stop */
+    pthread_cond_t  idle_cond; /* the queue drained */
+    host_op        *head, *tail;
+    bool            running; /* the worker is executing an operation */
+    bool            stop;
+    mapping_status  first_error;
+} host_stream;
+
+/* ---- the link model ---- */
+
+static void link_transfer(host_link *link, host_link_direction dir, size_t bytes, uint64_t start_ns)
+{
+    if (dir == HOST_LINK_NONE || (link->bandwidth <= 0 && link->latency <= 0))
+        return;
+    double seconds = link->latency + (link->bandwidth > 0 ? (double)bytes / link->bandwidth : 0);
+    pthread_mutex_lock(&link->lock);
+    uint64_t begin = link->busy_until_ns[dir] > start_ns ? link->busy_until_ns[dir] : start_ns;
+    uint64_t end = begin + (uint64_t)(seconds * 1e9);
+    link->busy_until_ns[dir] = end;
+    pthread_mutex_unlock(&link->lock);
+    mapping_os_sleep_until_ns(end);
+}
+
+/* ---- events ---- */
+
+static void event_release(host_event *ev)
+{
+    if (atomic_fetch_sub(&ev->refs, 1) == 1) {
+        pthread_mutex_destroy(&ev->lock);
+        pthread_cond_destroy(&ev->done_cond);
+        free(ev);
+    }
+}
+
+static void event_complete(host_event *ev)
+{
+    pthread_mutex_lock(&ev->lock);
+    ev->time_ns = mapping_os_now_ns();
+    ev->done = true;
+    pthread_cond_broadcast(&ev->done_cond);
+    pthread_mutex_unlock(&ev->lock);
+}
+
+static void event_wait_done(host_event *ev)
+{
+    pthread_mutex_lock(&ev->lock);
+    while (!ev->done)
+        pthread_cond_wait(&ev->done_cond, &ev->lock);
+    pthread_mutex_unlock(&ev->lock);
+}
+
+/* ---- running one operation ---- */
+
+static void run_op(host_device *dev, const host_op *op)
+{
+    switch (op->kind) {
+    case HOST_OP_COPY: {
+        uint64_t start = dev->link.bandwidth > 0 || dev->link.latency > 0 ? mapping_os_now_ns() : 0;
+        memcpy(op->dst, op->src, op->bytes);
+        link_transfer(&dev->link, op->link_direction, op->bytes, start);
+        break;
+    }
+    case HOST_OP_FILL:
+        memset(op->dst, op->value, op->bytes);
+        break;
+    case HOST_OP_FUNCTION:
+        op->fn(op->user);
+        break;
+    case HOST_OP_EVENT_RECORD:
+        event_complete(op->event);
+        event_release(op->event);
+        break;
+    case HOST_OP_EVENT_WAIT:
+        event_wait_done(op->event);
+        event_release(op->event);
+        break;
+    }
+}
+
+mapping_status host_submit(void *dev_, void *stream_, const host_op *op)
+{
+    host_device *dev = dev_;
+    host_stream *s = stream_;
+    if (!s) {
+        run_op(dev, op);
+        return MAPPING_OK;
+    }
+    host_op *copy = malloc(sizeof *copy);
+    if (!copy)
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "host: out of memory queueing an operation");
+    *copy = *op;
+    copy->next = NULL;
+    pthread_mutex_lock(&s->lock);
+    if (s->tail)
+        s->tail->next = copy;
+    else
+        s->head = copy;
+    s->tail = copy;
+    pthread_cond_signal(&s->work_cond);
+    pthread_mutex_unlock(&s->lock);
+    return MAPPING_OK;
+}
+
+static void *stream_worker(void *arg)
+{
+    host_stream *s = arg;
+    pthread_mutex_lock(&s->lock);
+    for (;;) {
+        while (!s->head && !s->stop)
+            pthread_cond_wait(&s->work_cond, &s->lock);
+        if (!s->head)
+            break; /* stop, and nothing left */
+        host_op *op = s->head;
+        s->head = op->next;
+        if (!s->head)
+            s->tail = NULL;
+        s->running = true;
+        pthread_mutex_unlock(&s->lock);
+        run_op(s->dev, op);
+        free(op);
+        pthread_mutex_lock(&s->lock);
+        s->running = false;
+        if (!s->head)
+            pthread_cond_broadcast(&s->idle_cond);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return NULL;
+}
+
+mapping_status host_stream_create(void *dev, void **out)
+{
+    host_stream *s = calloc(1, sizeof *s);
+    if (!s)
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "host: out of memory");
+    s->dev = dev;
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->work_cond, NULL);
+    pthread_cond_init(&s->idle_cond, NULL);
+    int err = pthread_create(&s->thread, NULL, stream_worker, s);
+    if (err) {
+        pthread_mutex_destroy(&s->lock);
+        pthread_cond_destroy(&s->work_cond);
+        pthread_cond_destroy(&s->idle_cond);
+        free(s);
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "host: pthread_create failed (%d)", err);
+    }
+    *out = s;
+    return MAPPING_OK;
+}
+
+mapping_status host_stream_synchronize(void *dev, void *stream)
+{
+    (void)dev;
+    host_stream *s = stream;
+    pthread_mutex_lock(&s->lock);
+    while (s->head || s->running)
+        pthread_cond_wait(&s->idle_cond, &s->lock);
+    mapping_status st = s->first_error;
+    s->first_error = MAPPING_OK;
+    pthread_mutex_unlock(&s->lock);
+    return st;
+}
+
+void host_stream_destroy(void *dev, void *stream)
+{
+    (void)dev;
+    host_stream *s = stream;
+    pthread_mutex_lock(&s->lock);
+    s->stop = true;
+    pthread_cond_signal(&s->work_cond);
+    pthread_mutex_unlock(&s->lock);
+    pthread_join(s->thread, NULL);
+    pthread_mutex_destroy(&s->lock);
+    pthread_cond_destroy(&s->work_cond);
+    pthread_cond_destroy(&s->idle_cond);
+    free(s);
+}
+
+/* ---- events ---- */
+
+mapping_status host_event_record(void *dev, void *stream, void **out)
+{
+    host_event *ev = calloc(1, sizeof *ev);
+    if (!ev)
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "host: out of memory");
+    pthread_mutex_init(&ev->lock, NULL);
+    pthread_cond_init(&ev->done_cond, NULL);
+    atomic_init(&ev->refs, 2); /* the handle and the queued record */
+    host_op op = {.kind = HOST_OP_EVENT_RECORD, .event = ev};
+    mapping_status st = host_submit(dev, stream, &op);
+    if (st != MAPPING_OK) {
+        event_release(ev);
+        event_release(ev);
+        return st;
+    }
+    *out = ev;
+    return MAPPING_OK;
+}
+
+mapping_status host_event_wait(void *dev, void *stream, void *event)
+{
+    host_event *ev = event;
+    atomic_fetch_add(&ev->refs, 1);
+    host_op op = {.kind = HOST_OP_EVENT_WAIT, .event = ev};
+    mapping_status st = host_submit(dev, stream, &op);
+    if (st != MAPPING_OK)
+        event_release(ev);
+    return st;
+}
+
+mapping_status host_event_synchronize(void *dev, void *event)
+{
+    (void)dev;
+    event_wait_done(event);
+    return MAPPING_OK;
+}
+
+mapping_status host_event_query(void *dev, void *event)
+{
+    (void)dev;
+    host_event *ev = event;
+    pthread_mutex_lock(&ev->lock);
+    bool done = ev->done;
+    pthread_mutex_unlock(&ev->lock);
+    return done ? MAPPING_OK : MAPPING_ERR_NOT_READY;
+}
+
+mapping_status host_event_elapsed(void *dev, void *start, void *end, double *seconds)
+{
+    host_event *a = start, *b = end;
+    if (host_event_query(dev, a) != MAPPING_OK || host_event_query(dev, b) != MAPPING_OK)
+        return mapping__fail(MAPPING_ERR_NOT_READY, "mapping_event_elapsed: an event has not completed yet");
+    pthread_mutex_lock(&a->lock);
+    uint64_t ta = a->time_ns;
+    pthread_mutex_unlock(&a->lock);
+    pthread_mutex_lock(&b->lock);
+    uint64_t tb = b->time_ns;
+    pthread_mutex_unlock(&b->lock);
+    *seconds = ((double)tb - (double)ta) * 1e-9;
+    return MAPPING_OK;
+}
+
+void host_event_destroy(void *dev, void *event)
+{
+    (void)dev;
+    event_release(event);
+}

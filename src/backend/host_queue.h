@@ -1,0 +1,67 @@
+/*
+ * The host back end's streams (a worker thread each, running operations in
+ * order), its events, and its link model. Used only by backend/host.c.
+ */
+#ifndef MAPPING_BACKEND_HOST_QUEUE_H
+#define MAPPING_BACKEND_HOST_QUEUE_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include "mapping.h"
+
+typedef enum host_link_direction { HOST_LINK_NONE = -1, HOST_LINK_H2D = 0, HOST_LINK_D2H = 1 } host_link_direction;
+
+/* A modelled link: one copy engine per direction, so transfers in one
+ * direction queue behind each other across streams, while the two
+ * directions overlap (as on PCIe, which is full duplex). */
+typedef struct host_link {
+    double          bandwidth; /* bytes/s; 0 = infinite */
+    double          latency;   /* seconds per transfer */
+    pthread_mutex_t lock;
+    uint64_t        busy_until_ns[2];
+} host_link;
+
+typedef struct host_device {
+    bool      poison;
+    host_link link;
+} host_device;
+
+typedef struct host_event host_event;
+
+typedef enum host_op_kind {
+    HOST_OP_COPY,
+    HOST_OP_FILL,
+    HOST_OP_FUNCTION,
+    HOST_OP_EVENT_RECORD,
+    HOST_OP_EVENT_WAIT
+} host_op_kind;
+
+typedef struct host_op {
+    host_op_kind        kind;
+    void               *dst;
+    const void         *src;
+    size_t              bytes;
+    unsigned char       value;
+    host_link_direction link_direction;
+    void (*fn)(void *);
+    void               *user;
+    host_event         *event;
+    struct host_op     *next;
+} host_op;
+
+/* Runs op now when stream is NULL, else queues a copy of it. */
+mapping_status host_submit(void *dev, void *stream, const host_op *op);
+
+mapping_status host_stream_create(void *dev, void **stream);
+void           host_stream_destroy(void *dev, void *stream);
+mapping_status host_stream_synchronize(void *dev, void *stream);
+
+mapping_status host_event_record(void *dev, void *stream, void **event);
+mapping_status host_event_wait(void *dev, void *stream, void *event);
+mapping_status host_event_synchronize(void *dev, void *event);
+mapping_status host_event_query(void *dev, void *event);
+mapping_status host_event_elapsed(void *dev, void *start, void *end, double *seconds);
+void           host_event_destroy(void *dev, void *event);
+
+#endif

@@ -1,0 +1,57 @@
+/* Device memory: mapping_allocate_gpu / mapping_free_gpu and friends. */
+#include <stdlib.h>
+#include "core/core.h"
+
+mapping_status mapping_allocate_gpu(mapping_device *dev, size_t bytes, mapping_buffer **out)
+{
+    static const char fn[] = "mapping_allocate_gpu";
+    mapping_status st;
+    if ((st = mapping__check_device(fn, dev)) || (st = mapping__check_ptr(fn, "out", out)))
+        return st;
+    *out = NULL;
+    if (bytes == 0)
+        return mapping__fail(MAPPING_ERR_ZERO_SIZE, "%s: bytes is 0", fn);
+    mapping_buffer *buf = calloc(1, sizeof *buf);
+    if (!buf)
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
+    if ((st = mapping__fault_check(dev, fn)) || (st = dev->be->buffer_alloc(dev->state, bytes, &buf->mem))) {
+        free(buf);
+        return st;
+    }
+    buf->magic = MAPPING_MAGIC_BUFFER;
+    buf->dev = dev;
+    buf->size = bytes;
+    mapping__list_add(dev, &dev->buffers, &buf->node);
+    *out = buf;
+    return MAPPING_OK;
+}
+
+void mapping_free_gpu(mapping_buffer *buf)
+{
+    if (!buf || mapping__check_buffer("mapping_free_gpu", "buffer", buf) != MAPPING_OK)
+        return;
+    mapping_device *dev = buf->dev;
+    mapping__list_remove(dev, &buf->node);
+    buf->magic = MAPPING_MAGIC_DEAD;
+    dev->be->buffer_free(dev->state, buf->mem);
+    free(buf);
+}
+
+size_t mapping_buffer_size(const mapping_buffer *buf)
+{
+    return buf && buf->magic == MAPPING_MAGIC_BUFFER ? buf->size : 0;
+}
+
+mapping_device *mapping_buffer_device(const mapping_buffer *buf)
+{
+    return buf && buf->magic == MAPPING_MAGIC_BUFFER ? buf->dev : NULL;
+}
+
+mapping_status mapping_native_buffer(const mapping_buffer *buf, void **out)
+{
+    static const char fn[] = "mapping_native_buffer";
+    mapping_status st;
+    if ((st = mapping__check_buffer(fn, "buffer", buf)) || (st = mapping__check_ptr(fn, "out", out)))
+        return st;
+    return buf->dev->be->buffer_native(buf->dev->state, buf->mem, out);
+}

@@ -1,0 +1,136 @@
+/*
+ * The core layer's objects. Public handles are these structs; layers above
+ * (coherence, transfer, observe) may read them but create and destroy them
+ * only through the public functions.
+ */
+#ifndef MAPPING_CORE_H
+#define MAPPING_CORE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include "backend/backend.h"
+#include "core/error.h"
+#include "mapping.h"
+
+enum {
+    MAPPING_MAGIC_DEVICE = 0x6d446576, /* "mDev" */
+    MAPPING_MAGIC_BUFFER = 0x6d427566, /* "mBuf" */
+    MAPPING_MAGIC_STREAM = 0x6d537472, /* "mStr" */
+    MAPPING_MAGIC_EVENT  = 0x6d457674, /* "mEvt" */
+    MAPPING_MAGIC_DEAD   = 0x64656164  /* "dead": a destroyed object */
+};
+
+/* Counters behind mapping_stats; relaxed atomics, one cache line apart from
+ * the device's read-mostly fields. */
+typedef struct mapping_counters {
+    _Atomic uint64_t h2d_bytes, h2d_copies;
+    _Atomic uint64_t d2h_bytes, d2h_copies;
+    _Atomic uint64_t d2d_bytes, d2d_copies;
+    _Atomic uint64_t fill_bytes, fills;
+    _Atomic uint64_t sync_skipped_bytes;
+    _Atomic uint64_t conflicts;
+    _Atomic uint64_t batch_flushes, batch_copies;
+    _Atomic uint64_t blocking_ns;
+} mapping_counters;
+
+/* One page-locked host allocation (or registration) of a device. */
+typedef struct mapping_host_block {
+    uintptr_t start;
+    size_t    bytes;
+    void     *cookie;
+    bool      registered; /* host_register (user memory) rather than host_alloc */
+} mapping_host_block;
+
+typedef struct mapping_host_registry {
+    pthread_mutex_t     lock;
+    mapping_host_block *blocks; /* sorted by start, non-overlapping */
+    size_t              count, capacity;
+    _Atomic size_t      published_count; /* lets lookups skip the lock when empty */
+} mapping_host_registry;
+
+/* Intrusive list of a device's live objects, for cleanup at close. */
+typedef struct mapping_list_node {
+    struct mapping_list_node *prev, *next;
+} mapping_list_node;
+
+struct mapping_device {
+    uint32_t               magic;
+    const mapping_backend *be;
+    void                  *state; /* the back end's device */
+    mapping_device_info    info;
+    mapping_host_registry  host_blocks;
+
+    pthread_mutex_t   objects_lock;
+    mapping_list_node buffers, streams; /* live objects */
+
+    pthread_mutex_t link_lock;
+    mapping_link    link; /* 0 fields: not measured yet */
+
+    _Atomic int fault_countdown; /* > 0: that many more operations succeed */
+    _Atomic int fault_armed;
+
+    _Alignas(64) mapping_counters counters;
+};
+
+struct mapping_buffer {
+    uint32_t          magic;
+    mapping_device   *dev;
+    void             *mem;
+    size_t            size;
+    mapping_list_node node;
+};
+
+struct mapping_stream {
+    uint32_t          magic;
+    mapping_device   *dev;
+    void             *state;
+    mapping_list_node node;
+};
+
+struct mapping_event {
+    uint32_t        magic;
+    mapping_device *dev;
+    void           *state;
+};
+
+/* ---- validation (src/core/validate.c) ---- */
+mapping_status mapping__check_device(const char *fn, const mapping_device *dev);
+mapping_status mapping__check_buffer(const char *fn, const char *what, const mapping_buffer *buf);
+mapping_status mapping__check_stream(const char *fn, const mapping_stream *stream); /* NULL is fine */
+mapping_status mapping__check_event(const char *fn, const char *what, const mapping_event *ev);
+mapping_status mapping__check_range(const char *fn, const char *what, size_t offset, size_t bytes, size_t size);
+mapping_status mapping__check_ptr(const char *fn, const char *what, const void *ptr);
+/* stream (may be NULL) and object must be of dev. */
+mapping_status mapping__check_same_device(const char *fn, const mapping_device *dev, const mapping_stream *stream);
+
+/* ---- host memory registry (src/core/host_memory.c) ---- */
+void           mapping__host_registry_init(mapping_host_registry *r);
+void           mapping__host_registry_destroy(mapping_device *dev);
+mapping_status mapping__host_registry_add(mapping_host_registry *r, void *ptr, size_t bytes, void *cookie, bool registered);
+bool           mapping__host_registry_remove(mapping_host_registry *r, void *ptr, mapping_host_block *removed);
+/* Is [ptr, ptr+bytes) inside one block? Fills ref if so. */
+bool           mapping__host_registry_find(mapping_host_registry *r, const void *ptr, size_t bytes,
+                                           mapping_host_ref *ref);
+
+/* ---- object lists (src/core/device.c) ---- */
+void mapping__list_add(mapping_device *dev, mapping_list_node *head, mapping_list_node *node);
+void mapping__list_remove(mapping_device *dev, mapping_list_node *node);
+
+/* ---- testing hooks (src/core/fault.c): the (n+1)th back-end operation from
+ * now on fails with MAPPING_ERR_FAULT_INJECTED; n < 0 disarms. ---- */
+void           mapping__inject_fault(mapping_device *dev, int n);
+mapping_status mapping__fault_check(mapping_device *dev, const char *op);
+
+static inline void mapping__count(_Atomic uint64_t *counter, uint64_t value)
+{
+    atomic_fetch_add_explicit(counter, value, memory_order_relaxed);
+}
+
+static inline void *mapping__stream_state(const mapping_stream *stream)
+{
+    return stream ? stream->state : NULL;
+}
+
+#endif

@@ -1,0 +1,238 @@
+/*
+ * Devices: open (choosing the back end), close (cleaning up what the caller
+ * left), information, native handles, and the measured link.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include "core/backends.h"
+#include "core/core.h"
+#include "os/os.h"
+
+static const char *env_or_null(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v ? v : NULL;
+}
+
+/* CUDA, then an OpenCL GPU or accelerator, then host. */
+static int best_backend(void)
+{
+    int cuda = mapping__backend_index("cuda");
+    if (mapping__backend_get(cuda, NULL))
+        return cuda;
+    int opencl = mapping__backend_index("opencl");
+    mapping_backend_info info;
+    const mapping_backend *be = mapping__backend_get(opencl, &info);
+    for (int d = 0; be && d < info.device_count; d++) {
+        mapping_device_info dinfo;
+        if (be->device_info(d, &dinfo) == MAPPING_OK && strcmp(dinfo.kind, "cpu") != 0)
+            return opencl;
+    }
+    return mapping__backend_index("host");
+}
+
+void mapping__list_add(mapping_device *dev, mapping_list_node *head, mapping_list_node *node)
+{
+    pthread_mutex_lock(&dev->objects_lock);
+    node->next = head->next;
+    node->prev = head;
+    head->next->prev = node;
+    head->next = node;
+    pthread_mutex_unlock(&dev->objects_lock);
+}
+
+void mapping__list_remove(mapping_device *dev, mapping_list_node *node)
+{
+    pthread_mutex_lock(&dev->objects_lock);
+    node->prev->next = node->next;
+    node->next->prev = node->prev;
+    node->prev = node->next = node;
+    pthread_mutex_unlock(&dev->objects_lock);
+}
+
+mapping_status mapping_open(const mapping_device_desc *desc, mapping_device **out)
+{
+    static const char fn[] = "mapping_open";
+    mapping_status st;
+    if ((st = mapping__check_ptr(fn, "out", out)))
+        return st;
+    *out = NULL;
+    mapping_device_desc d = desc ? *desc : (mapping_device_desc){0};
+    if (!d.backend)
+        d.backend = env_or_null("MAPPING_BACKEND");
+    if (d.device == 0 && env_or_null("MAPPING_DEVICE")) {
+        char *end;
+        long index = strtol(getenv("MAPPING_DEVICE"), &end, 10);
+        if (*end || index < 0 || index > 1000000)
+            return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: MAPPING_DEVICE=\"%s\" is not a device index", fn,
+                                 getenv("MAPPING_DEVICE"));
+        d.device = (int)index;
+    }
+    if (d.device < 0)
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: device index %d is negative", fn, d.device);
+    if (d.link_bandwidth < 0 || d.link_latency < 0)
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: link bandwidth and latency must not be negative", fn);
+
+    int which = d.backend ? mapping__backend_index(d.backend) : best_backend();
+    if (which < 0)
+        return mapping__fail(MAPPING_ERR_NO_BACKEND, "%s: unknown back end \"%s\" (host, opencl, cuda)", fn, d.backend);
+    mapping_backend_info info;
+    const mapping_backend *be = mapping__backend_get(which, &info);
+    if (!be)
+        return mapping__fail(MAPPING_ERR_NO_BACKEND, "%s: back end %s is unavailable: %s", fn, info.name, info.reason);
+    if (d.device >= info.device_count)
+        return mapping__fail(MAPPING_ERR_NO_DEVICE, "%s: %s has %d device(s); there is no device %d", fn, info.name,
+                             info.device_count, d.device);
+
+    mapping_device *dev = calloc(1, sizeof *dev);
+    if (!dev)
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
+    dev->be = be;
+    if ((st = be->device_info(d.device, &dev->info)) != MAPPING_OK ||
+        (st = be->device_open(d.device, &d, &dev->state)) != MAPPING_OK) {
+        free(dev);
+        return st;
+    }
+    if (d.link_bandwidth > 0 || d.link_latency > 0 || env_or_null("MAPPING_HOST_LINK"))
+        if (strcmp(be->name, "host") == 0)
+            dev->info.caps |= MAPPING_CAP_LINK_MODEL;
+    mapping__host_registry_init(&dev->host_blocks);
+    pthread_mutex_init(&dev->objects_lock, NULL);
+    pthread_mutex_init(&dev->link_lock, NULL);
+    dev->buffers.next = dev->buffers.prev = &dev->buffers;
+    dev->streams.next = dev->streams.prev = &dev->streams;
+    dev->magic = MAPPING_MAGIC_DEVICE;
+    *out = dev;
+    return MAPPING_OK;
+}
+
+void mapping_close(mapping_device *dev)
+{
+    if (!dev || mapping__check_device("mapping_close", dev) != MAPPING_OK)
+        return;
+    /* Streams first (they wait for their work), then the memory it used. */
+    while (dev->streams.next != &dev->streams) {
+        mapping_stream *s = (mapping_stream *)((char *)dev->streams.next - offsetof(mapping_stream, node));
+        mapping__log(1, "mapping_close: stream %p was never destroyed; destroying it", (void *)s);
+        mapping_stream_destroy(s);
+    }
+    while (dev->buffers.next != &dev->buffers) {
+        mapping_buffer *b = (mapping_buffer *)((char *)dev->buffers.next - offsetof(mapping_buffer, node));
+        mapping__log(1, "mapping_close: buffer %p (%zu bytes) was never freed; freeing it", (void *)b, b->size);
+        mapping_free_gpu(b);
+    }
+    mapping__host_registry_destroy(dev);
+    dev->magic = MAPPING_MAGIC_DEAD;
+    dev->be->device_close(dev->state);
+    pthread_mutex_destroy(&dev->objects_lock);
+    pthread_mutex_destroy(&dev->link_lock);
+    free(dev);
+}
+
+const char *mapping_backend_name(const mapping_device *dev)
+{
+    if (!dev || dev->magic != MAPPING_MAGIC_DEVICE)
+        return "";
+    return dev->be->name;
+}
+
+mapping_status mapping_device_get_info(const mapping_device *dev, mapping_device_info *out)
+{
+    static const char fn[] = "mapping_device_get_info";
+    mapping_status st;
+    if ((st = mapping__check_device(fn, dev)) || (st = mapping__check_ptr(fn, "out", out)))
+        return st;
+    *out = dev->info;
+    return MAPPING_OK;
+}
+
+mapping_status mapping_native_device_handles(const mapping_device *dev, mapping_native_device *out)
+{
+    static const char fn[] = "mapping_native_device_handles";
+    mapping_status st;
+    if ((st = mapping__check_device(fn, dev)) || (st = mapping__check_ptr(fn, "out", out)))
+        return st;
+    memset(out, 0, sizeof *out);
+    return dev->be->device_native ? dev->be->device_native(dev->state, out) : MAPPING_OK;
+}
+
+/* ---- the link: per-transfer latency and bandwidth, measured once ---- */
+
+static int compare_doubles(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, compare_doubles);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Straight to the back end: measuring must not show in the statistics. */
+static mapping_status measure_link(mapping_device *dev, mapping_link *link)
+{
+    const size_t big = (size_t)8 << 20;
+    const mapping_backend *be = dev->be;
+    void *mem = NULL, *host = NULL, *cookie = NULL;
+    mapping_status st = be->buffer_alloc(dev->state, big, &mem);
+    if (st == MAPPING_OK)
+        st = be->host_alloc(dev->state, big, &host, &cookie);
+    if (st == MAPPING_OK) {
+        mapping_host_ref ref = {cookie, 0};
+        memset(host, 1, big);
+        enum { SMALL_RUNS = 21, BIG_RUNS = 3 };
+        double small[SMALL_RUNS], large[BIG_RUNS];
+        for (int i = 0; i < SMALL_RUNS && st == MAPPING_OK; i++) {
+            double t0 = mapping_os_now();
+            st = be->write(dev->state, NULL, host, &ref, mem, 0, 64);
+            small[i] = mapping_os_now() - t0;
+        }
+        for (int i = 0; i < BIG_RUNS && st == MAPPING_OK; i++) {
+            double t0 = mapping_os_now();
+            st = be->write(dev->state, NULL, host, &ref, mem, 0, big);
+            large[i] = mapping_os_now() - t0;
+        }
+        if (st == MAPPING_OK) {
+            double lat = median(small, SMALL_RUNS), t_big = median(large, BIG_RUNS);
+            if (link->latency <= 0)
+                link->latency = lat > 1e-9 ? lat : 1e-9;
+            if (link->bandwidth <= 0)
+                link->bandwidth = t_big > lat ? (double)big / (t_big - lat) : (double)big / t_big;
+        }
+    }
+    if (host)
+        be->host_free(dev->state, host, cookie);
+    if (mem)
+        be->buffer_free(dev->state, mem);
+    return st;
+}
+
+mapping_status mapping_device_link(mapping_device *dev, mapping_link *out)
+{
+    static const char fn[] = "mapping_device_link";
+    mapping_status st;
+    if ((st = mapping__check_device(fn, dev)) || (st = mapping__check_ptr(fn, "out", out)))
+        return st;
+    pthread_mutex_lock(&dev->link_lock);
+    if (dev->link.latency <= 0 || dev->link.bandwidth <= 0)
+        st = measure_link(dev, &dev->link);
+    *out = dev->link;
+    pthread_mutex_unlock(&dev->link_lock);
+    return st;
+}
+
+mapping_status mapping_device_set_link(mapping_device *dev, const mapping_link *link)
+{
+    static const char fn[] = "mapping_device_set_link";
+    mapping_status st;
+    if ((st = mapping__check_device(fn, dev)) || (st = mapping__check_ptr(fn, "link", link)))
+        return st;
+    if (!(link->latency >= 0) || !(link->bandwidth >= 0))
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: latency and bandwidth must be >= 0", fn);
+    pthread_mutex_lock(&dev->link_lock);
+    dev->link = *link;
+    pthread_mutex_unlock(&dev->link_lock);
+    return MAPPING_OK;
+}

@@ -1,0 +1,90 @@
+#include <stdarg.h>
+#include <stdio.h>
+#include "core/error.h"
+
+static _Thread_local mapping_status last_status = MAPPING_OK;
+static _Thread_local char last_message[512];
+
+static mapping_log_fn log_fn;
+static void *log_user;
+
+const char *mapping_version(void)
+{
+    return "0.1.0";
+}
+
+const char *mapping_status_string(mapping_status status)
+{
+    switch (status) {
+#define MAPPING_STATUS_MESSAGE_(name, value, message) \
+    case MAPPING_##name:                              \
+        return message;
+        MAPPING_STATUS_LIST(MAPPING_STATUS_MESSAGE_)
+#undef MAPPING_STATUS_MESSAGE_
+    }
+    return "unknown status";
+}
+
+const char *mapping_status_name(mapping_status status)
+{
+    switch (status) {
+#define MAPPING_STATUS_NAME_(name, value, message) \
+    case MAPPING_##name:                           \
+        return #name;
+        MAPPING_STATUS_LIST(MAPPING_STATUS_NAME_)
+#undef MAPPING_STATUS_NAME_
+    }
+    return "UNKNOWN";
+}
+
+mapping_status mapping_last_error(void)
+{
+    return last_status;
+}
+
+const char *mapping_last_error_message(void)
+{
+    return last_message;
+}
+
+void mapping_clear_last_error(void)
+{
+    last_status = MAPPING_OK;
+    last_message[0] = '\0';
+}
+
+void mapping_set_log(mapping_log_fn fn, void *user)
+{
+    log_fn = fn;
+    log_user = user;
+}
+
+void mapping__log(int level, const char *fmt, ...)
+{
+    if (!log_fn)
+        return;
+    char message[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(message, sizeof message, fmt, ap);
+    va_end(ap);
+    log_fn(level, message, log_user);
+}
+
+mapping_status mapping__fail(mapping_status status, const char *fmt, ...)
+{
+    last_status = status;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_message, sizeof last_message, fmt, ap);
+    va_end(ap);
+    if (log_fn)
+        log_fn(0, last_message, log_user);
+    return status;
+}
+
+mapping_status mapping__fail_driver(mapping_status status, const char *backend, const char *call, long long code,
+                                    const char *code_name)
+{
+    return mapping__fail(status, "%s: %s failed: %s (%lld)", backend, call, code_name ? code_name : "?", code);
+}

@@ -1,0 +1,24 @@
+/*
+ * Recording failures: every public function that fails goes through
+ * mapping__fail() so that mapping_last_error() and the log callback see it.
+ */
+#ifndef MAPPING_CORE_ERROR_H
+#define MAPPING_CORE_ERROR_H
+
+#include "mapping.h"
+
+#if defined(__GNUC__)
+#define MAPPING_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define MAPPING_PRINTF(a, b)
+#endif
+
+/* Records status and message for this thread, logs it, returns status. */
+mapping_status mapping__fail(mapping_status status, const char *fmt, ...) MAPPING_PRINTF(2, 3);
+/* For back ends: a driver call failed with a raw code. */
+mapping_status mapping__fail_driver(mapping_status status, const char *backend, const char *call, long long code,
+                                    const char *code_name);
+/* Through the user's log callback, if any. */
+void mapping__log(int level, const char *fmt, ...) MAPPING_PRINTF(2, 3);
+
+#endif

@@ -1,0 +1,153 @@
+/*
+ * Page-locked host memory: mapping_allocate_cpu / mapping_free_cpu, and the
+ * per-device registry that lets every copy find out, in O(log n), whether its
+ * host side lies in such memory (and hand the back end its cookie).
+ */
+#include <stdlib.h>
+#include <string.h>
+#include "core/core.h"
+
+void mapping__host_registry_init(mapping_host_registry *r)
+{
+    memset(r, 0, sizeof *r);
+    pthread_mutex_init(&r->lock, NULL);
+}
+
+/* Index of the first block whose start is > p. */
+static size_t upper_bound(const mapping_host_registry *r, uintptr_t p)
+{
+    size_t lo = 0, hi = r->count;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (r->blocks[mid].start <= p)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+mapping_status mapping__host_registry_add(mapping_host_registry *r, void *ptr, size_t bytes, void *cookie, bool registered)
+{
+    pthread_mutex_lock(&r->lock);
+    mapping_status st = MAPPING_OK;
+    uintptr_t start = (uintptr_t)ptr;
+    size_t at = upper_bound(r, start);
+    /* Refuse overlaps: with the previous block, or the next one. */
+    if ((at > 0 && r->blocks[at - 1].start + r->blocks[at - 1].bytes > start) ||
+        (at < r->count && start + bytes > r->blocks[at].start)) {
+        st = mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "host memory %p (%zu bytes) overlaps memory already registered",
+                           ptr, bytes);
+        goto out;
+    }
+    if (r->count == r->capacity) {
+        size_t capacity = r->capacity ? r->capacity * 2 : 16;
+        mapping_host_block *blocks = realloc(r->blocks, capacity * sizeof *blocks);
+        if (!blocks) {
+            st = mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "host memory registry: out of memory");
+            goto out;
+        }
+        r->blocks = blocks;
+        r->capacity = capacity;
+    }
+    memmove(&r->blocks[at + 1], &r->blocks[at], (r->count - at) * sizeof *r->blocks);
+    r->blocks[at] = (mapping_host_block){start, bytes, cookie, registered};
+    r->count++;
+    atomic_store(&r->published_count, r->count);
+out:
+    pthread_mutex_unlock(&r->lock);
+    return st;
+}
+
+bool mapping__host_registry_remove(mapping_host_registry *r, void *ptr, mapping_host_block *removed)
+{
+    pthread_mutex_lock(&r->lock);
+    size_t at = upper_bound(r, (uintptr_t)ptr);
+    bool found = at > 0 && r->blocks[at - 1].start == (uintptr_t)ptr;
+    if (found) {
+        *removed = r->blocks[at - 1];
+        memmove(&r->blocks[at - 1], &r->blocks[at], (r->count - at) * sizeof *r->blocks);
+        r->count--;
+        atomic_store(&r->published_count, r->count);
+    }
+    pthread_mutex_unlock(&r->lock);
+    return found;
+}
+
+bool mapping__host_registry_find(mapping_host_registry *r, const void *ptr, size_t bytes, mapping_host_ref *ref)
+{
+    if (atomic_load_explicit(&r->published_count, memory_order_relaxed) == 0)
+        return false;
+    uintptr_t p = (uintptr_t)ptr;
+    bool found = false;
+    pthread_mutex_lock(&r->lock);
+    size_t at = upper_bound(r, p);
+    if (at > 0) {
+        const mapping_host_block *b = &r->blocks[at - 1];
+        if (p - b->start < b->bytes && bytes <= b->bytes - (p - b->start)) {
+            ref->cookie = b->cookie;
+            ref->offset = p - b->start;
+            found = true;
+        }
+    }
+    pthread_mutex_unlock(&r->lock);
+    return found;
+}
+
+void mapping__host_registry_destroy(mapping_device *dev)
+{
+    mapping_host_registry *r = &dev->host_blocks;
+    for (size_t i = 0; i < r->count; i++) {
+        mapping_host_block *b = &r->blocks[i];
+        mapping__log(1, "mapping_close: host memory %p (%zu bytes) was never freed; freeing it", (void *)b->start,
+                     b->bytes);
+        if (b->registered) {
+            if (dev->be->host_unregister)
+                dev->be->host_unregister(dev->state, (void *)b->start, b->cookie);
+        } else {
+            dev->be->host_free(dev->state, (void *)b->start, b->cookie);
+        }
+    }
+    free(r->blocks);
+    pthread_mutex_destroy(&r->lock);
+    memset(r, 0, sizeof *r);
+}
+
+mapping_status mapping_allocate_cpu(mapping_device *dev, size_t bytes, void **out)
+{
+    static const char fn[] = "mapping_allocate_cpu";
+    mapping_status st;
+    if ((st = mapping__check_device(fn, dev)) || (st = mapping__check_ptr(fn, "out", out)))
+        return st;
+    *out = NULL;
+    if (bytes == 0)
+        return mapping__fail(MAPPING_ERR_ZERO_SIZE, "%s: bytes is 0", fn);
+    void *ptr = NULL, *cookie = NULL;
+    if ((st = dev->be->host_alloc(dev->state, bytes, &ptr, &cookie)) != MAPPING_OK)
+        return st;
+    if ((st = mapping__host_registry_add(&dev->host_blocks, ptr, bytes, cookie, false)) != MAPPING_OK) {
+        dev->be->host_free(dev->state, ptr, cookie);
+        return st;
+    }
+    *out = ptr;
+    return MAPPING_OK;
+}
+
+void mapping_free_cpu(mapping_device *dev, void *cpu_ptr)
+{
+    static const char fn[] = "mapping_free_cpu";
+    if (!cpu_ptr)
+        return;
+    if (mapping__check_device(fn, dev) != MAPPING_OK)
+        return;
+    mapping_host_block block = {0};
+    bool found = mapping__host_registry_remove(&dev->host_blocks, cpu_ptr, &block);
+    if (!found || block.registered) {
+        if (block.registered) /* put the registration back: it is not ours to end here */
+            mapping__host_registry_add(&dev->host_blocks, cpu_ptr, block.bytes, block.cookie, true);
+        mapping__fail(MAPPING_ERR_NOT_OWNED, "%s: %p was not returned by mapping_allocate_cpu on this device; not freed",
+                      fn, cpu_ptr);
+        return;
+    }
+    dev->be->host_free(dev->state, cpu_ptr, block.cookie);
+}

@@ -1,0 +1,60 @@
+#include "core/core.h"
+
+mapping_status mapping__check_ptr(const char *fn, const char *what, const void *ptr)
+{
+    if (!ptr)
+        return mapping__fail(MAPPING_ERR_NULL_ARGUMENT, "%s: %s is NULL", fn, what);
+    return MAPPING_OK;
+}
+
+mapping_status mapping__check_device(const char *fn, const mapping_device *dev)
+{
+    if (!dev)
+        return mapping__fail(MAPPING_ERR_NULL_ARGUMENT, "%s: device is NULL", fn);
+    if (dev->magic != MAPPING_MAGIC_DEVICE)
+        return mapping__fail(MAPPING_ERR_INVALID_HANDLE, "%s: device %p is not an open device", fn, (const void *)dev);
+    return MAPPING_OK;
+}
+
+mapping_status mapping__check_buffer(const char *fn, const char *what, const mapping_buffer *buf)
+{
+    if (!buf)
+        return mapping__fail(MAPPING_ERR_NULL_ARGUMENT, "%s: %s is NULL", fn, what);
+    if (buf->magic != MAPPING_MAGIC_BUFFER)
+        return mapping__fail(MAPPING_ERR_INVALID_HANDLE, "%s: %s %p is not a live buffer", fn, what, (const void *)buf);
+    return MAPPING_OK;
+}
+
+mapping_status mapping__check_stream(const char *fn, const mapping_stream *stream)
+{
+    if (stream && stream->magic != MAPPING_MAGIC_STREAM)
+        return mapping__fail(MAPPING_ERR_INVALID_HANDLE, "%s: stream %p is not a live stream", fn,
+                             (const void *)stream);
+    return MAPPING_OK;
+}
+
+mapping_status mapping__check_event(const char *fn, const char *what, const mapping_event *ev)
+{
+    if (!ev)
+        return mapping__fail(MAPPING_ERR_NULL_ARGUMENT, "%s: %s is NULL", fn, what);
+    if (ev->magic != MAPPING_MAGIC_EVENT)
+        return mapping__fail(MAPPING_ERR_INVALID_HANDLE, "%s: %s %p is not a live event", fn, what, (const void *)ev);
+    return MAPPING_OK;
+}
+
+mapping_status mapping__check_range(const char *fn, const char *what, size_t offset, size_t bytes, size_t size)
+{
+    if (bytes == 0)
+        return mapping__fail(MAPPING_ERR_ZERO_SIZE, "%s: bytes is 0", fn);
+    if (offset > size || bytes > size - offset)
+        return mapping__fail(MAPPING_ERR_OUT_OF_RANGE, "%s: %s offset %zu + bytes %zu is past its end (%zu bytes)", fn,
+                             what, offset, bytes, size);
+    return MAPPING_OK;
+}
+
+mapping_status mapping__check_same_device(const char *fn, const mapping_device *dev, const mapping_stream *stream)
+{
+    if (stream && stream->dev != dev)
+        return mapping__fail(MAPPING_ERR_DEVICE_MISMATCH, "%s: the stream belongs to another device", fn);
+    return MAPPING_OK;
+}

@@ -1,0 +1,30 @@
+#include <time.h>
+#include "os/os.h"
+
+uint64_t mapping_os_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+double mapping_os_now(void)
+{
+    return (double)mapping_os_now_ns() * 1e-9;
+}
+
+void mapping_os_sleep_until_ns(uint64_t deadline_ns)
+{
+    const uint64_t spin_ns = 50000; /* the scheduler's wake-up jitter */
+    for (;;) {
+        uint64_t now = mapping_os_now_ns();
+        if (now >= deadline_ns)
+            return;
+        uint64_t left = deadline_ns - now;
+        if (left > spin_ns) {
+            uint64_t sleep_ns = left - spin_ns;
+            struct timespec ts = {(time_t)(sleep_ns / 1000000000u), (long)(sleep_ns % 1000000000u)};
+            nanosleep(&ts, NULL);
+        }
+    }
+}

@@ -1,0 +1,48 @@
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include "os/os.h"
+
+size_t mapping_os_page_size(void)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    return page > 0 ? (size_t)page : 4096;
+}
+
+static size_t round_to_pages(size_t bytes)
+{
+    size_t page = mapping_os_page_size();
+    return (bytes + page - 1) / page * page;
+}
+
+void *mapping_os_alloc_locked(size_t bytes, bool *locked)
+{
+    *locked = false;
+    size_t rounded = round_to_pages(bytes);
+    if (rounded < bytes)
+        return NULL;
+    void *ptr = mmap(NULL, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (ptr == MAP_FAILED)
+        return NULL;
+    /* mlock also faults the pages in, so the first copy does not pay for it.
+     * It fails without CAP_IPC_LOCK beyond RLIMIT_MEMLOCK: then the memory is
+     * still page-aligned, only not locked. */
+    *locked = mlock(ptr, rounded) == 0;
+    return ptr;
+}
+
+void mapping_os_free_locked(void *ptr, size_t bytes, bool locked)
+{
+    if (!ptr)
+        return;
+    size_t rounded = round_to_pages(bytes);
+    if (locked)
+        munlock(ptr, rounded);
+    munmap(ptr, rounded);
+}
+
+uint64_t mapping_os_physical_memory(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES);
+    return pages > 0 ? (uint64_t)pages * mapping_os_page_size() : 0;
+}

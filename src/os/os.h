@@ -1,0 +1,34 @@
+/*
+ * The operating-system layer: clocks, threads, page-locked memory and
+ * dynamic loading. Nothing here knows about devices.
+ */
+#ifndef MAPPING_OS_H
+#define MAPPING_OS_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Monotonic clock in nanoseconds and seconds. */
+uint64_t mapping_os_now_ns(void);
+double   mapping_os_now(void);
+/* Sleeps until the monotonic clock reads `deadline_ns` (spins for the last
+ * few microseconds, so short modelled latencies are kept). */
+void     mapping_os_sleep_until_ns(uint64_t deadline_ns);
+
+/* Page size, and page-aligned host memory that is mlock()ed where the
+ * process may lock it (*locked says whether it was). */
+size_t mapping_os_page_size(void);
+void  *mapping_os_alloc_locked(size_t bytes, bool *locked);
+void   mapping_os_free_locked(void *ptr, size_t bytes, bool locked);
+/* Physical memory in bytes (0 if unknown). */
+uint64_t mapping_os_physical_memory(void);
+
+/* dlopen of the first name that loads: `env_override` (an environment
+ * variable naming a path) first, then each name of the NULL-terminated list.
+ * On failure writes dlerror() of the last try into why and returns NULL. */
+void *mapping_os_dlopen_first(const char *env_override, const char *const *names, char *why, size_t why_size);
+void *mapping_os_dlsym(void *lib, const char *name);
+
+#endif

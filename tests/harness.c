@@ -1,0 +1,114 @@
+#include <stdarg.h>
+#include "harness.h"
+
+typedef struct test_entry {
+    const char *name;
+    test_fn     fn;
+    int         conformance;
+} test_entry;
+
+static test_entry tests[1024];
+static int test_count;
+static mapping_device *opened[2];
+
+void test_register(const char *name, test_fn fn, int conformance)
+{
+    if (test_count == (int)(sizeof tests / sizeof tests[0])) {
+        fprintf(stderr, "too many tests\n");
+        exit(2);
+    }
+    tests[test_count++] = (test_entry){name, fn, conformance};
+}
+
+const char *test_backend(void)
+{
+    const char *b = getenv("MAPPING_BACKEND");
+    return b && *b ? b : "host";
+}
+
+void test_skip(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    printf("SKIP: ");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    fflush(stdout);
+    exit(TEST_SKIP_CODE);
+}
+
+void test_fail(const char *file, int line, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s:%d: FAIL: ", file, line);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    exit(1);
+}
+
+static mapping_device *open_device(int slot)
+{
+    if (opened[slot])
+        return opened[slot];
+    const char *backend = test_backend();
+    mapping_device_desc desc = {.backend = backend};
+    mapping_status st = mapping_open(&desc, &opened[slot]);
+    if (st == MAPPING_ERR_NO_BACKEND || st == MAPPING_ERR_NO_DEVICE)
+        test_skip("back end %s is not available here: %s", backend, mapping_last_error_message());
+    if (st != MAPPING_OK)
+        test_fail(__FILE__, __LINE__, "mapping_open(%s) failed: %s", backend, mapping_last_error_message());
+    return opened[slot];
+}
+
+mapping_device *test_device(void)
+{
+    return open_device(0);
+}
+
+mapping_device *test_device2(void)
+{
+    return open_device(1);
+}
+
+void test_pattern(void *p, size_t n, unsigned seed)
+{
+    unsigned char *b = p;
+    uint32_t x = seed * 2654435761u + 12345u;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        b[i] = (unsigned char)x;
+    }
+}
+
+static int run(const test_entry *t)
+{
+    t->fn();
+    for (int i = 0; i < 2; i++) {
+        mapping_close(opened[i]);
+        opened[i] = NULL;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 2 && strcmp(argv[1], "--list") == 0) {
+        for (int i = 0; i < test_count; i++)
+            printf("%s %s\n", tests[i].conformance ? "conformance" : "unit", tests[i].name);
+        return 0;
+    }
+    if (argc == 2) {
+        for (int i = 0; i < test_count; i++)
+            if (strcmp(tests[i].name, argv[1]) == 0)
+                return run(&tests[i]);
+        fprintf(stderr, "no test named %s (--list lists them)\n", argv[1]);
+        return 2;
+    }
+    fprintf(stderr, "usage: %s TEST | --list   (run them all with ctest)\n", argv[0]);
+    return 2;
+}

@@ -1,0 +1,78 @@
+/*
+ * A small test harness. Each test is a function declared with TEST (run once
+ * per back end: the conformance suite) or UNIT_TEST (run once). CMake reads
+ * the names from the sources and registers each as its own CTest test, which
+ * runs `mapping_tests NAME` in its own process with a timeout: a crash or a
+ * hang fails one test, not the run.
+ *
+ * A conformance test opens its device with test_device(); when the back end
+ * named by $MAPPING_BACKEND is absent, the test prints "SKIP: <reason>" and
+ * exits with 77, which CTest reports as skipped.
+ */
+#ifndef MAPPING_TEST_HARNESS_H
+#define MAPPING_TEST_HARNESS_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "mapping.h"
+
+typedef void (*test_fn)(void);
+void test_register(const char *name, test_fn fn, int conformance);
+
+#define TEST_DEFINE_(name, conformance)                                                                   \
+    static void test_##name(void);                                                                        \
+    __attribute__((constructor)) static void test_register_##name(void)                                   \
+    {                                                                                                     \
+        test_register(#name, test_##name, conformance);                                                   \
+    }                                                                                                     \
+    static void test_##name(void)
+
+#define TEST(name) TEST_DEFINE_(name, 1)
+#define UNIT_TEST(name) TEST_DEFINE_(name, 0)
+
+enum { TEST_SKIP_CODE = 77 };
+
+/* Opens device 0 of $MAPPING_BACKEND (host when unset); SKIP when absent. */
+mapping_device *test_device(void);
+/* Another, independent device object of the same back end. */
+mapping_device *test_device2(void);
+/* The test's back end name. */
+const char *test_backend(void);
+/* Prints SKIP with the reason and exits 77. */
+void test_skip(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+/* Fails the test. */
+void test_fail(const char *file, int line, const char *fmt, ...) __attribute__((noreturn, format(printf, 3, 4)));
+
+#define CHECK(cond)                                                                 \
+    do {                                                                            \
+        if (!(cond))                                                                \
+            test_fail(__FILE__, __LINE__, "CHECK(%s) failed", #cond);               \
+    } while (0)
+
+#define CHECK_STATUS(expr, expected)                                                                          \
+    do {                                                                                                      \
+        mapping_status st_ = (expr);                                                                          \
+        mapping_status ex_ = (expected);                                                                      \
+        if (st_ != ex_)                                                                                       \
+            test_fail(__FILE__, __LINE__, "%s returned %s (%d), expected %s (%d); last error: %s", #expr,    \
+                      mapping_status_name(st_), (int)st_, mapping_status_name(ex_), (int)ex_,                 \
+                      mapping_last_error_message());                                                          \
+    } while (0)
+
+#define CHECK_OK(expr) CHECK_STATUS(expr, MAPPING_OK)
+
+#define CHECK_BYTES(actual, expected, n)                                                                       \
+    do {                                                                                                       \
+        const unsigned char *a_ = (const unsigned char *)(actual), *e_ = (const unsigned char *)(expected); \
+        size_t n_ = (n);                                                                                       \
+        for (size_t i_ = 0; i_ < n_; i_++)                                                                     \
+            if (a_[i_] != e_[i_])                                                                              \
+                test_fail(__FILE__, __LINE__, "byte %zu of %zu differs: got 0x%02x, expected 0x%02x", i_, n_,  \
+                          a_[i_], e_[i_]);                                                                     \
+    } while (0)
+
+/* Fills p with a pattern that depends on seed and position. */
+void test_pattern(void *p, size_t n, unsigned seed);
+
+#endif

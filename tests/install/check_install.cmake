@@ -1,0 +1,43 @@
+# Installs the build into a scratch prefix, then builds tests/install/app.c
+# against it twice: with `cc app.c $(pkg-config --cflags --libs mapping)` and
+# with find_package(mapping). Both programs must run.
+file(REMOVE_RECURSE ${WORK_DIR})
+set(prefix ${WORK_DIR}/prefix)
+function(run)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "failed (${rc}): ${ARGN}\n${out}\n${err}")
+  endif()
+  set(last_output "${out}" PARENT_SCOPE)
+endfunction()
+
+run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
+foreach(f bin/mapping include/mapping.h)
+  if(NOT EXISTS ${prefix}/${f})
+    message(FATAL_ERROR "missing after install: ${f}")
+  endif()
+endforeach()
+file(GLOB libdirs ${prefix}/lib ${prefix}/lib64 ${prefix}/lib/*-linux-gnu)
+set(pcdir "")
+foreach(d ${libdirs})
+  if(EXISTS ${d}/pkgconfig/mapping.pc AND EXISTS ${d}/libmapping.so AND EXISTS ${d}/libmapping.a)
+    set(pcdir ${d}/pkgconfig)
+  endif()
+endforeach()
+if(NOT pcdir)
+  message(FATAL_ERROR "no lib dir with libmapping.so, libmapping.a and pkgconfig/mapping.pc under ${prefix}")
+endif()
+
+set(ENV{PKG_CONFIG_PATH} ${pcdir})
+run(pkg-config --cflags --libs mapping)
+string(STRIP "${last_output}" flags)
+separate_arguments(flags UNIX_COMMAND "${flags}")
+run(${C_COMPILER} ${SOURCE_DIR}/tests/install/app.c ${flags} -o ${WORK_DIR}/app_pkgconfig)
+run(${WORK_DIR}/app_pkgconfig)
+message(STATUS "pkg-config build: ${last_output}")
+
+run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/install/consumer -B ${WORK_DIR}/consumer
+    -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_C_COMPILER=${C_COMPILER})
+run(${CMAKE_COMMAND} --build ${WORK_DIR}/consumer)
+run(${WORK_DIR}/consumer/consumer)
+message(STATUS "find_package build: ${last_output}")

@@ -1,0 +1,42 @@
+/* mapping: the command-line tool. `mapping info`, `mapping bench`. */
+#include <stdio.h>
+#include <string.h>
+#include "mapping.h"
+
+int info_main(int argc, char **argv);
+int bench_main(int argc, char **argv);
+
+static void usage(FILE *f)
+{
+    fprintf(f, "mapping %s: move data between CPU and accelerator memory\n\n"
+               "usage:\n"
+               "  mapping info [--json]       back ends, devices, memory and capabilities\n"
+               "  mapping bench [options]     transfer benchmarks (mapping bench --help)\n"
+               "  mapping version\n\n"
+               "environment: MAPPING_BACKEND (host, opencl, cuda), MAPPING_DEVICE (index),\n"
+               "  MAPPING_HOST_LINK (bandwidth,latency for the host back end's link model)\n",
+            mapping_version());
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "info"))
+        return info_main(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "bench"))
+        return bench_main(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "version")) {
+        printf("%s\n", mapping_version());
+        return 0;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    fprintf(stderr, "mapping: unknown command %s\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
