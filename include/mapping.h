@@ -340,7 +340,9 @@ typedef struct mapping_stats {
     uint64_t conflicts;               /* marks refused as conflicts */
     uint64_t batch_flushes;           /* mapping_batch_flush calls that moved data */
     uint64_t batch_copies;            /* copies queued in batches */
-    uint64_t blocking_seconds_ns;     /* nanoseconds spent in blocking transfers */
+    uint64_t blocking_ns;             /* nanoseconds spent in blocking host<->device transfers of
+                                         64 KiB or more (smaller ones are not timed: reading the
+                                         clock would cost more than they do) */
 } mapping_stats;
 
 MAPPING_API mapping_status mapping_device_stats(const mapping_device *dev, mapping_stats *out);

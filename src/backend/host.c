@@ -82,10 +82,14 @@ static void host_device_close(void *dev)
 static mapping_status host_buffer_alloc(void *dev, size_t bytes, void **mem)
 {
     host_device *d = dev;
-    size_t rounded = (bytes + 63) / 64 * 64;
-    void *p = rounded >= bytes ? aligned_alloc(64, rounded) : NULL;
+    /* Page-aligned, so large buffers can be backed by huge pages as a GPU
+     * driver's allocations are. */
+    size_t align = bytes >= ((size_t)2 << 20) ? ((size_t)2 << 20) : 64;
+    size_t rounded = (bytes + align - 1) / align * align;
+    void *p = rounded >= bytes ? aligned_alloc(align, rounded) : NULL;
     if (!p)
         return mapping__fail(MAPPING_ERR_OUT_OF_DEVICE_MEMORY, "host: cannot allocate %zu bytes of device memory", bytes);
+    mapping_os_advise_huge_pages(p, rounded);
     if (d->poison)
         memset(p, HOST_POISON_BYTE, bytes);
     *mem = p;

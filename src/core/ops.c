@@ -1,6 +1,10 @@
 #include "core/ops.h"
 #include "os/os.h"
 
+/* Blocking transfers at least this large are timed for the statistics;
+ * reading the clock twice costs more than a small copy does. */
+enum { TIMED_TRANSFER_MIN = 64 * 1024 };
+
 /* The stream argument to the back end and the device both come from the
  * buffer: the caller checked that the stream (if any) is of the same device. */
 
@@ -13,11 +17,11 @@ mapping_status mapping__write(mapping_stream *stream, const void *src, mapping_b
         return st;
     mapping_host_ref ref;
     const mapping_host_ref *pinned = mapping__host_registry_find(&dev->host_blocks, src, bytes, &ref) ? &ref : NULL;
-    uint64_t t0 = stream ? 0 : mapping_os_now_ns();
+    uint64_t t0 = !stream && bytes >= TIMED_TRANSFER_MIN ? mapping_os_now_ns() : 0;
     st = dev->be->write(dev->state, mapping__stream_state(stream), src, pinned, dst->mem, dst_offset, bytes);
     if (st != MAPPING_OK)
         return st;
-    if (!stream)
+    if (t0)
         mapping__count(&dev->counters.blocking_ns, mapping_os_now_ns() - t0);
     mapping__count(&dev->counters.h2d_bytes, bytes);
     mapping__count(&dev->counters.h2d_copies, 1);
@@ -33,11 +37,11 @@ mapping_status mapping__read(mapping_stream *stream, const mapping_buffer *src, 
         return st;
     mapping_host_ref ref;
     const mapping_host_ref *pinned = mapping__host_registry_find(&dev->host_blocks, dst, bytes, &ref) ? &ref : NULL;
-    uint64_t t0 = stream ? 0 : mapping_os_now_ns();
+    uint64_t t0 = !stream && bytes >= TIMED_TRANSFER_MIN ? mapping_os_now_ns() : 0;
     st = dev->be->read(dev->state, mapping__stream_state(stream), src->mem, src_offset, dst, pinned, bytes);
     if (st != MAPPING_OK)
         return st;
-    if (!stream)
+    if (t0)
         mapping__count(&dev->counters.blocking_ns, mapping_os_now_ns() - t0);
     mapping__count(&dev->counters.d2h_bytes, bytes);
     mapping__count(&dev->counters.d2h_copies, 1);

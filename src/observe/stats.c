@@ -8,7 +8,7 @@
     X(d2h_copies, d2h_copies) X(d2d_bytes, d2d_bytes) X(d2d_copies, d2d_copies)              \
     X(fill_bytes, fill_bytes) X(fills, fills) X(sync_skipped_bytes, sync_skipped_bytes)      \
     X(conflicts, conflicts) X(batch_flushes, batch_flushes) X(batch_copies, batch_copies)    \
-    X(blocking_seconds_ns, blocking_ns)
+    X(blocking_ns, blocking_ns)
 
 mapping_status mapping_device_stats(const mapping_device *dev, mapping_stats *out)
 {

@@ -24,6 +24,7 @@ void *mapping_os_alloc_locked(size_t bytes, bool *locked)
     void *ptr = mmap(NULL, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (ptr == MAP_FAILED)
         return NULL;
+    mapping_os_advise_huge_pages(ptr, rounded);
     /* mlock also faults the pages in, so the first copy does not pay for it.
      * It fails without CAP_IPC_LOCK beyond RLIMIT_MEMLOCK: then the memory is
      * still page-aligned, only not locked. */
@@ -39,6 +40,14 @@ void mapping_os_free_locked(void *ptr, size_t bytes, bool locked)
     if (locked)
         munlock(ptr, rounded);
     munmap(ptr, rounded);
+}
+
+void mapping_os_advise_huge_pages(void *ptr, size_t bytes)
+{
+    /* Fewer TLB misses on large transfers; only a hint, so errors (no THP
+     * support, unaligned start) are ignored. */
+    if (bytes >= ((size_t)2 << 20))
+        (void)madvise(ptr, bytes, MADV_HUGEPAGE);
 }
 
 uint64_t mapping_os_physical_memory(void)

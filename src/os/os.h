@@ -22,6 +22,8 @@ void     mapping_os_sleep_until_ns(uint64_t deadline_ns);
 size_t mapping_os_page_size(void);
 void  *mapping_os_alloc_locked(size_t bytes, bool *locked);
 void   mapping_os_free_locked(void *ptr, size_t bytes, bool locked);
+/* Asks for transparent huge pages on a large region (a hint). */
+void   mapping_os_advise_huge_pages(void *ptr, size_t bytes);
 /* Physical memory in bytes (0 if unknown). */
 uint64_t mapping_os_physical_memory(void);
 

@@ -111,9 +111,18 @@ TEST(statistics_count_every_transfer)
     char small[8];
     CHECK_OK(mapping_device_stats_json(dev, small, sizeof small, &needed)); /* cut, NUL-terminated */
     CHECK(strlen(small) == sizeof small - 1 && needed > sizeof small);
+    CHECK(s.blocking_ns == 0); /* small copies are not timed */
+    mapping_buffer *big;
+    unsigned char *big_host = calloc(1, 1 << 17);
+    CHECK_OK(mapping_allocate_gpu(dev, 1 << 17, &big));
+    CHECK_OK(mapping_sync_to_gpu(big_host, big));
+    CHECK_OK(mapping_device_stats(dev, &s));
+    CHECK(s.blocking_ns > 0);
+    mapping_free_gpu(big);
+    free(big_host);
     mapping_device_stats_reset(dev);
     CHECK_OK(mapping_device_stats(dev, &s));
-    CHECK(s.h2d_bytes == 0 && s.d2h_copies == 0);
+    CHECK(s.h2d_bytes == 0 && s.d2h_copies == 0 && s.blocking_ns == 0);
     mapping_free_gpu(a);
     mapping_free_gpu(b);
 }

@@ -1,6 +1,7 @@
 # Installs the build into a scratch prefix, then builds tests/install/app.c
-# against it twice: with `cc app.c $(pkg-config --cflags --libs mapping)` and
-# with find_package(mapping). Both programs must run.
+# against it, HOW = pkgconfig: `cc app.c $(pkg-config --cflags --libs mapping)`,
+# or HOW = find_package: a CMake project with find_package(mapping). The
+# program must run.
 file(REMOVE_RECURSE ${WORK_DIR})
 set(prefix ${WORK_DIR}/prefix)
 function(run)
@@ -28,6 +29,7 @@ if(NOT pcdir)
   message(FATAL_ERROR "no lib dir with libmapping.so, libmapping.a and pkgconfig/mapping.pc under ${prefix}")
 endif()
 
+if(HOW STREQUAL "pkgconfig")
 set(ENV{PKG_CONFIG_PATH} ${pcdir})
 run(pkg-config --cflags --libs mapping)
 string(STRIP "${last_output}" flags)
@@ -35,9 +37,10 @@ separate_arguments(flags UNIX_COMMAND "${flags}")
 run(${C_COMPILER} ${SOURCE_DIR}/tests/install/app.c ${flags} -o ${WORK_DIR}/app_pkgconfig)
 run(${WORK_DIR}/app_pkgconfig)
 message(STATUS "pkg-config build: ${last_output}")
-
+else()
 run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/install/consumer -B ${WORK_DIR}/consumer
     -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_C_COMPILER=${C_COMPILER})
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/consumer)
 run(${WORK_DIR}/consumer/consumer)
 message(STATUS "find_package build: ${last_output}")
+endif()
