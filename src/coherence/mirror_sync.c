@@ -19,23 +19,27 @@ static void entry_release(mirror_state *st, size_t i)
     st->n_inflight--;
 }
 
-/* Applies a completed entry: its ranges are now valid on the target, and the
- * source's modifications there are synced. False (entry kept, state
- * untouched) when memory for the result cannot be reserved. */
+/* Makes ranges valid on t: the source's modifications there are synced,
+ * the target is no longer stale, the copy no longer queued. In this order,
+ * so that a failure part-way (out of memory) keeps modified ⊆ stale and is
+ * simply redone later (every step is idempotent). */
+static mapping_status apply_valid(mirror_state *st, int t, const mapping_range *v, size_t n)
+{
+    mapping_status status;
+    if ((status = mapping__rs_remove_sorted(&st->modified[1 - t], v, n)) ||
+        (status = mapping__rs_remove_sorted(&st->stale[t], v, n)) ||
+        (status = mapping__rs_remove_sorted(&st->pending[t], v, n)))
+        return status;
+    return MAPPING_OK;
+}
+
+/* Applies a completed entry. False (entry kept, to be retried) when memory
+ * for the result is short. */
 static bool entry_fold(mirror_state *st, size_t i)
 {
     mirror_inflight *e = &st->inflight[i];
-    if (e->target != MIRROR_ACCESS) {
-        int t = e->target, s = 1 - t;
-        if (mapping__rs_reserve(&st->modified[s], e->n) || mapping__rs_reserve(&st->stale[t], e->n) ||
-            mapping__rs_reserve(&st->pending[t], e->n))
-            return false;
-        for (size_t k = 0; k < e->n; k++) {
-            mapping__rs_remove(&st->modified[s], e->ranges[k].lo, e->ranges[k].hi);
-            mapping__rs_remove(&st->stale[t], e->ranges[k].lo, e->ranges[k].hi);
-            mapping__rs_remove(&st->pending[t], e->ranges[k].lo, e->ranges[k].hi);
-        }
-    }
+    if (e->target != MIRROR_ACCESS && apply_valid(st, e->target, e->ranges, e->n) != MAPPING_OK)
+        return false;
     entry_release(st, i);
     return true;
 }
@@ -46,8 +50,7 @@ static void entry_abandon(mirror_state *st, size_t i)
 {
     mirror_inflight *e = &st->inflight[i];
     if (e->target != MIRROR_ACCESS)
-        for (size_t k = 0; k < e->n; k++)
-            mapping__rs_remove(&st->pending[e->target], e->ranges[k].lo, e->ranges[k].hi); /* shrinks: cannot fail */
+        mapping__rs_remove_sorted(&st->pending[e->target], e->ranges, e->n);
     entry_release(st, i);
 }
 
@@ -221,21 +224,6 @@ mapping_status mapping__mirror_copy_ranges(mapping_stream *stream, mirror_state 
 
 /* ---- sync ---- */
 
-static void fold_now(mirror_state *st, int t, const mapping_range *v, size_t n)
-{
-    int s = 1 - t;
-    /* Modified first: should stale's reservation fail, the target merely
-     * stays stale (a later sync recopies), and modified ⊆ stale still holds. */
-    if (mapping__rs_reserve(&st->modified[s], n) == MAPPING_OK)
-        for (size_t k = 0; k < n; k++)
-            mapping__rs_remove(&st->modified[s], v[k].lo, v[k].hi);
-    else
-        return;
-    if (mapping__rs_reserve(&st->stale[t], n) == MAPPING_OK)
-        for (size_t k = 0; k < n; k++)
-            mapping__rs_remove(&st->stale[t], v[k].lo, v[k].hi);
-}
-
 mapping_status mapping__mirror_sync(const char *fn, mapping_stream *stream, mapping_mirror *m, int t)
 {
     mapping_status status;
@@ -283,14 +271,14 @@ mapping_status mapping__mirror_sync(const char *fn, mapping_stream *stream, mapp
                                  : (m->size > moved ? m->size - moved : 0);
     mapping__count(&st->dev->counters.sync_skipped_bytes, skipped);
     if (!stream) {
-        fold_now(st, t, exact, n_exact);
+        apply_valid(st, t, exact, n_exact); /* on failure the target stays stale: recopied later */
         goto out;
     }
     size_t span_lo = merged[0].lo, span_hi = merged[n_merged - 1].hi;
     if (entry_push(st, stream, span_lo, span_hi, t, exact, n_exact) != MAPPING_OK) {
         /* Without an event the state cannot follow the stream: wait instead. */
         if ((status = mapping_stream_synchronize(stream)) == MAPPING_OK)
-            fold_now(st, t, exact, n_exact);
+            apply_valid(st, t, exact, n_exact); /* on failure the target stays stale: recopied later */
         goto out;
     }
     for (size_t k = 0; k < n_exact; k++)

@@ -154,3 +154,36 @@ bool mapping__rs_valid(const mapping_range_set *s)
     }
     return total == s->total && s->n <= s->cap;
 }
+
+mapping_status mapping__rs_remove_sorted(mapping_range_set *s, const mapping_range *r, size_t k)
+{
+    if (k == 0 || s->n == 0)
+        return MAPPING_OK;
+    if (k == 1)
+        return mapping__rs_remove(s, r[0].lo, r[0].hi);
+    size_t cap = s->n + k; /* each removed range splits at most one interval */
+    mapping_range *out = malloc(cap * sizeof *out);
+    if (!out)
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "range set: cannot grow to %zu ranges", cap);
+    size_t n = 0, total = 0, j = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        size_t lo = s->v[i].lo, hi = s->v[i].hi;
+        while (j < k && r[j].hi <= lo)
+            j++;
+        /* Cut every removed range that meets [lo, hi) out of it. */
+        for (size_t q = j; q < k && r[q].lo < hi && lo < hi; q++) {
+            if (r[q].lo > lo)
+                out[n++] = (mapping_range){lo, r[q].lo}, total += r[q].lo - lo;
+            if (r[q].hi > lo)
+                lo = r[q].hi;
+        }
+        if (lo < hi)
+            out[n++] = (mapping_range){lo, hi}, total += hi - lo;
+    }
+    free(s->v);
+    s->v = out;
+    s->n = n;
+    s->cap = cap;
+    s->total = total;
+    return MAPPING_OK;
+}

@@ -40,6 +40,10 @@ mapping_status mapping__rs_reserve(mapping_range_set *s, size_t extra);
 mapping_status mapping__rs_add(mapping_range_set *s, size_t lo, size_t hi);
 /* Difference with [lo, hi). Grows by at most one entry (a split). */
 mapping_status mapping__rs_remove(mapping_range_set *s, size_t lo, size_t hi);
+/* Difference with each of r[0..k) (sorted by lo, disjoint), in one linear
+ * pass: O(n + k) instead of k memmoves. All or nothing (it allocates the
+ * result first). */
+mapping_status mapping__rs_remove_sorted(mapping_range_set *s, const mapping_range *r, size_t k);
 /* Index of the first interval with hi > pos (n if none). O(log n). */
 size_t mapping__rs_lower(const mapping_range_set *s, size_t pos);
 /* Does any interval meet [lo, hi)? O(log n). */
