@@ -176,6 +176,10 @@ static mapping_status exact_ranges(const mirror_state *st, int t, size_t lo, siz
         if (a < b)
             v[k++] = (mapping_range){a, b};
     }
+    if (k == 0) { /* everything stale here is already queued */
+        free(v);
+        v = NULL;
+    }
     *out = v;
     *n = k;
     return MAPPING_OK;

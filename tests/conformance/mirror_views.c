@@ -63,6 +63,7 @@ TEST(view_of_a_view_addresses_the_root_at_the_summed_offset)
     CHECK_OK(mapping_mirror_view(m, 1000, 5000, &v));
     CHECK_OK(mapping_mirror_view(v, 500, 100, &vv));
     CHECK(mapping_mirror_gpu_offset(vv) == 1500 && mapping_mirror_size(vv) == 100);
+    mapping_mirror_destroy(vv);
     CHECK_STATUS(mapping_mirror_view(v, 4950, 100, &vv), MAPPING_ERR_OUT_OF_RANGE); /* past the view */
     CHECK(vv == NULL);
     CHECK_OK(mapping_mirror_view(v, 500, 100, &vv));
