@@ -92,3 +92,35 @@ UNIT_TEST(range_set_adjacent_ranges_merge_into_one)
     CHECK(mapping__rs_intersects(&s, 39, 40));
     mapping__rs_free(&s);
 }
+
+UNIT_TEST(range_set_bulk_removal_matches_one_by_one_removal)
+{
+    enum { N = 2048, ROUNDS = 300 };
+    unsigned seed = test_seed(7u);
+    printf("seed %u (replay with MAPPING_TEST_SEED=%u)\n", seed, seed);
+    unsigned long long r = seed ? seed : 1;
+    unsigned char flags[N];
+    for (int round = 0; round < ROUNDS; round++) {
+        mapping_range_set s;
+        mapping__rs_init(&s);
+        memset(flags, 0, sizeof flags);
+        for (int i = 0; i < 40; i++) { /* a random set */
+            size_t lo = rng_next(&r) % N, hi = lo + 1 + rng_next(&r) % 100;
+            hi = hi > N ? N : hi;
+            CHECK_OK(mapping__rs_add(&s, lo, hi));
+            memset(flags + lo, 1, hi - lo);
+        }
+        mapping_range cut[40]; /* sorted, disjoint ranges to remove */
+        size_t k = 0, pos = rng_next(&r) % 50;
+        while (k < 40 && pos < N) {
+            size_t hi = pos + 1 + rng_next(&r) % 80;
+            hi = hi > N ? N : hi;
+            cut[k++] = (mapping_range){pos, hi};
+            memset(flags + pos, 0, hi - pos);
+            pos = hi + 1 + rng_next(&r) % 120;
+        }
+        CHECK_OK(mapping__rs_remove_sorted(&s, cut, k));
+        check_against_flags(&s, flags, N);
+        mapping__rs_free(&s);
+    }
+}
