@@ -405,7 +405,13 @@ enum {
      * supports it (host back end: always; CUDA managed; OpenCL SVM); syncs
      * become prefetch hints or nothing. Elsewhere an ordinary mirror: not an
      * error, see mapping_mirror_is_unified. Ignored by _wrap (user memory). */
-    MAPPING_MIRROR_UNIFIED = 1u << 0
+    MAPPING_MIRROR_UNIFIED = 1u << 0,
+    /* _wrap only: page-lock the caller's memory in place for the mirror's
+     * lifetime where the back end can (CUDA cuMemHostRegister, ...), so its
+     * transfers take the fast path; elsewhere ignored (see
+     * mapping_mirror_is_pinned). Ignored by _create (its memory is
+     * page-locked already where the back end can). */
+    MAPPING_MIRROR_PIN = 1u << 1
 };
 
 /* Access intents for mapping_mirror_acquire_cpu / _gpu. */
@@ -420,7 +426,8 @@ typedef enum mapping_access {
 MAPPING_API mapping_status mapping_mirror_create(mapping_device *dev, size_t bytes, unsigned flags,
                                                  mapping_mirror **out);
 /* Mirrors the caller's memory cpu_ptr[0, bytes) (not copied, not freed; must
- * outlive the mirror). The GPU side starts stale. flags: 0. */
+ * outlive the mirror). The GPU side starts stale. flags: 0 or
+ * MAPPING_MIRROR_PIN (MAPPING_MIRROR_UNIFIED is accepted and ignored). */
 MAPPING_API mapping_status mapping_mirror_wrap(mapping_device *dev, void *cpu_ptr, size_t bytes, unsigned flags,
                                                mapping_mirror **out);
 /* Destroys a handle (root or view); the shared memory goes with the last
@@ -437,6 +444,8 @@ MAPPING_API mapping_buffer *mapping_mirror_gpu(mapping_mirror *m);
 MAPPING_API size_t          mapping_mirror_gpu_offset(const mapping_mirror *m);
 /* 1 if one unified allocation serves both sides, 0 otherwise (or NULL). */
 MAPPING_API int             mapping_mirror_is_unified(const mapping_mirror *m);
+/* 1 if wrapped memory was page-locked in place (MAPPING_MIRROR_PIN). */
+MAPPING_API int             mapping_mirror_is_pinned(const mapping_mirror *m);
 
 /* "I wrote [offset, offset+bytes) of this side": the other side becomes
  * stale there. MAPPING_ERR_CONFLICT if the other side holds unsynced

@@ -24,6 +24,8 @@ static void state_free(mirror_state *st)
     mapping_free_gpu(st->gpu); /* unified: this frees st->cpu too */
     if (st->owns_cpu)
         mapping_free_cpu(st->dev, st->cpu);
+    if (st->pinned)
+        mapping__host_unregister(st->dev, st->cpu);
     free(st);
 }
 
@@ -72,9 +74,9 @@ static mapping_status check_create_args(const char *fn, mapping_device *dev, siz
     *out = NULL;
     if (bytes == 0)
         return mapping__fail(MAPPING_ERR_ZERO_SIZE, "%s: bytes is 0", fn);
-    if (flags & ~(unsigned)MAPPING_MIRROR_UNIFIED)
-        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: unknown flags 0x%x", fn,
-                             flags & ~(unsigned)MAPPING_MIRROR_UNIFIED);
+    const unsigned known = MAPPING_MIRROR_UNIFIED | MAPPING_MIRROR_PIN;
+    if (flags & ~known)
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: unknown flags 0x%x", fn, flags & ~known);
     return MAPPING_OK;
 }
 
@@ -114,6 +116,9 @@ mapping_status mapping_mirror_wrap(mapping_device *dev, void *cpu_ptr, size_t by
     if ((status = state_new(fn, dev, bytes, &st)))
         return status;
     st->cpu = cpu_ptr;
+    /* Pinning is an optimisation: a back end that cannot is not an error. */
+    if ((flags & MAPPING_MIRROR_PIN) && mapping__host_register(dev, cpu_ptr, bytes) == MAPPING_OK)
+        st->pinned = true;
     if ((status = mapping_allocate_gpu(dev, bytes, &st->gpu)) || (status = handle_new(fn, st, 0, bytes, out))) {
         state_free(st);
         return status;
@@ -167,6 +172,11 @@ size_t mapping_mirror_gpu_offset(const mapping_mirror *m)
 int mapping_mirror_is_unified(const mapping_mirror *m)
 {
     return m && m->magic == MAPPING_MAGIC_MIRROR && m->st->unified;
+}
+
+int mapping_mirror_is_pinned(const mapping_mirror *m)
+{
+    return m && m->magic == MAPPING_MAGIC_MIRROR && m->st->pinned;
 }
 
 /* Does [lo, hi) hold modifications of side y that are not already queued to

@@ -41,6 +41,7 @@ typedef struct mirror_state {
     mapping_buffer *gpu;
     bool            owns_cpu; /* from mapping_allocate_cpu (create), not wrapped */
     bool            unified;  /* cpu is the host address of gpu's unified memory */
+    bool            pinned;   /* wrapped memory registered with mapping__host_register */
     int             refs;     /* handles of the family */
 
     mapping_range_set stale[2], modified[2], pending[2];

@@ -283,6 +283,25 @@ TEST(wrapped_memory_syncs_in_place)
     mapping_mirror_destroy(m);
 }
 
+TEST(pinned_wrap_page_locks_where_the_back_end_can_and_works_either_way)
+{
+    mapping_device *dev = test_device();
+    unsigned char *user = malloc(1 << 16);
+    test_pattern(user, 1 << 16, 13);
+    mapping_mirror *m;
+    CHECK_OK(mapping_mirror_wrap(dev, user, 1 << 16, MAPPING_MIRROR_PIN, &m));
+    printf("%s: wrapped memory %s\n", test_backend(), mapping_mirror_is_pinned(m) ? "page-locked" : "not page-locked");
+    if (!dev->be->host_register)
+        CHECK(!mapping_mirror_is_pinned(m));
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    check_gpu_equals_cpu(m);
+    mapping_mirror_destroy(m);
+    /* The registration ended with the mirror: the memory is the caller's again. */
+    mapping_host_ref ref;
+    CHECK(!mapping__host_registry_find(&dev->host_blocks, user, 1, &ref));
+    free(user);
+}
+
 TEST(mirror_statistics_appear_in_the_device_json)
 {
     mapping_device *dev = test_device();
