@@ -255,6 +255,24 @@ TEST(mark_waits_for_a_queued_copy_that_reads_the_range)
     mapping_stream_destroy(s);
 }
 
+TEST(a_stream_may_be_destroyed_before_the_mirror_it_synced)
+{
+    mapping_device *dev = test_device();
+    mapping_stream *s;
+    CHECK_OK(mapping_stream_create(dev, &s));
+    mapping_mirror *m;
+    CHECK_OK(mapping_mirror_create(dev, 1 << 16, 0, &m));
+    memset(mapping_mirror_cpu(m), 0x3C, 1 << 16);
+    CHECK_OK(mapping_mirror_mark_cpu_modified(m, 0, 1 << 16));
+    CHECK_OK(mapping_mirror_sync_to_gpu(s, m));
+    mapping_stream_destroy(s); /* waits for the copy; the mirror's event outlives the stream */
+    CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == 0);
+    unsigned char back[16];
+    CHECK_OK(mapping_sync_to_cpu_range(NULL, mapping_mirror_gpu(m), 100, back, sizeof back));
+    CHECK(back[0] == 0x3C && back[15] == 0x3C);
+    mapping_mirror_destroy(m);
+}
+
 TEST(blocking_sync_is_complete_on_return)
 {
     mapping_device *dev = test_device();
