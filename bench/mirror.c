@@ -204,15 +204,18 @@ static int scattered(bench_ctx *ctx, size_t size)
     if (scattered_row(ctx, ctx->dev, size, row))
         return 1;
     bench_table_row(&t, ctx->info.backend, row);
-    double speed_whole = row[5], speed_single = row[6];
+    double speed_whole = row[5], speed_single = row[6], link_whole = NAN, link_single = NAN;
     /* On the host back end, also over a modelled PCIe-like link, where the
      * per-transfer latency makes merging pay. */
     if (strcmp(ctx->info.backend, "host") == 0) {
         mapping_device *pcie = NULL;
         mapping_device_desc desc = {.backend = "host", .link_bandwidth = 25e9, .link_latency = 5e-6};
         if (!bench_check(mapping_open(&desc, &pcie), "open host with a link model")) {
-            if (scattered_row(ctx, pcie, size, row) == 0)
+            if (scattered_row(ctx, pcie, size, row) == 0) {
                 bench_table_row(&t, "host, link 25 GB/s 5 us", row);
+                link_whole = row[5];
+                link_single = row[6];
+            }
             mapping_close(pcie);
         }
     }
@@ -221,6 +224,11 @@ static int scattered(bench_ctx *ctx, size_t size)
                     "(the link as mapping_device_link measured it on that device).");
     bench_figure(ctx, "mirror_scattered_vs_whole", speed_whole, "x", "whole-buffer copy / mirror sync (target > 1)");
     bench_figure(ctx, "mirror_scattered_vs_singles", speed_single, "x", "1,000 single copies / mirror sync (target > 1)");
+    if (!isnan(link_whole)) {
+        bench_figure(ctx, "mirror_scattered_link_vs_whole", link_whole, "x", "modelled link: whole copy / mirror sync");
+        bench_figure(ctx, "mirror_scattered_link_vs_singles", link_single, "x",
+                     "modelled link: 1,000 single copies / mirror sync");
+    }
     return 0;
 }
 
