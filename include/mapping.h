@@ -354,6 +354,143 @@ MAPPING_API mapping_status mapping_device_stats_json(const mapping_device *dev, 
 
 /* ==== Mirrors (src/coherence/) ==== */
 
+/*
+ * A mirror is a host array and its device twin whose validity the library
+ * tracks per byte range, so that a sync moves only what is stale.
+ *
+ * Memory model. Every byte of a mirror is, on each side (MAPPING_CPU,
+ * MAPPING_GPU), valid or stale; a byte is never stale on both sides.
+ * - create/wrap: the CPU side is valid (its content is the initial content,
+ *   not a modification), the GPU side is stale.
+ * - mark_X_modified(range): "I wrote X in this range". X becomes valid there,
+ *   the other side Y stale, and the range counts as modified on X until a sync
+ *   copies it to Y.
+ * - Conflict: marking X where Y holds marked, not yet synced modifications
+ *   fails with MAPPING_ERR_CONFLICT, changes nothing, and counts in
+ *   mapping_stats.conflicts. (The GPU side's initial staleness is not a
+ *   modification: an output buffer may be written on the GPU first.)
+ * - sync_to_X copies exactly the stale ranges of X from Y. Two stale ranges
+ *   separated by a gap are copied as one when gap / link.bandwidth <
+ *   link.latency (mapping_device_link) and the gap is valid on the source.
+ *   A clean mirror syncs in O(log n) with no transfer. Bytes a sync did not
+ *   move count in mapping_stats.sync_skipped_bytes.
+ * - Async: with a stream, a range becomes valid on X when its copy completes,
+ *   not when it is queued. Any later call touching that range orders itself
+ *   after it: a call with another stream chains on it (no host wait); a
+ *   blocking call, a mark, and mapping_mirror_stale_bytes wait for it.
+ *   As everywhere, host memory a queued copy reads or writes must not be
+ *   touched by the caller until the stream reaches it (acquire_cpu does this
+ *   for you).
+ * - Views share their parent's state: marking or syncing a view changes
+ *   exactly its bytes of the family, siblings and the rest are untouched.
+ *
+ *            offset 0                                          size
+ *     CPU    [ valid      | stale (GPU modified) | valid           ]
+ *     GPU    [ stale      | valid                | valid           ]
+ *             sync_to_gpu copies the first range; sync_to_cpu the second.
+ *
+ * Lifetimes. A mirror family (a root and its views, views of views) shares
+ * one state, reference-counted: each handle keeps it alive. Destroying the
+ * root while views live is allowed: the root handle is gone, the views keep
+ * working, and the memory is freed with the last handle. Destroy every mirror
+ * before closing its device.
+ *
+ * Thread safety: none inside a family. One thread at a time per mirror family
+ * (the root and all its views); different families may be used concurrently.
+ */
+typedef struct mapping_mirror mapping_mirror;
+typedef enum mapping_side { MAPPING_CPU = 1, MAPPING_GPU = 2 } mapping_side;
+
+/* Flags of mapping_mirror_create / _wrap. */
+enum {
+    /* One unified / managed allocation serves both sides where the device
+     * supports it (host back end: always; CUDA managed; OpenCL SVM); syncs
+     * become prefetch hints or nothing. Elsewhere an ordinary mirror: not an
+     * error, see mapping_mirror_is_unified. Ignored by _wrap (user memory). */
+    MAPPING_MIRROR_UNIFIED = 1u << 0,
+    /* _wrap only: page-lock the caller's memory in place for the mirror's
+     * lifetime where the back end can (CUDA cuMemHostRegister, ...), so its
+     * transfers take the fast path; elsewhere ignored (see
+     * mapping_mirror_is_pinned). Ignored by _create (its memory is
+     * page-locked already where the back end can). */
+    MAPPING_MIRROR_PIN = 1u << 1
+};
+
+/* Access intents for mapping_mirror_acquire_cpu / _gpu. */
+typedef enum mapping_access {
+    MAPPING_READ  = 1, /* sync the side before use */
+    MAPPING_WRITE = 2  /* mark the side modified; alone (no READ) it discards */
+} mapping_access;
+
+/* Creates a mirror of `bytes`: zero-filled CPU memory (page-locked, from
+ * mapping_allocate_cpu) and a device buffer; the GPU side starts stale.
+ * flags: 0 or MAPPING_MIRROR_UNIFIED. Thread-safe (the device is). */
+MAPPING_API mapping_status mapping_mirror_create(mapping_device *dev, size_t bytes, unsigned flags,
+                                                 mapping_mirror **out);
+/* Mirrors the caller's memory cpu_ptr[0, bytes) (not copied, not freed; must
+ * outlive the mirror). The GPU side starts stale. flags: 0 or
+ * MAPPING_MIRROR_PIN (MAPPING_MIRROR_UNIFIED is accepted and ignored). */
+MAPPING_API mapping_status mapping_mirror_wrap(mapping_device *dev, void *cpu_ptr, size_t bytes, unsigned flags,
+                                               mapping_mirror **out);
+/* Destroys a handle (root or view); the shared memory goes with the last
+ * handle of the family, after its queued copies complete. NULL: no-op. */
+MAPPING_API void            mapping_mirror_destroy(mapping_mirror *m);
+/* Bytes of this mirror or view; 0 for NULL. O(1). */
+MAPPING_API size_t          mapping_mirror_size(const mapping_mirror *m);
+/* Host address of the first byte of this mirror or view; no sync. NULL for
+ * a NULL or invalid handle. */
+MAPPING_API void           *mapping_mirror_cpu(mapping_mirror *m);
+/* The family's device buffer; no sync. A view starts at
+ * mapping_mirror_gpu_offset(view) within it. NULL for NULL. */
+MAPPING_API mapping_buffer *mapping_mirror_gpu(mapping_mirror *m);
+MAPPING_API size_t          mapping_mirror_gpu_offset(const mapping_mirror *m);
+/* 1 if one unified allocation serves both sides, 0 otherwise (or NULL). */
+MAPPING_API int             mapping_mirror_is_unified(const mapping_mirror *m);
+/* 1 if wrapped memory was page-locked in place (MAPPING_MIRROR_PIN). */
+MAPPING_API int             mapping_mirror_is_pinned(const mapping_mirror *m);
+
+/* "I wrote [offset, offset+bytes) of this side": the other side becomes
+ * stale there. MAPPING_ERR_CONFLICT if the other side holds unsynced
+ * modifications in the range (nothing changes). Waits for queued copies of
+ * the family that touch the range. Offsets are relative to the view. */
+MAPPING_API mapping_status  mapping_mirror_mark_cpu_modified(mapping_mirror *m, size_t offset, size_t bytes);
+MAPPING_API mapping_status  mapping_mirror_mark_gpu_modified(mapping_mirror *m, size_t offset, size_t bytes);
+/* Copies the stale ranges of the target side (only those, merged by the
+ * link model). stream NULL: complete on return. Otherwise queued; the ranges
+ * become valid when the stream reaches the end of the copies. The stream
+ * must belong to the mirror's device (MAPPING_ERR_DEVICE_MISMATCH). */
+MAPPING_API mapping_status  mapping_mirror_sync_to_gpu(mapping_stream *stream, mapping_mirror *m);
+MAPPING_API mapping_status  mapping_mirror_sync_to_cpu(mapping_stream *stream, mapping_mirror *m);
+/* Stale bytes of `side` within this mirror or view. Waits for queued copies
+ * of the family touching the range, so the answer is exact. 0 for a NULL or
+ * invalid handle or side (error recorded). O(log n + ranges in the view). */
+MAPPING_API size_t          mapping_mirror_stale_bytes(const mapping_mirror *m, mapping_side side);
+/* A view of parent[offset, offset+bytes) sharing its state (see above). A
+ * view of a view is a view of the root at the summed offset. Destroy it with
+ * mapping_mirror_destroy. */
+MAPPING_API mapping_status  mapping_mirror_view(mapping_mirror *parent, size_t offset, size_t bytes,
+                                                mapping_mirror **out);
+
+/* Access intents: the library syncs before a read and marks after a write.
+ * - READ: sync the side first (CPU: blocking; GPU: on `stream`).
+ * - WRITE (with READ): the side is marked modified over the whole view.
+ * - WRITE alone: discard. The whole view will be overwritten, so nothing is
+ *   copied, and unsynced modifications of the other side in the view are
+ *   dropped (never a conflict).
+ * acquire_cpu is blocking: on return every queued copy touching the view has
+ * completed and *ptr (the view's host address) may be read / written.
+ * acquire_gpu orders everything on `stream` (NULL: blocking); launch your work
+ * on the same stream after it, on *buf at mapping_mirror_gpu_offset(m). Then
+ * call mapping_mirror_release_gpu(stream, m) after your work is queued: later
+ * calls that use other streams or block order themselves after it. (Without
+ * release, only later work on the same stream is ordered.) access must be a
+ * non-empty combination of MAPPING_READ | MAPPING_WRITE. */
+MAPPING_API mapping_status  mapping_mirror_acquire_cpu(mapping_mirror *m, unsigned access, void **ptr);
+MAPPING_API mapping_status  mapping_mirror_acquire_gpu(mapping_stream *stream, mapping_mirror *m, unsigned access,
+                                                       mapping_buffer **buf);
+MAPPING_API mapping_status  mapping_mirror_release_gpu(mapping_stream *stream, mapping_mirror *m);
+
+
 /* ==== Batches and pipelines (src/transfer/) ==== */
 
 #ifdef __cplusplus

@@ -55,3 +55,29 @@ mapping_status mapping_native_buffer(const mapping_buffer *buf, void **out)
         return st;
     return buf->dev->be->buffer_native(buf->dev->state, buf->mem, out);
 }
+
+/* For unified mirrors (src/coherence/mirror_unified.c): memory from the back
+ * end's buffer_alloc_unified as an ordinary buffer, freed by
+ * mapping_free_gpu; *host is its CPU address. MAPPING_ERR_UNSUPPORTED when the
+ * back end has no unified memory. */
+mapping_status mapping__allocate_unified(mapping_device *dev, size_t bytes, mapping_buffer **out, void **host)
+{
+    static const char fn[] = "mapping_mirror_create (unified)";
+    if (!dev->be->buffer_alloc_unified)
+        return MAPPING_ERR_UNSUPPORTED;
+    mapping_buffer *buf = calloc(1, sizeof *buf);
+    if (!buf)
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
+    mapping_status st;
+    if ((st = mapping__fault_check(dev, fn)) ||
+        (st = dev->be->buffer_alloc_unified(dev->state, bytes, &buf->mem, host))) {
+        free(buf);
+        return st;
+    }
+    buf->magic = MAPPING_MAGIC_BUFFER;
+    buf->dev = dev;
+    buf->size = bytes;
+    mapping__list_add(dev, &dev->buffers, &buf->node);
+    *out = buf;
+    return MAPPING_OK;
+}

@@ -114,6 +114,16 @@ bool           mapping__host_registry_remove(mapping_host_registry *r, void *ptr
 bool           mapping__host_registry_find(mapping_host_registry *r, const void *ptr, size_t bytes,
                                            mapping_host_ref *ref);
 
+/* ---- unified memory as a buffer (src/core/buffer.c), for unified mirrors:
+ * freed by mapping_free_gpu; *host is its CPU address. ---- */
+mapping_status mapping__allocate_unified(mapping_device *dev, size_t bytes, mapping_buffer **out, void **host);
+
+/* ---- user memory page-locked in place (src/core/host_memory.c), for
+ * mapping_mirror_wrap: MAPPING_ERR_UNSUPPORTED (not recorded) when the back
+ * end has no host_register. ---- */
+mapping_status mapping__host_register(mapping_device *dev, void *ptr, size_t bytes);
+void           mapping__host_unregister(mapping_device *dev, void *ptr);
+
 /* ---- object lists (src/core/device.c) ---- */
 void mapping__list_add(mapping_device *dev, mapping_list_node *head, mapping_list_node *node);
 void mapping__list_remove(mapping_device *dev, mapping_list_node *node);

@@ -151,3 +151,27 @@ void mapping_free_cpu(mapping_device *dev, void *cpu_ptr)
     }
     dev->be->host_free(dev->state, cpu_ptr, block.cookie);
 }
+
+/* For mapping_mirror_wrap(MAPPING_MIRROR_PIN) (src/coherence/mirror.c):
+ * page-locks user memory in place through be->host_register and records it
+ * so transfers take the fast path. MAPPING_ERR_UNSUPPORTED (not recorded)
+ * when the back end cannot. */
+mapping_status mapping__host_register(mapping_device *dev, void *ptr, size_t bytes)
+{
+    if (!dev->be->host_register || !dev->be->host_unregister)
+        return MAPPING_ERR_UNSUPPORTED;
+    void *cookie = NULL;
+    mapping_status st = dev->be->host_register(dev->state, ptr, bytes, &cookie);
+    if (st != MAPPING_OK)
+        return st;
+    if ((st = mapping__host_registry_add(&dev->host_blocks, ptr, bytes, cookie, true)) != MAPPING_OK)
+        dev->be->host_unregister(dev->state, ptr, cookie);
+    return st;
+}
+
+void mapping__host_unregister(mapping_device *dev, void *ptr)
+{
+    mapping_host_block block = {0};
+    if (mapping__host_registry_remove(&dev->host_blocks, ptr, &block))
+        dev->be->host_unregister(dev->state, ptr, block.cookie);
+}

@@ -1,0 +1,254 @@
+/* Mirrors: creation, views, lifetimes, marking and conflicts. */
+#include <stdlib.h>
+#include <string.h>
+#include "coherence/mirror_internal.h"
+
+mapping_status mapping__mirror_check(const char *fn, const mapping_mirror *m)
+{
+    if (!m)
+        return mapping__fail(MAPPING_ERR_NULL_ARGUMENT, "%s: mirror is NULL", fn);
+    if (m->magic != MAPPING_MAGIC_MIRROR)
+        return mapping__fail(MAPPING_ERR_INVALID_HANDLE, "%s: mirror %p is not a live mirror", fn, (const void *)m);
+    return MAPPING_OK;
+}
+
+static void state_free(mirror_state *st)
+{
+    mapping__mirror_drain(st);
+    free(st->inflight);
+    for (int s = 0; s < 2; s++) {
+        mapping__rs_free(&st->stale[s]);
+        mapping__rs_free(&st->modified[s]);
+        mapping__rs_free(&st->pending[s]);
+    }
+    mapping_free_gpu(st->gpu); /* unified: this frees st->cpu too */
+    if (st->owns_cpu)
+        mapping_free_cpu(st->dev, st->cpu);
+    if (st->pinned)
+        mapping__host_unregister(st->dev, st->cpu);
+    free(st);
+}
+
+static mapping_status handle_new(const char *fn, mirror_state *st, size_t offset, size_t size, mapping_mirror **out)
+{
+    mapping_mirror *m = calloc(1, sizeof *m);
+    if (!m)
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
+    m->magic = MAPPING_MAGIC_MIRROR;
+    m->st = st;
+    m->offset = offset;
+    m->size = size;
+    st->refs++;
+    *out = m;
+    return MAPPING_OK;
+}
+
+/* A new state: CPU valid everywhere, GPU stale everywhere. */
+static mapping_status state_new(const char *fn, mapping_device *dev, size_t bytes, mirror_state **out)
+{
+    mirror_state *st = calloc(1, sizeof *st);
+    if (!st)
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
+    st->dev = dev;
+    st->size = bytes;
+    for (int s = 0; s < 2; s++) {
+        mapping__rs_init(&st->stale[s]);
+        mapping__rs_init(&st->modified[s]);
+        mapping__rs_init(&st->pending[s]);
+    }
+    mapping_status status = mapping__rs_add(&st->stale[MIRROR_GPU], 0, bytes);
+    if (status != MAPPING_OK) {
+        free(st);
+        return status;
+    }
+    *out = st;
+    return MAPPING_OK;
+}
+
+static mapping_status check_create_args(const char *fn, mapping_device *dev, size_t bytes, unsigned flags,
+                                        mapping_mirror **out)
+{
+    mapping_status st;
+    if ((st = mapping__check_device(fn, dev)) || (st = mapping__check_ptr(fn, "out", out)))
+        return st;
+    *out = NULL;
+    if (bytes == 0)
+        return mapping__fail(MAPPING_ERR_ZERO_SIZE, "%s: bytes is 0", fn);
+    const unsigned known = MAPPING_MIRROR_UNIFIED | MAPPING_MIRROR_PIN;
+    if (flags & ~known)
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: unknown flags 0x%x", fn, flags & ~known);
+    return MAPPING_OK;
+}
+
+mapping_status mapping_mirror_create(mapping_device *dev, size_t bytes, unsigned flags, mapping_mirror **out)
+{
+    static const char fn[] = "mapping_mirror_create";
+    mapping_status status = check_create_args(fn, dev, bytes, flags, out);
+    mirror_state *st = NULL;
+    if (status || (status = state_new(fn, dev, bytes, &st)))
+        return status;
+    if (!(flags & MAPPING_MIRROR_UNIFIED) || mapping__mirror_alloc_unified(st) != MAPPING_OK) {
+        void *cpu = NULL;
+        if ((status = mapping_allocate_gpu(dev, bytes, &st->gpu)) ||
+            (status = mapping_allocate_cpu(dev, bytes, &cpu)))
+            goto fail;
+        st->cpu = cpu;
+        st->owns_cpu = true;
+    }
+    memset(st->cpu, 0, bytes);
+    if ((status = handle_new(fn, st, 0, bytes, out)) == MAPPING_OK)
+        return MAPPING_OK;
+fail:
+    state_free(st);
+    return status;
+}
+
+mapping_status mapping_mirror_wrap(mapping_device *dev, void *cpu_ptr, size_t bytes, unsigned flags,
+                                   mapping_mirror **out)
+{
+    static const char fn[] = "mapping_mirror_wrap";
+    mapping_status status = check_create_args(fn, dev, bytes, flags, out);
+    mirror_state *st = NULL;
+    if (status || (status = mapping__check_ptr(fn, "cpu_ptr", cpu_ptr)))
+        return status;
+    if ((uintptr_t)cpu_ptr + bytes < (uintptr_t)cpu_ptr)
+        return mapping__fail(MAPPING_ERR_OUT_OF_RANGE, "%s: cpu_ptr %p + %zu bytes wraps around", fn, cpu_ptr, bytes);
+    if ((status = state_new(fn, dev, bytes, &st)))
+        return status;
+    st->cpu = cpu_ptr;
+    /* Pinning is an optimisation: a back end that cannot is not an error. */
+    if ((flags & MAPPING_MIRROR_PIN) && mapping__host_register(dev, cpu_ptr, bytes) == MAPPING_OK)
+        st->pinned = true;
+    if ((status = mapping_allocate_gpu(dev, bytes, &st->gpu)) || (status = handle_new(fn, st, 0, bytes, out))) {
+        state_free(st);
+        return status;
+    }
+    return MAPPING_OK;
+}
+
+void mapping_mirror_destroy(mapping_mirror *m)
+{
+    if (!m || mapping__mirror_check("mapping_mirror_destroy", m) != MAPPING_OK)
+        return;
+    mirror_state *st = m->st;
+    m->magic = MAPPING_MAGIC_DEAD;
+    free(m);
+    if (--st->refs == 0)
+        state_free(st);
+}
+
+mapping_status mapping_mirror_view(mapping_mirror *parent, size_t offset, size_t bytes, mapping_mirror **out)
+{
+    static const char fn[] = "mapping_mirror_view";
+    mapping_status st;
+    if ((st = mapping__mirror_check(fn, parent)) || (st = mapping__check_ptr(fn, "out", out)))
+        return st;
+    *out = NULL;
+    if ((st = mapping__check_range(fn, "view", offset, bytes, parent->size)))
+        return st;
+    return handle_new(fn, parent->st, parent->offset + offset, bytes, out);
+}
+
+size_t mapping_mirror_size(const mapping_mirror *m)
+{
+    return m && m->magic == MAPPING_MAGIC_MIRROR ? m->size : 0;
+}
+
+void *mapping_mirror_cpu(mapping_mirror *m)
+{
+    return m && m->magic == MAPPING_MAGIC_MIRROR ? m->st->cpu + m->offset : NULL;
+}
+
+mapping_buffer *mapping_mirror_gpu(mapping_mirror *m)
+{
+    return m && m->magic == MAPPING_MAGIC_MIRROR ? m->st->gpu : NULL;
+}
+
+size_t mapping_mirror_gpu_offset(const mapping_mirror *m)
+{
+    return m && m->magic == MAPPING_MAGIC_MIRROR ? m->offset : 0;
+}
+
+int mapping_mirror_is_unified(const mapping_mirror *m)
+{
+    return m && m->magic == MAPPING_MAGIC_MIRROR && m->st->unified;
+}
+
+int mapping_mirror_is_pinned(const mapping_mirror *m)
+{
+    return m && m->magic == MAPPING_MAGIC_MIRROR && m->st->pinned;
+}
+
+/* Does [lo, hi) hold modifications of side y that are not already queued to
+ * be copied to the other side? (Queued ones are synced: no conflict.) */
+static bool has_unsynced_modification(const mirror_state *st, int y, size_t lo, size_t hi)
+{
+    const mapping_range_set *mod = &st->modified[y], *queued = &st->pending[1 - y];
+    for (size_t i = mapping__rs_lower(mod, lo); i < mod->n && mod->v[i].lo < hi; i++) {
+        size_t a = mod->v[i].lo > lo ? mod->v[i].lo : lo;
+        size_t b = mod->v[i].hi < hi ? mod->v[i].hi : hi;
+        if (mapping__rs_bytes_in(queued, a, b) != b - a)
+            return true;
+    }
+    return false;
+}
+
+mapping_status mapping__mirror_mark(const char *fn, mirror_state *st, int x, size_t lo, size_t hi, bool discard)
+{
+    int y = 1 - x;
+    if (!discard && has_unsynced_modification(st, y, lo, hi)) {
+        mapping__count(&st->dev->counters.conflicts, 1);
+        return mapping__fail(MAPPING_ERR_CONFLICT,
+                             "%s: [%zu, %zu) is also modified on the %s side and not synced; sync it first", fn, lo,
+                             hi, y == MIRROR_CPU ? "CPU" : "GPU");
+    }
+    /* Reserve first: every change below then succeeds, so the mark is all or nothing. */
+    mapping_status status;
+    if ((status = mapping__rs_reserve(&st->stale[y], 1)) || (status = mapping__rs_reserve(&st->modified[x], 1)) ||
+        (status = mapping__rs_reserve(&st->stale[x], 1)) || (status = mapping__rs_reserve(&st->modified[y], 1)))
+        return status;
+    if (discard)
+        mapping__rs_remove(&st->modified[y], lo, hi);
+    mapping__rs_add(&st->stale[y], lo, hi);
+    mapping__rs_add(&st->modified[x], lo, hi);
+    mapping__rs_remove(&st->stale[x], lo, hi);
+    return MAPPING_OK;
+}
+
+static mapping_status mark_public(const char *fn, mapping_mirror *m, int x, size_t offset, size_t bytes)
+{
+    mapping_status status;
+    if ((status = mapping__mirror_check(fn, m)) || (status = mapping__check_range(fn, "mirror", offset, bytes, m->size)))
+        return status;
+    mirror_state *st = m->st;
+    size_t lo = m->offset + offset, hi = lo + bytes;
+    if ((status = mapping__mirror_order(st, NULL, lo, hi, MIRROR_ACCESS)))
+        return status;
+    return mapping__mirror_mark(fn, st, x, lo, hi, false);
+}
+
+mapping_status mapping_mirror_mark_cpu_modified(mapping_mirror *m, size_t offset, size_t bytes)
+{
+    return mark_public("mapping_mirror_mark_cpu_modified", m, MIRROR_CPU, offset, bytes);
+}
+
+mapping_status mapping_mirror_mark_gpu_modified(mapping_mirror *m, size_t offset, size_t bytes)
+{
+    return mark_public("mapping_mirror_mark_gpu_modified", m, MIRROR_GPU, offset, bytes);
+}
+
+size_t mapping_mirror_stale_bytes(const mapping_mirror *m, mapping_side side)
+{
+    static const char fn[] = "mapping_mirror_stale_bytes";
+    if (mapping__mirror_check(fn, m) != MAPPING_OK)
+        return 0;
+    if (side != MAPPING_CPU && side != MAPPING_GPU) {
+        mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: side %d is neither MAPPING_CPU nor MAPPING_GPU", fn, (int)side);
+        return 0;
+    }
+    mirror_state *st = m->st;
+    size_t lo = m->offset, hi = lo + m->size;
+    if (st->n_inflight)
+        mapping__mirror_order(st, NULL, lo, hi, MIRROR_ACCESS);
+    return mapping__rs_bytes_in(&st->stale[side - 1], lo, hi);
+}

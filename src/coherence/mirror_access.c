@@ -1,0 +1,76 @@
+/*
+ * Access intents: acquire a side of a mirror for reading, writing or both;
+ * the library syncs before a read and marks after a write. Write-only access
+ * to a whole view discards: nothing is copied.
+ */
+#include "coherence/mirror_internal.h"
+
+static mapping_status check_access(const char *fn, unsigned access)
+{
+    if (access == 0 || (access & ~(unsigned)(MAPPING_READ | MAPPING_WRITE)))
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT,
+                             "%s: access 0x%x is not a non-empty combination of MAPPING_READ | MAPPING_WRITE", fn,
+                             access);
+    return MAPPING_OK;
+}
+
+mapping_status mapping_mirror_acquire_cpu(mapping_mirror *m, unsigned access, void **ptr)
+{
+    static const char fn[] = "mapping_mirror_acquire_cpu";
+    mapping_status status;
+    if ((status = mapping__mirror_check(fn, m)) || (status = mapping__check_ptr(fn, "ptr", ptr)) ||
+        (status = check_access(fn, access)))
+        return status;
+    *ptr = NULL;
+    mirror_state *st = m->st;
+    size_t lo = m->offset, hi = lo + m->size;
+    if ((access & MAPPING_READ) && (status = mapping__mirror_sync(fn, NULL, m, MIRROR_CPU)))
+        return status;
+    /* Nothing queued may still read or write these host bytes. */
+    if ((status = mapping__mirror_order(st, NULL, lo, hi, MIRROR_ACCESS)))
+        return status;
+    if ((access & MAPPING_WRITE) &&
+        (status = mapping__mirror_mark(fn, st, MIRROR_CPU, lo, hi, !(access & MAPPING_READ))))
+        return status;
+    *ptr = st->cpu + lo;
+    return MAPPING_OK;
+}
+
+mapping_status mapping_mirror_acquire_gpu(mapping_stream *stream, mapping_mirror *m, unsigned access,
+                                          mapping_buffer **buf)
+{
+    static const char fn[] = "mapping_mirror_acquire_gpu";
+    mapping_status status;
+    if ((status = mapping__mirror_check(fn, m)) || (status = mapping__check_stream(fn, stream)) ||
+        (status = mapping__check_ptr(fn, "buf", buf)) || (status = check_access(fn, access)))
+        return status;
+    *buf = NULL;
+    mirror_state *st = m->st;
+    if ((status = mapping__check_same_device(fn, st->dev, stream)))
+        return status;
+    size_t lo = m->offset, hi = lo + m->size;
+    if ((access & MAPPING_READ) && (status = mapping__mirror_sync(fn, stream, m, MIRROR_GPU)))
+        return status;
+    /* The caller's device work comes after everything queued on these bytes.
+     * Copies to the CPU still reading them are waited for when we write:
+     * their completion would otherwise fold over our fresh modification. */
+    if ((status = mapping__mirror_order(st, stream, lo, hi, (access & MAPPING_WRITE) ? MIRROR_CPU : MIRROR_ACCESS)))
+        return status;
+    if ((access & MAPPING_WRITE) &&
+        (status = mapping__mirror_mark(fn, st, MIRROR_GPU, lo, hi, !(access & MAPPING_READ))))
+        return status;
+    *buf = st->gpu;
+    return MAPPING_OK;
+}
+
+mapping_status mapping_mirror_release_gpu(mapping_stream *stream, mapping_mirror *m)
+{
+    static const char fn[] = "mapping_mirror_release_gpu";
+    mapping_status status;
+    if ((status = mapping__mirror_check(fn, m)) || (status = mapping__check_stream(fn, stream)) ||
+        (status = mapping__check_same_device(fn, m->st->dev, stream)))
+        return status;
+    if (!stream) /* blocking work is complete already */
+        return MAPPING_OK;
+    return mapping__mirror_record_access(m->st, stream, m->offset, m->offset + m->size);
+}

@@ -1,0 +1,94 @@
+/*
+ * Internals of mirrors, shared by mirror.c (objects, views, marking),
+ * mirror_sync.c (stale ranges, merging, in-flight copies), mirror_access.c
+ * (acquire/release) and mirror_unified.c.
+ *
+ * Side indices: 0 = CPU, 1 = GPU (mapping_side - 1).
+ *
+ * State invariants (over the whole family, absolute offsets):
+ * - stale[0] and stale[1] are disjoint: no byte is stale on both sides.
+ * - modified[x] ⊆ stale[1 - x] once every in-flight copy has been folded:
+ *   modified bytes of x are exactly the stale bytes of the other side that
+ *   were made stale by a mark (not the GPU side's initial staleness).
+ * - pending[t] ⊆ stale[t]: ranges whose copy to t is queued; they stay stale
+ *   until the copy's event completes and the entry is folded.
+ */
+#ifndef MAPPING_MIRROR_INTERNAL_H
+#define MAPPING_MIRROR_INTERNAL_H
+
+#include "coherence/range_set.h"
+#include "core/core.h"
+
+enum { MAPPING_MAGIC_MIRROR = 0x6d4d6972 /* "mMir" */ };
+enum { MIRROR_CPU = 0, MIRROR_GPU = 1, MIRROR_ACCESS = -1 };
+
+/* Queued work touching the family: a copy (target = side index; folds its
+ * ranges into the state when complete) or the caller's own device work
+ * between acquire_gpu and release_gpu (target = MIRROR_ACCESS; orders only). */
+typedef struct mirror_inflight {
+    mapping_event  *event;
+    mapping_stream *stream; /* compared, never dereferenced */
+    size_t          lo, hi; /* span the work touches, merged gaps included */
+    int             target;
+    mapping_range  *ranges; /* exact ranges that become valid on target */
+    size_t          n;
+} mirror_inflight;
+
+typedef struct mirror_state {
+    mapping_device *dev;
+    size_t          size;
+    unsigned char  *cpu;
+    mapping_buffer *gpu;
+    bool            owns_cpu; /* from mapping_allocate_cpu (create), not wrapped */
+    bool            unified;  /* cpu is the host address of gpu's unified memory */
+    bool            pinned;   /* wrapped memory registered with mapping__host_register */
+    int             refs;     /* handles of the family */
+
+    mapping_range_set stale[2], modified[2], pending[2];
+
+    mirror_inflight *inflight;
+    size_t           n_inflight, cap_inflight;
+} mirror_state;
+
+struct mapping_mirror {
+    uint32_t      magic;
+    mirror_state *st;
+    size_t        offset, size; /* absolute position of this handle in the family */
+};
+
+/* ---- mirror.c ---- */
+mapping_status mapping__mirror_check(const char *fn, const mapping_mirror *m);
+/* Marks side x modified over [lo, hi) (absolute). The caller ordered queued
+ * work first. discard: drop the other side's unsynced modifications there
+ * instead of reporting a conflict. All-or-nothing. */
+mapping_status mapping__mirror_mark(const char *fn, mirror_state *st, int x, size_t lo, size_t hi, bool discard);
+
+/* ---- mirror_sync.c ---- */
+/* Folds every in-flight entry whose event has completed. */
+void           mapping__mirror_fold_completed(mirror_state *st);
+/* Orders the caller after queued work touching [lo, hi): with stream NULL it
+ * waits (and folds); otherwise it chains `stream` on work of other streams,
+ * except entries whose target is wait_target, which it waits for. */
+mapping_status mapping__mirror_order(mirror_state *st, mapping_stream *stream, size_t lo, size_t hi, int wait_target);
+/* Copies the target's stale ranges of m (see mapping_mirror_sync_to_gpu). */
+mapping_status mapping__mirror_sync(const char *fn, mapping_stream *stream, mapping_mirror *m, int target);
+/* Records the end of queued work on stream over [lo, hi) as an in-flight
+ * entry that folds nothing. */
+mapping_status mapping__mirror_record_access(mirror_state *st, mapping_stream *stream, size_t lo, size_t hi);
+/* The copy step of a sync: moves each of ranges[0..n) (merged, absolute)
+ * to side `target`, on stream. *done = how many were queued or done before
+ * a failure. This is the one place a sync moves bytes, so a batching layer
+ * can take over many-range syncs here. */
+mapping_status mapping__mirror_copy_ranges(mapping_stream *stream, mirror_state *st, int target,
+                                           const mapping_range *ranges, size_t n, size_t *done);
+void           mapping__mirror_drain(mirror_state *st); /* waits for everything; folds nothing */
+
+/* ---- mirror_unified.c ---- */
+/* Allocates unified memory for st (st->gpu, st->cpu) if the back end can;
+ * MAPPING_ERR_UNSUPPORTED (not recorded) when it cannot. */
+mapping_status mapping__mirror_alloc_unified(mirror_state *st);
+/* The copy step of a unified mirror: a prefetch hint per range, or nothing. */
+mapping_status mapping__mirror_prefetch(mapping_stream *stream, mirror_state *st, int target,
+                                        const mapping_range *ranges, size_t n, size_t *done);
+
+#endif

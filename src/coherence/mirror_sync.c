@@ -1,0 +1,305 @@
+/*
+ * Syncing a mirror: which ranges are stale, which neighbours to merge into
+ * one copy (by the device's measured link), the copy step itself, and the
+ * in-flight copies that make the state follow the stream.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include "coherence/mirror_internal.h"
+#include "core/ops.h"
+
+/* ---- in-flight work ---- */
+
+static void entry_release(mirror_state *st, size_t i)
+{
+    mirror_inflight *e = &st->inflight[i];
+    mapping_event_destroy(e->event);
+    free(e->ranges);
+    memmove(st->inflight + i, st->inflight + i + 1, (st->n_inflight - i - 1) * sizeof *e);
+    st->n_inflight--;
+}
+
+/* Makes ranges valid on t: the source's modifications there are synced,
+ * the target is no longer stale, the copy no longer queued. In this order,
+ * so that a failure part-way (out of memory) keeps modified ⊆ stale and is
+ * simply redone later (every step is idempotent). */
+static mapping_status apply_valid(mirror_state *st, int t, const mapping_range *v, size_t n)
+{
+    mapping_status status;
+    if ((status = mapping__rs_remove_sorted(&st->modified[1 - t], v, n)) ||
+        (status = mapping__rs_remove_sorted(&st->stale[t], v, n)) ||
+        (status = mapping__rs_remove_sorted(&st->pending[t], v, n)))
+        return status;
+    return MAPPING_OK;
+}
+
+/* Applies a completed entry. False (entry kept, to be retried) when memory
+ * for the result is short. */
+static bool entry_fold(mirror_state *st, size_t i)
+{
+    mirror_inflight *e = &st->inflight[i];
+    if (e->target != MIRROR_ACCESS && apply_valid(st, e->target, e->ranges, e->n) != MAPPING_OK)
+        return false;
+    entry_release(st, i);
+    return true;
+}
+
+/* The copy failed or its event could not be waited for: the target stays
+ * stale (its bytes are not trusted), and the range is no longer queued. */
+static void entry_abandon(mirror_state *st, size_t i)
+{
+    mirror_inflight *e = &st->inflight[i];
+    if (e->target != MIRROR_ACCESS)
+        mapping__rs_remove_sorted(&st->pending[e->target], e->ranges, e->n);
+    entry_release(st, i);
+}
+
+void mapping__mirror_fold_completed(mirror_state *st)
+{
+    for (size_t i = 0; i < st->n_inflight;) {
+        if (mapping_event_query(st->inflight[i].event) == MAPPING_OK && entry_fold(st, i))
+            continue;
+        i++;
+    }
+}
+
+/* Waits for entry i and folds it; the entry is gone afterwards either way. */
+static mapping_status entry_wait(mirror_state *st, size_t i)
+{
+    mapping_status status = mapping_event_synchronize(st->inflight[i].event);
+    if (status != MAPPING_OK) {
+        entry_abandon(st, i);
+        return status;
+    }
+    if (!entry_fold(st, i)) {
+        entry_abandon(st, i);
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mirror: out of memory folding a completed copy");
+    }
+    return MAPPING_OK;
+}
+
+mapping_status mapping__mirror_order(mirror_state *st, mapping_stream *stream, size_t lo, size_t hi, int wait_target)
+{
+    mapping_status first = MAPPING_OK;
+    if (st->n_inflight)
+        mapping__mirror_fold_completed(st);
+    for (size_t i = 0; i < st->n_inflight;) {
+        mirror_inflight *e = &st->inflight[i];
+        if (e->hi <= lo || e->lo >= hi) {
+            i++;
+        } else if (!stream || (wait_target != MIRROR_ACCESS && e->target == wait_target)) {
+            mapping_status status = entry_wait(st, i); /* removes entry i */
+            if (status && !first)
+                first = status;
+        } else {
+            if (e->stream != stream) {
+                mapping_status status = mapping_stream_wait_event(stream, e->event);
+                if (status && !first)
+                    first = status;
+            }
+            i++;
+        }
+    }
+    return first;
+}
+
+void mapping__mirror_drain(mirror_state *st)
+{
+    while (st->n_inflight) {
+        mapping_event_synchronize(st->inflight[0].event);
+        entry_release(st, 0);
+    }
+}
+
+static mapping_status inflight_reserve(mirror_state *st)
+{
+    if (st->n_inflight < st->cap_inflight)
+        return MAPPING_OK;
+    size_t cap = st->cap_inflight ? 2 * st->cap_inflight : 4;
+    mirror_inflight *v = realloc(st->inflight, cap * sizeof *v);
+    if (!v)
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mirror: out of memory tracking queued copies");
+    st->inflight = v;
+    st->cap_inflight = cap;
+    return MAPPING_OK;
+}
+
+/* Records the current end of `stream` as an entry over [lo, hi). Takes
+ * ownership of ranges on success only. The caller reserved room in
+ * st->inflight. */
+static mapping_status entry_push(mirror_state *st, mapping_stream *stream, size_t lo, size_t hi, int target,
+                                 mapping_range *ranges, size_t n)
+{
+    mapping_event *ev;
+    mapping_status status = mapping_event_record(stream, &ev);
+    if (status != MAPPING_OK)
+        return status;
+    st->inflight[st->n_inflight++] = (mirror_inflight){ev, stream, lo, hi, target, ranges, n};
+    return MAPPING_OK;
+}
+
+mapping_status mapping__mirror_record_access(mirror_state *st, mapping_stream *stream, size_t lo, size_t hi)
+{
+    mapping_status status = inflight_reserve(st);
+    return status ? status : entry_push(st, stream, lo, hi, MIRROR_ACCESS, NULL, 0);
+}
+
+/* ---- which ranges to copy ---- */
+
+/* (stale[t] minus pending[t]) within [lo, hi): the exact ranges to copy.
+ * Returns a malloc'd array (NULL with *n == 0 when nothing). */
+static mapping_status exact_ranges(const mirror_state *st, int t, size_t lo, size_t hi, mapping_range **out, size_t *n)
+{
+    const mapping_range_set *stale = &st->stale[t], *pend = &st->pending[t];
+    size_t i0 = mapping__rs_lower(stale, lo), count = 0;
+    for (size_t i = i0; i < stale->n && stale->v[i].lo < hi; i++)
+        count++;
+    *out = NULL;
+    *n = 0;
+    if (!count)
+        return MAPPING_OK;
+    /* Each pending range can split one stale range in two. */
+    size_t cap = count + pend->n;
+    mapping_range *v = malloc(cap * sizeof *v);
+    if (!v)
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mirror: out of memory listing stale ranges");
+    size_t k = 0;
+    for (size_t i = i0; i < stale->n && stale->v[i].lo < hi; i++) {
+        size_t a = stale->v[i].lo > lo ? stale->v[i].lo : lo;
+        size_t b = stale->v[i].hi < hi ? stale->v[i].hi : hi;
+        /* Subtract the pending ranges inside [a, b). */
+        for (size_t j = mapping__rs_lower(pend, a); j < pend->n && pend->v[j].lo < b && a < b; j++) {
+            if (pend->v[j].lo > a)
+                v[k++] = (mapping_range){a, pend->v[j].lo};
+            a = pend->v[j].hi;
+        }
+        if (a < b)
+            v[k++] = (mapping_range){a, b};
+    }
+    if (k == 0) { /* everything stale here is already queued */
+        free(v);
+        v = NULL;
+    }
+    *out = v;
+    *n = k;
+    return MAPPING_OK;
+}
+
+/* Merges neighbours into one copy when moving the gap costs less than the
+ * per-transfer latency, and the gap is valid on the source (copying a gap
+ * must never carry stale source bytes over valid target bytes). In place;
+ * returns the merged count. */
+static size_t merge_ranges(mirror_state *st, int s, mapping_range *v, size_t n)
+{
+    if (n < 2)
+        return n;
+    mapping_link link;
+    if (mapping_device_link(st->dev, &link) != MAPPING_OK || !(link.bandwidth > 0))
+        return n;
+    double max_gap = link.latency * link.bandwidth;
+    size_t k = 0;
+    for (size_t i = 1; i < n; i++) {
+        size_t gap = v[i].lo - v[k].hi;
+        if ((double)gap < max_gap && !mapping__rs_intersects(&st->stale[s], v[k].hi, v[i].lo))
+            v[k].hi = v[i].hi;
+        else
+            v[++k] = v[i];
+    }
+    return k + 1;
+}
+
+/* ---- the copy step ---- */
+
+mapping_status mapping__mirror_copy_ranges(mapping_stream *stream, mirror_state *st, int target,
+                                           const mapping_range *ranges, size_t n, size_t *done)
+{
+    if (st->unified)
+        return mapping__mirror_prefetch(stream, st, target, ranges, n, done);
+    for (*done = 0; *done < n; ++*done) {
+        const mapping_range *r = &ranges[*done];
+        mapping_status status = target == MIRROR_GPU
+                                    ? mapping__write(stream, st->cpu + r->lo, st->gpu, r->lo, r->hi - r->lo)
+                                    : mapping__read(stream, st->gpu, r->lo, st->cpu + r->lo, r->hi - r->lo);
+        if (status != MAPPING_OK)
+            return status;
+    }
+    return MAPPING_OK;
+}
+
+/* ---- sync ---- */
+
+mapping_status mapping__mirror_sync(const char *fn, mapping_stream *stream, mapping_mirror *m, int t)
+{
+    mapping_status status;
+    if ((status = mapping__mirror_check(fn, m)) || (status = mapping__check_stream(fn, stream)))
+        return status;
+    mirror_state *st = m->st;
+    if ((status = mapping__check_same_device(fn, st->dev, stream)))
+        return status;
+    size_t lo = m->offset, hi = lo + m->size;
+    if (st->n_inflight)
+        mapping__mirror_fold_completed(st);
+    /* The clean case: one binary search, nothing else. */
+    if (!mapping__rs_intersects(&st->stale[t], lo, hi)) {
+        mapping__count(&st->dev->counters.sync_skipped_bytes, m->size);
+        return MAPPING_OK;
+    }
+    if ((status = mapping__mirror_order(st, stream, lo, hi, MIRROR_ACCESS)))
+        return status;
+    mapping_range *exact = NULL, *merged = NULL;
+    size_t n_exact, n_merged, done = 0, moved = 0;
+    if ((status = exact_ranges(st, t, lo, hi, &exact, &n_exact)))
+        return status;
+    if (n_exact == 0) { /* all of it is already queued */
+        mapping__count(&st->dev->counters.sync_skipped_bytes, m->size);
+        return MAPPING_OK;
+    }
+    merged = malloc(n_exact * sizeof *merged);
+    if (!merged || (stream && ((status = inflight_reserve(st)) || (status = mapping__rs_reserve(&st->pending[t], n_exact))))) {
+        status = status ? status : mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
+        goto out;
+    }
+    memcpy(merged, exact, n_exact * sizeof *merged);
+    n_merged = merge_ranges(st, 1 - t, merged, n_exact);
+    for (size_t k = 0; k < n_merged; k++)
+        moved += merged[k].hi - merged[k].lo;
+
+    status = mapping__mirror_copy_ranges(stream, st, t, merged, n_merged, &done);
+    if (status != MAPPING_OK) {
+        /* Nothing becomes valid; copies already queued must still order later work. */
+        if (stream && done > 0)
+            entry_push(st, stream, merged[0].lo, merged[done - 1].hi, MIRROR_ACCESS, NULL, 0);
+        goto out;
+    }
+    size_t skipped = st->unified ? m->size - mapping__rs_bytes_in(&st->stale[t], lo, hi)
+                                 : (m->size > moved ? m->size - moved : 0);
+    mapping__count(&st->dev->counters.sync_skipped_bytes, skipped);
+    if (!stream) {
+        apply_valid(st, t, exact, n_exact); /* on failure the target stays stale: recopied later */
+        goto out;
+    }
+    size_t span_lo = merged[0].lo, span_hi = merged[n_merged - 1].hi;
+    if (entry_push(st, stream, span_lo, span_hi, t, exact, n_exact) != MAPPING_OK) {
+        /* Without an event the state cannot follow the stream: wait instead. */
+        if ((status = mapping_stream_synchronize(stream)) == MAPPING_OK)
+            apply_valid(st, t, exact, n_exact); /* on failure the target stays stale: recopied later */
+        goto out;
+    }
+    for (size_t k = 0; k < n_exact; k++)
+        mapping__rs_add(&st->pending[t], exact[k].lo, exact[k].hi); /* reserved above */
+    exact = NULL; /* owned by the entry */
+out:
+    free(exact);
+    free(merged);
+    return status;
+}
+
+mapping_status mapping_mirror_sync_to_gpu(mapping_stream *stream, mapping_mirror *m)
+{
+    return mapping__mirror_sync("mapping_mirror_sync_to_gpu", stream, m, MIRROR_GPU);
+}
+
+mapping_status mapping_mirror_sync_to_cpu(mapping_stream *stream, mapping_mirror *m)
+{
+    return mapping__mirror_sync("mapping_mirror_sync_to_cpu", stream, m, MIRROR_CPU);
+}

@@ -1,0 +1,341 @@
+/* Mirrors: what a sync moves, merging by the link, async-correct state. */
+#include <stdatomic.h>
+#include <time.h>
+#include "coherence/mirror_internal.h"
+#include "harness.h"
+
+static mapping_stats stats_of(mapping_device *dev)
+{
+    mapping_stats s;
+    CHECK_OK(mapping_device_stats(dev, &s));
+    return s;
+}
+
+static void set_link(mapping_device *dev, double latency, double bandwidth)
+{
+    mapping_link link = {latency, bandwidth};
+    CHECK_OK(mapping_device_set_link(dev, &link));
+}
+
+/* A mirror whose both sides hold `pattern` everywhere and are valid. */
+static mapping_mirror *clean_mirror(mapping_device *dev, size_t n, unsigned pattern)
+{
+    mapping_mirror *m;
+    CHECK_OK(mapping_mirror_create(dev, n, 0, &m));
+    test_pattern(mapping_mirror_cpu(m), n, pattern);
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == 0 && mapping_mirror_stale_bytes(m, MAPPING_CPU) == 0);
+    return m;
+}
+
+static void check_gpu_equals_cpu(mapping_mirror *m)
+{
+    size_t n = mapping_mirror_size(m);
+    unsigned char *back = malloc(n);
+    CHECK_OK(mapping_sync_to_cpu_range(NULL, mapping_mirror_gpu(m), mapping_mirror_gpu_offset(m), back, n));
+    CHECK_BYTES(back, mapping_mirror_cpu(m), n);
+    free(back);
+}
+
+TEST(new_mirror_is_valid_on_cpu_and_stale_on_gpu)
+{
+    mapping_device *dev = test_device();
+    mapping_mirror *m;
+    CHECK_OK(mapping_mirror_create(dev, 5000, 0, &m));
+    CHECK(mapping_mirror_size(m) == 5000);
+    CHECK(mapping_mirror_stale_bytes(m, MAPPING_CPU) == 0);
+    CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == 5000);
+    unsigned char zero[5000] = {0};
+    CHECK_BYTES(mapping_mirror_cpu(m), zero, sizeof zero);
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    check_gpu_equals_cpu(m);
+    mapping_mirror_destroy(m);
+}
+
+TEST(sync_of_clean_mirror_moves_nothing)
+{
+    mapping_device *dev = test_device();
+    mapping_mirror *m = clean_mirror(dev, 1 << 16, 1);
+    mapping_stats before = stats_of(dev);
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    CHECK_OK(mapping_mirror_sync_to_cpu(NULL, m));
+    mapping_stats after = stats_of(dev);
+    CHECK(after.h2d_bytes == before.h2d_bytes && after.d2h_bytes == before.d2h_bytes);
+    CHECK(after.h2d_copies == before.h2d_copies && after.d2h_copies == before.d2h_copies);
+    CHECK(after.sync_skipped_bytes - before.sync_skipped_bytes == 2u << 16);
+    mapping_mirror_destroy(m);
+}
+
+TEST(sync_copies_exactly_the_stale_ranges)
+{
+    mapping_device *dev = test_device();
+    set_link(dev, 1e-12, 1e9); /* never merge */
+    const size_t n = 1 << 16;
+    mapping_mirror *m = clean_mirror(dev, n, 2);
+    unsigned char *cpu = mapping_mirror_cpu(m);
+    memset(cpu + 100, 0xA1, 10);
+    memset(cpu + 5000, 0xA2, 300);
+    CHECK_OK(mapping_mirror_mark_cpu_modified(m, 100, 10));
+    CHECK_OK(mapping_mirror_mark_cpu_modified(m, 5000, 300));
+    CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == 310);
+    mapping_stats before = stats_of(dev);
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    mapping_stats after = stats_of(dev);
+    CHECK(after.h2d_bytes - before.h2d_bytes == 310);
+    CHECK(after.h2d_copies - before.h2d_copies == 2);
+    CHECK(after.sync_skipped_bytes - before.sync_skipped_bytes == n - 310);
+    CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == 0);
+    check_gpu_equals_cpu(m);
+    mapping_mirror_destroy(m);
+}
+
+TEST(neighbouring_stale_ranges_merge_when_the_gap_costs_less_than_a_transfer)
+{
+    mapping_device *dev = test_device();
+    /* 10 us latency at 1 GB/s: a gap under 10,000 bytes is cheaper to copy. */
+    set_link(dev, 10e-6, 1e9);
+    mapping_mirror *m = clean_mirror(dev, 1 << 16, 3);
+    unsigned char *cpu = mapping_mirror_cpu(m);
+    const size_t starts[] = {0, 1000, 9000, 40000}; /* gaps 936, 7936, 30936 */
+    for (int i = 0; i < 4; i++) {
+        memset(cpu + starts[i], 0x50 + i, 64);
+        CHECK_OK(mapping_mirror_mark_cpu_modified(m, starts[i], 64));
+    }
+    mapping_stats before = stats_of(dev);
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    mapping_stats after = stats_of(dev);
+    CHECK(after.h2d_copies - before.h2d_copies == 2);           /* [0, 9064) and [40000, 40064) */
+    CHECK(after.h2d_bytes - before.h2d_bytes == 9064 + 64);
+    check_gpu_equals_cpu(m);
+    mapping_mirror_destroy(m);
+}
+
+TEST(merging_never_copies_a_gap_that_is_stale_on_the_source)
+{
+    mapping_device *dev = test_device();
+    set_link(dev, 1.0, 1e9); /* would merge any gap */
+    mapping_mirror *m = clean_mirror(dev, 4096, 4);
+    unsigned char *cpu = mapping_mirror_cpu(m);
+    mapping_buffer *gpu = mapping_mirror_gpu(m);
+    memset(cpu + 0, 1, 100);
+    CHECK_OK(mapping_mirror_mark_cpu_modified(m, 0, 100));
+    CHECK_OK(mapping_fill_gpu(NULL, gpu, 200, 100, 0x77)); /* the gap's news is on the GPU */
+    CHECK_OK(mapping_mirror_mark_gpu_modified(m, 200, 100));
+    memset(cpu + 400, 2, 100);
+    CHECK_OK(mapping_mirror_mark_cpu_modified(m, 400, 100));
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    unsigned char back[100], want[100];
+    memset(want, 0x77, sizeof want);
+    CHECK_OK(mapping_sync_to_cpu_range(NULL, gpu, 200, back, 100));
+    CHECK_BYTES(back, want, 100);
+    CHECK_OK(mapping_mirror_sync_to_cpu(NULL, m));
+    check_gpu_equals_cpu(m);
+    mapping_mirror_destroy(m);
+}
+
+TEST(one_modified_byte_moves_one_byte)
+{
+    mapping_device *dev = test_device();
+    mapping_mirror *m = clean_mirror(dev, 1 << 20, 5);
+    ((unsigned char *)mapping_mirror_cpu(m))[123457] ^= 0xFF;
+    CHECK_OK(mapping_mirror_mark_cpu_modified(m, 123457, 1));
+    mapping_stats before = stats_of(dev);
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    mapping_stats after = stats_of(dev);
+    CHECK(after.h2d_bytes - before.h2d_bytes == 1 && after.h2d_copies - before.h2d_copies == 1);
+    check_gpu_equals_cpu(m);
+    mapping_mirror_destroy(m);
+}
+
+TEST(marking_many_ranges_keeps_one_entry_per_range)
+{
+    mapping_device *dev = test_device();
+    mapping_mirror *m = clean_mirror(dev, 1 << 20, 6);
+    for (size_t i = 0; i < 1000; i++)
+        CHECK_OK(mapping_mirror_mark_cpu_modified(m, i * 1000, 10));
+    CHECK(m->st->stale[MIRROR_GPU].n == 1000 && m->st->modified[MIRROR_CPU].n == 1000);
+    CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == 10000);
+    /* One mark over all of them collapses them into one range. */
+    CHECK_OK(mapping_mirror_mark_cpu_modified(m, 0, 1 << 20));
+    CHECK(m->st->stale[MIRROR_GPU].n == 1 && m->st->stale[MIRROR_GPU].cap < 4096);
+    mapping_mirror_destroy(m);
+}
+
+/* ---- async ---- */
+
+/* Holds a stream at a point until the test lets it go (launch_host). */
+typedef struct gate {
+    atomic_int open;
+} gate;
+
+/* Bounded (about 5 s), so a back end that ran the function inline fails
+ * the test's checks instead of hanging it. */
+static void gate_wait(void *user)
+{
+    gate *g = user;
+    struct timespec pause = {0, 100000};
+    for (int i = 0; i < 50000 && !atomic_load(&g->open); i++)
+        nanosleep(&pause, NULL);
+}
+
+TEST(stream_sync_makes_a_range_valid_only_when_its_copy_completes)
+{
+    mapping_device *dev = test_device();
+    mapping_stream *s;
+    CHECK_OK(mapping_stream_create(dev, &s));
+    mapping_mirror *m = clean_mirror(dev, 4096, 7);
+    memset((unsigned char *)mapping_mirror_cpu(m) + 64, 0x11, 64);
+    CHECK_OK(mapping_mirror_mark_cpu_modified(m, 64, 64));
+    gate g = {0};
+    CHECK_OK(mapping_launch_host(s, gate_wait, &g));
+    CHECK_OK(mapping_mirror_sync_to_gpu(s, m));
+    /* Queued, not done: the range is still stale on the GPU and tracked. */
+    CHECK(m->st->n_inflight == 1);
+    CHECK(mapping__rs_bytes_in(&m->st->stale[MIRROR_GPU], 0, 4096) == 64);
+    /* A second sync on the same stream queues nothing new. */
+    mapping_stats before = stats_of(dev);
+    CHECK_OK(mapping_mirror_sync_to_gpu(s, m));
+    CHECK(stats_of(dev).h2d_copies == before.h2d_copies);
+    atomic_store(&g.open, 1);
+    /* stale_bytes waits for the copy, then folds it in. */
+    CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == 0);
+    CHECK(m->st->n_inflight == 0);
+    check_gpu_equals_cpu(m);
+    mapping_mirror_destroy(m);
+    mapping_stream_destroy(s);
+}
+
+TEST(work_on_another_stream_waits_for_a_queued_copy_of_the_same_range)
+{
+    mapping_device *dev = test_device();
+    mapping_stream *a, *b;
+    CHECK_OK(mapping_stream_create(dev, &a));
+    CHECK_OK(mapping_stream_create(dev, &b));
+    mapping_mirror *m = clean_mirror(dev, 4096, 8);
+    unsigned char *cpu = mapping_mirror_cpu(m);
+    memset(cpu, 0x22, 4096);
+    CHECK_OK(mapping_mirror_mark_cpu_modified(m, 0, 4096));
+    gate g = {0};
+    CHECK_OK(mapping_launch_host(a, gate_wait, &g));
+    CHECK_OK(mapping_mirror_sync_to_gpu(a, m)); /* held back by the gate */
+    mapping_buffer *buf;
+    CHECK_OK(mapping_mirror_acquire_gpu(b, m, MAPPING_READ | MAPPING_WRITE, &buf));
+    CHECK_OK(mapping_fill_gpu(b, buf, 1000, 100, 0x33)); /* must land after a's copy */
+    CHECK_OK(mapping_mirror_release_gpu(b, m));
+    atomic_store(&g.open, 1);
+    CHECK_OK(mapping_mirror_sync_to_cpu(NULL, m)); /* waits for b's work */
+    unsigned char want[4096];
+    memset(want, 0x22, sizeof want);
+    memset(want + 1000, 0x33, 100);
+    CHECK_BYTES(cpu, want, 4096);
+    check_gpu_equals_cpu(m);
+    mapping_mirror_destroy(m);
+    mapping_stream_destroy(a);
+    mapping_stream_destroy(b);
+}
+
+TEST(mark_waits_for_a_queued_copy_that_reads_the_range)
+{
+    mapping_device *dev = test_device();
+    mapping_stream *s;
+    CHECK_OK(mapping_stream_create(dev, &s));
+    mapping_mirror *m = clean_mirror(dev, 4096, 9);
+    mapping_buffer *gpu = mapping_mirror_gpu(m);
+    CHECK_OK(mapping_fill_gpu(NULL, gpu, 0, 4096, 0x44));
+    CHECK_OK(mapping_mirror_mark_gpu_modified(m, 0, 4096));
+    CHECK_OK(mapping_mirror_sync_to_cpu(s, m));
+    /* Marking the GPU again waits for the queued read (or it would fold over the mark). */
+    CHECK_OK(mapping_mirror_mark_gpu_modified(m, 0, 10));
+    CHECK(m->st->n_inflight == 0);
+    CHECK(mapping_mirror_stale_bytes(m, MAPPING_CPU) == 10);
+    unsigned char want[4096];
+    memset(want, 0x44, sizeof want);
+    CHECK_BYTES(mapping_mirror_cpu(m), want, 4096);
+    mapping_mirror_destroy(m);
+    mapping_stream_destroy(s);
+}
+
+TEST(a_stream_may_be_destroyed_before_the_mirror_it_synced)
+{
+    mapping_device *dev = test_device();
+    mapping_stream *s;
+    CHECK_OK(mapping_stream_create(dev, &s));
+    mapping_mirror *m;
+    CHECK_OK(mapping_mirror_create(dev, 1 << 16, 0, &m));
+    memset(mapping_mirror_cpu(m), 0x3C, 1 << 16);
+    CHECK_OK(mapping_mirror_mark_cpu_modified(m, 0, 1 << 16));
+    CHECK_OK(mapping_mirror_sync_to_gpu(s, m));
+    mapping_stream_destroy(s); /* waits for the copy; the mirror's event outlives the stream */
+    CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == 0);
+    unsigned char back[16];
+    CHECK_OK(mapping_sync_to_cpu_range(NULL, mapping_mirror_gpu(m), 100, back, sizeof back));
+    CHECK(back[0] == 0x3C && back[15] == 0x3C);
+    mapping_mirror_destroy(m);
+}
+
+TEST(blocking_sync_is_complete_on_return)
+{
+    mapping_device *dev = test_device();
+    mapping_mirror *m = clean_mirror(dev, 1 << 16, 10);
+    CHECK_OK(mapping_fill_gpu(NULL, mapping_mirror_gpu(m), 0, 1 << 16, 0x55));
+    CHECK_OK(mapping_mirror_mark_gpu_modified(m, 0, 1 << 16));
+    CHECK_OK(mapping_mirror_sync_to_cpu(NULL, m));
+    CHECK(m->st->n_inflight == 0 && m->st->stale[MIRROR_CPU].n == 0);
+    unsigned char *cpu = mapping_mirror_cpu(m);
+    for (size_t i = 0; i < 1 << 16; i++)
+        CHECK(cpu[i] == 0x55);
+    mapping_mirror_destroy(m);
+}
+
+TEST(wrapped_memory_syncs_in_place)
+{
+    mapping_device *dev = test_device();
+    unsigned char user[3000];
+    test_pattern(user, sizeof user, 11);
+    mapping_mirror *m;
+    CHECK_OK(mapping_mirror_wrap(dev, user, sizeof user, 0, &m));
+    CHECK(mapping_mirror_cpu(m) == user && mapping_mirror_is_unified(m) == 0);
+    CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == sizeof user);
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    check_gpu_equals_cpu(m);
+    CHECK_OK(mapping_fill_gpu(NULL, mapping_mirror_gpu(m), 10, 5, 0x66));
+    CHECK_OK(mapping_mirror_mark_gpu_modified(m, 10, 5));
+    CHECK_OK(mapping_mirror_sync_to_cpu(NULL, m));
+    CHECK(user[10] == 0x66 && user[14] == 0x66 && user[15] != 0x66);
+    mapping_mirror_destroy(m);
+}
+
+TEST(pinned_wrap_page_locks_where_the_back_end_can_and_works_either_way)
+{
+    mapping_device *dev = test_device();
+    unsigned char *user = malloc(1 << 16);
+    test_pattern(user, 1 << 16, 13);
+    mapping_mirror *m;
+    CHECK_OK(mapping_mirror_wrap(dev, user, 1 << 16, MAPPING_MIRROR_PIN, &m));
+    printf("%s: wrapped memory %s\n", test_backend(), mapping_mirror_is_pinned(m) ? "page-locked" : "not page-locked");
+    if (!dev->be->host_register)
+        CHECK(!mapping_mirror_is_pinned(m));
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    check_gpu_equals_cpu(m);
+    mapping_mirror_destroy(m);
+    /* The registration ended with the mirror: the memory is the caller's again. */
+    mapping_host_ref ref;
+    CHECK(!mapping__host_registry_find(&dev->host_blocks, user, 1, &ref));
+    free(user);
+}
+
+TEST(mirror_statistics_appear_in_the_device_json)
+{
+    mapping_device *dev = test_device();
+    mapping_device_stats_reset(dev);
+    mapping_mirror *m = clean_mirror(dev, 1000, 12);
+    CHECK_OK(mapping_mirror_mark_gpu_modified(m, 0, 10));
+    CHECK_STATUS(mapping_mirror_mark_cpu_modified(m, 5, 10), MAPPING_ERR_CONFLICT);
+    CHECK_OK(mapping_mirror_sync_to_cpu(NULL, m));
+    mapping_stats s = stats_of(dev);
+    CHECK(s.conflicts == 1 && s.d2h_bytes == 10 && s.sync_skipped_bytes == 990);
+    char json[2048];
+    CHECK_OK(mapping_device_stats_json(dev, json, sizeof json, NULL));
+    CHECK(strstr(json, "\"sync_skipped_bytes\":990") && strstr(json, "\"conflicts\":1"));
+    mapping_mirror_destroy(m);
+}
