@@ -450,7 +450,7 @@ typedef struct mapping_pipeline mapping_pipeline;
 
 typedef struct mapping_pipeline_desc {
     /* Bytes per chunk; 0 = from mapping_device_link() (big enough that the
-     * per-transfer latency costs about 1% of a chunk, a power of two between
+     * per-transfer latency costs about 0.5% of a chunk, a power of two between
      * 256 KiB and 64 MiB; a run of a short array uses chunks of 1/8 of it,
      * but not under 64 KiB, so that it still overlaps). Rounded down to a
      * multiple of element_bytes. */
@@ -479,7 +479,11 @@ typedef struct mapping_pipeline_chunk {
  * kernel through mapping_native_stream, mapping_copy_gpu, or on the host
  * back end mapping_launch_host) and return; do not wait for it. The chunk
  * struct is valid during the call only. Called on the thread that called
- * mapping_pipeline_run, in chunk order. A non-OK return stops the run. */
+ * mapping_pipeline_run, in chunk order, up to 2 x depth chunks ahead of the
+ * device: when the step is called for chunk i, all work of chunks up to
+ * i - 2 x depth has completed (so per-chunk data the step hands to its
+ * queued work may live in a ring of 2 x depth entries). Chunks i and
+ * i + depth use the same stream and buffers. A non-OK return stops the run. */
 typedef mapping_status (*mapping_pipeline_fn)(mapping_stream *stream, const mapping_pipeline_chunk *chunk,
                                               void *user);
 

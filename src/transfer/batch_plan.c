@@ -123,7 +123,11 @@ mapping_status mapping__batch_plan(mapping_batch *b, batch_plan *plan, size_t la
         const batch_copy *c = &plan->copies[i];
         keys[i] = (sort_key){c->to_gpu ? 0 : 1, (uintptr_t)c->buf, c->offset, i};
     }
-    qsort(keys, n, sizeof *keys, compare_keys);
+    size_t sorted = 1; /* copies are often added in order: skip the sort then */
+    while (sorted < n && compare_keys(&keys[sorted - 1], &keys[sorted]) < 0)
+        sorted++;
+    if (sorted < n)
+        qsort(keys, n, sizeof *keys, compare_keys);
     for (size_t i = 0; i < n; i++)
         plan->order[i] = keys[i].index;
     make_groups(plan, keys, large_bytes);

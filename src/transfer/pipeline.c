@@ -3,9 +3,14 @@
  * slot i % depth; each slot has its own stream and device buffers, and runs
  * upload -> step -> download for its chunks in order. The slots' streams run
  * concurrently, so while slot 0 computes chunk 0, slot 1 uploads chunk 1 and
- * slot 2 downloads (later) chunk -1: with depth 3 all three overlap. Before
- * reusing a slot the caller's thread waits for its previous chunk, which
- * keeps at most `depth` chunks in flight and makes the slot's memory free.
+ * slot 2 downloads (later) chunk -1: with depth 3 all three overlap.
+ *
+ * A slot's stream is in order, so its buffers can take the next chunk as
+ * soon as the previous one's download is queued: the caller runs LAPS
+ * chunks ahead per slot, so that a stream goes on to its next chunk without
+ * waiting for the caller's thread to wake up. Before queueing a slot's chunk
+ * i the caller waits for the slot's chunk i - LAPS * depth (an event), which
+ * bounds the work in flight and frees the staging-copy records it used.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +18,7 @@
 #include "os/os.h"
 #include "transfer/transfer.h"
 
-enum { MAPPING_MAGIC_PIPELINE = 0x6d506970 /* "mPip" */, MAX_DEPTH = 3 };
+enum { MAPPING_MAGIC_PIPELINE = 0x6d506970 /* "mPip" */, MAX_DEPTH = 3, LAPS = 2 };
 
 /* A staging copy run on the slot's stream (pageable <-> page-locked). */
 typedef struct staging_copy {
@@ -26,7 +31,8 @@ typedef struct pipeline_slot {
     mapping_stream *stream;
     mapping_buffer *input, *output;
     void           *stage_in, *stage_out; /* page-locked, allocated when first needed */
-    staging_copy    copy_in, copy_out;
+    staging_copy    copy_in[LAPS], copy_out[LAPS];
+    mapping_event  *done[LAPS]; /* end of the chunk queued in that lap */
 } pipeline_slot;
 
 struct mapping_pipeline {
@@ -51,13 +57,13 @@ static size_t round_pow2(double bytes)
     return p;
 }
 
-/* Big enough that the per-transfer latency is about 1% of a chunk. */
+/* Big enough that the per-transfer latency is about 0.5% of a chunk. */
 static size_t chunk_from_link(mapping_device *dev)
 {
     mapping_link link;
     double bytes = 0;
     if (mapping_device_link(dev, &link) == MAPPING_OK)
-        bytes = 100 * link.latency * link.bandwidth;
+        bytes = 200 * link.latency * link.bandwidth;
     size_t chunk = round_pow2(bytes);
     const size_t lo = (size_t)256 << 10, hi = (size_t)64 << 20;
     return chunk < lo ? lo : chunk > hi ? hi : chunk;
@@ -153,15 +159,15 @@ static mapping_status ensure_staging(mapping_pipeline *p, bool in, bool out)
     return st;
 }
 
-static mapping_status enqueue_chunk(pipeline_slot *s, const mapping_pipeline_chunk *chunk,
+static mapping_status enqueue_chunk(pipeline_slot *s, size_t lap, const mapping_pipeline_chunk *chunk,
                                     const char *src, char *dst, bool src_locked, bool dst_locked,
                                     mapping_pipeline_fn step, void *user)
 {
     mapping_status st;
     const char *from = src + chunk->offset;
     if (!src_locked) {
-        s->copy_in = (staging_copy){s->stage_in, from, chunk->bytes};
-        if ((st = mapping_launch_host(s->stream, run_staging_copy, &s->copy_in)) != MAPPING_OK)
+        s->copy_in[lap] = (staging_copy){s->stage_in, from, chunk->bytes};
+        if ((st = mapping_launch_host(s->stream, run_staging_copy, &s->copy_in[lap])) != MAPPING_OK)
             return st;
         from = s->stage_in;
     }
@@ -174,10 +180,10 @@ static mapping_status enqueue_chunk(pipeline_slot *s, const mapping_pipeline_chu
     if ((st = mapping__read(s->stream, s->output, 0, to, chunk->bytes)) != MAPPING_OK)
         return st;
     if (!dst_locked) {
-        s->copy_out = (staging_copy){dst + chunk->offset, s->stage_out, chunk->bytes};
-        st = mapping_launch_host(s->stream, run_staging_copy, &s->copy_out);
+        s->copy_out[lap] = (staging_copy){dst + chunk->offset, s->stage_out, chunk->bytes};
+        st = mapping_launch_host(s->stream, run_staging_copy, &s->copy_out[lap]);
     }
-    return st;
+    return st == MAPPING_OK ? mapping_event_record(s->stream, &s->done[lap]) : st;
 }
 
 mapping_status mapping_pipeline_run(mapping_pipeline *p, const void *cpu_src, void *cpu_dst, size_t bytes,
@@ -210,17 +216,27 @@ mapping_status mapping_pipeline_run(mapping_pipeline *p, const void *cpu_src, vo
     mapping_status first = MAPPING_OK;
     size_t index = 0;
     for (size_t offset = 0; offset < bytes && first == MAPPING_OK; offset += chunk_bytes, index++) {
-        pipeline_slot *s = &p->slots[index % (size_t)p->desc.depth];
-        if ((first = mapping_stream_synchronize(s->stream)) != MAPPING_OK) /* its previous chunk */
-            break;
+        size_t depth = (size_t)p->desc.depth, lap = index / depth % LAPS;
+        pipeline_slot *s = &p->slots[index % depth];
+        if (s->done[lap]) { /* the slot's chunk index - LAPS * depth */
+            first = mapping_event_synchronize(s->done[lap]);
+            mapping_event_destroy(s->done[lap]);
+            s->done[lap] = NULL;
+            if (first != MAPPING_OK)
+                break;
+        }
         size_t n = bytes - offset < chunk_bytes ? bytes - offset : chunk_bytes;
         mapping_pipeline_chunk chunk = {index, offset, n, s->input, 0, s->output, 0};
-        first = enqueue_chunk(s, &chunk, cpu_src, cpu_dst, src_locked, dst_locked, step, user);
+        first = enqueue_chunk(s, lap, &chunk, cpu_src, cpu_dst, src_locked, dst_locked, step, user);
     }
     for (int i = 0; i < p->desc.depth; i++) {
         st = mapping_stream_synchronize(p->slots[i].stream);
         if (first == MAPPING_OK)
             first = st;
+        for (int lap = 0; lap < LAPS; lap++) {
+            mapping_event_destroy(p->slots[i].done[lap]);
+            p->slots[i].done[lap] = NULL;
+        }
     }
     return first;
 }
