@@ -1,4 +1,5 @@
 /* Batches: what lands where, how many driver transfers it takes, and order. */
+#include <pthread.h>
 #include <stdint.h>
 #include "core/core.h"
 #include "harness.h"
@@ -278,4 +279,56 @@ TEST(batch_refuses_bad_arguments_and_queues_nothing)
     mapping_stream_destroy(foreign_stream);
     mapping_free_gpu(buf);
     mapping_free_gpu(foreign);
+}
+
+typedef struct gate {
+    pthread_mutex_t lock;
+    pthread_cond_t  cond;
+    int             open;
+} gate;
+
+static void wait_gate(void *arg)
+{
+    gate *g = arg;
+    pthread_mutex_lock(&g->lock);
+    while (!g->open)
+        pthread_cond_wait(&g->cond, &g->lock);
+    pthread_mutex_unlock(&g->lock);
+}
+
+TEST(batch_can_take_new_copies_while_its_last_flush_is_still_queued)
+{
+    mapping_device *dev = test_device();
+    mapping_stream *s;
+    CHECK_OK(mapping_stream_create(dev, &s));
+    mapping_buffer *buf = filled_buffer(dev, 8192, 0);
+    unsigned char first[512], second[512], got[8192], expect[8192] = {0};
+    test_pattern(first, sizeof first, 8);
+    test_pattern(second, sizeof second, 9);
+    gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+    CHECK_OK(mapping_launch_host(s, wait_gate, &g)); /* holds the stream */
+    mapping_batch *batch;
+    CHECK_OK(mapping_batch_create(dev, &batch));
+    for (size_t i = 0; i < sizeof first; i += 64) {
+        CHECK_OK(mapping_batch_sync_to_gpu(batch, first + i, buf, 2 * i, 64));
+        memcpy(expect + 2 * i, first + i, 64);
+    }
+    CHECK_OK(mapping_batch_flush(s, batch));
+    CHECK(mapping_batch_count(batch) == 0);
+    /* The flush is still queued behind the gate: new copies do not disturb it. */
+    for (size_t i = 0; i < sizeof second; i += 64) {
+        CHECK_OK(mapping_batch_sync_to_gpu(batch, second + i, buf, 4096 + 2 * i, 64));
+        memcpy(expect + 4096 + 2 * i, second + i, 64);
+    }
+    pthread_mutex_lock(&g.lock);
+    g.open = 1;
+    pthread_cond_broadcast(&g.cond);
+    pthread_mutex_unlock(&g.lock);
+    CHECK_OK(mapping_batch_flush(s, batch));
+    CHECK_OK(mapping_stream_synchronize(s));
+    CHECK_OK(mapping_sync_to_cpu(buf, got));
+    CHECK_BYTES(got, expect, sizeof expect);
+    mapping_batch_destroy(batch);
+    mapping_free_gpu(buf);
+    mapping_stream_destroy(s);
 }
