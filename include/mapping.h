@@ -424,7 +424,8 @@ MAPPING_API void           mapping_batch_clear(mapping_batch *b);
  *   names the first copy that was not done, by its index in the order the
  *   copies were added ("copy 17 of 10000 (host-to-device, 64 bytes at offset
  *   4096 of buffer 0x...) was not done: ..."), and how many were done;
- * - copies done before the failure stay done (nothing is undone); the
+ * - copies done before the failure stay done (nothing is undone; on a
+ *   stream, "done" means queued, and they complete as usual); the
  *   destination ranges of copies not done are untouched by this flush;
  * - the batch then holds exactly the copies that were not done, in the order
  *   they were added (mapping_batch_count says how many): flushing again
