@@ -493,6 +493,159 @@ MAPPING_API mapping_status  mapping_mirror_release_gpu(mapping_stream *stream, m
 
 /* ==== Batches and pipelines (src/transfer/) ==== */
 
+/* ---------------------------------------------------------------------------
+ * Batches: many copies, few driver transfers
+ * ---------------------------------------------------------------------------
+ * A batch collects host-to-device and device-to-host copies of any size, to
+ * and from any buffers of one device, and mapping_batch_flush moves them with
+ * as few driver transfers as it can:
+ * - copies into (or out of) one buffer whose ranges overlap or touch are
+ *   merged into one range;
+ * - small ranges are packed into one page-locked staging buffer, moved in ONE
+ *   transfer, and scattered on the device in one step (gathered, for
+ *   device-to-host, then read in one transfer and unpacked on the CPU);
+ * - large ranges (above a size derived from mapping_device_link) go straight
+ *   through, unstaged.
+ * docs/batching.md explains the plan a flush makes.
+ *
+ * When the host memory is read and written. Adding a copy records its
+ * pointers only; the batch never touches host memory at add time. A flush
+ * reads the sources of its host-to-device copies and writes the destinations
+ * of its device-to-host copies in stream order: no earlier than the point the
+ * stream reaches the flush (stream NULL: during the call), no later than the
+ * end of the flush's work. Until then the sources must stay valid and
+ * unchanged and the destinations valid, as for any stream operation.
+ *
+ * Order inside one flush: all host-to-device copies take effect before all
+ * device-to-host copies (a device-to-host copy sees the data the same flush
+ * wrote). Host-to-device copies that overlap in a buffer: the one added later
+ * wins. Device-to-host copies whose host destinations overlap: the bytes
+ * there are unspecified (one of them wins).
+ *
+ * Lifetime: mapping_batch_create -> add copies -> mapping_batch_flush (as
+ * often as wanted: a successful flush empties the batch) -> mapping_batch_destroy.
+ * The buffers a queued copy names must stay allocated until it is flushed.
+ *
+ * Thread safety: a batch is not locked: one thread at a time per batch.
+ * Different batches (of one device) may be used from different threads. */
+typedef struct mapping_batch mapping_batch;
+
+/* Creates an empty batch for dev. Staging memory is allocated by the first
+ * flush that needs it and kept (grown when needed) for later flushes. */
+MAPPING_API mapping_status mapping_batch_create(mapping_device *dev, mapping_batch **out);
+/* Waits for the batch's last flush to complete (its staging memory is in use
+ * until then), drops copies still queued, and frees the batch. NULL: no-op. */
+MAPPING_API void           mapping_batch_destroy(mapping_batch *b);
+
+/* Queue a copy of `bytes` bytes from cpu_src to gpu_dst[gpu_offset, +bytes).
+ * Validated now (the same errors as mapping_sync_to_gpu_range; the buffer
+ * must be of the batch's device); nothing is read until the flush. O(1)
+ * amortised. */
+MAPPING_API mapping_status mapping_batch_sync_to_gpu(mapping_batch *b, const void *cpu_src, mapping_buffer *gpu_dst,
+                                                     size_t gpu_offset, size_t bytes);
+/* Queue a copy of gpu_src[gpu_offset, +bytes) to cpu_dst. As above. */
+MAPPING_API mapping_status mapping_batch_sync_to_cpu(mapping_batch *b, const mapping_buffer *gpu_src,
+                                                     size_t gpu_offset, void *cpu_dst, size_t bytes);
+/* Number of copies queued (0 after a successful flush). O(1). 0 for NULL. */
+MAPPING_API size_t         mapping_batch_count(const mapping_batch *b);
+/* Drops every queued copy without moving anything. NULL: no-op. */
+MAPPING_API void           mapping_batch_clear(mapping_batch *b);
+
+/* Moves every queued copy. stream NULL: returns when all are done. Otherwise
+ * returns once the work is queued on `stream` (of the batch's device); errors
+ * of the queued work come from mapping_stream_synchronize, as for any
+ * stream operation. A flush of an empty batch does nothing and returns
+ * MAPPING_OK. If the batch's previous flush was on a stream and has not
+ * completed, this call first waits for it (the staging memory is reused).
+ *
+ * On failure (a transfer, scatter or gather could not be done or queued):
+ * - the return value is that step's status, and mapping_last_error_message()
+ *   names the first copy that was not done, by its index in the order the
+ *   copies were added ("copy 17 of 10000 (host-to-device, 64 bytes at offset
+ *   4096 of buffer 0x...) was not done: ..."), and how many were done;
+ * - copies done before the failure stay done (nothing is undone; on a
+ *   stream, "done" means queued, and they complete as usual); the
+ *   destination ranges of copies not done are untouched by this flush;
+ * - the batch then holds exactly the copies that were not done, in the order
+ *   they were added (mapping_batch_count says how many): flushing again
+ *   retries them, mapping_batch_clear drops them.
+ * Counts one flush in mapping_stats.batch_flushes when it moved data; the
+ * driver transfers it makes are counted in h2d_/d2h_copies as usual. */
+MAPPING_API mapping_status mapping_batch_flush(mapping_stream *stream, mapping_batch *b);
+
+/* ---------------------------------------------------------------------------
+ * Pipelines: transfers overlapped with compute
+ * ---------------------------------------------------------------------------
+ * A pipeline runs a host array of any size through device work in chunks:
+ * while the caller's compute runs on chunk i, chunk i+1 is being uploaded and
+ * chunk i-1 downloaded. It owns `depth` streams and, per stream, a device
+ * input and output buffer of chunk_bytes each, plus page-locked staging used
+ * when the caller's host arrays are not page-locked (from
+ * mapping_allocate_cpu memory the copies go straight through).
+ *
+ * Lifetime: mapping_pipeline_create -> mapping_pipeline_run (any number of
+ * times, any sizes) -> mapping_pipeline_destroy. Not locked: one thread at a
+ * time per pipeline. */
+typedef struct mapping_pipeline mapping_pipeline;
+
+typedef struct mapping_pipeline_desc {
+    /* Bytes per chunk; 0 = from mapping_device_link() (big enough that the
+     * per-transfer latency costs about 0.5% of a chunk, a power of two between
+     * 256 KiB and 64 MiB; a run of a short array uses chunks of 1/8 of it,
+     * but not under 64 KiB, so that it still overlaps). Rounded down to a
+     * multiple of element_bytes. */
+    size_t chunk_bytes;
+    /* Streams and chunk buffers in flight, 1 to 3; 0 = 3 (upload, compute
+     * and download all overlap; 2 lets two of them overlap; 1 runs the chunks
+     * one after another, a baseline to compare with). */
+    int depth;
+    /* Chunks never split an element of this many bytes; 0 = 1. The array
+     * size given to mapping_pipeline_run must be a multiple of it. */
+    size_t element_bytes;
+} mapping_pipeline_desc;
+
+/* What the compute step is given for one chunk. */
+typedef struct mapping_pipeline_chunk {
+    size_t          index;         /* 0, 1, ... in array order */
+    size_t          offset;        /* of the chunk in the host arrays, bytes */
+    size_t          bytes;         /* of this chunk (the last may be shorter) */
+    mapping_buffer *input;         /* holds the chunk's input at input_offset */
+    size_t          input_offset;
+    mapping_buffer *output;        /* the step writes its result at output_offset */
+    size_t          output_offset; /* (bytes bytes are downloaded from there) */
+} mapping_pipeline_chunk;
+
+/* The caller's compute step: enqueue the work for one chunk on `stream` (a
+ * kernel through mapping_native_stream, mapping_copy_gpu, or on the host
+ * back end mapping_launch_host) and return; do not wait for it. The chunk
+ * struct is valid during the call only. Called on the thread that called
+ * mapping_pipeline_run, in chunk order, up to 2 x depth chunks ahead of the
+ * device: when the step is called for chunk i, all work of chunks up to
+ * i - 2 x depth has completed (so per-chunk data the step hands to its
+ * queued work may live in a ring of 2 x depth entries). Chunks i and
+ * i + depth use the same stream and buffers. A non-OK return stops the run. */
+typedef mapping_status (*mapping_pipeline_fn)(mapping_stream *stream, const mapping_pipeline_chunk *chunk,
+                                              void *user);
+
+/* Creates a pipeline on dev. desc NULL = all defaults. Allocates its streams
+ * and buffers now. */
+MAPPING_API mapping_status mapping_pipeline_create(mapping_device *dev, const mapping_pipeline_desc *desc,
+                                                   mapping_pipeline **out);
+/* Waits for the pipeline's work and frees it. NULL: no-op. */
+MAPPING_API void           mapping_pipeline_destroy(mapping_pipeline *p);
+/* Chunk size and depth in use. */
+MAPPING_API mapping_status mapping_pipeline_get_desc(const mapping_pipeline *p, mapping_pipeline_desc *out);
+
+/* Runs cpu_src[0, bytes) through `step` chunk by chunk and downloads each
+ * chunk's output into cpu_dst at the same offset (cpu_dst may equal cpu_src;
+ * NULL = no download, for steps that keep their results on the device).
+ * Blocking: returns when every chunk is done. On failure returns the first
+ * error (of the step, a transfer, or queued work); chunks already downloaded
+ * stay in cpu_dst, others are unspecified there. Reads cpu_src and writes
+ * cpu_dst only in chunks as the pipeline reaches them. */
+MAPPING_API mapping_status mapping_pipeline_run(mapping_pipeline *p, const void *cpu_src, void *cpu_dst,
+                                                size_t bytes, mapping_pipeline_fn step, void *user);
+
 #ifdef __cplusplus
 }
 #endif

@@ -27,17 +27,34 @@ typedef struct host_stream {
 
 /* ---- the link model ---- */
 
-static void link_transfer(host_link *link, host_link_direction dir, size_t bytes, uint64_t start_ns)
+static pthread_mutex_t *link_engine(host_link *link, host_link_direction dir)
 {
-    if (dir == HOST_LINK_NONE || (link->bandwidth <= 0 && link->latency <= 0))
-        return;
-    double seconds = link->latency + (link->bandwidth > 0 ? (double)bytes / link->bandwidth : 0);
     pthread_mutex_lock(&link->lock);
-    uint64_t begin = link->busy_until_ns[dir] > start_ns ? link->busy_until_ns[dir] : start_ns;
-    uint64_t end = begin + (uint64_t)(seconds * 1e9);
-    link->busy_until_ns[dir] = end;
+    if (!link->engines_ready) {
+        pthread_mutex_init(&link->engine[HOST_LINK_H2D], NULL);
+        pthread_mutex_init(&link->engine[HOST_LINK_D2H], NULL);
+        link->engines_ready = true;
+    }
     pthread_mutex_unlock(&link->lock);
-    mapping_os_sleep_until_ns(end);
+    return &link->engine[dir];
+}
+
+/* Moves the bytes while holding the direction's engine, and keeps holding it
+ * until the modelled time has passed. */
+static void link_copy(host_link *link, host_link_direction dir, void *dst, const void *src, size_t bytes)
+{
+    double seconds = link->latency + (link->bandwidth > 0 ? (double)bytes / link->bandwidth : 0);
+    pthread_mutex_t *engine = link_engine(link, dir);
+    pthread_mutex_lock(engine);
+    uint64_t start = mapping_os_now_ns();
+    memcpy(dst, src, bytes);
+    mapping_os_sleep_until_ns(start + (uint64_t)(seconds * 1e9));
+    pthread_mutex_unlock(engine);
+}
+
+static bool link_modelled(const host_link *link)
+{
+    return link->bandwidth > 0 || link->latency > 0;
 }
 
 /* ---- events ---- */
@@ -73,12 +90,12 @@ static void event_wait_done(host_event *ev)
 static void run_op(host_device *dev, const host_op *op)
 {
     switch (op->kind) {
-    case HOST_OP_COPY: {
-        uint64_t start = dev->link.bandwidth > 0 || dev->link.latency > 0 ? mapping_os_now_ns() : 0;
-        memcpy(op->dst, op->src, op->bytes);
-        link_transfer(&dev->link, op->link_direction, op->bytes, start);
+    case HOST_OP_COPY:
+        if (op->link_direction != HOST_LINK_NONE && link_modelled(&dev->link))
+            link_copy(&dev->link, op->link_direction, op->dst, op->src, op->bytes);
+        else
+            memcpy(op->dst, op->src, op->bytes);
         break;
-    }
     case HOST_OP_FILL:
         memset(op->dst, op->value, op->bytes);
         break;

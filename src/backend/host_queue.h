@@ -8,18 +8,23 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include "backend/backend.h"
 #include "mapping.h"
 
 typedef enum host_link_direction { HOST_LINK_NONE = -1, HOST_LINK_H2D = 0, HOST_LINK_D2H = 1 } host_link_direction;
 
 /* A modelled link: one copy engine per direction, so transfers in one
  * direction queue behind each other across streams, while the two
- * directions overlap (as on PCIe, which is full duplex). */
+ * directions overlap (as on PCIe, which is full duplex). A transfer holds
+ * its direction's engine for latency + bytes / bandwidth, or for as long as
+ * the memcpy that moves the bytes takes, whichever is longer: a link
+ * modelled faster than memcpy cannot gain bandwidth from concurrent streams. */
 typedef struct host_link {
     double          bandwidth; /* bytes/s; 0 = infinite */
     double          latency;   /* seconds per transfer */
-    pthread_mutex_t lock;
-    uint64_t        busy_until_ns[2];
+    pthread_mutex_t lock;      /* guards engines_ready */
+    bool            engines_ready;
+    pthread_mutex_t engine[2]; /* per host_link_direction; initialised on first use */
 } host_link;
 
 typedef struct host_device {
@@ -52,6 +57,12 @@ typedef struct host_op {
 
 /* Runs op now when stream is NULL, else queues a copy of it. */
 mapping_status host_submit(void *dev, void *stream, const host_op *op);
+
+/* backend/host_scatter.c: mapping_backend.scatter / .gather. */
+mapping_status host_scatter(void *dev, void *stream, void *staging_mem, size_t table_offset,
+                            const mapping_scatter_entry *table, size_t count, void *dst_mem);
+mapping_status host_gather(void *dev, void *stream, void *src_mem, void *staging_mem, size_t table_offset,
+                           const mapping_scatter_entry *table, size_t count);
 
 mapping_status host_stream_create(void *dev, void **stream);
 void           host_stream_destroy(void *dev, void *stream);

@@ -1,0 +1,144 @@
+/*
+ * Batches: N scattered 64-byte copies as one batch, against the same N
+ * copies made one by one, blocking and on a stream, in the same run. On the
+ * section's device, and (host back end) on a second host device with the
+ * link modelled at 25 GB/s and 5 us, where per-transfer cost is PCIe-like.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "bench.h"
+
+enum { COPY = 64, STRIDE = 3 * COPY };
+
+typedef struct batch_job {
+    mapping_device *dev;
+    mapping_buffer *buf;
+    mapping_stream *stream;
+    mapping_batch  *batch;
+    unsigned char  *host; /* N * COPY bytes, pageable */
+    size_t          n;
+    int             to_gpu;
+} batch_job;
+
+static int run_batch(void *arg)
+{
+    batch_job *j = arg;
+    for (size_t i = 0; i < j->n; i++) {
+        mapping_status st = j->to_gpu ? mapping_batch_sync_to_gpu(j->batch, j->host + i * COPY, j->buf, i * STRIDE, COPY)
+                                      : mapping_batch_sync_to_cpu(j->batch, j->buf, i * STRIDE, j->host + i * COPY, COPY);
+        if (st != MAPPING_OK)
+            return 1;
+    }
+    return mapping_batch_flush(NULL, j->batch) != MAPPING_OK;
+}
+
+static int run_singles(void *arg)
+{
+    batch_job *j = arg;
+    for (size_t i = 0; i < j->n; i++) {
+        mapping_status st = j->to_gpu ? mapping_sync_to_gpu_range(j->stream, j->host + i * COPY, j->buf, i * STRIDE, COPY)
+                                      : mapping_sync_to_cpu_range(j->stream, j->buf, i * STRIDE, j->host + i * COPY, COPY);
+        if (st != MAPPING_OK)
+            return 1;
+    }
+    return j->stream ? mapping_stream_synchronize(j->stream) != MAPPING_OK : 0;
+}
+
+static double timed(bench_ctx *ctx, int (*fn)(void *), batch_job *j)
+{
+    if (fn(j) != 0) /* warm-up: staging allocated, pages touched, the call checked */
+        return NAN;
+    return bench_time(ctx, 1, fn, j);
+}
+
+/* One table row per direction on dev; returns 0 on success. */
+static int measure_device(bench_ctx *ctx, bench_table *t, mapping_device *dev, const char *name, size_t n,
+                          double ratios[4])
+{
+    batch_job j = {.dev = dev, .n = n};
+    int rc = 1;
+    j.host = malloc(n * COPY);
+    if (!j.host || bench_check(mapping_allocate_gpu(dev, n * STRIDE, &j.buf), "allocate_gpu") ||
+        bench_check(mapping_batch_create(dev, &j.batch), "batch_create"))
+        goto out;
+    memset(j.host, 7, n * COPY);
+    mapping_stream *stream = NULL;
+    if (bench_check(mapping_stream_create(dev, &stream), "stream_create"))
+        goto out;
+    for (int dir = 0; dir < 2; dir++) {
+        j.to_gpu = dir == 0;
+        mapping_stats before, after;
+        mapping_device_stats(dev, &before);
+        j.stream = NULL;
+        if (run_batch(&j) != 0) {
+            bench_check(mapping_last_error(), "batch flush");
+            goto out_stream;
+        }
+        mapping_device_stats(dev, &after);
+        double transfers = (double)(after.h2d_copies - before.h2d_copies + after.d2h_copies - before.d2h_copies);
+        double batch = timed(ctx, run_batch, &j), blocking = timed(ctx, run_singles, &j);
+        j.stream = stream;
+        double nonblocking = timed(ctx, run_singles, &j);
+        double v[6] = {batch * 1e3, blocking * 1e3, nonblocking * 1e3, blocking / batch, nonblocking / batch,
+                       transfers};
+        char label[48];
+        snprintf(label, sizeof label, "%s %s", name, j.to_gpu ? "H2D" : "D2H");
+        bench_table_row(t, label, v);
+        ratios[2 * dir] = v[3];
+        ratios[2 * dir + 1] = v[4];
+    }
+    rc = 0;
+out_stream:
+    mapping_stream_destroy(stream);
+out:
+    mapping_batch_destroy(j.batch);
+    mapping_free_gpu(j.buf);
+    free(j.host);
+    return rc;
+}
+
+BENCH_SECTION(bench_batch, 40, "batch",
+              "10,000 scattered 64-byte copies: one batch vs single blocking and non-blocking copies")
+{
+    size_t n = 10000, n_link = ctx->quick ? 1000 : 10000;
+    static const char *const cols[] = {"batch ms", "blocking ms", "stream ms", "blocking/b", "stream/b",
+                                       "transfers"};
+    bench_table t;
+    bench_table_begin(ctx, &t, "batch",
+                      "Scattered 64-byte copies (stride 192 B, pageable host memory): one batch (add + flush) "
+                      "vs the same copies one by one; transfers = driver transfers of one batch",
+                      "device", 2, 6, cols);
+    double r[4] = {NAN, NAN, NAN, NAN}, rl[4] = {NAN, NAN, NAN, NAN};
+    char name[32];
+    snprintf(name, sizeof name, "%s %zuk", ctx->info.backend, n / 1000);
+    if (measure_device(ctx, &t, ctx->dev, name, n, r) != 0)
+        return 1;
+    if (!strcmp(ctx->info.backend, "host")) {
+        mapping_device *link = NULL;
+        mapping_device_desc desc = {.backend = "host", .link_bandwidth = 25e9, .link_latency = 5e-6};
+        if (bench_check(mapping_open(&desc, &link), "open host with link model"))
+            return 1;
+        snprintf(name, sizeof name, "link %zuk", n_link / 1000);
+        int rc = measure_device(ctx, &t, link, name, n_link, rl);
+        mapping_close(link);
+        if (rc)
+            return 1;
+    }
+    bench_table_end(&t);
+    bench_note(ctx, "stream = the copies queued on one stream, then one synchronize.");
+    if (!strcmp(ctx->info.backend, "host"))
+        bench_note(ctx, "link = host back end with the link modelled at 25 GB/s and 5 us per transfer%s.",
+                   ctx->quick ? " (--quick: 1,000 copies)" : "");
+    bench_figure(ctx, "batch_h2d_vs_blocking", r[0], "x", "batch vs blocking singles, H2D");
+    bench_figure(ctx, "batch_h2d_vs_stream", r[1], "x", "batch vs non-blocking singles, H2D");
+    bench_figure(ctx, "batch_d2h_vs_blocking", r[2], "x", "batch vs blocking singles, D2H");
+    bench_figure(ctx, "batch_d2h_vs_stream", r[3], "x", "batch vs non-blocking singles, D2H");
+    if (!isnan(rl[0])) {
+        bench_figure(ctx, "batch_link_h2d_vs_blocking", rl[0], "x", "link model: batch vs blocking, H2D");
+        bench_figure(ctx, "batch_link_h2d_vs_stream", rl[1], "x", "link model: batch vs non-blocking, H2D");
+        bench_figure(ctx, "batch_link_d2h_vs_blocking", rl[2], "x", "link model: batch vs blocking, D2H");
+        bench_figure(ctx, "batch_link_d2h_vs_stream", rl[3], "x", "link model: batch vs non-blocking, D2H");
+    }
+    return 0;
+}

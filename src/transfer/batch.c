@@ -1,0 +1,122 @@
+/* Batches: create, destroy, and queueing copies (validated at add time). */
+#include <stdlib.h>
+#include <string.h>
+#include "transfer/transfer.h"
+
+static mapping_status check_batch(const char *fn, const mapping_batch *b)
+{
+    if (!b)
+        return mapping__fail(MAPPING_ERR_NULL_ARGUMENT, "%s: batch is NULL", fn);
+    if (b->magic != MAPPING_MAGIC_BATCH)
+        return mapping__fail(MAPPING_ERR_INVALID_HANDLE, "%s: batch %p is not a live batch", fn, (const void *)b);
+    return MAPPING_OK;
+}
+
+mapping_status mapping_batch_create(mapping_device *dev, mapping_batch **out)
+{
+    static const char fn[] = "mapping_batch_create";
+    mapping_status st;
+    if ((st = mapping__check_device(fn, dev)) || (st = mapping__check_ptr(fn, "out", out)))
+        return st;
+    *out = NULL;
+    mapping_batch *b = calloc(1, sizeof *b);
+    if (!b)
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
+    b->magic = MAPPING_MAGIC_BATCH;
+    b->dev = dev;
+    *out = b;
+    return MAPPING_OK;
+}
+
+void mapping_batch_destroy(mapping_batch *b)
+{
+    if (!b || check_batch("mapping_batch_destroy", b) != MAPPING_OK)
+        return;
+    if (b->pending) {
+        mapping_event_synchronize(b->pending);
+        mapping_event_destroy(b->pending);
+    }
+    mapping__batch_plan_free(&b->plan);
+    mapping_free_cpu(b->dev, b->host_staging);
+    mapping_free_gpu(b->dev_staging);
+    free(b->copies);
+    b->magic = MAPPING_MAGIC_DEAD;
+    free(b);
+}
+
+size_t mapping_batch_count(const mapping_batch *b)
+{
+    return b && b->magic == MAPPING_MAGIC_BATCH ? b->count : 0;
+}
+
+void mapping_batch_clear(mapping_batch *b)
+{
+    if (b && check_batch("mapping_batch_clear", b) == MAPPING_OK)
+        b->count = 0;
+}
+
+mapping_status mapping__batch_push(mapping_batch *b, const batch_copy *c)
+{
+    if (b->count == b->capacity) {
+        size_t capacity = b->capacity ? b->capacity * 2 : 64;
+        batch_copy *copies = realloc(b->copies, capacity * sizeof *copies);
+        if (!copies)
+            return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "batch: out of memory queueing copy %zu", b->count);
+        b->copies = copies;
+        b->capacity = capacity;
+    }
+    b->copies[b->count++] = *c;
+    mapping__count(&b->dev->counters.batch_copies, 1);
+    return MAPPING_OK;
+}
+
+static mapping_status check_copy(const char *fn, const mapping_batch *b, const void *host, const char *host_name,
+                                 const mapping_buffer *buf, const char *buf_name, size_t offset, size_t bytes)
+{
+    mapping_status st;
+    if ((st = check_batch(fn, b)) || (st = mapping__check_ptr(fn, host_name, host)) ||
+        (st = mapping__check_buffer(fn, buf_name, buf)) ||
+        (st = mapping__check_range(fn, buf_name, offset, bytes, buf->size)))
+        return st;
+    if (buf->dev != b->dev)
+        return mapping__fail(MAPPING_ERR_DEVICE_MISMATCH, "%s: %s belongs to another device than the batch", fn,
+                             buf_name);
+    return MAPPING_OK;
+}
+
+mapping_status mapping_batch_sync_to_gpu(mapping_batch *b, const void *cpu_src, mapping_buffer *gpu_dst,
+                                         size_t gpu_offset, size_t bytes)
+{
+    mapping_status st = check_copy("mapping_batch_sync_to_gpu", b, cpu_src, "cpu_src", gpu_dst, "gpu_dst",
+                                   gpu_offset, bytes);
+    if (st)
+        return st;
+    batch_copy c = {.buf = gpu_dst, .offset = gpu_offset, .bytes = bytes, .src = cpu_src, .to_gpu = true};
+    return mapping__batch_push(b, &c);
+}
+
+mapping_status mapping_batch_sync_to_cpu(mapping_batch *b, const mapping_buffer *gpu_src, size_t gpu_offset,
+                                         void *cpu_dst, size_t bytes)
+{
+    mapping_status st = check_copy("mapping_batch_sync_to_cpu", b, cpu_dst, "cpu_dst", gpu_src, "gpu_src",
+                                   gpu_offset, bytes);
+    if (st)
+        return st;
+    /* The buffer is only read; the cast keeps one copy record for both directions. */
+    batch_copy c = {.buf = (mapping_buffer *)(uintptr_t)gpu_src, .offset = gpu_offset, .bytes = bytes, .dst = cpu_dst,
+                    .to_gpu = false};
+    return mapping__batch_push(b, &c);
+}
+
+/* Straight through once the latency is a small part of the transfer: a
+ * group this large gains little from merging and would cost a CPU copy into
+ * staging. */
+size_t mapping__batch_large_bytes(mapping_device *dev)
+{
+    mapping_link link;
+    double bytes = 0;
+    if (mapping_device_link(dev, &link) == MAPPING_OK)
+        bytes = 4 * link.latency * link.bandwidth;
+    const double lo = 64 << 10, hi = 4 << 20;
+    return (size_t)(bytes < lo ? lo : bytes > hi ? hi : bytes);
+}

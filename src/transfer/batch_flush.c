@@ -1,0 +1,303 @@
+/*
+ * Running a flush's plan (see batch_plan.c), in this order on one stream:
+ *   1. pack: copy the sources of staged host-to-device groups into the
+ *      page-locked staging buffer (a host function, so it is stream-ordered);
+ *   2. one write of the staging buffer (scatter tables + packed data);
+ *   3. scatter on the device, one call per destination buffer (or, where the
+ *      back end has no scatter, one device-side copy per group);
+ *   4. host-to-device groups that go straight through;
+ *   5. gather the staged device-to-host groups into the staging buffer;
+ *   6. one read of the gathered data;
+ *   7. unpack it to the host destinations (a host function);
+ *   8. device-to-host groups that go straight through.
+ * Each step records which copies it completed, so that a failure can name
+ * the first copy not done and leave the rest queued.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/ops.h"
+#include "transfer/transfer.h"
+
+static const size_t ENTRY = sizeof(mapping_scatter_entry);
+
+static void mark_group_done(batch_plan *p, size_t g)
+{
+    for (size_t k = 0; k < p->groups[g].count; k++)
+        p->done[p->order[p->groups[g].first + k]] = true;
+}
+
+static bool is_staged(const batch_plan *p, size_t copy, bool to_gpu)
+{
+    const batch_copy *c = &p->copies[copy];
+    return c->to_gpu == to_gpu && p->groups[p->group_of[copy]].staged;
+}
+
+/* In add order, so that of two overlapping copies the later one wins. */
+static void pack_sources(void *arg)
+{
+    batch_plan *p = arg;
+    for (size_t i = 0; i < p->count; i++)
+        if (is_staged(p, i, true)) {
+            const batch_copy *c = &p->copies[i];
+            const batch_group *g = &p->groups[p->group_of[i]];
+            memcpy(p->host_staging + g->staging_offset + (c->offset - g->lo), c->src, c->bytes);
+        }
+}
+
+static void unpack_destinations(void *arg)
+{
+    batch_plan *p = arg;
+    for (size_t i = 0; i < p->count; i++)
+        if (is_staged(p, i, false)) {
+            const batch_copy *c = &p->copies[i];
+            const batch_group *g = &p->groups[p->group_of[i]];
+            memcpy(c->dst, p->host_staging + g->staging_offset + (c->offset - g->lo), c->bytes);
+        }
+}
+
+/* Scatter/gather tables, in group order: one run of entries per buffer. */
+static void write_tables(batch_plan *p)
+{
+    mapping_scatter_entry *h2d = (mapping_scatter_entry *)(void *)(p->host_staging + p->h2d_table_offset);
+    mapping_scatter_entry *d2h = (mapping_scatter_entry *)(void *)(p->host_staging + p->d2h_table_offset);
+    for (size_t i = 0; i < p->group_count; i++) {
+        const batch_group *g = &p->groups[i];
+        if (!g->staged)
+            continue;
+        mapping_scatter_entry e = {g->staging_offset, g->lo, g->hi - g->lo};
+        *(g->to_gpu ? h2d++ : d2h++) = e;
+    }
+}
+
+static mapping_status ensure_staging(mapping_batch *b, size_t bytes)
+{
+    if (bytes <= b->staging_capacity)
+        return MAPPING_OK;
+    size_t capacity = 64 << 10;
+    while (capacity < bytes)
+        capacity *= 2;
+    mapping_free_cpu(b->dev, b->host_staging);
+    mapping_free_gpu(b->dev_staging);
+    b->host_staging = NULL;
+    b->dev_staging = NULL;
+    b->staging_capacity = 0;
+    mapping_status st = mapping_allocate_cpu(b->dev, capacity, &b->host_staging);
+    if (st == MAPPING_OK)
+        st = mapping_allocate_gpu(b->dev, capacity, &b->dev_staging);
+    if (st != MAPPING_OK)
+        return st;
+    b->staging_capacity = capacity;
+    return MAPPING_OK;
+}
+
+/* Step 3 (to_gpu) or 5: one back-end call per buffer, or device copies. */
+static mapping_status scatter_or_gather(mapping_stream *stream, mapping_batch *b, batch_plan *p, bool to_gpu)
+{
+    mapping_device *dev = b->dev;
+    bool native = to_gpu ? dev->be->scatter != NULL : dev->be->gather != NULL;
+    size_t begin = to_gpu ? 0 : p->h2d_groups, end = to_gpu ? p->h2d_groups : p->group_count;
+    size_t table_offset = to_gpu ? p->h2d_table_offset : p->d2h_table_offset;
+    const mapping_scatter_entry *table = (const mapping_scatter_entry *)(void *)(p->host_staging + table_offset);
+    size_t entry = 0; /* staged groups of this direction before group i */
+    for (size_t i = begin; i < end;) {
+        if (!p->groups[i].staged) {
+            i++;
+            continue;
+        }
+        mapping_buffer *buf = p->groups[i].buf;
+        size_t j = i, entries = 0;
+        for (; j < end && p->groups[j].buf == buf; j++)
+            entries += p->groups[j].staged;
+        mapping_status st = MAPPING_OK;
+        if (native) {
+            if ((st = mapping__fault_check(dev, to_gpu ? "scatter" : "gather")) == MAPPING_OK)
+                st = to_gpu ? dev->be->scatter(dev->state, mapping__stream_state(stream), b->dev_staging->mem,
+                                               table_offset + entry * ENTRY, table + entry, entries, buf->mem)
+                            : dev->be->gather(dev->state, mapping__stream_state(stream), buf->mem,
+                                              b->dev_staging->mem, table_offset + entry * ENTRY, table + entry,
+                                              entries);
+            if (st != MAPPING_OK)
+                return st;
+            uint64_t bytes = 0;
+            for (size_t k = 0; k < entries; k++)
+                bytes += table[entry + k].bytes;
+            mapping__count(&dev->counters.d2d_bytes, bytes);
+            mapping__count(&dev->counters.d2d_copies, 1);
+            if (to_gpu)
+                for (size_t g = i; g < j; g++)
+                    if (p->groups[g].staged)
+                        mark_group_done(p, g);
+        } else {
+            for (size_t g = i; g < j; g++) {
+                const batch_group *gr = &p->groups[g];
+                if (!gr->staged)
+                    continue;
+                st = to_gpu ? mapping__copy(stream, b->dev_staging, gr->staging_offset, gr->buf, gr->lo, gr->hi - gr->lo)
+                            : mapping__copy(stream, gr->buf, gr->lo, b->dev_staging, gr->staging_offset, gr->hi - gr->lo);
+                if (st != MAPPING_OK)
+                    return st;
+                if (to_gpu)
+                    mark_group_done(p, g);
+            }
+        }
+        entry += entries;
+        i = j;
+    }
+    return MAPPING_OK;
+}
+
+/* Steps 4 and 8: each copy of a straight-through group on its own, in add
+ * order (groups never overlap each other, so within a group it is the order
+ * that makes the later of two overlapping copies win). */
+static mapping_status straight_through(mapping_stream *stream, batch_plan *p, bool to_gpu)
+{
+    for (size_t i = 0; i < p->count; i++) {
+        const batch_copy *c = &p->copies[i];
+        if (c->to_gpu != to_gpu || p->groups[p->group_of[i]].staged)
+            continue;
+        mapping_status st = to_gpu ? mapping__write(stream, c->src, c->buf, c->offset, c->bytes)
+                                   : mapping__read(stream, c->buf, c->offset, c->dst, c->bytes);
+        if (st != MAPPING_OK)
+            return st;
+        p->done[i] = true;
+    }
+    return MAPPING_OK;
+}
+
+static mapping_status run_plan(mapping_stream *stream, mapping_batch *b, batch_plan *p)
+{
+    mapping_device *dev = b->dev;
+    mapping_status st;
+    if (p->h2d_staged || p->d2h_staged) {
+        if ((st = ensure_staging(b, p->staging_bytes)) != MAPPING_OK)
+            return st;
+        p->host_staging = b->host_staging;
+        write_tables(p);
+    }
+    if (p->h2d_staged) {
+        if ((st = mapping_launch_host(stream, pack_sources, p)) != MAPPING_OK)
+            return st;
+    }
+    /* Step 2: one write covering what the device needs of the staging buffer. */
+    bool h2d_table = p->h2d_staged && dev->be->scatter, d2h_table = p->d2h_staged && dev->be->gather;
+    size_t begin = h2d_table ? p->h2d_table_offset : d2h_table ? p->d2h_table_offset : p->h2d_data_offset;
+    size_t end = p->h2d_staged ? p->d2h_data_offset : d2h_table ? p->d2h_table_offset + p->d2h_staged * ENTRY : 0;
+    if (end > begin &&
+        (st = mapping__write(stream, p->host_staging + begin, b->dev_staging, begin, end - begin)) != MAPPING_OK)
+        return st;
+    if ((st = scatter_or_gather(stream, b, p, true)) != MAPPING_OK || (st = straight_through(stream, p, true)))
+        return st;
+    if (p->d2h_staged) {
+        if ((st = scatter_or_gather(stream, b, p, false)) != MAPPING_OK ||
+            (st = mapping__read(stream, b->dev_staging, p->d2h_data_offset, p->host_staging + p->d2h_data_offset,
+                                p->staging_bytes - p->d2h_data_offset)) != MAPPING_OK ||
+            (st = mapping_launch_host(stream, unpack_destinations, p)) != MAPPING_OK)
+            return st;
+        for (size_t g = p->h2d_groups; g < p->group_count; g++)
+            if (p->groups[g].staged)
+                mark_group_done(p, g);
+    }
+    return straight_through(stream, p, false);
+}
+
+/* Names the first copy not done, and leaves exactly those queued. */
+static mapping_status report_failure(mapping_batch *b, const batch_plan *p, mapping_status st)
+{
+    char inner[384];
+    snprintf(inner, sizeof inner, "%s", mapping_last_error_message());
+    size_t first = p->count, done = 0;
+    b->count = 0;
+    for (size_t i = 0; i < p->count; i++) {
+        if (p->done[i]) {
+            done++;
+            continue;
+        }
+        if (first == p->count)
+            first = i;
+        b->copies[b->count++] = p->copies[i]; /* capacity >= p->count: the snapshot came from here */
+    }
+    if (done)
+        mapping__count(&b->dev->counters.batch_flushes, 1);
+    const batch_copy *c = &p->copies[first < p->count ? first : 0];
+    return mapping__fail(st,
+                         "mapping_batch_flush: copy %zu of %zu (%s, %zu bytes at offset %zu of buffer %p) was not done: "
+                         "%s; %zu copies done, %zu not done and still queued",
+                         first, p->count, c->to_gpu ? "host-to-device" : "device-to-host", c->bytes, c->offset,
+                         (void *)c->buf, inner, done, p->count - done);
+}
+
+mapping_status mapping_batch_flush(mapping_stream *stream, mapping_batch *b)
+{
+    static const char fn[] = "mapping_batch_flush";
+    mapping_status st;
+    if ((st = mapping__check_stream(fn, stream)) || (st = mapping__check_ptr(fn, "batch", b)))
+        return st;
+    if (b->magic != MAPPING_MAGIC_BATCH)
+        return mapping__fail(MAPPING_ERR_INVALID_HANDLE, "%s: batch %p is not a live batch", fn, (void *)b);
+    if ((st = mapping__check_same_device(fn, b->dev, stream)))
+        return st;
+    if (b->count == 0)
+        return MAPPING_OK;
+    /* The last flush's work may still read its plan and staging. */
+    if (b->pending) {
+        mapping_event_synchronize(b->pending);
+        mapping_event_destroy(b->pending);
+        b->pending = NULL;
+    }
+    mapping__batch_plan_free(&b->plan);
+    if ((st = mapping__batch_plan(b, &b->plan, mapping__batch_large_bytes(b->dev))) != MAPPING_OK)
+        return st;
+    batch_plan *p = &b->plan;
+    mapping_status run = run_plan(stream, b, p);
+    if (stream && (st = mapping_event_record(stream, &b->pending)) != MAPPING_OK) {
+        /* Without an event we cannot tell when the plan is free: wait now. */
+        b->dev->be->stream_synchronize(b->dev->state, stream->state);
+        b->pending = NULL;
+    }
+    if (run != MAPPING_OK)
+        return report_failure(b, p, run);
+    b->count = 0;
+    mapping__count(&b->dev->counters.batch_flushes, 1);
+    return MAPPING_OK;
+}
+
+/* ---- many ranges of one host array and one buffer (for mirrors) ---- */
+
+mapping_status mapping__transfer_ranges(mapping_stream *stream, mapping_batch *reuse, bool to_gpu, void *host,
+                                        mapping_buffer *buf, const mapping_transfer_range *ranges, size_t count)
+{
+    static const char fn[] = "mapping__transfer_ranges";
+    mapping_status st;
+    if ((st = mapping__check_ptr(fn, "host", host)) || (st = mapping__check_buffer(fn, "buf", buf)) ||
+        (st = mapping__check_stream(fn, stream)) || (st = mapping__check_same_device(fn, buf->dev, stream)) ||
+        (count && (st = mapping__check_ptr(fn, "ranges", ranges))))
+        return st;
+    for (size_t i = 0; i < count; i++)
+        if (ranges[i].bytes && (st = mapping__check_range(fn, "buf", ranges[i].buffer_offset, ranges[i].bytes,
+                                                          buf->size)))
+            return st;
+    mapping_batch *b = reuse;
+    if (!b && (st = mapping_batch_create(buf->dev, &b)) != MAPPING_OK)
+        return st;
+    if (b->count != 0 || b->dev != buf->dev) {
+        st = mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: the batch to reuse must be empty and of buf's device", fn);
+        goto out;
+    }
+    for (size_t i = 0; i < count && st == MAPPING_OK; i++) {
+        if (!ranges[i].bytes)
+            continue;
+        char *h = (char *)host + ranges[i].host_offset;
+        batch_copy c = {.buf = buf, .offset = ranges[i].buffer_offset, .bytes = ranges[i].bytes, .to_gpu = to_gpu,
+                        .src = h, .dst = h};
+        st = mapping__batch_push(b, &c);
+    }
+    if (st == MAPPING_OK)
+        st = mapping_batch_flush(stream, b);
+    else
+        b->count = 0;
+out:
+    if (b != reuse)
+        mapping_batch_destroy(b);
+    return st;
+}

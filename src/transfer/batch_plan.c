@@ -1,0 +1,137 @@
+/*
+ * Planning a flush: sort the queued copies by direction, buffer and offset,
+ * merge the ones whose ranges overlap or touch into groups, decide which
+ * groups are staged (packed into the staging buffer) and which go straight
+ * through, and lay out the staging buffer.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include "transfer/transfer.h"
+
+typedef struct sort_key {
+    int       direction; /* 0: host-to-device first */
+    uintptr_t buf;
+    size_t    offset;
+    size_t    index;
+} sort_key;
+
+static int compare_keys(const void *a_, const void *b_)
+{
+    const sort_key *a = a_, *b = b_;
+    if (a->direction != b->direction)
+        return a->direction - b->direction;
+    if (a->buf != b->buf)
+        return a->buf < b->buf ? -1 : 1;
+    if (a->offset != b->offset)
+        return a->offset < b->offset ? -1 : 1;
+    return (a->index > b->index) - (a->index < b->index);
+}
+
+void mapping__batch_plan_free(batch_plan *plan)
+{
+    free(plan->copies);
+    free(plan->order);
+    free(plan->group_of);
+    free(plan->groups);
+    free(plan->done);
+    memset(plan, 0, sizeof *plan);
+}
+
+static size_t align_up(size_t n, size_t a)
+{
+    return (n + a - 1) / a * a;
+}
+
+/* Groups of one direction, each all-large (straight through) or staged. */
+static void make_groups(batch_plan *plan, const sort_key *keys, size_t large_bytes)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < plan->count;) {
+        const batch_copy *c = &plan->copies[keys[i].index];
+        batch_group g = {.buf = c->buf, .lo = c->offset, .hi = c->offset + c->bytes, .first = i, .to_gpu = c->to_gpu};
+        bool all_large = c->bytes >= large_bytes;
+        size_t j = i + 1;
+        for (; j < plan->count; j++) {
+            const batch_copy *d = &plan->copies[keys[j].index];
+            if (d->to_gpu != c->to_gpu || d->buf != c->buf || d->offset > g.hi)
+                break;
+            if (d->offset + d->bytes > g.hi)
+                g.hi = d->offset + d->bytes;
+            all_large = all_large && d->bytes >= large_bytes;
+        }
+        g.count = j - i;
+        g.staged = !all_large;
+        for (size_t k = i; k < j; k++)
+            plan->group_of[keys[k].index] = n;
+        if (g.to_gpu)
+            plan->h2d_groups = n + 1;
+        plan->groups[n++] = g;
+        i = j;
+    }
+    plan->group_count = n;
+}
+
+static void layout_staging(batch_plan *plan)
+{
+    const size_t entry = sizeof(mapping_scatter_entry);
+    for (size_t i = 0; i < plan->group_count; i++) {
+        if (!plan->groups[i].staged)
+            continue;
+        if (plan->groups[i].to_gpu)
+            plan->h2d_staged++;
+        else
+            plan->d2h_staged++;
+    }
+    plan->h2d_table_offset = 0;
+    plan->d2h_table_offset = plan->h2d_staged * entry;
+    plan->h2d_data_offset = align_up((plan->h2d_staged + plan->d2h_staged) * entry, 64);
+    size_t at = plan->h2d_data_offset;
+    for (size_t i = 0; i < plan->h2d_groups; i++)
+        if (plan->groups[i].staged) {
+            plan->groups[i].staging_offset = at;
+            at += plan->groups[i].hi - plan->groups[i].lo;
+        }
+    plan->d2h_data_offset = align_up(at, 64);
+    at = plan->d2h_data_offset;
+    for (size_t i = plan->h2d_groups; i < plan->group_count; i++)
+        if (plan->groups[i].staged) {
+            plan->groups[i].staging_offset = at;
+            at += plan->groups[i].hi - plan->groups[i].lo;
+        }
+    plan->staging_bytes = at;
+}
+
+mapping_status mapping__batch_plan(mapping_batch *b, batch_plan *plan, size_t large_bytes)
+{
+    memset(plan, 0, sizeof *plan);
+    size_t n = b->count;
+    sort_key *keys = malloc(n * sizeof *keys);
+    plan->copies = malloc(n * sizeof *plan->copies);
+    plan->order = malloc(n * sizeof *plan->order);
+    plan->group_of = malloc(n * sizeof *plan->group_of);
+    plan->groups = malloc(n * sizeof *plan->groups);
+    plan->done = calloc(n, sizeof *plan->done);
+    if (!keys || !plan->copies || !plan->order || !plan->group_of || !plan->groups || !plan->done) {
+        free(keys);
+        mapping__batch_plan_free(plan);
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mapping_batch_flush: out of memory planning %zu copies",
+                             n);
+    }
+    memcpy(plan->copies, b->copies, n * sizeof *plan->copies);
+    plan->count = n;
+    for (size_t i = 0; i < n; i++) {
+        const batch_copy *c = &plan->copies[i];
+        keys[i] = (sort_key){c->to_gpu ? 0 : 1, (uintptr_t)c->buf, c->offset, i};
+    }
+    size_t sorted = 1; /* copies are often added in order: skip the sort then */
+    while (sorted < n && compare_keys(&keys[sorted - 1], &keys[sorted]) < 0)
+        sorted++;
+    if (sorted < n)
+        qsort(keys, n, sizeof *keys, compare_keys);
+    for (size_t i = 0; i < n; i++)
+        plan->order[i] = keys[i].index;
+    make_groups(plan, keys, large_bytes);
+    free(keys);
+    layout_staging(plan);
+    return MAPPING_OK;
+}

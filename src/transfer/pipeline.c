@@ -1,0 +1,242 @@
+/*
+ * Pipelines: a host array through device work in chunks. Chunk i goes to
+ * slot i % depth; each slot has its own stream and device buffers, and runs
+ * upload -> step -> download for its chunks in order. The slots' streams run
+ * concurrently, so while slot 0 computes chunk 0, slot 1 uploads chunk 1 and
+ * slot 2 downloads (later) chunk -1: with depth 3 all three overlap.
+ *
+ * A slot's stream is in order, so its buffers can take the next chunk as
+ * soon as the previous one's download is queued: the caller runs LAPS
+ * chunks ahead per slot, so that a stream goes on to its next chunk without
+ * waiting for the caller's thread to wake up. Before queueing a slot's chunk
+ * i the caller waits for the slot's chunk i - LAPS * depth (an event), which
+ * bounds the work in flight and frees the staging-copy records it used.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include "core/ops.h"
+#include "os/os.h"
+#include "transfer/transfer.h"
+
+enum { MAPPING_MAGIC_PIPELINE = 0x6d506970 /* "mPip" */, MAX_DEPTH = 3, LAPS = 2 };
+
+/* A staging copy run on the slot's stream (pageable <-> page-locked). */
+typedef struct staging_copy {
+    void       *dst;
+    const void *src;
+    size_t      bytes;
+} staging_copy;
+
+typedef struct pipeline_slot {
+    mapping_stream *stream;
+    mapping_buffer *input, *output;
+    void           *stage_in, *stage_out; /* page-locked, allocated when first needed */
+    staging_copy    copy_in[LAPS], copy_out[LAPS];
+    mapping_event  *done[LAPS]; /* end of the chunk queued in that lap */
+} pipeline_slot;
+
+struct mapping_pipeline {
+    uint32_t              magic;
+    mapping_device       *dev;
+    mapping_pipeline_desc desc; /* resolved: no zero fields */
+    bool                  chunk_from_link;
+    pipeline_slot         slots[MAX_DEPTH];
+};
+
+static void run_staging_copy(void *arg)
+{
+    staging_copy *c = arg;
+    memcpy(c->dst, c->src, c->bytes);
+}
+
+static size_t round_pow2(double bytes)
+{
+    size_t p = 1;
+    while ((double)p * 1.5 < bytes && p < ((size_t)1 << 40))
+        p *= 2;
+    return p;
+}
+
+/* Big enough that the per-transfer latency is about 0.5% of a chunk. */
+static size_t chunk_from_link(mapping_device *dev)
+{
+    mapping_link link;
+    double bytes = 0;
+    if (mapping_device_link(dev, &link) == MAPPING_OK)
+        bytes = 200 * link.latency * link.bandwidth;
+    size_t chunk = round_pow2(bytes);
+    const size_t lo = (size_t)256 << 10, hi = (size_t)64 << 20;
+    return chunk < lo ? lo : chunk > hi ? hi : chunk;
+}
+
+static mapping_status check_pipeline(const char *fn, const mapping_pipeline *p)
+{
+    if (!p)
+        return mapping__fail(MAPPING_ERR_NULL_ARGUMENT, "%s: pipeline is NULL", fn);
+    if (p->magic != MAPPING_MAGIC_PIPELINE)
+        return mapping__fail(MAPPING_ERR_INVALID_HANDLE, "%s: pipeline %p is not a live pipeline", fn,
+                             (const void *)p);
+    return MAPPING_OK;
+}
+
+void mapping_pipeline_destroy(mapping_pipeline *p)
+{
+    if (!p || check_pipeline("mapping_pipeline_destroy", p) != MAPPING_OK)
+        return;
+    for (int i = 0; i < MAX_DEPTH; i++) {
+        pipeline_slot *s = &p->slots[i];
+        mapping_stream_destroy(s->stream); /* waits for its work */
+        mapping_free_gpu(s->input);
+        mapping_free_gpu(s->output);
+        mapping_free_cpu(p->dev, s->stage_in);
+        mapping_free_cpu(p->dev, s->stage_out);
+    }
+    p->magic = MAPPING_MAGIC_DEAD;
+    free(p);
+}
+
+mapping_status mapping_pipeline_create(mapping_device *dev, const mapping_pipeline_desc *desc, mapping_pipeline **out)
+{
+    static const char fn[] = "mapping_pipeline_create";
+    mapping_status st;
+    if ((st = mapping__check_device(fn, dev)) || (st = mapping__check_ptr(fn, "out", out)))
+        return st;
+    *out = NULL;
+    mapping_pipeline_desc d = desc ? *desc : (mapping_pipeline_desc){0};
+    if (d.depth < 0 || d.depth > MAX_DEPTH)
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: depth %d is not 0 (default), 1, 2 or 3", fn, d.depth);
+    mapping_pipeline *p = calloc(1, sizeof *p);
+    if (!p)
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
+    p->magic = MAPPING_MAGIC_PIPELINE;
+    p->dev = dev;
+    if (!d.depth)
+        d.depth = MAX_DEPTH;
+    if (!d.element_bytes)
+        d.element_bytes = 1;
+    p->chunk_from_link = d.chunk_bytes == 0;
+    if (!d.chunk_bytes)
+        d.chunk_bytes = chunk_from_link(dev);
+    d.chunk_bytes = d.chunk_bytes / d.element_bytes * d.element_bytes;
+    if (!d.chunk_bytes)
+        d.chunk_bytes = d.element_bytes;
+    p->desc = d;
+    for (int i = 0; i < d.depth && st == MAPPING_OK; i++) {
+        pipeline_slot *s = &p->slots[i];
+        if ((st = mapping_stream_create(dev, &s->stream)) == MAPPING_OK &&
+            (st = mapping_allocate_gpu(dev, d.chunk_bytes, &s->input)) == MAPPING_OK)
+            st = mapping_allocate_gpu(dev, d.chunk_bytes, &s->output);
+    }
+    if (st != MAPPING_OK) {
+        mapping_pipeline_destroy(p);
+        return st;
+    }
+    *out = p;
+    return MAPPING_OK;
+}
+
+mapping_status mapping_pipeline_get_desc(const mapping_pipeline *p, mapping_pipeline_desc *out)
+{
+    static const char fn[] = "mapping_pipeline_get_desc";
+    mapping_status st;
+    if ((st = check_pipeline(fn, p)) || (st = mapping__check_ptr(fn, "out", out)))
+        return st;
+    *out = p->desc;
+    return MAPPING_OK;
+}
+
+/* Page-locked staging for the slots, on the first run that needs it. */
+static mapping_status ensure_staging(mapping_pipeline *p, bool in, bool out)
+{
+    mapping_status st = MAPPING_OK;
+    for (int i = 0; i < p->desc.depth && st == MAPPING_OK; i++) {
+        pipeline_slot *s = &p->slots[i];
+        if (in && !s->stage_in)
+            st = mapping_allocate_cpu(p->dev, p->desc.chunk_bytes, &s->stage_in);
+        if (out && !s->stage_out && st == MAPPING_OK)
+            st = mapping_allocate_cpu(p->dev, p->desc.chunk_bytes, &s->stage_out);
+    }
+    return st;
+}
+
+static mapping_status enqueue_chunk(pipeline_slot *s, size_t lap, const mapping_pipeline_chunk *chunk,
+                                    const char *src, char *dst, bool src_locked, bool dst_locked,
+                                    mapping_pipeline_fn step, void *user)
+{
+    mapping_status st;
+    const char *from = src + chunk->offset;
+    if (!src_locked) {
+        s->copy_in[lap] = (staging_copy){s->stage_in, from, chunk->bytes};
+        if ((st = mapping_launch_host(s->stream, run_staging_copy, &s->copy_in[lap])) != MAPPING_OK)
+            return st;
+        from = s->stage_in;
+    }
+    if ((st = mapping__write(s->stream, from, s->input, 0, chunk->bytes)) != MAPPING_OK ||
+        (st = step(s->stream, chunk, user)) != MAPPING_OK)
+        return st;
+    if (!dst)
+        return MAPPING_OK;
+    char *to = dst_locked ? dst + chunk->offset : s->stage_out;
+    if ((st = mapping__read(s->stream, s->output, 0, to, chunk->bytes)) != MAPPING_OK)
+        return st;
+    if (!dst_locked) {
+        s->copy_out[lap] = (staging_copy){dst + chunk->offset, s->stage_out, chunk->bytes};
+        st = mapping_launch_host(s->stream, run_staging_copy, &s->copy_out[lap]);
+    }
+    return st == MAPPING_OK ? mapping_event_record(s->stream, &s->done[lap]) : st;
+}
+
+mapping_status mapping_pipeline_run(mapping_pipeline *p, const void *cpu_src, void *cpu_dst, size_t bytes,
+                                    mapping_pipeline_fn step, void *user)
+{
+    static const char fn[] = "mapping_pipeline_run";
+    mapping_status st;
+    if ((st = check_pipeline(fn, p)) || (st = mapping__check_ptr(fn, "cpu_src", cpu_src)) ||
+        (st = mapping__check_ptr(fn, "step", (const void *)(uintptr_t)step)))
+        return st;
+    if (bytes == 0)
+        return mapping__fail(MAPPING_ERR_ZERO_SIZE, "%s: bytes is 0", fn);
+    if (bytes % p->desc.element_bytes)
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: bytes %zu is not a multiple of element_bytes %zu", fn,
+                             bytes, p->desc.element_bytes);
+    mapping_device *dev = p->dev;
+    bool src_locked = mapping__host_registry_find(&dev->host_blocks, cpu_src, bytes, &(mapping_host_ref){0});
+    bool dst_locked = cpu_dst && mapping__host_registry_find(&dev->host_blocks, cpu_dst, bytes, &(mapping_host_ref){0});
+    if ((st = ensure_staging(p, !src_locked, cpu_dst && !dst_locked)) != MAPPING_OK)
+        return st;
+
+    /* A default chunk is also at most 1/8 of the array, so short arrays still overlap. */
+    size_t chunk_bytes = p->desc.chunk_bytes;
+    if (p->chunk_from_link && bytes / 8 < chunk_bytes) {
+        size_t e = p->desc.element_bytes, eighth = (bytes / 8 + e - 1) / e * e;
+        chunk_bytes = eighth > (size_t)64 << 10 ? eighth : ((size_t)64 << 10) / e * e;
+        if (chunk_bytes > p->desc.chunk_bytes || chunk_bytes == 0)
+            chunk_bytes = p->desc.chunk_bytes;
+    }
+    mapping_status first = MAPPING_OK;
+    size_t index = 0;
+    for (size_t offset = 0; offset < bytes && first == MAPPING_OK; offset += chunk_bytes, index++) {
+        size_t depth = (size_t)p->desc.depth, lap = index / depth % LAPS;
+        pipeline_slot *s = &p->slots[index % depth];
+        if (s->done[lap]) { /* the slot's chunk index - LAPS * depth */
+            first = mapping_event_synchronize(s->done[lap]);
+            mapping_event_destroy(s->done[lap]);
+            s->done[lap] = NULL;
+            if (first != MAPPING_OK)
+                break;
+        }
+        size_t n = bytes - offset < chunk_bytes ? bytes - offset : chunk_bytes;
+        mapping_pipeline_chunk chunk = {index, offset, n, s->input, 0, s->output, 0};
+        first = enqueue_chunk(s, lap, &chunk, cpu_src, cpu_dst, src_locked, dst_locked, step, user);
+    }
+    for (int i = 0; i < p->desc.depth; i++) {
+        st = mapping_stream_synchronize(p->slots[i].stream);
+        if (first == MAPPING_OK)
+            first = st;
+        for (int lap = 0; lap < LAPS; lap++) {
+            mapping_event_destroy(p->slots[i].done[lap]);
+            p->slots[i].done[lap] = NULL;
+        }
+    }
+    return first;
+}

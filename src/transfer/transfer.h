@@ -1,0 +1,93 @@
+/*
+ * The transfer layer's internals: batches (batch.c: queueing; batch_plan.c:
+ * sorting and coalescing; batch_flush.c: running a plan) and the entry point
+ * the coherence layer uses to move many ranges of one mirror.
+ */
+#ifndef MAPPING_TRANSFER_H
+#define MAPPING_TRANSFER_H
+
+#include <stdbool.h>
+#include "core/core.h"
+
+enum { MAPPING_MAGIC_BATCH = 0x6d426174 /* "mBat" */ };
+
+/* One queued copy; its index in the batch is its place in add order. */
+typedef struct batch_copy {
+    mapping_buffer *buf;
+    size_t          offset; /* in buf */
+    size_t          bytes;
+    const void     *src;    /* host source (to_gpu) */
+    void           *dst;    /* host destination (!to_gpu) */
+    bool            to_gpu;
+} batch_copy;
+
+/* A maximal run of copies of one direction and buffer whose ranges overlap or
+ * touch: moved as one range [lo, hi), staged or straight through. */
+typedef struct batch_group {
+    mapping_buffer *buf;
+    size_t          lo, hi;
+    size_t          staging_offset; /* staged groups: where its bytes lie in staging */
+    size_t          first, count;   /* its members: plan.order[first, +count) */
+    bool            to_gpu;
+    bool            staged;
+} batch_group;
+
+/* What a flush does, built from a snapshot of the queued copies. It stays
+ * alive until the flush's work has completed: stream work reads it. */
+typedef struct batch_plan {
+    batch_copy  *copies;     /* the snapshot, in add order */
+    size_t       count;
+    size_t      *order;      /* copy indices sorted by direction, buffer, offset, index */
+    size_t      *group_of;   /* copy index -> group index */
+    batch_group *groups;     /* host-to-device groups first, each direction sorted by buffer */
+    size_t       group_count;
+    size_t       h2d_groups; /* groups[0, h2d_groups) are host-to-device */
+    /* Staging layout: [h2d table | d2h table | h2d data | d2h data]. */
+    size_t       h2d_table_offset, d2h_table_offset;
+    size_t       h2d_staged, d2h_staged; /* staged groups per direction */
+    size_t       h2d_data_offset, d2h_data_offset, staging_bytes;
+    char        *host_staging; /* set when the flush runs */
+    bool        *done;         /* per copy: done (or queued to be done) */
+} batch_plan;
+
+struct mapping_batch {
+    uint32_t        magic;
+    mapping_device *dev;
+    batch_copy     *copies;
+    size_t          count, capacity;
+
+    batch_plan      plan;         /* of the last flush */
+    mapping_event  *pending;      /* the last flush's end, when it was on a stream */
+    void           *host_staging; /* page-locked (mapping_allocate_cpu) */
+    mapping_buffer *dev_staging;
+    size_t          staging_capacity;
+};
+
+/* Groups at least this large go straight through (from the device's link). */
+size_t mapping__batch_large_bytes(mapping_device *dev);
+/* Builds plan from b's queued copies (moved into the plan). */
+mapping_status mapping__batch_plan(mapping_batch *b, batch_plan *plan, size_t large_bytes);
+void           mapping__batch_plan_free(batch_plan *plan);
+/* Appends a copy; arguments validated by the caller. */
+mapping_status mapping__batch_push(mapping_batch *b, const batch_copy *c);
+
+/* ---- for the coherence layer: many ranges between one host array and one
+ * buffer, through the batch machinery (coalesced, packed, scattered) ---- */
+typedef struct mapping_transfer_range {
+    size_t host_offset;   /* in `host` */
+    size_t buffer_offset; /* in `buf` */
+    size_t bytes;
+} mapping_transfer_range;
+
+/* Copies each range host -> buf (to_gpu) or buf -> host, as one flush.
+ * `reuse`: a batch of buf's device to run it through (its staging is kept
+ * for the next call; it must be empty), or NULL for a temporary one (the
+ * call then waits for the work before returning, even on a stream).
+ * Ranges are checked against buf (not against the host array, whose size
+ * the caller knows). Zero-byte ranges are skipped. Failure: as
+ * mapping_batch_flush (copy indices count the non-empty ranges); with `reuse`, the
+ * ranges not done stay queued in it. */
+mapping_status mapping__transfer_ranges(mapping_stream *stream, mapping_batch *reuse, bool to_gpu, void *host,
+                                        mapping_buffer *buf, const mapping_transfer_range *ranges, size_t count);
+
+#endif

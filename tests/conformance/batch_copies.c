@@ -1,0 +1,334 @@
+/* Batches: what lands where, how many driver transfers it takes, and order. */
+#include <pthread.h>
+#include <stdint.h>
+#include "core/core.h"
+#include "harness.h"
+
+enum { SMALL = 64 };
+
+static mapping_stats stats_of(mapping_device *dev)
+{
+    mapping_stats s;
+    CHECK_OK(mapping_device_stats(dev, &s));
+    return s;
+}
+
+/* A buffer of n bytes holding `fill` everywhere. */
+static mapping_buffer *filled_buffer(mapping_device *dev, size_t n, unsigned char fill)
+{
+    mapping_buffer *buf;
+    CHECK_OK(mapping_allocate_gpu(dev, n, &buf));
+    CHECK_OK(mapping_fill_gpu(NULL, buf, 0, n, fill));
+    return buf;
+}
+
+/* Offsets 0, 3*SMALL, 6*SMALL, ...: scattered, never touching. */
+static size_t scattered(size_t i)
+{
+    return i * 3 * SMALL;
+}
+
+TEST(batch_of_scattered_small_copies_lands_every_byte_and_nothing_else)
+{
+    mapping_device *dev = test_device();
+    enum { N = 1000, BYTES = N * 3 * SMALL };
+    mapping_buffer *a = filled_buffer(dev, BYTES, 0x11), *b = filled_buffer(dev, BYTES, 0x22);
+    unsigned char *src = malloc((size_t)N * SMALL), *expect_a = malloc(BYTES), *expect_b = malloc(BYTES),
+                  *got = malloc(BYTES);
+    test_pattern(src, (size_t)N * SMALL, 1);
+    memset(expect_a, 0x11, BYTES);
+    memset(expect_b, 0x22, BYTES);
+    mapping_batch *batch;
+    CHECK_OK(mapping_batch_create(dev, &batch));
+    for (size_t i = 0; i < N; i++) { /* alternate buffers, offsets descending: the batch sorts */
+        mapping_buffer *to = i % 2 ? a : b;
+        size_t off = scattered(N - 1 - i);
+        CHECK_OK(mapping_batch_sync_to_gpu(batch, src + i * SMALL, to, off, SMALL));
+        memcpy((i % 2 ? expect_a : expect_b) + off, src + i * SMALL, SMALL);
+    }
+    CHECK(mapping_batch_count(batch) == N);
+    CHECK_OK(mapping_batch_flush(NULL, batch));
+    CHECK(mapping_batch_count(batch) == 0);
+    CHECK_OK(mapping_sync_to_cpu(a, got));
+    CHECK_BYTES(got, expect_a, BYTES);
+    CHECK_OK(mapping_sync_to_cpu(b, got));
+    CHECK_BYTES(got, expect_b, BYTES);
+    mapping_batch_destroy(batch);
+    mapping_free_gpu(a);
+    mapping_free_gpu(b);
+    free(src);
+    free(expect_a);
+    free(expect_b);
+    free(got);
+}
+
+TEST(batch_moves_scattered_small_copies_in_one_host_to_device_transfer)
+{
+    mapping_device *dev = test_device();
+    enum { N = 10000 };
+    mapping_buffer *buf = filled_buffer(dev, (size_t)N * 3 * SMALL, 0);
+    unsigned char *src = malloc((size_t)N * SMALL);
+    test_pattern(src, (size_t)N * SMALL, 2);
+    mapping_batch *batch;
+    CHECK_OK(mapping_batch_create(dev, &batch));
+    for (size_t i = 0; i < N; i++)
+        CHECK_OK(mapping_batch_sync_to_gpu(batch, src + i * SMALL, buf, scattered(i), SMALL));
+    CHECK_OK(mapping_batch_flush(NULL, batch)); /* the first flush allocates staging */
+    for (size_t i = 0; i < N; i++)
+        CHECK_OK(mapping_batch_sync_to_gpu(batch, src + i * SMALL, buf, scattered(i), SMALL));
+    mapping_stats before = stats_of(dev);
+    CHECK_OK(mapping_batch_flush(NULL, batch));
+    mapping_stats after = stats_of(dev);
+    CHECK(after.h2d_copies - before.h2d_copies == 1);
+    CHECK(after.d2h_copies == before.d2h_copies);
+    CHECK(after.batch_flushes - before.batch_flushes == 1);
+    CHECK(after.batch_copies - before.batch_copies == 0); /* counted when added */
+    CHECK(after.batch_copies >= 2 * N);
+    mapping_batch_destroy(batch);
+    mapping_free_gpu(buf);
+    free(src);
+}
+
+TEST(batch_moves_scattered_device_to_host_copies_in_one_read)
+{
+    mapping_device *dev = test_device();
+    enum { N = 2000, BYTES = N * 3 * SMALL };
+    unsigned char *content = malloc(BYTES), *dst = malloc((size_t)N * SMALL);
+    test_pattern(content, BYTES, 3);
+    memset(dst, 0, (size_t)N * SMALL);
+    mapping_buffer *buf;
+    CHECK_OK(mapping_allocate_gpu(dev, BYTES, &buf));
+    CHECK_OK(mapping_sync_to_gpu(content, buf));
+    mapping_batch *batch;
+    CHECK_OK(mapping_batch_create(dev, &batch));
+    mapping_stats before = stats_of(dev);
+    for (size_t i = 0; i < N; i++)
+        CHECK_OK(mapping_batch_sync_to_cpu(batch, buf, scattered(N - 1 - i), dst + i * SMALL, SMALL));
+    CHECK_OK(mapping_batch_flush(NULL, batch));
+    mapping_stats after = stats_of(dev);
+    CHECK(after.d2h_copies - before.d2h_copies == 1);
+    CHECK(after.h2d_copies - before.h2d_copies <= 1); /* at most the gather table */
+    for (size_t i = 0; i < N; i++)
+        CHECK_BYTES(dst + i * SMALL, content + scattered(N - 1 - i), SMALL);
+    mapping_batch_destroy(batch);
+    mapping_free_gpu(buf);
+    free(content);
+    free(dst);
+}
+
+TEST(batch_overlapping_host_to_device_copies_the_later_one_wins)
+{
+    mapping_device *dev = test_device();
+    mapping_buffer *buf = filled_buffer(dev, 1024, 0);
+    unsigned char one[256], two[256], three[16], expect[1024] = {0}, got[1024];
+    memset(one, 1, sizeof one);
+    memset(two, 2, sizeof two);
+    memset(three, 3, sizeof three);
+    mapping_batch *batch;
+    CHECK_OK(mapping_batch_create(dev, &batch));
+    CHECK_OK(mapping_batch_sync_to_gpu(batch, one, buf, 100, 256));  /* [100, 356) */
+    CHECK_OK(mapping_batch_sync_to_gpu(batch, two, buf, 0, 200));    /* [0, 200): wins over one */
+    CHECK_OK(mapping_batch_sync_to_gpu(batch, three, buf, 150, 16)); /* inside both: wins */
+    CHECK_OK(mapping_batch_sync_to_gpu(batch, one, buf, 356, 44));   /* touches the first */
+    memset(expect + 100, 1, 256);
+    memset(expect, 2, 200);
+    memset(expect + 150, 3, 16);
+    memset(expect + 356, 1, 44);
+    CHECK_OK(mapping_batch_flush(NULL, batch));
+    CHECK_OK(mapping_sync_to_cpu(buf, got));
+    CHECK_BYTES(got, expect, sizeof expect);
+    mapping_batch_destroy(batch);
+    mapping_free_gpu(buf);
+}
+
+TEST(batch_large_copy_goes_straight_through_unstaged)
+{
+    mapping_device *dev = test_device();
+    const size_t large = (size_t)8 << 20; /* above any threshold (at most 4 MiB) */
+    mapping_buffer *buf = filled_buffer(dev, large + 4096, 0);
+    unsigned char *src = malloc(large), *got = malloc(large), small[64];
+    test_pattern(src, large, 4);
+    test_pattern(small, sizeof small, 5);
+    mapping_batch *batch;
+    CHECK_OK(mapping_batch_create(dev, &batch));
+    CHECK_OK(mapping_batch_sync_to_gpu(batch, small, buf, large + 1024, sizeof small));
+    CHECK_OK(mapping_batch_sync_to_gpu(batch, src, buf, 0, large));
+    mapping_stats before = stats_of(dev);
+    CHECK_OK(mapping_batch_flush(NULL, batch));
+    mapping_stats after = stats_of(dev);
+    CHECK(after.h2d_copies - before.h2d_copies == 2); /* staging + the large one */
+    CHECK(after.h2d_bytes - before.h2d_bytes < large + 4096); /* the large one was not staged too */
+    CHECK_OK(mapping_sync_to_cpu_range(NULL, buf, 0, got, large));
+    CHECK_BYTES(got, src, large);
+    CHECK_OK(mapping_sync_to_cpu_range(NULL, buf, large + 1024, got, sizeof small));
+    CHECK_BYTES(got, small, sizeof small);
+    mapping_batch_destroy(batch);
+    mapping_free_gpu(buf);
+    free(src);
+    free(got);
+}
+
+TEST(batch_host_to_device_copies_take_effect_before_device_to_host_ones)
+{
+    mapping_device *dev = test_device();
+    mapping_buffer *buf = filled_buffer(dev, 4096, 0x55);
+    unsigned char in[128], out[128];
+    test_pattern(in, sizeof in, 6);
+    memset(out, 0, sizeof out);
+    mapping_batch *batch;
+    CHECK_OK(mapping_batch_create(dev, &batch));
+    CHECK_OK(mapping_batch_sync_to_cpu(batch, buf, 1000, out, sizeof out)); /* added first */
+    CHECK_OK(mapping_batch_sync_to_gpu(batch, in, buf, 1000, sizeof in));
+    CHECK_OK(mapping_batch_flush(NULL, batch));
+    CHECK_BYTES(out, in, sizeof in);
+    mapping_batch_destroy(batch);
+    mapping_free_gpu(buf);
+}
+
+TEST(batch_flush_on_a_stream_reads_and_writes_host_memory_in_stream_order)
+{
+    mapping_device *dev = test_device();
+    mapping_stream *s;
+    CHECK_OK(mapping_stream_create(dev, &s));
+    mapping_buffer *a = filled_buffer(dev, 4096, 0), *b = filled_buffer(dev, 4096, 0);
+    unsigned char content[256], host[256], out[256];
+    test_pattern(content, sizeof content, 7);
+    memset(host, 0, sizeof host);
+    memset(out, 0, sizeof out);
+    CHECK_OK(mapping_sync_to_gpu_range(NULL, content, a, 512, sizeof content));
+    /* Earlier work on the stream fills `host`; the batch must read it after. */
+    CHECK_OK(mapping_sync_to_cpu_range(s, a, 512, host, sizeof host));
+    mapping_batch *batch;
+    CHECK_OK(mapping_batch_create(dev, &batch));
+    for (size_t i = 0; i < sizeof host; i += 32)
+        CHECK_OK(mapping_batch_sync_to_gpu(batch, host + i, b, 2 * i, 32));
+    CHECK_OK(mapping_batch_flush(s, batch));
+    for (size_t i = 0; i < sizeof host; i += 32)
+        CHECK_OK(mapping_batch_sync_to_cpu(batch, b, 2 * i, out + i, 32));
+    CHECK_OK(mapping_batch_flush(s, batch)); /* waits for the first flush's staging */
+    CHECK_OK(mapping_stream_synchronize(s));
+    CHECK_BYTES(out, content, sizeof content);
+    mapping_batch_destroy(batch);
+    mapping_free_gpu(a);
+    mapping_free_gpu(b);
+    mapping_stream_destroy(s);
+}
+
+TEST(batch_flush_of_an_empty_batch_does_nothing)
+{
+    mapping_device *dev = test_device();
+    mapping_batch *batch;
+    CHECK_OK(mapping_batch_create(dev, &batch));
+    mapping_stats before = stats_of(dev);
+    CHECK_OK(mapping_batch_flush(NULL, batch));
+    mapping_stats after = stats_of(dev);
+    CHECK(after.batch_flushes == before.batch_flushes && after.h2d_copies == before.h2d_copies);
+    mapping_batch_destroy(batch);
+}
+
+TEST(batch_clear_drops_queued_copies_without_moving_them)
+{
+    mapping_device *dev = test_device();
+    mapping_buffer *buf = filled_buffer(dev, 256, 0x33);
+    unsigned char src[64], got[256], expect[256];
+    memset(src, 9, sizeof src);
+    memset(expect, 0x33, sizeof expect);
+    mapping_batch *batch;
+    CHECK_OK(mapping_batch_create(dev, &batch));
+    CHECK_OK(mapping_batch_sync_to_gpu(batch, src, buf, 0, sizeof src));
+    mapping_batch_clear(batch);
+    CHECK(mapping_batch_count(batch) == 0);
+    CHECK_OK(mapping_batch_flush(NULL, batch));
+    CHECK_OK(mapping_sync_to_cpu(buf, got));
+    CHECK_BYTES(got, expect, sizeof expect);
+    mapping_batch_destroy(batch);
+    mapping_free_gpu(buf);
+}
+
+TEST(batch_refuses_bad_arguments_and_queues_nothing)
+{
+    mapping_device *dev = test_device(), *other = test_device2();
+    mapping_buffer *buf, *foreign;
+    CHECK_OK(mapping_allocate_gpu(dev, 256, &buf));
+    CHECK_OK(mapping_allocate_gpu(other, 256, &foreign));
+    mapping_stream *foreign_stream;
+    CHECK_OK(mapping_stream_create(other, &foreign_stream));
+    unsigned char host[256];
+    mapping_batch *batch;
+    CHECK_STATUS(mapping_batch_create(NULL, &batch), MAPPING_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(mapping_batch_create(dev, NULL), MAPPING_ERR_NULL_ARGUMENT);
+    CHECK_OK(mapping_batch_create(dev, &batch));
+    CHECK_STATUS(mapping_batch_sync_to_gpu(NULL, host, buf, 0, 1), MAPPING_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(mapping_batch_sync_to_gpu(batch, NULL, buf, 0, 1), MAPPING_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(mapping_batch_sync_to_gpu(batch, host, NULL, 0, 1), MAPPING_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(mapping_batch_sync_to_gpu(batch, host, buf, 0, 0), MAPPING_ERR_ZERO_SIZE);
+    CHECK_STATUS(mapping_batch_sync_to_gpu(batch, host, buf, 200, 57), MAPPING_ERR_OUT_OF_RANGE);
+    CHECK_STATUS(mapping_batch_sync_to_gpu(batch, host, buf, SIZE_MAX, 2), MAPPING_ERR_OUT_OF_RANGE);
+    CHECK_STATUS(mapping_batch_sync_to_gpu(batch, host, foreign, 0, 1), MAPPING_ERR_DEVICE_MISMATCH);
+    CHECK_STATUS(mapping_batch_sync_to_cpu(batch, buf, 0, NULL, 1), MAPPING_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(mapping_batch_sync_to_cpu(batch, buf, 1, host, 256), MAPPING_ERR_OUT_OF_RANGE);
+    CHECK_STATUS(mapping_batch_sync_to_cpu(batch, foreign, 0, host, 1), MAPPING_ERR_DEVICE_MISMATCH);
+    CHECK(mapping_batch_count(batch) == 0);
+    CHECK_STATUS(mapping_batch_flush(NULL, NULL), MAPPING_ERR_NULL_ARGUMENT);
+    CHECK_OK(mapping_batch_sync_to_gpu(batch, host, buf, 0, 1));
+    CHECK_STATUS(mapping_batch_flush(foreign_stream, batch), MAPPING_ERR_DEVICE_MISMATCH);
+    CHECK(mapping_batch_count(batch) == 1);
+    CHECK(mapping_batch_count(NULL) == 0);
+    mapping_batch_destroy(NULL);
+    mapping_batch_destroy(batch);
+    mapping_stream_destroy(foreign_stream);
+    mapping_free_gpu(buf);
+    mapping_free_gpu(foreign);
+}
+
+typedef struct gate {
+    pthread_mutex_t lock;
+    pthread_cond_t  cond;
+    int             open;
+} gate;
+
+static void wait_gate(void *arg)
+{
+    gate *g = arg;
+    pthread_mutex_lock(&g->lock);
+    while (!g->open)
+        pthread_cond_wait(&g->cond, &g->lock);
+    pthread_mutex_unlock(&g->lock);
+}
+
+TEST(batch_can_take_new_copies_while_its_last_flush_is_still_queued)
+{
+    mapping_device *dev = test_device();
+    mapping_stream *s;
+    CHECK_OK(mapping_stream_create(dev, &s));
+    mapping_buffer *buf = filled_buffer(dev, 8192, 0);
+    unsigned char first[512], second[512], got[8192], expect[8192] = {0};
+    test_pattern(first, sizeof first, 8);
+    test_pattern(second, sizeof second, 9);
+    gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+    CHECK_OK(mapping_launch_host(s, wait_gate, &g)); /* holds the stream */
+    mapping_batch *batch;
+    CHECK_OK(mapping_batch_create(dev, &batch));
+    for (size_t i = 0; i < sizeof first; i += 64) {
+        CHECK_OK(mapping_batch_sync_to_gpu(batch, first + i, buf, 2 * i, 64));
+        memcpy(expect + 2 * i, first + i, 64);
+    }
+    CHECK_OK(mapping_batch_flush(s, batch));
+    CHECK(mapping_batch_count(batch) == 0);
+    /* The flush is still queued behind the gate: new copies do not disturb it. */
+    for (size_t i = 0; i < sizeof second; i += 64) {
+        CHECK_OK(mapping_batch_sync_to_gpu(batch, second + i, buf, 4096 + 2 * i, 64));
+        memcpy(expect + 4096 + 2 * i, second + i, 64);
+    }
+    pthread_mutex_lock(&g.lock);
+    g.open = 1;
+    pthread_cond_broadcast(&g.cond);
+    pthread_mutex_unlock(&g.lock);
+    CHECK_OK(mapping_batch_flush(s, batch));
+    CHECK_OK(mapping_stream_synchronize(s));
+    CHECK_OK(mapping_sync_to_cpu(buf, got));
+    CHECK_BYTES(got, expect, sizeof expect);
+    mapping_batch_destroy(batch);
+    mapping_free_gpu(buf);
+    mapping_stream_destroy(s);
+}
