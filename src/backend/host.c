@@ -38,7 +38,7 @@ static mapping_status host_device_info(int index, mapping_device_info *info)
     snprintf(info->driver, sizeof info->driver, "mapping %s", mapping_version());
     info->memory_bytes = mapping_os_physical_memory();
     info->caps = MAPPING_CAP_PINNED_HOST | MAPPING_CAP_ASYNC_COPY | MAPPING_CAP_UNIFIED |
-                 MAPPING_CAP_CONCURRENT_UNIFIED | MAPPING_CAP_TIMING;
+                 MAPPING_CAP_CONCURRENT_UNIFIED | MAPPING_CAP_TIMING | MAPPING_CAP_DEVICE_KERNELS;
     return MAPPING_OK;
 }
 
@@ -67,7 +67,8 @@ static mapping_status host_device_open(int index, const mapping_device_desc *des
     } else {
         link_from_env(&d->link);
     }
-    pthread_mutex_init(&d->link.lock, NULL);
+    pthread_mutex_init(&d->link.engine[HOST_LINK_H2D], NULL);
+    pthread_mutex_init(&d->link.engine[HOST_LINK_D2H], NULL);
     *out = d;
     return MAPPING_OK;
 }
@@ -75,7 +76,8 @@ static mapping_status host_device_open(int index, const mapping_device_desc *des
 static void host_device_close(void *dev)
 {
     host_device *d = dev;
-    pthread_mutex_destroy(&d->link.lock);
+    pthread_mutex_destroy(&d->link.engine[HOST_LINK_H2D]);
+    pthread_mutex_destroy(&d->link.engine[HOST_LINK_D2H]);
     free(d);
 }
 

@@ -27,24 +27,12 @@ typedef struct host_stream {
 
 /* ---- the link model ---- */
 
-static pthread_mutex_t *link_engine(host_link *link, host_link_direction dir)
-{
-    pthread_mutex_lock(&link->lock);
-    if (!link->engines_ready) {
-        pthread_mutex_init(&link->engine[HOST_LINK_H2D], NULL);
-        pthread_mutex_init(&link->engine[HOST_LINK_D2H], NULL);
-        link->engines_ready = true;
-    }
-    pthread_mutex_unlock(&link->lock);
-    return &link->engine[dir];
-}
-
 /* Moves the bytes while holding the direction's engine, and keeps holding it
  * until the modelled time has passed. */
 static void link_copy(host_link *link, host_link_direction dir, void *dst, const void *src, size_t bytes)
 {
     double seconds = link->latency + (link->bandwidth > 0 ? (double)bytes / link->bandwidth : 0);
-    pthread_mutex_t *engine = link_engine(link, dir);
+    pthread_mutex_t *engine = &link->engine[dir];
     pthread_mutex_lock(engine);
     uint64_t start = mapping_os_now_ns();
     memcpy(dst, src, bytes);

@@ -22,9 +22,7 @@ typedef enum host_link_direction { HOST_LINK_NONE = -1, HOST_LINK_H2D = 0, HOST_
 typedef struct host_link {
     double          bandwidth; /* bytes/s; 0 = infinite */
     double          latency;   /* seconds per transfer */
-    pthread_mutex_t lock;      /* guards engines_ready */
-    bool            engines_ready;
-    pthread_mutex_t engine[2]; /* per host_link_direction; initialised on first use */
+    pthread_mutex_t engine[2]; /* per host_link_direction */
 } host_link;
 
 typedef struct host_device {
