@@ -15,6 +15,7 @@ mapping_status mapping__mirror_check(const char *fn, const mapping_mirror *m)
 static void state_free(mirror_state *st)
 {
     mapping__mirror_drain(st);
+    mapping_batch_destroy(st->batch);
     free(st->inflight);
     for (int s = 0; s < 2; s++) {
         mapping__rs_free(&st->stale[s]);

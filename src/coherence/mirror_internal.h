@@ -48,6 +48,8 @@ typedef struct mirror_state {
 
     mirror_inflight *inflight;
     size_t           n_inflight, cap_inflight;
+
+    mapping_batch *batch; /* many-range syncs go through it; made on first need */
 } mirror_state;
 
 struct mapping_mirror {

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "coherence/mirror_internal.h"
+#include "transfer/transfer.h"
 #include "core/ops.h"
 
 /* ---- in-flight work ---- */
@@ -210,11 +211,45 @@ static size_t merge_ranges(mirror_state *st, int s, mapping_range *v, size_t n)
 
 /* ---- the copy step ---- */
 
+/* From this many ranges on, a sync packs them through the batch machinery
+ * (src/transfer/; the one place coherence calls into that layer, which
+ * itself never calls coherence): one staged transfer and a device-side scatter instead of
+ * one driver transfer per range. Below it, separate copies cost less than
+ * packing does. */
+enum { MIRROR_BATCH_MIN_RANGES = 16 };
+
+static mapping_status copy_ranges_batched(mapping_stream *stream, mirror_state *st, int target,
+                                          const mapping_range *ranges, size_t n, size_t *done)
+{
+    *done = 0;
+    mapping_status status;
+    if (!st->batch && (status = mapping_batch_create(st->dev, &st->batch)) != MAPPING_OK)
+        return status;
+    mapping_transfer_range *list = malloc(n * sizeof *list);
+    if (!list)
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mirror sync: out of memory");
+    for (size_t i = 0; i < n; i++)
+        list[i] = (mapping_transfer_range){ranges[i].lo, ranges[i].lo, ranges[i].hi - ranges[i].lo};
+    status = mapping__transfer_ranges(stream, st->batch, target == MIRROR_GPU, st->cpu, st->gpu, list, n);
+    free(list);
+    if (status != MAPPING_OK) {
+        /* Some ranges may be done or queued: later work orders after all of
+         * them, and none becomes valid (they are recopied by the next sync). */
+        mapping_batch_clear(st->batch);
+        *done = n;
+        return status;
+    }
+    *done = n;
+    return MAPPING_OK;
+}
+
 mapping_status mapping__mirror_copy_ranges(mapping_stream *stream, mirror_state *st, int target,
                                            const mapping_range *ranges, size_t n, size_t *done)
 {
     if (st->unified)
         return mapping__mirror_prefetch(stream, st, target, ranges, n, done);
+    if (n >= MIRROR_BATCH_MIN_RANGES)
+        return copy_ranges_batched(stream, st, target, ranges, n, done);
     for (*done = 0; *done < n; ++*done) {
         const mapping_range *r = &ranges[*done];
         mapping_status status = target == MIRROR_GPU
