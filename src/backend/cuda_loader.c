@@ -6,6 +6,7 @@
  */
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "backend/cuda_driver.h"
 #include "os/os.h"
@@ -122,7 +123,11 @@ static void load(void)
     char why[200] = "";
     driver.lib = mapping_os_dlopen_first("MAPPING_CUDA_LIBRARY", names, why, sizeof why);
     if (!driver.lib) {
-        snprintf(load_why, sizeof load_why, "no CUDA driver: %s", why);
+        const char *env = getenv("MAPPING_CUDA_LIBRARY");
+        if (env && *env)
+            snprintf(load_why, sizeof load_why, "no CUDA driver: %s", why);
+        else /* dlerror() names only the last try */
+            snprintf(load_why, sizeof load_why, "no CUDA driver: neither libcuda.so.1 nor libcuda.so loads (%s)", why);
         return;
     }
     if (!resolve(load_why, sizeof load_why))
