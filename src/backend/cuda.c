@@ -19,6 +19,7 @@
 #include <string.h>
 #include "backend/cuda_device.h"
 #include "core/error.h"
+#include "os/os.h"
 
 /* The legacy default stream (the non-_ptsz entry points take 0 for it). */
 #define LEGACY_STREAM ((cu_stream)0)
@@ -279,26 +280,71 @@ static mapping_status cuda_unified_prefetch(void *dev, void *stream, void *mem, 
 
 /* ---- host memory ---- */
 
+/* mapping_allocate_cpu promises page alignment, which cuMemHostAlloc does
+ * not document: an unaligned block is traded for mmap + cuMemHostRegister.
+ * The cookie says which of the two to undo. */
+typedef struct cuda_host_block {
+    size_t bytes;
+    bool   registered; /* mmap + cuMemHostRegister rather than cuMemHostAlloc */
+} cuda_host_block;
+
+static mapping_status host_alloc_registered(cuda_device *d, size_t bytes, void **ptr)
+{
+    bool locked; /* mlock is beside the point: registering page-locks it */
+    void *p = mapping_os_alloc_locked(bytes, &locked);
+    if (!p)
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "cuda: cannot map %zu bytes of host memory", bytes);
+    mapping_status st = cuda_check(d->cu->cuMemHostRegister_v2(p, bytes, CU_MEMHOSTREGISTER_PORTABLE_),
+                                   "cuMemHostRegister_v2");
+    if (st != MAPPING_OK) {
+        mapping_os_free_locked(p, bytes, locked);
+        return st;
+    }
+    *ptr = p;
+    return MAPPING_OK;
+}
+
 static mapping_status cuda_host_alloc(void *dev, size_t bytes, void **ptr, void **cookie)
 {
     cuda_device *d = dev;
+    cuda_host_block *b = calloc(1, sizeof *b);
+    if (!b)
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "cuda: out of memory");
+    b->bytes = bytes;
     void *p = NULL;
     mapping_status st;
-    IN_CONTEXT(d, st = cuda_check(d->cu->cuMemHostAlloc(&p, bytes, CU_MEMHOSTALLOC_PORTABLE_), "cuMemHostAlloc"));
+    IN_CONTEXT(d, {
+        st = cuda_check(d->cu->cuMemHostAlloc(&p, bytes, CU_MEMHOSTALLOC_PORTABLE_), "cuMemHostAlloc");
+        if (st == MAPPING_OK && (uintptr_t)p % mapping_os_page_size() != 0) {
+            d->cu->cuMemFreeHost(p);
+            b->registered = true;
+            st = host_alloc_registered(d, bytes, &p);
+        }
+    });
     if (st == MAPPING_ERR_OUT_OF_DEVICE_MEMORY)
         st = MAPPING_ERR_OUT_OF_HOST_MEMORY;
-    if (st == MAPPING_OK)
-        *ptr = *cookie = p;
-    return st;
+    if (st != MAPPING_OK) {
+        free(b);
+        return st;
+    }
+    *ptr = p;
+    *cookie = b;
+    return MAPPING_OK;
 }
 
 static void cuda_host_free(void *dev, void *ptr, void *cookie)
 {
-    (void)cookie;
     cuda_device *d = dev;
+    cuda_host_block *b = cookie;
     mapping_status st;
-    IN_CONTEXT(d, st = cuda_check(d->cu->cuMemFreeHost(ptr), "cuMemFreeHost"));
+    if (b->registered) {
+        IN_CONTEXT(d, st = cuda_check(d->cu->cuMemHostUnregister(ptr), "cuMemHostUnregister"));
+        mapping_os_free_locked(ptr, b->bytes, false);
+    } else {
+        IN_CONTEXT(d, st = cuda_check(d->cu->cuMemFreeHost(ptr), "cuMemFreeHost"));
+    }
     (void)st;
+    free(b);
 }
 
 static mapping_status cuda_host_register(void *dev, void *ptr, size_t bytes, void **cookie)

@@ -289,11 +289,23 @@ API CUresult cuMemHostAlloc(void **p, size_t n, unsigned flags)
 {
     (void)flags;
     NEED_CONTEXT();
-    if (posix_memalign(p, 4096, n))
+    /* FAKE_LIBCUDA_MISALIGN_HOST=1: blocks 64 bytes past a page boundary, to
+     * test the back end's page-alignment fallback. */
+    size_t skew = getenv("FAKE_LIBCUDA_MISALIGN_HOST") ? 64 : 0;
+    void *base;
+    if (posix_memalign(&base, 4096, n + skew))
         return 2;
+    *p = (char *)base + skew;
     return pin_add(*p, n, true);
 }
-API CUresult cuMemFreeHost(void *p) { NEED_CONTEXT(); CUresult r = pin_remove(p); if (r == OK) free(p); return r; }
+API CUresult cuMemFreeHost(void *p)
+{
+    NEED_CONTEXT();
+    CUresult r = pin_remove(p);
+    if (r == OK)
+        free((char *)p - ((uintptr_t)p % 4096));
+    return r;
+}
 API CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned f) { (void)f; NEED_CONTEXT(); return pin_add(p, n, false); }
 API CUresult cuMemHostUnregister(void *p) { NEED_CONTEXT(); return pin_remove(p); }
 
