@@ -125,9 +125,9 @@ static void load(void)
     if (!driver.lib) {
         const char *env = getenv("MAPPING_CUDA_LIBRARY");
         if (env && *env)
-            snprintf(load_why, sizeof load_why, "no CUDA driver: %s", why);
+            snprintf(load_why, sizeof load_why, "no CUDA driver: %.200s", why);
         else /* dlerror() names only the last try */
-            snprintf(load_why, sizeof load_why, "no CUDA driver: neither libcuda.so.1 nor libcuda.so loads (%s)", why);
+            snprintf(load_why, sizeof load_why, "no CUDA driver: neither libcuda.so.1 nor libcuda.so loads (%.160s)", why);
         return;
     }
     if (!resolve(load_why, sizeof load_why))
