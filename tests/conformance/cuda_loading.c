@@ -78,6 +78,7 @@ UNIT_TEST(cuda_toolkit_stub_library_makes_cuda_unavailable_with_a_clear_reason)
             stub = candidates[i];
     if (!stub)
         test_skip("no CUDA toolkit stub library (libcuda.so under stubs/) on this machine");
+    unsetenv("MAPPING_BACKEND"); /* the default device below is the library's choice */
     mapping_backend_info info = cuda_info_with_library(stub);
     CHECK(!info.available);
     CHECK(strstr(info.reason, "CUDA_ERROR_STUB_LIBRARY") != NULL);
