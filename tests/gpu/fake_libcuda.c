@@ -417,7 +417,7 @@ API CUresult cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t 
     return OK;
 }
 
-/* Modules: only the back end's own kernel, emulated on the stream. */
+/* Modules: the back end's kernel and the example's saxpy, emulated on the stream. */
 static int module_token, function_token, saxpy_token;
 API CUresult cuModuleLoadData(void **module, const void *image)
 {
