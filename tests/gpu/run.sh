@@ -22,6 +22,8 @@ root=$(pwd)
 build=${BUILD_DIR:-build-gpu}
 RESULTS=${RESULTS:-${OUT:-$build/gpu-results}}
 mkdir -p "$RESULTS"
+# Results of an earlier run must not show up in this one's summary.
+rm -f "$RESULTS"/{cmake.log,build.log,info.txt,nvidia-smi.txt,ctest.log,example_cuda_kernel.txt,bench.txt,bench.json}
 jobs=$(nproc 2>/dev/null || echo 4)
 t_start=$(date +%s)
 failures=()
