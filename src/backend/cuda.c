@@ -1,0 +1,584 @@
+/*
+ * The cuda back end: the CUDA driver API, loaded at run time (cuda_loader.c).
+ *
+ * - A device object retains the device's primary context (shared with the
+ *   CUDA runtime and other libraries) and makes it current around each call,
+ *   on whatever thread calls: pushed only when another context is current.
+ * - Buffers are CUdeviceptrs (the back end's `mem` is the address itself);
+ *   host memory is cuMemHostAlloc (portable) or cuMemHostRegister.
+ * - Streams are CU_STREAM_NON_BLOCKING: they never wait for the legacy
+ *   default stream, which the blocking calls use.
+ * - Blocking calls return when the work is done. cuMemcpyHtoD from pageable
+ *   memory, cuMemcpyDtoD and cuMemsetD8 may return before that, so those are
+ *   followed by a synchronize of the legacy stream.
+ * - Calls on a stream return once queued; copies of pageable memory go
+ *   through cuda_staging.c so they never wait for the stream.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "backend/cuda_device.h"
+#include "core/error.h"
+#include "os/os.h"
+
+/* The legacy default stream (the non-_ptsz entry points take 0 for it). */
+#define LEGACY_STREAM ((cu_stream)0)
+
+static mapping_status status_of(cu_result r)
+{
+    switch (r) {
+    case CU_SUCCESS:
+        return MAPPING_OK;
+    case CU_ERROR_OUT_OF_MEMORY:
+        return MAPPING_ERR_OUT_OF_DEVICE_MEMORY;
+    case CU_ERROR_NOT_READY:
+        return MAPPING_ERR_NOT_READY;
+    case CU_ERROR_NOT_SUPPORTED:
+        return MAPPING_ERR_UNSUPPORTED;
+    default:
+        return MAPPING_ERR_DRIVER;
+    }
+}
+
+mapping_status cuda_check(cu_result r, const char *call)
+{
+    if (r == CU_SUCCESS)
+        return MAPPING_OK;
+    return mapping__fail_driver(status_of(r), "cuda", call, r, cuda_error_name(r));
+}
+
+mapping_status cuda_enter(cuda_device *d, bool *pushed)
+{
+    cu_context current = NULL;
+    *pushed = false;
+    if (d->cu->cuCtxGetCurrent(&current) == CU_SUCCESS && current == d->ctx)
+        return MAPPING_OK;
+    mapping_status st = cuda_check(d->cu->cuCtxPushCurrent_v2(d->ctx), "cuCtxPushCurrent_v2");
+    *pushed = st == MAPPING_OK;
+    return st;
+}
+
+void cuda_leave(cuda_device *d, bool pushed)
+{
+    if (pushed) {
+        cu_context popped;
+        d->cu->cuCtxPopCurrent_v2(&popped);
+    }
+}
+
+/* Runs the statement (which sets st) with d's context current. */
+#define IN_CONTEXT(d, ...)                                  \
+    do {                                                    \
+        bool pushed_;                                       \
+        if ((st = cuda_enter((d), &pushed_)) != MAPPING_OK) \
+            break;                                          \
+        __VA_ARGS__;                                        \
+        cuda_leave((d), pushed_);                           \
+    } while (0)
+
+/* ---- loading and devices ---- */
+
+static mapping_status cuda_load(char *why, size_t why_size, int *device_count)
+{
+    const cuda_driver *cu = cuda_driver_load(why, why_size);
+    if (!cu)
+        return MAPPING_ERR_NO_BACKEND;
+    int count = 0;
+    cu_result r = cu->cuDeviceGetCount(&count);
+    if (r != CU_SUCCESS) {
+        snprintf(why, why_size, "cuDeviceGetCount failed: %s (%d)", cuda_error_name(r), r);
+        return MAPPING_ERR_NO_BACKEND;
+    }
+    *device_count = count;
+    return MAPPING_OK;
+}
+
+static int attribute(const cuda_driver *cu, cu_device dev, int attr)
+{
+    int value = 0;
+    return cu->cuDeviceGetAttribute(&value, attr, dev) == CU_SUCCESS ? value : 0;
+}
+
+static mapping_status cuda_device_info(int index, mapping_device_info *info)
+{
+    const cuda_driver *cu = cuda_driver_get();
+    cu_device dev;
+    mapping_status st = cuda_check(cu->cuDeviceGet(&dev, index), "cuDeviceGet");
+    if (st != MAPPING_OK)
+        return st;
+    memset(info, 0, sizeof *info);
+    strcpy(info->backend, "cuda");
+    info->index = index;
+    strcpy(info->kind, "gpu");
+    strcpy(info->vendor, "NVIDIA");
+    if (cu->cuDeviceGetName(info->name, (int)sizeof info->name, dev) != CU_SUCCESS)
+        strcpy(info->name, "CUDA device");
+    info->name[sizeof info->name - 1] = '\0';
+    size_t total = 0;
+    if (cu->cuDeviceTotalMem_v2(&total, dev) == CU_SUCCESS)
+        info->memory_bytes = total;
+    snprintf(info->driver, sizeof info->driver, "CUDA driver %d.%d, compute capability %d.%d", cu->version / 1000,
+             cu->version % 1000 / 10, attribute(cu, dev, CU_ATTR_COMPUTE_CAPABILITY_MAJOR),
+             attribute(cu, dev, CU_ATTR_COMPUTE_CAPABILITY_MINOR));
+    info->caps = MAPPING_CAP_PINNED_HOST | MAPPING_CAP_ASYNC_COPY | MAPPING_CAP_TIMING;
+    if (cu->cuMemAllocManaged && attribute(cu, dev, CU_ATTR_MANAGED_MEMORY))
+        info->caps |= MAPPING_CAP_UNIFIED;
+    if ((info->caps & MAPPING_CAP_UNIFIED) && attribute(cu, dev, CU_ATTR_CONCURRENT_MANAGED_ACCESS))
+        info->caps |= MAPPING_CAP_CONCURRENT_UNIFIED;
+    if (cuda_driver_has_batch_copy(cu))
+        info->caps |= MAPPING_CAP_BATCH_COPY;
+    if (attribute(cu, dev, CU_ATTR_HOST_REGISTER_SUPPORTED))
+        info->caps |= MAPPING_CAP_HOST_REGISTER;
+    if (cuda_driver_has_kernels(cu))
+        info->caps |= MAPPING_CAP_DEVICE_KERNELS;
+    return MAPPING_OK;
+}
+
+static cuda_scatter_mode scatter_mode_from_env(void)
+{
+    const char *v = getenv("MAPPING_CUDA_SCATTER");
+    if (!v || !*v || !strcmp(v, "auto"))
+        return CUDA_SCATTER_AUTO;
+    if (!strcmp(v, "batch"))
+        return CUDA_SCATTER_BATCH;
+    if (!strcmp(v, "kernel"))
+        return CUDA_SCATTER_KERNEL;
+    if (!strcmp(v, "copies"))
+        return CUDA_SCATTER_COPIES;
+    mapping__log(1, "cuda: MAPPING_CUDA_SCATTER=%s is not auto, batch, kernel or copies; using auto", v);
+    return CUDA_SCATTER_AUTO;
+}
+
+static mapping_status cuda_device_open(int index, const mapping_device_desc *desc, void **out)
+{
+    (void)desc;
+    const cuda_driver *cu = cuda_driver_get();
+    cuda_device *d = calloc(1, sizeof *d);
+    if (!d)
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "cuda: out of memory");
+    d->cu = cu;
+    d->ordinal = index;
+    mapping_status st = cuda_check(cu->cuDeviceGet(&d->device, index), "cuDeviceGet");
+    if (st == MAPPING_OK)
+        st = cuda_check(cu->cuDevicePrimaryCtxRetain(&d->ctx, d->device), "cuDevicePrimaryCtxRetain");
+    if (st != MAPPING_OK) {
+        free(d);
+        return st;
+    }
+    IN_CONTEXT(d, st = cuda_check(cu->cuStreamCreate(&d->internal, CU_STREAM_NON_BLOCKING_), "cuStreamCreate"));
+    if (st != MAPPING_OK) {
+        cu->cuDevicePrimaryCtxRelease_v2(d->device);
+        free(d);
+        return st;
+    }
+    d->managed = cu->cuMemAllocManaged && attribute(cu, d->device, CU_ATTR_MANAGED_MEMORY);
+    d->concurrent_managed = d->managed && attribute(cu, d->device, CU_ATTR_CONCURRENT_MANAGED_ACCESS);
+    d->scatter_mode = scatter_mode_from_env();
+    cuda_staging_init(&d->staging);
+    pthread_mutex_init(&d->kernels_lock, NULL);
+    *out = d;
+    return MAPPING_OK;
+}
+
+static void cuda_device_close(void *dev)
+{
+    cuda_device *d = dev;
+    mapping_status st;
+    IN_CONTEXT(d, {
+        d->cu->cuStreamSynchronize(d->internal);
+        d->cu->cuStreamDestroy_v2(d->internal);
+        cuda_kernels_unload(d);
+        cuda_staging_destroy(d);
+    });
+    (void)st;
+    pthread_mutex_destroy(&d->kernels_lock);
+    d->cu->cuDevicePrimaryCtxRelease_v2(d->device);
+    free(d);
+}
+
+static mapping_status cuda_device_native(void *dev, mapping_native_device *out)
+{
+    cuda_device *d = dev;
+    out->context = d->ctx;
+    out->device = (void *)(intptr_t)d->device;
+    out->platform = NULL;
+    out->queue = NULL; /* the legacy default stream */
+    return MAPPING_OK;
+}
+
+/* ---- device memory ---- */
+
+static mapping_status cuda_buffer_alloc(void *dev, size_t bytes, void **mem)
+{
+    cuda_device *d = dev;
+    cu_deviceptr p = 0;
+    mapping_status st;
+    IN_CONTEXT(d, st = cuda_check(d->cu->cuMemAlloc_v2(&p, bytes), "cuMemAlloc_v2"));
+    if (st == MAPPING_OK)
+        *mem = (void *)(uintptr_t)p;
+    return st;
+}
+
+static void cuda_buffer_free(void *dev, void *mem)
+{
+    cuda_device *d = dev;
+    mapping_status st;
+    IN_CONTEXT(d, st = cuda_check(d->cu->cuMemFree_v2(cuda_ptr(mem)), "cuMemFree_v2"));
+    (void)st;
+}
+
+static mapping_status cuda_buffer_native(void *dev, void *mem, void **native)
+{
+    (void)dev;
+    *native = mem; /* the CUdeviceptr as (void *)(uintptr_t) */
+    return MAPPING_OK;
+}
+
+static mapping_status cuda_buffer_alloc_unified(void *dev, size_t bytes, void **mem, void **host)
+{
+    cuda_device *d = dev;
+    if (!d->managed)
+        return mapping__fail(MAPPING_ERR_UNSUPPORTED, "cuda: device %d has no managed memory", d->ordinal);
+    cu_deviceptr p = 0;
+    mapping_status st;
+    IN_CONTEXT(d, st = cuda_check(d->cu->cuMemAllocManaged(&p, bytes, CU_MEM_ATTACH_GLOBAL_), "cuMemAllocManaged"));
+    if (st == MAPPING_OK)
+        *mem = *host = (void *)(uintptr_t)p; /* one address for CPU and device */
+    return st;
+}
+
+static mapping_status prefetch(cuda_device *d, cu_stream s, cu_deviceptr p, size_t bytes, bool to_device)
+{
+    const cuda_driver *cu = d->cu;
+    if (cu->cuMemPrefetchAsync_v2) {
+        cu_mem_location to = {to_device ? CU_MEM_LOCATION_TYPE_DEVICE_ : CU_MEM_LOCATION_TYPE_HOST_,
+                              to_device ? d->device : 0};
+        return cuda_check(cu->cuMemPrefetchAsync_v2(p, bytes, to, 0, s), "cuMemPrefetchAsync_v2");
+    }
+    if (cu->cuMemPrefetchAsync)
+        return cuda_check(cu->cuMemPrefetchAsync(p, bytes, to_device ? d->device : CU_DEVICE_CPU_, s),
+                          "cuMemPrefetchAsync");
+    return MAPPING_OK; /* a hint the driver cannot take */
+}
+
+static mapping_status cuda_unified_prefetch(void *dev, void *stream, void *mem, size_t offset, size_t bytes,
+                                            bool to_device)
+{
+    cuda_device *d = dev;
+    /* Without concurrent managed access the driver refuses prefetches and
+     * migrates on launch anyway: the hint has nothing to do. */
+    if (!d->concurrent_managed)
+        return MAPPING_OK;
+    mapping_status st;
+    IN_CONTEXT(d, {
+        st = prefetch(d, stream ? stream : LEGACY_STREAM, cuda_ptr(mem) + offset, bytes, to_device);
+        if (st == MAPPING_OK && !stream)
+            st = cuda_check(d->cu->cuStreamSynchronize(LEGACY_STREAM), "cuStreamSynchronize");
+    });
+    return st;
+}
+
+/* ---- host memory ---- */
+
+/* mapping_allocate_cpu promises page alignment, which cuMemHostAlloc does
+ * not document: an unaligned block is traded for mmap + cuMemHostRegister.
+ * The cookie says which of the two to undo. */
+typedef struct cuda_host_block {
+    size_t bytes;
+    bool   registered; /* mmap + cuMemHostRegister rather than cuMemHostAlloc */
+} cuda_host_block;
+
+static mapping_status host_alloc_registered(cuda_device *d, size_t bytes, void **ptr)
+{
+    bool locked; /* mlock is beside the point: registering page-locks it */
+    void *p = mapping_os_alloc_locked(bytes, &locked);
+    if (!p)
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "cuda: cannot map %zu bytes of host memory", bytes);
+    mapping_status st = cuda_check(d->cu->cuMemHostRegister_v2(p, bytes, CU_MEMHOSTREGISTER_PORTABLE_),
+                                   "cuMemHostRegister_v2");
+    if (st != MAPPING_OK) {
+        mapping_os_free_locked(p, bytes, locked);
+        return st;
+    }
+    *ptr = p;
+    return MAPPING_OK;
+}
+
+static mapping_status cuda_host_alloc(void *dev, size_t bytes, void **ptr, void **cookie)
+{
+    cuda_device *d = dev;
+    cuda_host_block *b = calloc(1, sizeof *b);
+    if (!b)
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "cuda: out of memory");
+    b->bytes = bytes;
+    void *p = NULL;
+    mapping_status st;
+    IN_CONTEXT(d, {
+        st = cuda_check(d->cu->cuMemHostAlloc(&p, bytes, CU_MEMHOSTALLOC_PORTABLE_), "cuMemHostAlloc");
+        if (st == MAPPING_OK && (uintptr_t)p % mapping_os_page_size() != 0) {
+            d->cu->cuMemFreeHost(p);
+            b->registered = true;
+            st = host_alloc_registered(d, bytes, &p);
+        }
+    });
+    if (st == MAPPING_ERR_OUT_OF_DEVICE_MEMORY)
+        st = MAPPING_ERR_OUT_OF_HOST_MEMORY;
+    if (st != MAPPING_OK) {
+        free(b);
+        return st;
+    }
+    *ptr = p;
+    *cookie = b;
+    return MAPPING_OK;
+}
+
+static void cuda_host_free(void *dev, void *ptr, void *cookie)
+{
+    cuda_device *d = dev;
+    cuda_host_block *b = cookie;
+    mapping_status st;
+    if (b->registered) {
+        IN_CONTEXT(d, st = cuda_check(d->cu->cuMemHostUnregister(ptr), "cuMemHostUnregister"));
+        mapping_os_free_locked(ptr, b->bytes, false);
+    } else {
+        IN_CONTEXT(d, st = cuda_check(d->cu->cuMemFreeHost(ptr), "cuMemFreeHost"));
+    }
+    (void)st;
+    free(b);
+}
+
+static mapping_status cuda_host_register(void *dev, void *ptr, size_t bytes, void **cookie)
+{
+    cuda_device *d = dev;
+    mapping_status st;
+    IN_CONTEXT(d, st = cuda_check(d->cu->cuMemHostRegister_v2(ptr, bytes, CU_MEMHOSTREGISTER_PORTABLE_),
+                                  "cuMemHostRegister_v2"));
+    if (st == MAPPING_OK)
+        *cookie = ptr;
+    return st;
+}
+
+static void cuda_host_unregister(void *dev, void *ptr, void *cookie)
+{
+    (void)cookie;
+    cuda_device *d = dev;
+    mapping_status st;
+    IN_CONTEXT(d, st = cuda_check(d->cu->cuMemHostUnregister(ptr), "cuMemHostUnregister"));
+    (void)st;
+}
+
+/* ---- streams ---- */
+
+static mapping_status cuda_stream_create(void *dev, void **stream)
+{
+    cuda_device *d = dev;
+    cu_stream s = NULL;
+    mapping_status st;
+    IN_CONTEXT(d, st = cuda_check(d->cu->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING_), "cuStreamCreate"));
+    if (st == MAPPING_OK)
+        *stream = s;
+    return st;
+}
+
+static void cuda_stream_destroy(void *dev, void *stream)
+{
+    cuda_device *d = dev;
+    mapping_status st;
+    IN_CONTEXT(d, st = cuda_check(d->cu->cuStreamDestroy_v2(stream), "cuStreamDestroy_v2"));
+    (void)st;
+}
+
+static mapping_status cuda_stream_synchronize(void *dev, void *stream)
+{
+    cuda_device *d = dev;
+    mapping_status st;
+    IN_CONTEXT(d, {
+        st = cuda_check(d->cu->cuStreamSynchronize(stream), "cuStreamSynchronize");
+        cuda_staging_trim(d); /* blocks the stream returned are idle now */
+    });
+    return st;
+}
+
+static mapping_status cuda_stream_native(void *dev, void *stream, void **native)
+{
+    (void)dev;
+    *native = stream; /* the CUstream */
+    return MAPPING_OK;
+}
+
+/* ---- transfers ---- */
+
+/* After a legacy-stream call that may return early: wait for it. */
+static mapping_status finish_blocking(cuda_device *d, mapping_status st)
+{
+    return st == MAPPING_OK ? cuda_check(d->cu->cuStreamSynchronize(LEGACY_STREAM), "cuStreamSynchronize") : st;
+}
+
+static mapping_status cuda_write(void *dev, void *stream, const void *src, const mapping_host_ref *pinned,
+                                 void *dst_mem, size_t dst_offset, size_t bytes)
+{
+    cuda_device *d = dev;
+    const cuda_driver *cu = d->cu;
+    cu_deviceptr dst = cuda_ptr(dst_mem) + dst_offset;
+    mapping_status st;
+    if (!stream && pinned) /* synchronous: the fast path the latency figure measures */
+        IN_CONTEXT(d, st = cuda_check(cu->cuMemcpyHtoD_v2(dst, src, bytes), "cuMemcpyHtoD_v2"));
+    else if (!stream)
+        IN_CONTEXT(d, st = finish_blocking(d, cuda_check(cu->cuMemcpyHtoD_v2(dst, src, bytes), "cuMemcpyHtoD_v2")));
+    else if (pinned)
+        IN_CONTEXT(d, st = cuda_check(cu->cuMemcpyHtoDAsync_v2(dst, src, bytes, stream), "cuMemcpyHtoDAsync_v2"));
+    else
+        IN_CONTEXT(d, st = cuda_staged_write(d, stream, src, dst, bytes));
+    return st;
+}
+
+static mapping_status cuda_read(void *dev, void *stream, void *src_mem, size_t src_offset, void *dst,
+                                const mapping_host_ref *pinned, size_t bytes)
+{
+    cuda_device *d = dev;
+    const cuda_driver *cu = d->cu;
+    cu_deviceptr src = cuda_ptr(src_mem) + src_offset;
+    mapping_status st;
+    if (!stream) /* returns once the copy has completed, pageable or not */
+        IN_CONTEXT(d, st = cuda_check(cu->cuMemcpyDtoH_v2(dst, src, bytes), "cuMemcpyDtoH_v2"));
+    else if (pinned)
+        IN_CONTEXT(d, st = cuda_check(cu->cuMemcpyDtoHAsync_v2(dst, src, bytes, stream), "cuMemcpyDtoHAsync_v2"));
+    else
+        IN_CONTEXT(d, st = cuda_staged_read(d, stream, src, dst, bytes));
+    return st;
+}
+
+static mapping_status cuda_copy(void *dev, void *stream, void *src_mem, size_t src_offset, void *dst_mem,
+                                size_t dst_offset, size_t bytes)
+{
+    cuda_device *d = dev;
+    const cuda_driver *cu = d->cu;
+    cu_deviceptr src = cuda_ptr(src_mem) + src_offset, dst = cuda_ptr(dst_mem) + dst_offset;
+    mapping_status st;
+    if (!stream)
+        IN_CONTEXT(d, st = finish_blocking(d, cuda_check(cu->cuMemcpyDtoD_v2(dst, src, bytes), "cuMemcpyDtoD_v2")));
+    else
+        IN_CONTEXT(d, st = cuda_check(cu->cuMemcpyDtoDAsync_v2(dst, src, bytes, stream), "cuMemcpyDtoDAsync_v2"));
+    return st;
+}
+
+static mapping_status cuda_fill(void *dev, void *stream, void *mem, size_t offset, size_t bytes, unsigned char value)
+{
+    cuda_device *d = dev;
+    const cuda_driver *cu = d->cu;
+    cu_deviceptr dst = cuda_ptr(mem) + offset;
+    mapping_status st;
+    if (!stream)
+        IN_CONTEXT(d, st = finish_blocking(d, cuda_check(cu->cuMemsetD8_v2(dst, value, bytes), "cuMemsetD8_v2")));
+    else
+        IN_CONTEXT(d, st = cuda_check(cu->cuMemsetD8Async(dst, value, bytes, stream), "cuMemsetD8Async"));
+    return st;
+}
+
+static mapping_status cuda_launch_host(void *dev, void *stream, void (*fn)(void *), void *user)
+{
+    cuda_device *d = dev;
+    mapping_status st;
+    IN_CONTEXT(d, st = cuda_check(d->cu->cuLaunchHostFunc(stream, fn, user), "cuLaunchHostFunc"));
+    return st;
+}
+
+/* ---- events: timed, one CUevent per record ---- */
+
+static mapping_status cuda_event_record(void *dev, void *stream, void **event)
+{
+    cuda_device *d = dev;
+    const cuda_driver *cu = d->cu;
+    cu_event e = NULL;
+    mapping_status st;
+    IN_CONTEXT(d, {
+        st = cuda_check(cu->cuEventCreate(&e, CU_EVENT_DEFAULT_), "cuEventCreate");
+        if (st == MAPPING_OK && (st = cuda_check(cu->cuEventRecord(e, stream), "cuEventRecord")) != MAPPING_OK)
+            cu->cuEventDestroy_v2(e);
+    });
+    if (st == MAPPING_OK)
+        *event = e;
+    return st;
+}
+
+static mapping_status cuda_event_wait(void *dev, void *stream, void *event)
+{
+    cuda_device *d = dev;
+    mapping_status st;
+    IN_CONTEXT(d, st = cuda_check(d->cu->cuStreamWaitEvent(stream, event, 0), "cuStreamWaitEvent"));
+    return st;
+}
+
+static mapping_status cuda_event_synchronize(void *dev, void *event)
+{
+    cuda_device *d = dev;
+    mapping_status st;
+    IN_CONTEXT(d, st = cuda_check(d->cu->cuEventSynchronize(event), "cuEventSynchronize"));
+    return st;
+}
+
+static mapping_status cuda_event_query(void *dev, void *event)
+{
+    cuda_device *d = dev;
+    mapping_status st;
+    IN_CONTEXT(d, {
+        cu_result r = d->cu->cuEventQuery(event);
+        /* Not ready is an answer, not a failure: nothing is recorded. */
+        st = r == CU_ERROR_NOT_READY ? MAPPING_ERR_NOT_READY : cuda_check(r, "cuEventQuery");
+    });
+    return st;
+}
+
+static mapping_status cuda_event_elapsed(void *dev, void *start, void *end, double *seconds)
+{
+    cuda_device *d = dev;
+    float ms = 0;
+    mapping_status st;
+    IN_CONTEXT(d, st = cuda_check(d->cu->cuEventElapsedTime(&ms, start, end), "cuEventElapsedTime"));
+    if (st == MAPPING_OK)
+        *seconds = (double)ms * 1e-3;
+    return st;
+}
+
+static void cuda_event_destroy(void *dev, void *event)
+{
+    cuda_device *d = dev;
+    mapping_status st;
+    IN_CONTEXT(d, st = cuda_check(d->cu->cuEventDestroy_v2(event), "cuEventDestroy_v2"));
+    (void)st;
+}
+
+const mapping_backend mapping_backend_cuda = {
+    .name = "cuda",
+    .load = cuda_load,
+    .device_info = cuda_device_info,
+    .device_open = cuda_device_open,
+    .device_close = cuda_device_close,
+    .device_native = cuda_device_native,
+    .buffer_alloc = cuda_buffer_alloc,
+    .buffer_free = cuda_buffer_free,
+    .buffer_native = cuda_buffer_native,
+    .buffer_alloc_unified = cuda_buffer_alloc_unified,
+    .unified_prefetch = cuda_unified_prefetch,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
+    .host_register = cuda_host_register,
+    .host_unregister = cuda_host_unregister,
+    .stream_create = cuda_stream_create,
+    .stream_destroy = cuda_stream_destroy,
+    .stream_synchronize = cuda_stream_synchronize,
+    .stream_native = cuda_stream_native,
+    .write = cuda_write,
+    .read = cuda_read,
+    .copy = cuda_copy,
+    .fill = cuda_fill,
+    .scatter = cuda_scatter,
+    .gather = cuda_gather,
+    .launch_host = cuda_launch_host,
+    .event_record = cuda_event_record,
+    .event_wait = cuda_event_wait,
+    .event_synchronize = cuda_event_synchronize,
+    .event_query = cuda_event_query,
+    .event_elapsed = cuda_event_elapsed,
+    .event_destroy = cuda_event_destroy,
+};

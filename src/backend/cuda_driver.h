@@ -1,0 +1,158 @@
+/*
+ * The part of the CUDA driver API the cuda back end uses, declared here so
+ * the library builds on machines without the CUDA toolkit (the toolkit's
+ * cuda.h is never included). Values and signatures follow cuda.h of CUDA 13.0;
+ * every one used here has been stable since the driver version noted.
+ *
+ * The entry points live in one table, filled by cuda_loader.c from the
+ * libcuda it dlopen()s. Where cuda.h maps a name to a versioned symbol
+ * (cuMemAlloc -> cuMemAlloc_v2), the table holds the versioned symbol: the
+ * unversioned export keeps the old ABI (32-bit sizes) for old binaries.
+ */
+#ifndef MAPPING_CUDA_DRIVER_H
+#define MAPPING_CUDA_DRIVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef int                cu_result; /* CUresult */
+typedef int                cu_device; /* CUdevice */
+typedef unsigned long long cu_deviceptr;
+typedef struct cu_ctx_st  *cu_context;
+typedef struct cu_stream_st *cu_stream;
+typedef struct cu_event_st *cu_event;
+typedef struct cu_module_st *cu_module;
+typedef struct cu_func_st *cu_function;
+typedef void (*cu_host_fn)(void *user);
+
+/* CUresult values the back end treats specially (the rest are named by
+ * cuda_error_name()). */
+enum {
+    CU_SUCCESS = 0,
+    CU_ERROR_INVALID_VALUE = 1,
+    CU_ERROR_OUT_OF_MEMORY = 2,
+    CU_ERROR_NOT_INITIALIZED = 3,
+    CU_ERROR_STUB_LIBRARY = 34,
+    CU_ERROR_NO_DEVICE = 100,
+    CU_ERROR_NOT_READY = 600,
+    CU_ERROR_NOT_SUPPORTED = 801,
+};
+
+/* CUdevice_attribute values. */
+enum {
+    CU_ATTR_COMPUTE_CAPABILITY_MAJOR = 75,
+    CU_ATTR_COMPUTE_CAPABILITY_MINOR = 76,
+    CU_ATTR_MANAGED_MEMORY = 83,
+    CU_ATTR_CONCURRENT_MANAGED_ACCESS = 89,
+    CU_ATTR_HOST_REGISTER_SUPPORTED = 99,
+};
+
+enum {
+    CU_MEMHOSTALLOC_PORTABLE_ = 0x01,
+    CU_MEMHOSTREGISTER_PORTABLE_ = 0x01,
+    CU_STREAM_NON_BLOCKING_ = 0x1,
+    CU_EVENT_DEFAULT_ = 0x0,
+    CU_MEM_ATTACH_GLOBAL_ = 0x1,
+    CU_MEM_LOCATION_TYPE_DEVICE_ = 0x1,
+    CU_MEM_LOCATION_TYPE_HOST_ = 0x2,
+    CU_MEMCPY_SRC_ACCESS_ORDER_STREAM_ = 0x1,
+    CU_DEVICE_CPU_ = -1,
+};
+
+/* CUmemLocation (CUDA 11.2). */
+typedef struct cu_mem_location {
+    int type; /* CU_MEM_LOCATION_TYPE_* */
+    int id;
+} cu_mem_location;
+
+/* CUmemcpyAttributes (CUDA 12.8). */
+typedef struct cu_memcpy_attributes {
+    int             src_access_order; /* CU_MEMCPY_SRC_ACCESS_ORDER_* */
+    cu_mem_location src_loc_hint;
+    cu_mem_location dst_loc_hint;
+    unsigned int    flags;
+} cu_memcpy_attributes;
+
+typedef struct cuda_driver {
+    void *lib;
+    int   version; /* cuDriverGetVersion: 12080 = CUDA 12.8 */
+
+    /* Required. */
+    cu_result (*cuInit)(unsigned flags);
+    cu_result (*cuDriverGetVersion)(int *version);
+    cu_result (*cuDeviceGetCount)(int *count);
+    cu_result (*cuDeviceGet)(cu_device *dev, int ordinal);
+    cu_result (*cuDeviceGetName)(char *name, int len, cu_device dev);
+    cu_result (*cuDeviceTotalMem_v2)(size_t *bytes, cu_device dev);
+    cu_result (*cuDeviceGetAttribute)(int *value, int attribute, cu_device dev);
+    cu_result (*cuDevicePrimaryCtxRetain)(cu_context *ctx, cu_device dev);
+    cu_result (*cuDevicePrimaryCtxRelease_v2)(cu_device dev);
+    cu_result (*cuCtxGetCurrent)(cu_context *ctx);
+    cu_result (*cuCtxPushCurrent_v2)(cu_context ctx);
+    cu_result (*cuCtxPopCurrent_v2)(cu_context *ctx);
+    cu_result (*cuMemAlloc_v2)(cu_deviceptr *ptr, size_t bytes);
+    cu_result (*cuMemFree_v2)(cu_deviceptr ptr);
+    cu_result (*cuMemHostAlloc)(void **ptr, size_t bytes, unsigned flags);
+    cu_result (*cuMemFreeHost)(void *ptr);
+    cu_result (*cuMemHostRegister_v2)(void *ptr, size_t bytes, unsigned flags);
+    cu_result (*cuMemHostUnregister)(void *ptr);
+    cu_result (*cuMemcpyHtoD_v2)(cu_deviceptr dst, const void *src, size_t bytes);
+    cu_result (*cuMemcpyDtoH_v2)(void *dst, cu_deviceptr src, size_t bytes);
+    cu_result (*cuMemcpyDtoD_v2)(cu_deviceptr dst, cu_deviceptr src, size_t bytes);
+    cu_result (*cuMemcpyHtoDAsync_v2)(cu_deviceptr dst, const void *src, size_t bytes, cu_stream s);
+    cu_result (*cuMemcpyDtoHAsync_v2)(void *dst, cu_deviceptr src, size_t bytes, cu_stream s);
+    cu_result (*cuMemcpyDtoDAsync_v2)(cu_deviceptr dst, cu_deviceptr src, size_t bytes, cu_stream s);
+    cu_result (*cuMemsetD8_v2)(cu_deviceptr dst, unsigned char value, size_t bytes);
+    cu_result (*cuMemsetD8Async)(cu_deviceptr dst, unsigned char value, size_t bytes, cu_stream s);
+    cu_result (*cuStreamCreate)(cu_stream *s, unsigned flags);
+    cu_result (*cuStreamDestroy_v2)(cu_stream s);
+    cu_result (*cuStreamSynchronize)(cu_stream s);
+    cu_result (*cuLaunchHostFunc)(cu_stream s, cu_host_fn fn, void *user); /* CUDA 10.0 */
+    cu_result (*cuEventCreate)(cu_event *e, unsigned flags);
+    cu_result (*cuEventDestroy_v2)(cu_event e);
+    cu_result (*cuEventRecord)(cu_event e, cu_stream s);
+    cu_result (*cuEventQuery)(cu_event e);
+    cu_result (*cuEventSynchronize)(cu_event e);
+    cu_result (*cuStreamWaitEvent)(cu_stream s, cu_event e, unsigned flags);
+    /* cuEventElapsedTime_v2 (CUDA 12.8) where exported, else cuEventElapsedTime. */
+    cu_result (*cuEventElapsedTime)(float *ms, cu_event start, cu_event end);
+
+    /* Optional: NULL when the driver does not export them. */
+    cu_result (*cuGetErrorName)(cu_result error, const char **name);
+    cu_result (*cuMemAllocManaged)(cu_deviceptr *ptr, size_t bytes, unsigned flags);
+    /* cuMemPrefetchAsync_v2 (CUDA 12.2; the CUDA 13 cuMemPrefetchAsync). */
+    cu_result (*cuMemPrefetchAsync_v2)(cu_deviceptr ptr, size_t bytes, cu_mem_location to, unsigned flags,
+                                       cu_stream s);
+    /* The CUDA 8 signature, used when _v2 is absent. */
+    cu_result (*cuMemPrefetchAsync)(cu_deviceptr ptr, size_t bytes, cu_device to, cu_stream s);
+    /* cuMemcpyBatchAsync_v2 (CUDA 13.0, no failIdx) ... */
+    cu_result (*cuMemcpyBatchAsync_v2)(cu_deviceptr *dsts, cu_deviceptr *srcs, size_t *sizes, size_t count,
+                                       cu_memcpy_attributes *attrs, size_t *attr_idxs, size_t num_attrs,
+                                       cu_stream s);
+    /* ... else cuMemcpyBatchAsync (CUDA 12.8, with failIdx). */
+    cu_result (*cuMemcpyBatchAsync)(cu_deviceptr *dsts, cu_deviceptr *srcs, size_t *sizes, size_t count,
+                                    cu_memcpy_attributes *attrs, size_t *attr_idxs, size_t num_attrs,
+                                    size_t *fail_idx, cu_stream s);
+    cu_result (*cuModuleLoadData)(cu_module *module, const void *image);
+    cu_result (*cuModuleUnload)(cu_module module);
+    cu_result (*cuModuleGetFunction)(cu_function *fn, cu_module module, const char *name);
+    cu_result (*cuLaunchKernel)(cu_function fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                unsigned bz, unsigned shared_bytes, cu_stream s, void **params, void **extra);
+} cuda_driver;
+
+/* The process's driver, loaded once (cuda_loader.c). Returns NULL and writes
+ * a one-line reason into why when there is no usable driver. */
+const cuda_driver *cuda_driver_load(char *why, size_t why_size);
+/* The loaded driver (NULL before a successful cuda_driver_load). */
+const cuda_driver *cuda_driver_get(void);
+/* "CUDA_ERROR_OUT_OF_MEMORY": the driver's name for a CUresult when it has
+ * one, else the name from our own table, else "unknown CUresult". Never NULL
+ * (works before any driver is loaded). */
+const char *cuda_error_name(cu_result code);
+/* Does the driver offer batched copies (cuMemcpyBatchAsync)? */
+bool cuda_driver_has_batch_copy(const cuda_driver *cu);
+/* Can the driver load and launch the library's own kernels? */
+bool cuda_driver_has_kernels(const cuda_driver *cu);
+
+#endif /* MAPPING_CUDA_DRIVER_H */

@@ -1,0 +1,157 @@
+/*
+ * Scatter and gather: many small device-to-device copies between a staging
+ * buffer and a buffer, in one step. Three ways, chosen per device
+ * (MAPPING_CUDA_SCATTER, default auto):
+ *   batch:  cuMemcpyBatchAsync (CUDA 12.8+) from the host copy of the table;
+ *   kernel: the library's kernel (cuda_kernels.cu, shipped as PTX, loaded
+ *           once per device) reading the table from the staging buffer;
+ *   copies: one cuMemcpyDtoDAsync per entry, the fallback that always works.
+ * auto = batch when the driver has it, else the kernel, else copies.
+ * With stream == NULL the work runs on the device's internal stream and is
+ * waited for (batch copies refuse the legacy stream).
+ */
+#include <stdlib.h>
+#include "backend/cuda_device.h"
+#include "backend/cuda_kernels_ptx.h"
+#include "core/error.h"
+
+enum { KERNEL_THREADS = 256, KERNEL_MAX_BLOCKS = 65535 };
+
+/* Loads the kernel the first time a device needs it; a failure is logged
+ * once and the device falls back to copies. The context is current. */
+static bool kernel_ready(cuda_device *d)
+{
+    const cuda_driver *cu = d->cu;
+    pthread_mutex_lock(&d->kernels_lock);
+    if (!d->kernels_tried) {
+        d->kernels_tried = true;
+        if (cuda_driver_has_kernels(cu)) {
+            cu_result r = cu->cuModuleLoadData(&d->module, cuda_kernels_ptx);
+            if (r == CU_SUCCESS && (r = cu->cuModuleGetFunction(&d->copy_entries, d->module,
+                                                                 "mapping_copy_entries")) != CU_SUCCESS) {
+                cu->cuModuleUnload(d->module);
+            }
+            if (r != CU_SUCCESS) {
+                d->module = NULL;
+                mapping__log(1, "cuda: cannot load the scatter/gather kernel (%s, %d); using one copy per entry",
+                             cuda_error_name(r), r);
+            }
+        }
+    }
+    bool ready = d->module != NULL;
+    pthread_mutex_unlock(&d->kernels_lock);
+    return ready;
+}
+
+void cuda_kernels_unload(cuda_device *d)
+{
+    if (d->module)
+        d->cu->cuModuleUnload(d->module);
+    d->module = NULL;
+}
+
+static mapping_status by_kernel(cuda_device *d, cu_stream s, cu_deviceptr staging, size_t table_offset,
+                                size_t count, cu_deviceptr buffer, unsigned gather)
+{
+    cu_deviceptr table = staging + table_offset;
+    unsigned long long n = count;
+    void *params[] = {&staging, &table, &n, &buffer, &gather};
+    unsigned blocks = count < KERNEL_MAX_BLOCKS ? (unsigned)count : KERNEL_MAX_BLOCKS;
+    return cuda_check(d->cu->cuLaunchKernel(d->copy_entries, blocks, 1, 1, KERNEL_THREADS, 1, 1, 0, s, params, NULL),
+                      "cuLaunchKernel");
+}
+
+static mapping_status by_batch(cuda_device *d, cu_stream s, cu_deviceptr staging, const mapping_scatter_entry *table,
+                               size_t count, cu_deviceptr buffer, bool gather)
+{
+    const cuda_driver *cu = d->cu;
+    cu_deviceptr *dsts = malloc(count * sizeof *dsts), *srcs = malloc(count * sizeof *srcs);
+    size_t *sizes = malloc(count * sizeof *sizes);
+    mapping_status st = MAPPING_OK;
+    if (!dsts || !srcs || !sizes) {
+        st = mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "cuda: out of memory for a batch of %zu copies", count);
+        goto out;
+    }
+    for (size_t i = 0; i < count; i++) {
+        cu_deviceptr at_staging = staging + table[i].staging_offset, at_buffer = buffer + table[i].buffer_offset;
+        dsts[i] = gather ? at_staging : at_buffer;
+        srcs[i] = gather ? at_buffer : at_staging;
+        sizes[i] = (size_t)table[i].bytes;
+    }
+    cu_mem_location here = {CU_MEM_LOCATION_TYPE_DEVICE_, d->device};
+    cu_memcpy_attributes attrs = {CU_MEMCPY_SRC_ACCESS_ORDER_STREAM_, here, here, 0};
+    size_t attr_index = 0;
+    if (cu->cuMemcpyBatchAsync_v2) {
+        st = cuda_check(cu->cuMemcpyBatchAsync_v2(dsts, srcs, sizes, count, &attrs, &attr_index, 1, s),
+                        "cuMemcpyBatchAsync_v2");
+    } else {
+        size_t fail_index = 0;
+        st = cuda_check(cu->cuMemcpyBatchAsync(dsts, srcs, sizes, count, &attrs, &attr_index, 1, &fail_index, s),
+                        "cuMemcpyBatchAsync");
+    }
+out:
+    free(dsts);
+    free(srcs);
+    free(sizes);
+    return st;
+}
+
+static mapping_status by_copies(cuda_device *d, cu_stream s, cu_deviceptr staging,
+                                const mapping_scatter_entry *table, size_t count, cu_deviceptr buffer, bool gather)
+{
+    mapping_status st = MAPPING_OK;
+    for (size_t i = 0; i < count && st == MAPPING_OK; i++) {
+        cu_deviceptr at_staging = staging + table[i].staging_offset, at_buffer = buffer + table[i].buffer_offset;
+        st = cuda_check(d->cu->cuMemcpyDtoDAsync_v2(gather ? at_staging : at_buffer, gather ? at_buffer : at_staging,
+                                                    (size_t)table[i].bytes, s),
+                        "cuMemcpyDtoDAsync_v2");
+    }
+    return st;
+}
+
+static mapping_status run(cuda_device *d, cu_stream stream, cu_deviceptr staging, size_t table_offset,
+                          const mapping_scatter_entry *table, size_t count, cu_deviceptr buffer, bool gather)
+{
+    cu_stream s = stream ? stream : d->internal;
+    bool batch = cuda_driver_has_batch_copy(d->cu);
+    cuda_scatter_mode mode = d->scatter_mode;
+    if (mode == CUDA_SCATTER_AUTO)
+        mode = batch ? CUDA_SCATTER_BATCH : CUDA_SCATTER_KERNEL;
+    if (mode == CUDA_SCATTER_BATCH && !batch)
+        mode = CUDA_SCATTER_KERNEL;
+    /* The kernel reads the table as 8-byte words. */
+    if (mode == CUDA_SCATTER_KERNEL && (table_offset % 8 != 0 || !kernel_ready(d)))
+        mode = CUDA_SCATTER_COPIES;
+    mapping_status st = mode == CUDA_SCATTER_BATCH    ? by_batch(d, s, staging, table, count, buffer, gather)
+                        : mode == CUDA_SCATTER_KERNEL ? by_kernel(d, s, staging, table_offset, count, buffer, gather)
+                                                      : by_copies(d, s, staging, table, count, buffer, gather);
+    if (st == MAPPING_OK && !stream)
+        st = cuda_check(d->cu->cuStreamSynchronize(s), "cuStreamSynchronize");
+    return st;
+}
+
+mapping_status cuda_scatter(void *dev, void *stream, void *staging_mem, size_t table_offset,
+                            const mapping_scatter_entry *table, size_t count, void *dst_mem)
+{
+    cuda_device *d = dev;
+    bool pushed;
+    mapping_status st = cuda_enter(d, &pushed);
+    if (st != MAPPING_OK)
+        return st;
+    st = run(d, stream, cuda_ptr(staging_mem), table_offset, table, count, cuda_ptr(dst_mem), false);
+    cuda_leave(d, pushed);
+    return st;
+}
+
+mapping_status cuda_gather(void *dev, void *stream, void *src_mem, void *staging_mem, size_t table_offset,
+                           const mapping_scatter_entry *table, size_t count)
+{
+    cuda_device *d = dev;
+    bool pushed;
+    mapping_status st = cuda_enter(d, &pushed);
+    if (st != MAPPING_OK)
+        return st;
+    st = run(d, stream, cuda_ptr(staging_mem), table_offset, table, count, cuda_ptr(src_mem), true);
+    cuda_leave(d, pushed);
+    return st;
+}
