@@ -63,7 +63,7 @@ static void *worker(void *p)
     return NULL;
 }
 
-TEST(one_device_serves_several_threads_at_once)
+TEST(threads_leave_their_current_context_as_it_was)
 {
     mapping_device *dev = test_device();
     int cuda = strcmp(mapping_backend_name(dev), "cuda") == 0;
