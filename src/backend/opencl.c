@@ -46,7 +46,7 @@ static void describe(int index, cl_platform_id platform, cl_device_id dev)
         platform_version[0] = '\0';
     platform_version[sizeof platform_version - 1] = '\0';
     info_string(dev, CL_DRIVER_VERSION, driver, sizeof driver);
-    snprintf(info->driver, sizeof info->driver, "%.80s; driver %s", platform_version, driver);
+    snprintf(info->driver, sizeof info->driver, "%.72s; driver %.40s", platform_version, driver);
     cl_ulong memory = 0;
     ocl.clGetDeviceInfo(dev, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof memory, &memory, NULL);
     info->memory_bytes = memory;
