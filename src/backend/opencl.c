@@ -9,6 +9,18 @@
 #include "backend/opencl_internal.h"
 #include "core/error.h"
 
+#ifndef MAPPING_OPENCL_HEADERS
+static mapping_status opencl_unavailable(char *why, size_t why_size, int *count)
+{
+    *count = 0;
+    snprintf(why, why_size, "built without the OpenCL headers (CL/cl.h; Debian: opencl-headers)");
+    return MAPPING_ERR_NO_BACKEND;
+}
+
+/* The registry never calls the other operations of a back end that did not load. */
+const mapping_backend mapping_backend_opencl = {.name = "opencl", .load = opencl_unavailable};
+#else
+
 enum { OCL_MAX_DEVICES = 64 };
 
 /* Filled once by opencl_load (the registry calls it once per process). */
@@ -206,3 +218,4 @@ const mapping_backend mapping_backend_opencl = {
     .event_elapsed = ocl_event_elapsed,
     .event_destroy = ocl_event_destroy,
 };
+#endif /* MAPPING_OPENCL_HEADERS */

@@ -8,14 +8,25 @@
 #ifndef MAPPING_BACKEND_OPENCL_API_H
 #define MAPPING_BACKEND_OPENCL_API_H
 
+#include <stdbool.h>
+#include <stddef.h>
+#include "mapping.h"
+
+/* Without the headers the back end still exists, as one that says why it is
+ * unavailable (opencl.c): the rest of the library builds and runs.
+ * MAPPING_OPENCL_PRETEND_NO_HEADERS builds that variant on purpose. */
+#if defined(__has_include) && !defined(MAPPING_OPENCL_PRETEND_NO_HEADERS)
+#if __has_include(<CL/cl.h>)
+#define MAPPING_OPENCL_HEADERS 1
+#endif
+#endif
+
+#ifdef MAPPING_OPENCL_HEADERS
 #ifndef CL_TARGET_OPENCL_VERSION
 #define CL_TARGET_OPENCL_VERSION 300
 #endif
 #define CL_USE_DEPRECATED_OPENCL_1_2_APIS /* clCreateCommandQueue: the 1.x way, works everywhere */
 #include <CL/cl.h>
-#include <stdbool.h>
-#include <stddef.h>
-#include "mapping.h"
 
 /* OpenCL 1.2 entry points: every one must resolve, or the back end is unavailable. */
 #define OCL_REQUIRED_ENTRY_POINTS(X)                                                                         \
@@ -55,4 +66,5 @@ const char *ocl_error_name(cl_int code);
 mapping_status ocl_fail(const char *call, cl_int code);
 mapping_status ocl_status_of(cl_int code);
 
+#endif /* MAPPING_OPENCL_HEADERS */
 #endif

@@ -1,6 +1,7 @@
 /* OpenCL error codes: their names (for messages) and the status each maps to. */
 #include "backend/opencl_api.h"
 #include "core/error.h"
+#ifdef MAPPING_OPENCL_HEADERS
 
 #define OCL_ERROR_LIST(X)                                                                                    \
     X(CL_SUCCESS) X(CL_DEVICE_NOT_FOUND) X(CL_DEVICE_NOT_AVAILABLE) X(CL_COMPILER_NOT_AVAILABLE)             \
@@ -57,3 +58,4 @@ mapping_status ocl_fail(const char *call, cl_int code)
 {
     return mapping__fail_driver(ocl_status_of(code), "opencl", call, code, ocl_error_name(code));
 }
+#endif /* MAPPING_OPENCL_HEADERS */

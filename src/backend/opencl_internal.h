@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include "backend/backend.h"
 #include "backend/opencl_api.h"
+#ifdef MAPPING_OPENCL_HEADERS
 
 typedef struct ocl_device {
     cl_platform_id   platform;
@@ -101,4 +102,5 @@ mapping_status ocl_gather(void *dev, void *stream, void *src_mem, void *staging_
                           const mapping_scatter_entry *table, size_t count);
 void           ocl_kernels_release(ocl_device *d);
 
+#endif /* MAPPING_OPENCL_HEADERS */
 #endif

@@ -8,6 +8,7 @@
 #include <string.h>
 #include "backend/opencl_api.h"
 #include "os/os.h"
+#ifdef MAPPING_OPENCL_HEADERS
 
 ocl_api ocl;
 
@@ -59,3 +60,4 @@ mapping_status ocl_api_load(char *why, size_t why_size)
         snprintf(why, why_size, "%s", load_why);
     return load_status;
 }
+#endif /* MAPPING_OPENCL_HEADERS */

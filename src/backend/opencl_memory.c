@@ -9,6 +9,7 @@
 #include "backend/opencl_internal.h"
 #include "core/error.h"
 #include "os/os.h"
+#ifdef MAPPING_OPENCL_HEADERS
 
 static mapping_status wrap(cl_mem mem, void *svm, void **out)
 {
@@ -147,3 +148,4 @@ void ocl_host_free(void *dev, void *ptr, void *cookie)
     unmap_pinned(dev, cookie);
     free(cookie);
 }
+#endif /* MAPPING_OPENCL_HEADERS */

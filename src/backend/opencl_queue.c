@@ -19,6 +19,7 @@
 #include <string.h>
 #include "backend/opencl_internal.h"
 #include "core/error.h"
+#ifdef MAPPING_OPENCL_HEADERS
 
 void ocl_stream_record_error(ocl_stream *s, mapping_status st, const char *message)
 {
@@ -332,3 +333,4 @@ void ocl_event_destroy(void *dev, void *event)
     (void)dev;
     ocl.clReleaseEvent(event);
 }
+#endif /* MAPPING_OPENCL_HEADERS */

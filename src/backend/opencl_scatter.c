@@ -9,6 +9,7 @@
 #include <string.h>
 #include "backend/opencl_internal.h"
 #include "core/error.h"
+#ifdef MAPPING_OPENCL_HEADERS
 
 /* Entries are three little-endian 64-bit fields (mapping_scatter_entry);
  * they are read byte by byte because table_offset need not be 8-aligned. */
@@ -158,3 +159,4 @@ mapping_status ocl_gather(void *dev, void *stream, void *src_mem, void *staging_
     return launch(dev, stream, false, ((ocl_buffer *)src_mem)->mem, ((ocl_buffer *)staging_mem)->mem, table_offset,
                   count);
 }
+#endif /* MAPPING_OPENCL_HEADERS */
