@@ -57,6 +57,7 @@ static void describe(int index, cl_platform_id platform, cl_device_id dev)
     if (ocl.clGetPlatformInfo(platform, CL_PLATFORM_VERSION, sizeof platform_version, platform_version, NULL))
         platform_version[0] = '\0';
     platform_version[sizeof platform_version - 1] = '\0';
+    platform_version[strcspn(platform_version, ",")] = '\0'; /* PoCL appends its build options */
     info_string(dev, CL_DRIVER_VERSION, driver, sizeof driver);
     snprintf(info->driver, sizeof info->driver, "%.72s; driver %.40s", platform_version, driver);
     cl_ulong memory = 0;
