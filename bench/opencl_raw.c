@@ -121,10 +121,11 @@ static int library(raw_job *j)
 enum { WAYS = 4 };
 static int (*const ways[WAYS])(raw_job *) = {raw_blocking, raw_async_finish, raw_own_memory, library};
 
-/* Median seconds per call of each way. Many short samples, the ways
- * taking turns (and turns at going first), so that the load of a shared
- * machine, which changes over seconds, weighs on all alike. */
-enum { SAMPLES_PER_RUN = 8, MAX_SAMPLES = 64 * SAMPLES_PER_RUN };
+/* Median seconds per call of each way. Every call is timed alone and the
+ * ways take turns call by call (rotating who goes first), so the load of a
+ * shared machine, which comes and goes over milliseconds, falls on all of
+ * them alike; the median of many single calls ignores the bursts. */
+enum { MAX_ROUNDS = 4096 };
 static int measure(bench_ctx *ctx, raw_job *j, double out[WAYS])
 {
     double once = 0;
@@ -135,22 +136,19 @@ static int measure(bench_ctx *ctx, raw_job *j, double out[WAYS])
         double t = bench_now() - t0;
         once = t > once ? t : once;
     }
-    /* Calls long enough to time alone (a 256 MiB copy) get one sample a run. */
-    int per_run = once > 2e-3 ? 1 : SAMPLES_PER_RUN;
-    int samples = (ctx->runs < 64 ? ctx->runs : 64) * per_run;
-    int reps = bench_reps_for(once, (ctx->quick ? 0.01 : 0.05) / per_run);
-    static double times[WAYS][MAX_SAMPLES];
-    for (int r = 0; r < samples; r++)
+    int rounds = bench_reps_for(once, ctx->quick ? 0.15 : 0.5); /* seconds per way */
+    rounds = rounds < ctx->runs ? ctx->runs : rounds > MAX_ROUNDS ? MAX_ROUNDS : rounds;
+    static double times[WAYS][MAX_ROUNDS];
+    for (int r = 0; r < rounds; r++)
         for (int k = 0; k < WAYS; k++) {
             int w = (r + k) % WAYS;
             double t0 = bench_now();
-            for (int i = 0; i < reps; i++)
-                if (ways[w](j))
-                    return 1;
-            times[w][r] = (bench_now() - t0) / reps;
+            if (ways[w](j))
+                return 1;
+            times[w][r] = bench_now() - t0;
         }
     for (int w = 0; w < WAYS; w++)
-        out[w] = bench_median(times[w], samples);
+        out[w] = bench_median(times[w], rounds);
     return 0;
 }
 
