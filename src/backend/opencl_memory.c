@@ -93,8 +93,12 @@ static mapping_status map_pinned(ocl_device *d, size_t bytes, ocl_pinned *p)
 {
     cl_int err = CL_SUCCESS;
     p->mem = ocl.clCreateBuffer(d->context, CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR, bytes, NULL, &err);
-    if (err != CL_SUCCESS)
-        return ocl_fail("clCreateBuffer(CL_MEM_ALLOC_HOST_PTR)", err);
+    if (err != CL_SUCCESS) {
+        /* It is host memory that ran out (or is too large), not device memory. */
+        mapping_status st = ocl_status_of(err);
+        return mapping__fail_driver(st == MAPPING_ERR_OUT_OF_DEVICE_MEMORY ? MAPPING_ERR_OUT_OF_HOST_MEMORY : st,
+                                    "opencl", "clCreateBuffer(CL_MEM_ALLOC_HOST_PTR)", err, ocl_error_name(err));
+    }
     p->mapped = ocl.clEnqueueMapBuffer(d->queue, p->mem, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, bytes, 0, NULL,
                                        NULL, &err);
     if (err != CL_SUCCESS) {

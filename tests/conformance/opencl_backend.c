@@ -5,6 +5,7 @@
  * asynchronous failures reported by stream_synchronize, and host functions
  * that may call the library.
  */
+#include <pthread.h>
 #include "harness.h"
 
 #ifdef MAPPING_WITH_OPENCL
@@ -185,6 +186,10 @@ static void opencl_driver_errors_name_the_call_and_the_cl_code_body(void)
     const char *msg = mapping_last_error_message();
     if (!strstr(msg, "clCreateBuffer") || !strstr(msg, "CL_"))
         test_fail(__FILE__, __LINE__, "message \"%s\" does not name the call and the code", msg);
+    void *host = NULL;
+    CHECK_STATUS(mapping_allocate_cpu(dev, (size_t)1 << 52, &host), MAPPING_ERR_OUT_OF_HOST_MEMORY);
+    CHECK(host == NULL);
+    CHECK(strstr(mapping_last_error_message(), "CL_MEM_ALLOC_HOST_PTR") != NULL);
     CHECK(strcmp(ocl_error_name(CL_INVALID_VALUE), "CL_INVALID_VALUE") == 0);
     CHECK(strcmp(ocl_error_name(-12345), "CL_UNKNOWN_ERROR") == 0);
     mapping_close(dev);
@@ -240,6 +245,61 @@ static void opencl_host_functions_run_on_a_library_thread_and_may_call_the_libra
     mapping_stream_destroy(s);
     mapping_close(dev);
 }
+
+/* Several threads at once, each with its own stream, using the shared
+ * scatter kernel (whose arguments are shared state) and blocking calls on the
+ * device's queue. Run under ThreadSanitizer in CI. */
+typedef struct worker_arg {
+    mapping_device *dev;
+    unsigned        seed;
+    int             ok;
+} worker_arg;
+
+static void *scatter_worker(void *p)
+{
+    worker_arg *w = p;
+    mapping_device *dev = w->dev;
+    enum { N = 4096 };
+    unsigned char data[N], out[N], zero[N];
+    test_pattern(data, N, w->seed);
+    memset(zero, 0, N);
+    mapping_scatter_entry table[2] = {{0, 1000, 100}, {100, 3000, 96}};
+    mapping_buffer *staging = NULL, *dst = NULL;
+    mapping_stream *s = NULL;
+    w->ok = mapping_allocate_gpu(dev, N, &staging) == MAPPING_OK && mapping_allocate_gpu(dev, N, &dst) == MAPPING_OK &&
+            mapping_stream_create(dev, &s) == MAPPING_OK;
+    memcpy(data + 2048, table, sizeof table);
+    for (int round = 0; w->ok && round < 20; round++) {
+        w->ok = mapping_sync_to_gpu(zero, dst) == MAPPING_OK &&
+                mapping_sync_to_gpu_range(s, data, staging, 0, N) == MAPPING_OK &&
+                dev->be->scatter(dev->state, s->state, staging->mem, 2048, table, 2, dst->mem) == MAPPING_OK &&
+                mapping_sync_to_cpu_range(s, dst, 0, out, N) == MAPPING_OK &&
+                mapping_stream_synchronize(s) == MAPPING_OK;
+        w->ok = w->ok && memcmp(out + 1000, data, 100) == 0 && memcmp(out + 3000, data + 100, 96) == 0 &&
+                out[999] == 0 && out[1100] == 0 && out[2999] == 0 && out[3096] == 0;
+    }
+    mapping_stream_destroy(s);
+    mapping_free_gpu(staging);
+    mapping_free_gpu(dst);
+    return NULL;
+}
+
+static void opencl_threads_share_a_device_and_its_scatter_kernel_body(void)
+{
+    mapping_device *dev = open_opencl();
+    enum { THREADS = 4 };
+    pthread_t threads[THREADS];
+    worker_arg args[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        args[i] = (worker_arg){dev, 50u + (unsigned)i, 0};
+        CHECK(pthread_create(&threads[i], NULL, scatter_worker, &args[i]) == 0);
+    }
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(threads[i], NULL);
+        CHECK(args[i].ok);
+    }
+    mapping_close(dev);
+}
 #endif
 
 /* The tests, present in every build (CTest lists them from this file);
@@ -278,4 +338,9 @@ UNIT_TEST(opencl_an_asynchronous_error_is_reported_once_by_stream_synchronize)
 UNIT_TEST(opencl_host_functions_run_on_a_library_thread_and_may_call_the_library)
 {
     OPENCL_RUN(opencl_host_functions_run_on_a_library_thread_and_may_call_the_library_body);
+}
+
+UNIT_TEST(opencl_threads_share_a_device_and_its_scatter_kernel)
+{
+    OPENCL_RUN(opencl_threads_share_a_device_and_its_scatter_kernel_body);
 }
