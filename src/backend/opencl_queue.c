@@ -1,0 +1,336 @@
+/*
+ * OpenCL streams (in-order command queues with profiling), transfers, host
+ * functions and events.
+ *
+ * Blocking calls (stream == NULL) go to the device's own in-order queue with
+ * the blocking flag, or with an event waited for: one driver call, nothing
+ * more, so a blocking copy costs what the raw OpenCL call costs.
+ *
+ * Host functions (launch_host): OpenCL has no "run this host function in
+ * queue order". Each launch enqueues a marker (`reached`) and then a barrier
+ * that waits for a user event (`done`). A worker thread of the stream waits
+ * for the marker, runs fn, and completes the user event: fn runs after the
+ * earlier work, and later work waits until fn has returned. fn runs on our
+ * thread, never on a driver callback thread, so it may block or call the
+ * library (on other streams) without stalling the driver.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "backend/opencl_internal.h"
+#include "core/error.h"
+#ifdef MAPPING_OPENCL_HEADERS
+
+void ocl_stream_record_error(ocl_stream *s, mapping_status st, const char *message)
+{
+    pthread_mutex_lock(&s->lock);
+    if (s->first_error == MAPPING_OK) {
+        s->first_error = st;
+        snprintf(s->error_message, sizeof s->error_message, "%s", message);
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* Status of a completed (or failed) event: MAPPING_OK, or the failure. */
+static mapping_status event_outcome(const char *what, cl_event ev)
+{
+    cl_int status = CL_COMPLETE;
+    cl_int err = ocl.clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL);
+    if (err != CL_SUCCESS)
+        return ocl_fail("clGetEventInfo", err);
+    if (status < 0) /* a failed command's status is its error code */
+        return ocl_fail(what, status);
+    return MAPPING_OK;
+}
+
+mapping_status ocl_finish_blocking(const char *call, cl_int err, cl_event ev)
+{
+    if (err != CL_SUCCESS)
+        return ocl_fail(call, err);
+    err = ocl.clWaitForEvents(1, &ev);
+    mapping_status st = err == CL_SUCCESS ? event_outcome(call, ev) : ocl_fail(call, err);
+    ocl.clReleaseEvent(ev);
+    return st;
+}
+
+/* ---- streams ---- */
+
+mapping_status ocl_stream_create(void *dev, void **out)
+{
+    ocl_device *d = dev;
+    ocl_stream *s = calloc(1, sizeof *s);
+    if (!s)
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "opencl: out of memory");
+    cl_int err = CL_SUCCESS;
+    s->queue = ocl.clCreateCommandQueue(d->context, d->device, CL_QUEUE_PROFILING_ENABLE, &err);
+    if (err != CL_SUCCESS) {
+        free(s);
+        return ocl_fail("clCreateCommandQueue", err);
+    }
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->cond, NULL);
+    *out = s;
+    return MAPPING_OK;
+}
+
+/* Called after stream_synchronize: no host job is pending. */
+void ocl_stream_destroy(void *dev, void *stream)
+{
+    (void)dev;
+    ocl_stream *s = stream;
+    pthread_mutex_lock(&s->lock);
+    s->stopping = true;
+    pthread_cond_broadcast(&s->cond);
+    bool joined = s->worker_started;
+    pthread_mutex_unlock(&s->lock);
+    if (joined)
+        pthread_join(s->worker, NULL);
+    ocl.clFinish(s->queue);
+    ocl.clReleaseCommandQueue(s->queue);
+    pthread_cond_destroy(&s->cond);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}
+
+/* A marker after everything queued; its status says whether that work
+ * failed. Then the first error a host-function worker recorded. */
+mapping_status ocl_stream_synchronize(void *dev, void *stream)
+{
+    (void)dev;
+    ocl_stream *s = stream;
+    cl_event ev = NULL;
+    cl_int err = ocl.clEnqueueMarkerWithWaitList(s->queue, 0, NULL, &ev);
+    mapping_status st = ocl_finish_blocking("clEnqueueMarkerWithWaitList (stream_synchronize)", err, ev);
+    pthread_mutex_lock(&s->lock);
+    mapping_status first = s->first_error;
+    char message[sizeof s->error_message];
+    memcpy(message, s->error_message, sizeof message);
+    s->first_error = MAPPING_OK;
+    pthread_mutex_unlock(&s->lock);
+    if (first != MAPPING_OK)
+        return mapping__fail(first, "%s", message); /* the earlier failure explains a later one */
+    return st;
+}
+
+mapping_status ocl_stream_native(void *dev, void *stream, void **native)
+{
+    (void)dev;
+    *native = ((ocl_stream *)stream)->queue;
+    return MAPPING_OK;
+}
+
+/* ---- transfers ---- */
+
+/* The pinned path: `src` lies in a mapped CL_MEM_ALLOC_HOST_PTR buffer, which
+ * drivers page-lock, and clEnqueueWriteBuffer from such a pointer is their
+ * DMA path (NVIDIA's and AMD's guides say so). The pinned buffer itself is
+ * not used as a copy source: while mapped, its device-side content is
+ * undefined, so clEnqueueCopyBuffer from it would be wrong on drivers that
+ * keep a device copy. Both paths are therefore the same call. */
+mapping_status ocl_write(void *dev, void *stream, const void *src, const mapping_host_ref *pinned, void *dst_mem,
+                         size_t dst_offset, size_t bytes)
+{
+    (void)pinned;
+    cl_command_queue q = ocl_queue_of(dev, stream);
+    cl_int err = ocl.clEnqueueWriteBuffer(q, ((ocl_buffer *)dst_mem)->mem, stream ? CL_FALSE : CL_TRUE, dst_offset,
+                                          bytes, src, 0, NULL, NULL);
+    return err == CL_SUCCESS ? MAPPING_OK : ocl_fail("clEnqueueWriteBuffer", err);
+}
+
+mapping_status ocl_read(void *dev, void *stream, void *src_mem, size_t src_offset, void *dst,
+                        const mapping_host_ref *pinned, size_t bytes)
+{
+    (void)pinned; /* see ocl_write */
+    cl_command_queue q = ocl_queue_of(dev, stream);
+    cl_int err = ocl.clEnqueueReadBuffer(q, ((ocl_buffer *)src_mem)->mem, stream ? CL_FALSE : CL_TRUE, src_offset,
+                                         bytes, dst, 0, NULL, NULL);
+    return err == CL_SUCCESS ? MAPPING_OK : ocl_fail("clEnqueueReadBuffer", err);
+}
+
+mapping_status ocl_copy(void *dev, void *stream, void *src_mem, size_t src_offset, void *dst_mem, size_t dst_offset,
+                        size_t bytes)
+{
+    cl_event ev = NULL;
+    cl_int err = ocl.clEnqueueCopyBuffer(ocl_queue_of(dev, stream), ((ocl_buffer *)src_mem)->mem,
+                                         ((ocl_buffer *)dst_mem)->mem, src_offset, dst_offset, bytes, 0, NULL,
+                                         stream ? NULL : &ev);
+    if (!stream)
+        return ocl_finish_blocking("clEnqueueCopyBuffer", err, ev);
+    return err == CL_SUCCESS ? MAPPING_OK : ocl_fail("clEnqueueCopyBuffer", err);
+}
+
+mapping_status ocl_fill(void *dev, void *stream, void *mem, size_t offset, size_t bytes, unsigned char value)
+{
+    cl_event ev = NULL;
+    cl_uchar pattern = value;
+    cl_int err = ocl.clEnqueueFillBuffer(ocl_queue_of(dev, stream), ((ocl_buffer *)mem)->mem, &pattern,
+                                         sizeof pattern, offset, bytes, 0, NULL, stream ? NULL : &ev);
+    if (!stream)
+        return ocl_finish_blocking("clEnqueueFillBuffer", err, ev);
+    return err == CL_SUCCESS ? MAPPING_OK : ocl_fail("clEnqueueFillBuffer", err);
+}
+
+/* ---- host functions ---- */
+
+static void *host_worker(void *arg)
+{
+    ocl_stream *s = arg;
+    for (;;) {
+        pthread_mutex_lock(&s->lock);
+        while (!s->head && !s->stopping)
+            pthread_cond_wait(&s->cond, &s->lock);
+        ocl_host_job *job = s->head;
+        if (job) {
+            s->head = job->next;
+            if (!s->head)
+                s->tail = NULL;
+        }
+        pthread_mutex_unlock(&s->lock);
+        if (!job)
+            return NULL; /* stopping, and nothing left */
+        cl_int err = ocl.clWaitForEvents(1, &job->reached);
+        if (err != CL_SUCCESS) {
+            /* Earlier work failed. fn still runs (later work waits for it,
+             * and the caller may count on it); synchronize reports the error. */
+            char message[160];
+            snprintf(message, sizeof message, "opencl: work before a host function failed: %s (%d)",
+                     ocl_error_name(err), err);
+            ocl_stream_record_error(s, MAPPING_ERR_DRIVER, message);
+        }
+        job->fn(job->user);
+        ocl.clSetUserEventStatus(job->done, CL_COMPLETE);
+        ocl.clReleaseEvent(job->reached);
+        ocl.clReleaseEvent(job->done);
+        free(job);
+    }
+}
+
+mapping_status ocl_launch_host(void *dev, void *stream, void (*fn)(void *), void *user)
+{
+    ocl_device *d = dev;
+    ocl_stream *s = stream;
+    ocl_host_job *job = calloc(1, sizeof *job);
+    if (!job)
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "opencl: out of memory");
+    job->fn = fn;
+    job->user = user;
+    mapping_status st = MAPPING_OK;
+    cl_int err = CL_SUCCESS;
+    /* Under the lock: two threads launching on one stream get their markers
+     * and jobs in the same order. */
+    pthread_mutex_lock(&s->lock);
+    if (!s->worker_started) {
+        if (pthread_create(&s->worker, NULL, host_worker, s) != 0) {
+            st = mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "opencl: cannot start the host-function thread");
+            goto fail;
+        }
+        s->worker_started = true;
+    }
+    job->done = ocl.clCreateUserEvent(d->context, &err);
+    if (err != CL_SUCCESS) {
+        st = ocl_fail("clCreateUserEvent", err);
+        goto fail;
+    }
+    if ((err = ocl.clEnqueueMarkerWithWaitList(s->queue, 0, NULL, &job->reached)) != CL_SUCCESS) {
+        st = ocl_fail("clEnqueueMarkerWithWaitList", err);
+        goto fail_done;
+    }
+    if ((err = ocl.clEnqueueBarrierWithWaitList(s->queue, 1, &job->done, NULL)) != CL_SUCCESS) {
+        /* The marker is queued already; with no job for it nothing waits on it. */
+        ocl.clReleaseEvent(job->reached);
+        st = ocl_fail("clEnqueueBarrierWithWaitList", err);
+        goto fail_done;
+    }
+    if (s->tail)
+        s->tail->next = job;
+    else
+        s->head = job;
+    s->tail = job;
+    pthread_cond_signal(&s->cond);
+    pthread_mutex_unlock(&s->lock);
+    ocl.clFlush(s->queue); /* so the marker is reached without a later wait */
+    return MAPPING_OK;
+fail_done:
+    ocl.clSetUserEventStatus(job->done, CL_COMPLETE);
+    ocl.clReleaseEvent(job->done);
+fail:
+    pthread_mutex_unlock(&s->lock);
+    free(job);
+    return st;
+}
+
+/* ---- events: markers on profiling queues ---- */
+
+mapping_status ocl_event_record(void *dev, void *stream, void **out)
+{
+    (void)dev;
+    ocl_stream *s = stream;
+    cl_event ev = NULL;
+    cl_int err = ocl.clEnqueueMarkerWithWaitList(s->queue, 0, NULL, &ev);
+    if (err != CL_SUCCESS)
+        return ocl_fail("clEnqueueMarkerWithWaitList", err);
+    ocl.clFlush(s->queue); /* an event polled with event_query must make progress */
+    *out = ev;
+    return MAPPING_OK;
+}
+
+mapping_status ocl_event_wait(void *dev, void *stream, void *event)
+{
+    (void)dev;
+    ocl_stream *s = stream;
+    cl_event ev = event;
+    cl_int err = ocl.clEnqueueBarrierWithWaitList(s->queue, 1, &ev, NULL);
+    if (err != CL_SUCCESS)
+        return ocl_fail("clEnqueueBarrierWithWaitList", err);
+    ocl.clFlush(s->queue);
+    return MAPPING_OK;
+}
+
+mapping_status ocl_event_synchronize(void *dev, void *event)
+{
+    (void)dev;
+    cl_event ev = event;
+    cl_int err = ocl.clWaitForEvents(1, &ev);
+    if (err != CL_SUCCESS)
+        return ocl_fail("clWaitForEvents", err);
+    return event_outcome("the work before the event", ev);
+}
+
+mapping_status ocl_event_query(void *dev, void *event)
+{
+    (void)dev;
+    cl_int status = CL_COMPLETE;
+    cl_int err = ocl.clGetEventInfo(event, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL);
+    if (err != CL_SUCCESS)
+        return ocl_fail("clGetEventInfo", err);
+    if (status < 0)
+        return ocl_fail("the work before the event", status);
+    return status == CL_COMPLETE ? MAPPING_OK : MAPPING_ERR_NOT_READY;
+}
+
+/* Timestamps are the markers' CL_PROFILING_COMMAND_END: the moment the stream
+ * passed the point where the event was recorded. */
+mapping_status ocl_event_elapsed(void *dev, void *start, void *end, double *seconds)
+{
+    cl_ulong t[2] = {0, 0};
+    void *events[2] = {start, end};
+    for (int i = 0; i < 2; i++) {
+        mapping_status st = ocl_event_query(dev, events[i]);
+        if (st == MAPPING_ERR_NOT_READY)
+            return mapping__fail(st, "mapping_event_elapsed: the %s event has not completed", i ? "end" : "start");
+        if (st != MAPPING_OK)
+            return st;
+        cl_int err = ocl.clGetEventProfilingInfo(events[i], CL_PROFILING_COMMAND_END, sizeof t[i], &t[i], NULL);
+        if (err != CL_SUCCESS)
+            return ocl_fail("clGetEventProfilingInfo(CL_PROFILING_COMMAND_END)", err);
+    }
+    *seconds = ((double)t[1] - (double)t[0]) * 1e-9;
+    return MAPPING_OK;
+}
+
+void ocl_event_destroy(void *dev, void *event)
+{
+    (void)dev;
+    ocl.clReleaseEvent(event);
+}
+#endif /* MAPPING_OPENCL_HEADERS */
