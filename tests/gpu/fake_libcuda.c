@@ -96,7 +96,29 @@ typedef struct event {
     pthread_cond_t  cond;
     bool            done;
     double          ms;
+    int             refs; /* the handle and each queued record or wait: as in
+                             CUDA, destroying an event that queued work still
+                             uses defers the release until that work is done */
 } event;
+
+static void event_release(event *e)
+{
+    pthread_mutex_lock(&e->lock);
+    int left = --e->refs;
+    pthread_mutex_unlock(&e->lock);
+    if (left == 0) {
+        pthread_mutex_destroy(&e->lock);
+        pthread_cond_destroy(&e->cond);
+        free(e);
+    }
+}
+
+static void event_retain(event *e)
+{
+    pthread_mutex_lock(&e->lock);
+    e->refs++;
+    pthread_mutex_unlock(&e->lock);
+}
 
 static double now_ms(void)
 {
@@ -172,8 +194,8 @@ static void run_op(op *o)
         o->fn(o->user);
         in_host_fn = false;
         break;
-    case OP_RECORD: event_complete(o->ev); break;
-    case OP_WAIT: event_wait(o->ev); break;
+    case OP_RECORD: event_complete(o->ev); event_release(o->ev); break;
+    case OP_WAIT: event_wait(o->ev); event_release(o->ev); break;
     case OP_KERNEL: run_copy_entries(o); break;
     case OP_SAXPY: /* examples/kernels/scale.cu: y = a*x + y; value = a, src = x, dst = y, bytes = n */
         for (size_t i = 0; i < o->bytes; i++)
@@ -363,17 +385,22 @@ API CUresult cuEventCreate(event **out, unsigned flags)
     pthread_mutex_init(&e->lock, NULL);
     pthread_cond_init(&e->cond, NULL);
     e->done = true; /* an event never recorded counts as complete */
+    e->refs = 1;
     *out = e;
     return OK;
 }
-API CUresult cuEventDestroy_v2(event *e) { NEED_CONTEXT(); free(e); return OK; }
+API CUresult cuEventDestroy_v2(event *e) { NEED_CONTEXT(); event_release(e); return OK; }
 API CUresult cuEventRecord(event *e, stream *s)
 {
     NEED_CONTEXT();
     pthread_mutex_lock(&e->lock);
     e->done = false;
+    e->refs++;
     pthread_mutex_unlock(&e->lock);
-    return submit(s, (op){.kind = OP_RECORD, .ev = e});
+    CUresult r = submit(s, (op){.kind = OP_RECORD, .ev = e});
+    if (r != OK)
+        event_release(e);
+    return r;
 }
 API CUresult cuEventQuery(event *e)
 {
@@ -384,7 +411,16 @@ API CUresult cuEventQuery(event *e)
     return done ? OK : NOT_READY;
 }
 API CUresult cuEventSynchronize(event *e) { NEED_CONTEXT(); event_wait(e); return OK; }
-API CUresult cuStreamWaitEvent(stream *s, event *e, unsigned f) { (void)f; NEED_CONTEXT(); return submit(s, (op){.kind = OP_WAIT, .ev = e}); }
+API CUresult cuStreamWaitEvent(stream *s, event *e, unsigned f)
+{
+    (void)f;
+    NEED_CONTEXT();
+    event_retain(e);
+    CUresult r = submit(s, (op){.kind = OP_WAIT, .ev = e});
+    if (r != OK)
+        event_release(e);
+    return r;
+}
 API CUresult cuEventElapsedTime(float *ms, event *a, event *b)
 {
     NEED_CONTEXT();
