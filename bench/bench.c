@@ -225,7 +225,9 @@ static int wanted(const char *only, const char *name)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: mapping bench [--backend NAME] [--device N] [--quick] [--runs N] [--json] [--only S,S]\n"
-               "sections:\n");
+               "exit status: 0 done, 1 a section failed, 2 bad arguments, %d the back end is not available here\n"
+               "sections:\n",
+            BENCH_EXIT_UNAVAILABLE);
     for (int i = 0; i < section_count; i++)
         fprintf(f, "  %-12s %s\n", sections[i]->name, sections[i]->help);
 }
@@ -276,6 +278,10 @@ int bench_main(int argc, char **argv)
     if (st != MAPPING_OK) {
         fprintf(stderr, "mapping bench: cannot open %s: %s\n", backend ? backend : "the default back end",
                 mapping_last_error_message());
+        if (st == MAPPING_ERR_NO_BACKEND || st == MAPPING_ERR_NO_DEVICE) {
+            printf("SKIP: %s\n", mapping_last_error_message());
+            return BENCH_EXIT_UNAVAILABLE;
+        }
         return 1;
     }
     mapping_device_get_info(ctx.dev, &ctx.info);

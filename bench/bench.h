@@ -12,6 +12,9 @@
 #include <stdio.h>
 #include "mapping.h"
 
+/* Exit status of `mapping bench` when the back end asked for is absent. */
+enum { BENCH_EXIT_UNAVAILABLE = 77 };
+
 typedef struct bench_ctx {
     mapping_device     *dev;
     mapping_device_info info;
