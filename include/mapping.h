@@ -305,8 +305,12 @@ MAPPING_API void           mapping_stream_destroy(mapping_stream *stream);
  * (and forgets it), MAPPING_OK otherwise. Thread-safe. */
 MAPPING_API mapping_status mapping_stream_synchronize(mapping_stream *stream);
 /* Queues fn(user) to run on a library thread once earlier work on the stream
- * is done; later work waits for it to return. fn must not call the library
- * on the same stream. stream NULL: runs fn now, on this thread. */
+ * is done; later work waits for it to return. fn must not wait for work on
+ * the same stream. Portable code does not call the library from fn at all:
+ * CUDA runs fn as a driver host function (cuLaunchHostFunc), in which driver
+ * calls are forbidden (host and OpenCL run fn on a thread of their own,
+ * where calls on other streams are fine). stream NULL: runs fn now, on this
+ * thread. */
 MAPPING_API mapping_status mapping_launch_host(mapping_stream *stream, void (*fn)(void *user), void *user);
 
 /* Creates an event that completes when the stream reaches this point, and
