@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include "kernels/scale_ptx.h"
+#include "check.h"
 #include "mapping.h"
 
 /* The few driver types and calls the example needs (cuda.h, CUDA 10+). */
@@ -25,15 +26,6 @@ static CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
 static CUresult (*cuModuleUnload)(CUmodule);
 static CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                                   CUstream, void **, void **);
-
-#define CHECK(call)                                                                                            \
-    do {                                                                                                       \
-        mapping_status st_ = (call);                                                                           \
-        if (st_ != MAPPING_OK) {                                                                               \
-            fprintf(stderr, "%s: %s (%s)\n", #call, mapping_status_string(st_), mapping_last_error_message()); \
-            return 1;                                                                                          \
-        }                                                                                                      \
-    } while (0)
 
 #define CHECK_CU(call)                                           \
     do {                                                         \

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "check.h"
 #include "mapping.h"
 
 #if defined(__has_include)
@@ -28,15 +29,6 @@ int main(void)
 #else
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>
-
-#define CHECK(call)                                                                                        \
-    do {                                                                                                   \
-        mapping_status st_ = (call);                                                                       \
-        if (st_ != MAPPING_OK) {                                                                           \
-            fprintf(stderr, "%s: %s (%s)\n", #call, mapping_status_string(st_), mapping_last_error_message()); \
-            return 1;                                                                                      \
-        }                                                                                                  \
-    } while (0)
 
 #define CHECK_CL(call)                                                \
     do {                                                              \

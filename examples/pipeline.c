@@ -17,16 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "check.h"
 #include "mapping.h"
-
-#define CHECK(call)                                                                                          \
-    do {                                                                                                     \
-        mapping_status st_ = (call);                                                                         \
-        if (st_ != MAPPING_OK) {                                                                             \
-            fprintf(stderr, "%s: %s (%s)\n", #call, mapping_status_string(st_), mapping_last_error_message()); \
-            return 1;                                                                                        \
-        }                                                                                                    \
-    } while (0)
 
 typedef struct pair {
     float x, y;

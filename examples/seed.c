@@ -4,16 +4,8 @@
  * Runs on the default back end ($MAPPING_BACKEND to choose).
  */
 #include <stdio.h>
+#include "check.h"
 #include "mapping.h"
-
-#define CHECK(call)                                                                                        \
-    do {                                                                                                   \
-        mapping_status st_ = (call);                                                                       \
-        if (st_ != MAPPING_OK) {                                                                           \
-            fprintf(stderr, "%s: %s (%s)\n", #call, mapping_status_string(st_), mapping_last_error_message()); \
-            return 1;                                                                                      \
-        }                                                                                                  \
-    } while (0)
 
 int main(void)
 {

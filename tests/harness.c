@@ -85,6 +85,32 @@ void test_pattern(void *p, size_t n, unsigned seed)
     }
 }
 
+void test_gate_wait(void *arg)
+{
+    test_gate *g = arg;
+    pthread_mutex_lock(&g->lock);
+    while (!g->open)
+        pthread_cond_wait(&g->cond, &g->lock);
+    g->passed++;
+    pthread_mutex_unlock(&g->lock);
+}
+
+void test_gate_open(test_gate *g)
+{
+    pthread_mutex_lock(&g->lock);
+    g->open = 1;
+    pthread_cond_broadcast(&g->cond);
+    pthread_mutex_unlock(&g->lock);
+}
+
+int test_gate_passed(test_gate *g)
+{
+    pthread_mutex_lock(&g->lock);
+    int passed = g->passed;
+    pthread_mutex_unlock(&g->lock);
+    return passed;
+}
+
 static int run(const test_entry *t)
 {
     t->fn();

@@ -12,6 +12,7 @@
 #ifndef MAPPING_TEST_HARNESS_H
 #define MAPPING_TEST_HARNESS_H
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,19 @@ void test_fail(const char *file, int line, const char *fmt, ...) __attribute__((
                 test_fail(__FILE__, __LINE__, "byte %zu of %zu differs: got 0x%02x, expected 0x%02x", i_, n_,  \
                           a_[i_], e_[i_]);                                                                     \
     } while (0)
+
+/* A gate holds a stream: mapping_launch_host(s, test_gate_wait, &gate)
+ * blocks the stream's later work until test_gate_open(&gate). */
+typedef struct test_gate {
+    pthread_mutex_t lock;
+    pthread_cond_t  cond;
+    int             open;
+    int             passed; /* how many waits have passed the gate */
+} test_gate;
+#define TEST_GATE_INIT {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0}
+void test_gate_wait(void *gate);
+void test_gate_open(test_gate *gate);
+int  test_gate_passed(test_gate *gate);
 
 /* Fills p with a pattern that depends on seed and position. */
 void test_pattern(void *p, size_t n, unsigned seed);

@@ -2,19 +2,19 @@
 #include <stdlib.h>
 #include "core/core.h"
 
-mapping_status mapping_allocate_gpu(mapping_device *dev, size_t bytes, mapping_buffer **out)
+/* Wraps memory from one of the back end's allocators as a live buffer:
+ * ordinary (host == NULL) or unified (*host gets its CPU address). */
+static mapping_status buffer_new(const char *fn, mapping_device *dev, size_t bytes, void **host,
+                                 mapping_buffer **out)
 {
-    static const char fn[] = "mapping_allocate_gpu";
-    mapping_status st;
-    if ((st = mapping__check_device(fn, dev)) || (st = mapping__check_ptr(fn, "out", out)))
-        return st;
-    *out = NULL;
-    if (bytes == 0)
-        return mapping__fail(MAPPING_ERR_ZERO_SIZE, "%s: bytes is 0", fn);
     mapping_buffer *buf = calloc(1, sizeof *buf);
     if (!buf)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
-    if ((st = mapping__fault_check(dev, fn)) || (st = dev->be->buffer_alloc(dev->state, bytes, &buf->mem))) {
+    mapping_status st = mapping__fault_check(dev, fn);
+    if (st == MAPPING_OK)
+        st = host ? dev->be->buffer_alloc_unified(dev->state, bytes, &buf->mem, host)
+                  : dev->be->buffer_alloc(dev->state, bytes, &buf->mem);
+    if (st != MAPPING_OK) {
         free(buf);
         return st;
     }
@@ -24,6 +24,18 @@ mapping_status mapping_allocate_gpu(mapping_device *dev, size_t bytes, mapping_b
     mapping__list_add(dev, &dev->buffers, &buf->node);
     *out = buf;
     return MAPPING_OK;
+}
+
+mapping_status mapping_allocate_gpu(mapping_device *dev, size_t bytes, mapping_buffer **out)
+{
+    static const char fn[] = "mapping_allocate_gpu";
+    mapping_status st;
+    if ((st = mapping__check_device(fn, dev)) || (st = mapping__check_ptr(fn, "out", out)))
+        return st;
+    *out = NULL;
+    if (bytes == 0)
+        return mapping__fail(MAPPING_ERR_ZERO_SIZE, "%s: bytes is 0", fn);
+    return buffer_new(fn, dev, bytes, NULL, out);
 }
 
 void mapping_free_gpu(mapping_buffer *buf)
@@ -62,22 +74,7 @@ mapping_status mapping_native_buffer(const mapping_buffer *buf, void **out)
  * back end has no unified memory. */
 mapping_status mapping__allocate_unified(mapping_device *dev, size_t bytes, mapping_buffer **out, void **host)
 {
-    static const char fn[] = "mapping_mirror_create (unified)";
     if (!dev->be->buffer_alloc_unified)
         return MAPPING_ERR_UNSUPPORTED;
-    mapping_buffer *buf = calloc(1, sizeof *buf);
-    if (!buf)
-        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
-    mapping_status st;
-    if ((st = mapping__fault_check(dev, fn)) ||
-        (st = dev->be->buffer_alloc_unified(dev->state, bytes, &buf->mem, host))) {
-        free(buf);
-        return st;
-    }
-    buf->magic = MAPPING_MAGIC_BUFFER;
-    buf->dev = dev;
-    buf->size = bytes;
-    mapping__list_add(dev, &dev->buffers, &buf->node);
-    *out = buf;
-    return MAPPING_OK;
+    return buffer_new("mapping_mirror_create (unified)", dev, bytes, host, out);
 }

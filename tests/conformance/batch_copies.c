@@ -281,21 +281,6 @@ TEST(batch_refuses_bad_arguments_and_queues_nothing)
     mapping_free_gpu(foreign);
 }
 
-typedef struct gate {
-    pthread_mutex_t lock;
-    pthread_cond_t  cond;
-    int             open;
-} gate;
-
-static void wait_gate(void *arg)
-{
-    gate *g = arg;
-    pthread_mutex_lock(&g->lock);
-    while (!g->open)
-        pthread_cond_wait(&g->cond, &g->lock);
-    pthread_mutex_unlock(&g->lock);
-}
-
 TEST(batch_can_take_new_copies_while_its_last_flush_is_still_queued)
 {
     mapping_device *dev = test_device();
@@ -305,8 +290,8 @@ TEST(batch_can_take_new_copies_while_its_last_flush_is_still_queued)
     unsigned char first[512], second[512], got[8192], expect[8192] = {0};
     test_pattern(first, sizeof first, 8);
     test_pattern(second, sizeof second, 9);
-    gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
-    CHECK_OK(mapping_launch_host(s, wait_gate, &g)); /* holds the stream */
+    test_gate g = TEST_GATE_INIT;
+    CHECK_OK(mapping_launch_host(s, test_gate_wait, &g)); /* holds the stream */
     mapping_batch *batch;
     CHECK_OK(mapping_batch_create(dev, &batch));
     for (size_t i = 0; i < sizeof first; i += 64) {
@@ -320,10 +305,7 @@ TEST(batch_can_take_new_copies_while_its_last_flush_is_still_queued)
         CHECK_OK(mapping_batch_sync_to_gpu(batch, second + i, buf, 4096 + 2 * i, 64));
         memcpy(expect + 4096 + 2 * i, second + i, 64);
     }
-    pthread_mutex_lock(&g.lock);
-    g.open = 1;
-    pthread_cond_broadcast(&g.cond);
-    pthread_mutex_unlock(&g.lock);
+    test_gate_open(&g);
     CHECK_OK(mapping_batch_flush(s, batch));
     CHECK_OK(mapping_stream_synchronize(s));
     CHECK_OK(mapping_sync_to_cpu(buf, got));

@@ -9,32 +9,6 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-typedef struct gate {
-    pthread_mutex_t lock;
-    pthread_cond_t  cond;
-    int             open;
-    int             ran;
-} gate;
-
-/* Holds its stream until the test opens the gate. */
-static void wait_gate(void *arg)
-{
-    gate *g = arg;
-    pthread_mutex_lock(&g->lock);
-    while (!g->open)
-        pthread_cond_wait(&g->cond, &g->lock);
-    g->ran++;
-    pthread_mutex_unlock(&g->lock);
-}
-
-static void open_gate(gate *g)
-{
-    pthread_mutex_lock(&g->lock);
-    g->open = 1;
-    pthread_cond_broadcast(&g->cond);
-    pthread_mutex_unlock(&g->lock);
-}
-
 TEST(stream_work_runs_in_order_and_after_the_call_returns)
 {
     mapping_device *dev = test_device();
@@ -46,19 +20,19 @@ TEST(stream_work_runs_in_order_and_after_the_call_returns)
     test_pattern(b, N, 11);
     mapping_buffer *buf;
     CHECK_OK(mapping_allocate_gpu(dev, N, &buf));
-    gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
-    CHECK_OK(mapping_launch_host(s, wait_gate, &g));
+    test_gate g = TEST_GATE_INIT;
+    CHECK_OK(mapping_launch_host(s, test_gate_wait, &g));
     CHECK_OK(mapping_sync_to_gpu_range(s, a, buf, 0, N));
     CHECK_OK(mapping_sync_to_gpu_range(s, b, buf, 0, N / 2)); /* later work wins */
     CHECK_OK(mapping_sync_to_cpu_range(s, buf, 0, out, N));
     mapping_event *ev;
     CHECK_OK(mapping_event_record(s, &ev));
     CHECK_STATUS(mapping_event_query(ev), MAPPING_ERR_NOT_READY); /* the gate holds the stream */
-    CHECK(g.ran == 0);
-    open_gate(&g);
+    CHECK(test_gate_passed(&g) == 0);
+    test_gate_open(&g);
     CHECK_OK(mapping_stream_synchronize(s));
     CHECK_OK(mapping_event_query(ev));
-    CHECK(g.ran == 1);
+    CHECK(test_gate_passed(&g) == 1);
     CHECK_BYTES(out, b, N / 2);
     CHECK_BYTES(out + N / 2, a + N / 2, N / 2);
     mapping_event_destroy(ev);
@@ -81,8 +55,8 @@ TEST(wait_event_orders_two_streams)
     memset(out, 0, N);
     mapping_buffer *buf;
     CHECK_OK(mapping_allocate_gpu(dev, N, &buf));
-    gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
-    CHECK_OK(mapping_launch_host(s1, wait_gate, &g));
+    test_gate g = TEST_GATE_INIT;
+    CHECK_OK(mapping_launch_host(s1, test_gate_wait, &g));
     CHECK_OK(mapping_sync_to_gpu_range(s1, in, buf, 0, N));
     mapping_event *written;
     CHECK_OK(mapping_event_record(s1, &written));
@@ -92,7 +66,7 @@ TEST(wait_event_orders_two_streams)
     CHECK_OK(mapping_event_record(s2, &read));
     sleep_ms(20);
     CHECK_STATUS(mapping_event_query(read), MAPPING_ERR_NOT_READY); /* s2 waits for s1, held by the gate */
-    open_gate(&g);
+    test_gate_open(&g);
     CHECK_OK(mapping_event_synchronize(read));
     CHECK_BYTES(out, in, N);
     mapping_event_destroy(written);
