@@ -32,18 +32,19 @@ typedef struct rs_step {
     unsigned         i;
 } rs_step;
 
-/* First index k with a[k] > pos (n if none); a is ascending. */
+/* First index k with a[k] > pos (n if none); a is ascending, n <= RS_B.
+ * Every cache line of the array is requested first, so that a node missing
+ * from the cache costs about one memory latency rather than one per halving
+ * step; the halving steps then compile to conditional moves. */
 static unsigned first_above(const size_t *a, unsigned n, size_t pos)
 {
-    unsigned lo = 0, hi = n;
-    while (lo < hi) {
-        unsigned mid = (lo + hi) / 2;
-        if (a[mid] > pos)
-            hi = mid;
-        else
-            lo = mid + 1;
-    }
-    return lo;
+    for (unsigned k = 0; k < RS_B; k += 64 / sizeof *a)
+        __builtin_prefetch(a + k);
+    unsigned i = 0; /* a[0..i) <= pos */
+    for (unsigned step = RS_B; step > 0; step /= 2)
+        if (i + step <= n && a[i + step - 1] <= pos)
+            i += step;
+    return i;
 }
 
 /* The leaf whose span holds pos, recording the path (every level, leaf last,
@@ -57,6 +58,8 @@ static mapping_rs_node *descend(const mapping_range_set *s, size_t pos, rs_step 
         path[d] = (rs_step){node, i};
         node = node->child[i];
     }
+    for (unsigned k = 0; k < RS_B; k += 64 / sizeof *node->lo) /* read next, and moved on insertion */
+        __builtin_prefetch(node->lo + k);
     path[s->levels - 1] = (rs_step){node, first_above(node->hi, node->n, pos)};
     return node;
 }
@@ -132,7 +135,7 @@ static size_t spare_needed(const mapping_range_set *s, size_t extra)
 static mapping_status pool_fill(mapping_range_set *s, size_t need)
 {
     while (s->spare < need) {
-        mapping_rs_node *node = malloc(sizeof *node);
+        mapping_rs_node *node = calloc(1, sizeof *node);
         if (!node)
             return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "range set: cannot grow to %zu nodes",
                                  s->nodes + s->spare + 1);
@@ -194,6 +197,41 @@ void mapping__rs_free(mapping_range_set *s)
 
 /* ---- growing: insertion and splits ---- */
 
+/* A full leaf, child ci of p, takes [lo, hi) at index j by first sharing
+ * with a sibling that has room (as in a B* tree): leaves then stay well over
+ * half full even when ranges arrive in order, and no node is needed. False
+ * when both siblings are (nearly) full. */
+static bool share_with_sibling(mapping_rs_node *p, unsigned ci, unsigned j, size_t lo, size_t hi)
+{
+    unsigned k; /* the pair is p->child[k], [k + 1] */
+    if (ci > 0 && p->child[ci - 1]->n < RS_B - 1)
+        k = ci - 1, j += p->child[ci - 1]->n;
+    else if (ci < p->n && p->child[ci + 1]->n < RS_B - 1)
+        k = ci;
+    else
+        return false;
+    mapping_rs_node *a = p->child[k], *b = p->child[k + 1];
+    size_t tlo[2 * RS_B], thi[2 * RS_B];
+    unsigned t = 0;
+    for (unsigned q = 0; q < a->n; q++, t++)
+        tlo[t] = a->lo[q], thi[t] = a->hi[q];
+    for (unsigned q = 0; q < b->n; q++, t++)
+        tlo[t] = b->lo[q], thi[t] = b->hi[q];
+    memmove(tlo + j + 1, tlo + j, (t - j) * sizeof *tlo);
+    memmove(thi + j + 1, thi + j, (t - j) * sizeof *thi);
+    tlo[j] = lo;
+    thi[j] = hi;
+    t++;
+    a->n = t / 2;
+    b->n = t - a->n;
+    memcpy(a->lo, tlo, a->n * sizeof *tlo);
+    memcpy(a->hi, thi, a->n * sizeof *thi);
+    memcpy(b->lo, tlo + a->n, b->n * sizeof *tlo);
+    memcpy(b->hi, thi + a->n, b->n * sizeof *thi);
+    p->sep[k] = a->hi[a->n - 1];
+    return true;
+}
+
 /* Inserts [lo, hi) at index j of the leaf at the end of path, splitting full
  * nodes upwards. The pool holds enough nodes. */
 static void insert_at(mapping_range_set *s, rs_step *path, unsigned j, size_t lo, size_t hi)
@@ -209,6 +247,8 @@ static void insert_at(mapping_range_set *s, rs_step *path, unsigned j, size_t lo
         leaf->n++;
         return;
     }
+    if (d > 0 && j == RS_B && share_with_sibling(path[d - 1].node, path[d - 1].i, j, lo, hi))
+        return;
     /* Split the leaf: B + 1 intervals, 17 stay, 16 move right. */
     size_t tlo[RS_B + 1], thi[RS_B + 1];
     memcpy(tlo, leaf->lo, j * sizeof *tlo);
@@ -275,34 +315,30 @@ static void insert_at(mapping_range_set *s, rs_step *path, unsigned j, size_t lo
     s->levels++;
 }
 
-/* Inserts [lo, hi), which touches no interval of the set. The pool holds
- * enough nodes. */
-static void insert_new(mapping_range_set *s, size_t lo, size_t hi)
+/* The first interval of an empty set. The pool holds a node. */
+static void insert_first(mapping_range_set *s, size_t lo, size_t hi)
 {
-    if (!s->root) {
-        mapping_rs_node *leaf = node_take(s);
-        leaf->n = 1;
-        leaf->lo[0] = lo;
-        leaf->hi[0] = hi;
-        leaf->prev = leaf->next = NULL;
-        s->root = s->first = s->last = leaf;
-        s->levels = 1;
-        s->count = 1;
-        return;
-    }
-    rs_step path[RS_MAX_LEVELS];
-    mapping_rs_node *node = s->root;
+    mapping_rs_node *leaf = node_take(s);
+    leaf->n = 1;
+    leaf->lo[0] = lo;
+    leaf->hi[0] = hi;
+    leaf->prev = leaf->next = NULL;
+    s->root = s->first = s->last = leaf;
+    s->levels = 1;
+    s->count = 1;
+}
+
+/* Before inserting [lo, hi), which touches nothing, at the leaf of a path
+ * found with descend(lo - 1) or descend(lo): a separator on the path right
+ * of it lies in the gap [lo, hi) falls into; it moves past hi. */
+static void clear_path(const mapping_range_set *s, const rs_step *path, size_t hi)
+{
     for (unsigned d = 0; d + 1 < s->levels; d++) {
-        unsigned i = first_above(node->sep, node->n, lo);
-        /* The separator lies in the gap [lo, hi) falls into: move it past hi. */
+        mapping_rs_node *node = path[d].node;
+        unsigned i = path[d].i;
         if (i < node->n && node->sep[i] < hi)
             node->sep[i] = hi;
-        path[d] = (rs_step){node, i};
-        node = node->child[i];
     }
-    unsigned j = first_above(node->hi, node->n, lo);
-    path[s->levels - 1] = (rs_step){node, j};
-    insert_at(s, path, j, lo, hi);
 }
 
 /* After the interval on path grew to [lo, hi): separators beside it on the
@@ -458,25 +494,48 @@ static void erase_ending_in(mapping_range_set *s, size_t from, size_t to)
 
 /* ---- the operations ---- */
 
+/* The interval at index j of leaf, or else the first of the next leaf. */
+static bool here_or_next(const mapping_rs_node *leaf, unsigned j, mapping_rs_cursor *c, mapping_range *r)
+{
+    if (j >= leaf->n) {
+        leaf = leaf->next;
+        j = 0;
+        if (!leaf)
+            return false;
+    }
+    *c = (mapping_rs_cursor){leaf, j};
+    *r = (mapping_range){leaf->lo[j], leaf->hi[j]};
+    return true;
+}
+
 mapping_status mapping__rs_add(mapping_range_set *s, size_t lo, size_t hi)
 {
     if (lo >= hi)
         return MAPPING_OK;
-    /* First interval that touches or follows lo (adjacent ones merge too). */
-    unsigned j;
-    mapping_rs_node *leaf = find(s, lo > 0 ? lo - 1 : 0, &j);
-    if (!leaf || leaf->lo[j] > hi) { /* nothing touched: insert */
-        mapping_status status = ensure_one(s);
-        if (status != MAPPING_OK)
+    mapping_status status;
+    if (!s->root) {
+        if ((status = ensure_one(s)))
             return status;
-        insert_new(s, lo, hi);
+        insert_first(s, lo, hi);
+        s->total = hi - lo;
+        return MAPPING_OK;
+    }
+    /* The first interval that touches or follows lo (adjacent ones merge too). */
+    rs_step path[RS_MAX_LEVELS];
+    mapping_rs_node *leaf = descend(s, lo > 0 ? lo - 1 : 0, path);
+    unsigned j = path[s->levels - 1].i;
+    mapping_rs_cursor c;
+    mapping_range r;
+    if (!here_or_next(leaf, j, &c, &r) || r.lo > hi) { /* nothing touched: insert here */
+        if ((status = ensure_one(s)))
+            return status;
+        clear_path(s, path, hi);
+        insert_at(s, path, j, lo, hi);
         s->total += hi - lo;
         return MAPPING_OK;
     }
     /* Walk to the last touched interval; it absorbs the others. */
-    size_t nlo = leaf->lo[j] < lo ? leaf->lo[j] : lo, touched = 0, last_lo, last_hi;
-    mapping_rs_cursor c = {leaf, j};
-    mapping_range r = {leaf->lo[j], leaf->hi[j]};
+    size_t nlo = r.lo < lo ? r.lo : lo, touched = 0, last_lo, last_hi;
     do {
         touched++;
         last_lo = r.lo;
@@ -485,11 +544,12 @@ mapping_status mapping__rs_add(mapping_range_set *s, size_t lo, size_t hi)
     size_t nhi = last_hi > hi ? last_hi : hi;
     if (touched == 1 && nlo == last_lo && nhi == last_hi)
         return MAPPING_OK; /* already inside */
-    if (touched > 1)
-        erase_ending_in(s, lo > 0 ? lo - 1 : 0, last_hi - 1);
-    rs_step path[RS_MAX_LEVELS];
-    leaf = descend(s, last_lo, path);
-    j = path[s->levels - 1].i;
+    if (touched > 1 || j >= leaf->n) { /* the path above is not the last one's */
+        if (touched > 1)
+            erase_ending_in(s, lo > 0 ? lo - 1 : 0, last_hi - 1);
+        leaf = descend(s, last_lo, path);
+        j = path[s->levels - 1].i;
+    }
     leaf->lo[j] = nlo;
     leaf->hi[j] = nhi;
     widen_path(s, path, nlo, nhi);
@@ -499,34 +559,34 @@ mapping_status mapping__rs_add(mapping_range_set *s, size_t lo, size_t hi)
 
 mapping_status mapping__rs_remove(mapping_range_set *s, size_t lo, size_t hi)
 {
-    if (lo >= hi)
+    if (lo >= hi || !s->root)
         return MAPPING_OK;
-    unsigned j;
-    mapping_rs_node *leaf = find(s, lo, &j);
-    if (!leaf || leaf->lo[j] >= hi)
+    rs_step path[RS_MAX_LEVELS];
+    mapping_rs_node *leaf = descend(s, lo, path);
+    unsigned j = path[s->levels - 1].i;
+    mapping_rs_cursor c;
+    mapping_range r;
+    if (!here_or_next(leaf, j, &c, &r) || r.lo >= hi)
         return MAPPING_OK;
-    size_t a = leaf->lo[j], b = leaf->hi[j];
-    if (a < lo && b > hi) { /* strictly inside one interval: split */
+    if (r.lo < lo && r.hi > hi) { /* strictly inside one interval, which holds lo: on the path */
         mapping_status status = ensure_one(s);
         if (status != MAPPING_OK)
             return status;
-        rs_step path[RS_MAX_LEVELS];
-        leaf = descend(s, lo, path);
-        j = path[s->levels - 1].i;
         leaf->hi[j] = lo;
-        insert_at(s, path, j + 1, hi, b);
+        insert_at(s, path, j + 1, hi, r.hi);
         s->total -= hi - lo;
         return MAPPING_OK;
     }
-    if (a < lo) { /* trim the tail of the first */
-        s->total -= b - lo;
+    if (r.lo < lo) { /* trim the tail of the first (it holds lo: on the path) */
+        s->total -= r.hi - lo;
         leaf->hi[j] = lo;
     }
     erase_ending_in(s, lo, hi); /* whole intervals inside */
-    leaf = find(s, lo, &j);
-    if (leaf && leaf->lo[j] < hi) { /* trim the head of the last */
-        s->total -= hi - leaf->lo[j];
-        leaf->lo[j] = hi;
+    unsigned k;
+    leaf = find(s, lo, &k);
+    if (leaf && leaf->lo[k] < hi) { /* trim the head of the last */
+        s->total -= hi - leaf->lo[k];
+        leaf->lo[k] = hi;
     }
     return MAPPING_OK;
 }
