@@ -135,7 +135,7 @@ static size_t spare_needed(const mapping_range_set *s, size_t extra)
 static mapping_status pool_fill(mapping_range_set *s, size_t need)
 {
     while (s->spare < need) {
-        mapping_rs_node *node = calloc(1, sizeof *node);
+        mapping_rs_node *node = malloc(sizeof *node);
         if (!node)
             return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "range set: cannot grow to %zu nodes",
                                  s->nodes + s->spare + 1);

@@ -3,17 +3,22 @@
  * A mirror keeps a few per side (stale, modified, in flight).
  *
  * Why a B+ tree with small node arrays: marking must stay O(log n) in the
- * number of ranges however many a mirror accumulates (a sorted array moved
- * its tail on every insertion: O(n), a millisecond at a million ranges).
- * Leaves hold up to 32 intervals in plain arrays (a binary search over a few
- * cache lines), internal nodes up to 32 separators, so a million ranges are
- * 4 levels deep; leaves are linked both ways, so walking k neighbours costs
- * O(k), not k descents. Every node but the root is at least half full and
+ * number of ranges however many a mirror accumulates (the sorted array used
+ * before moved its tail on every insertion: O(n), a millisecond per mark at
+ * a million ranges). Leaves hold up to 32 intervals in plain arrays (a
+ * binary search over a few cache lines, all requested at once), internal
+ * nodes up to 32 separators, so a million ranges are 4 levels deep and a
+ * lookup misses the cache a few times, where a balanced binary tree would
+ * chase ~20 pointers and allocate per range. Leaves are linked both ways, so
+ * walking k neighbours costs O(k), not k descents. Every node but the root
+ * is at least half full (a full leaf that is appended to first shares with
+ * its sibling, so ranges marked in order fill leaves almost completely) and
  * nodes are freed as the set shrinks, so memory stays proportional to the
- * number of distinct ranges (at most ~36 bytes per range, about 2.3 times a
- * bare 16-byte pair), never a bitmap of the buffer. Costs: lookups O(log n);
+ * number of distinct ranges: at most ~36 bytes per range (536-byte nodes),
+ * typically ~25, never a bitmap of the buffer. Costs: lookups O(log n);
  * add/remove of one interval O(log n + k) for the k intervals it merges or
- * deletes (whole runs leave a leaf at once); the byte total is O(1).
+ * deletes (a leaf's run goes at once; amortized O(log n), as each interval
+ * is deleted once); the byte total is O(1).
  *
  * A separator between two subtrees is a position in the gap between them
  * (every interval on its left ends at or before it, every one on its right
