@@ -197,19 +197,16 @@ void mapping__rs_free(mapping_range_set *s)
 
 /* ---- growing: insertion and splits ---- */
 
-/* A full leaf, child ci of p, takes [lo, hi) at index j by first sharing
- * with a sibling that has room (as in a B* tree): leaves then stay well over
- * half full even when ranges arrive in order, and no node is needed. False
- * when both siblings are (nearly) full. */
-static bool share_with_sibling(mapping_rs_node *p, unsigned ci, unsigned j, size_t lo, size_t hi)
+/* A full leaf, child ci of p, appended to ([lo, hi) goes after its last
+ * interval) shares with its left sibling when that has room, as in a B*
+ * tree: ranges marked in order then fill leaves almost completely instead of
+ * leaving every split leaf half empty, and no node is needed. False when
+ * there is no such sibling. */
+static bool share_with_sibling(mapping_rs_node *p, unsigned ci, size_t lo, size_t hi)
 {
-    unsigned k; /* the pair is p->child[k], [k + 1] */
-    if (ci > 0 && p->child[ci - 1]->n < RS_B - 1)
-        k = ci - 1, j += p->child[ci - 1]->n;
-    else if (ci < p->n && p->child[ci + 1]->n < RS_B - 1)
-        k = ci;
-    else
+    if (ci == 0 || p->child[ci - 1]->n >= RS_B - 1)
         return false;
+    unsigned k = ci - 1; /* the pair is p->child[k], [k + 1] */
     mapping_rs_node *a = p->child[k], *b = p->child[k + 1];
     size_t tlo[2 * RS_B], thi[2 * RS_B];
     unsigned t = 0;
@@ -217,10 +214,8 @@ static bool share_with_sibling(mapping_rs_node *p, unsigned ci, unsigned j, size
         tlo[t] = a->lo[q], thi[t] = a->hi[q];
     for (unsigned q = 0; q < b->n; q++, t++)
         tlo[t] = b->lo[q], thi[t] = b->hi[q];
-    memmove(tlo + j + 1, tlo + j, (t - j) * sizeof *tlo);
-    memmove(thi + j + 1, thi + j, (t - j) * sizeof *thi);
-    tlo[j] = lo;
-    thi[j] = hi;
+    tlo[t] = lo;
+    thi[t] = hi;
     t++;
     a->n = t / 2;
     b->n = t - a->n;
@@ -247,7 +242,7 @@ static void insert_at(mapping_range_set *s, rs_step *path, unsigned j, size_t lo
         leaf->n++;
         return;
     }
-    if (d > 0 && j == RS_B && share_with_sibling(path[d - 1].node, path[d - 1].i, j, lo, hi))
+    if (d > 0 && j == RS_B && share_with_sibling(path[d - 1].node, path[d - 1].i, lo, hi))
         return;
     /* Split the leaf: B + 1 intervals, 17 stay, 16 move right. */
     size_t tlo[RS_B + 1], thi[RS_B + 1];
