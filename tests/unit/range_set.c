@@ -268,11 +268,11 @@ UNIT_TEST(range_set_with_100k_ranges_matches_the_model_through_growth_churn_and_
         big_step(&s, flags, &r, 50, 0, &lo, &hi);
         size_t a = lo > 64 ? lo - 64 : 0, b = hi + 64 < BIG_N ? hi + 64 : BIG_N;
         check_window(&s, flags, a, b);
-        if (step % 500 == 0) {
+        if (step % 1500 == 0) {
             check_against_flags(&s, flags, BIG_N);
             printf("step %d: %zu ranges, %u levels\n", step, mapping__rs_count(&s), s.levels);
         }
-        else if (step % 10 == 0)
+        else if (step % 50 == 0)
             CHECK(mapping__rs_valid(&s));
     }
     check_against_flags(&s, flags, BIG_N);
@@ -283,7 +283,7 @@ UNIT_TEST(range_set_with_100k_ranges_matches_the_model_through_growth_churn_and_
         size_t lo, hi;
         CHECK(step < 100000);
         big_step(&s, flags, &r, step < 2000 ? 10 : 0, 1, &lo, &hi);
-        if (step % 10 == 0)
+        if (step % 25 == 0)
             CHECK(mapping__rs_valid(&s));
         if (step % 1000 == 0)
             printf("shrinking, step %d: %zu ranges, %u levels\n", step, mapping__rs_count(&s), s.levels);
