@@ -185,9 +185,11 @@ int mapping_mirror_is_pinned(const mapping_mirror *m)
 static bool has_unsynced_modification(const mirror_state *st, int y, size_t lo, size_t hi)
 {
     const mapping_range_set *mod = &st->modified[y], *queued = &st->pending[1 - y];
-    for (size_t i = mapping__rs_lower(mod, lo); i < mod->n && mod->v[i].lo < hi; i++) {
-        size_t a = mod->v[i].lo > lo ? mod->v[i].lo : lo;
-        size_t b = mod->v[i].hi < hi ? mod->v[i].hi : hi;
+    mapping_rs_cursor c;
+    mapping_range r;
+    for (bool ok = mapping__rs_seek(mod, lo, &c, &r); ok && r.lo < hi; ok = mapping__rs_next(&c, &r)) {
+        size_t a = r.lo > lo ? r.lo : lo;
+        size_t b = r.hi < hi ? r.hi : hi;
         if (mapping__rs_bytes_in(queued, a, b) != b - a)
             return true;
     }

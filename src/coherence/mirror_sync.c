@@ -152,27 +152,34 @@ mapping_status mapping__mirror_record_access(mirror_state *st, mapping_stream *s
 static mapping_status exact_ranges(const mirror_state *st, int t, size_t lo, size_t hi, mapping_range **out, size_t *n)
 {
     const mapping_range_set *stale = &st->stale[t], *pend = &st->pending[t];
-    size_t i0 = mapping__rs_lower(stale, lo), count = 0;
-    for (size_t i = i0; i < stale->n && stale->v[i].lo < hi; i++)
+    mapping_rs_cursor c0, c, p;
+    mapping_range r0 = {0, 0}, r, q;
+    size_t count = 0;
+    bool any = mapping__rs_seek(stale, lo, &c0, &r0);
+    c = c0;
+    r = r0;
+    for (bool ok = any; ok && r.lo < hi; ok = mapping__rs_next(&c, &r))
         count++;
     *out = NULL;
     *n = 0;
     if (!count)
         return MAPPING_OK;
     /* Each pending range can split one stale range in two. */
-    size_t cap = count + pend->n;
+    size_t cap = count + mapping__rs_count(pend);
     mapping_range *v = malloc(cap * sizeof *v);
     if (!v)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mirror: out of memory listing stale ranges");
     size_t k = 0;
-    for (size_t i = i0; i < stale->n && stale->v[i].lo < hi; i++) {
-        size_t a = stale->v[i].lo > lo ? stale->v[i].lo : lo;
-        size_t b = stale->v[i].hi < hi ? stale->v[i].hi : hi;
+    c = c0;
+    r = r0;
+    for (bool ok = any; ok && r.lo < hi; ok = mapping__rs_next(&c, &r)) {
+        size_t a = r.lo > lo ? r.lo : lo;
+        size_t b = r.hi < hi ? r.hi : hi;
         /* Subtract the pending ranges inside [a, b). */
-        for (size_t j = mapping__rs_lower(pend, a); j < pend->n && pend->v[j].lo < b && a < b; j++) {
-            if (pend->v[j].lo > a)
-                v[k++] = (mapping_range){a, pend->v[j].lo};
-            a = pend->v[j].hi;
+        for (bool okp = mapping__rs_seek(pend, a, &p, &q); okp && q.lo < b && a < b; okp = mapping__rs_next(&p, &q)) {
+            if (q.lo > a)
+                v[k++] = (mapping_range){a, q.lo};
+            a = q.hi;
         }
         if (a < b)
             v[k++] = (mapping_range){a, b};

@@ -1,19 +1,37 @@
 /*
- * A set of byte ranges: disjoint, non-adjacent half-open intervals [lo, hi)
- * kept in one sorted array. A mirror keeps a few per side (stale, modified,
- * in flight).
+ * A set of byte ranges: disjoint, non-adjacent half-open intervals [lo, hi).
+ * A mirror keeps a few per side (stale, modified, in flight).
  *
- * Why a sorted array rather than a balanced tree: lookups are a binary search
- * (O(log n)); an insertion or removal moves the tail of the array with one
- * memmove of 16-byte entries, which for the few thousand ranges a mirror
- * realistically holds costs less than a single transfer and far less than a
- * tree's pointer chasing and per-node allocations. Memory is exactly one
- * entry per distinct range (plus slack from doubling), never a bitmap of the
- * buffer.
+ * Why a B+ tree with small node arrays: marking must stay O(log n) in the
+ * number of ranges however many a mirror accumulates (the sorted array used
+ * before moved its tail on every insertion: O(n), a millisecond per mark at
+ * a million ranges). Leaves hold up to 32 intervals in plain arrays (a
+ * binary search over a few cache lines, all requested at once), internal
+ * nodes up to 32 separators, so a million ranges are 4 levels deep and a
+ * lookup misses the cache a few times, where a balanced binary tree would
+ * chase ~20 pointers and allocate per range. Leaves are linked both ways, so
+ * walking k neighbours costs O(k), not k descents. Every node but the root
+ * is at least half full (a full leaf that is appended to first shares with
+ * its sibling, so ranges marked in order fill leaves almost completely) and
+ * nodes are freed as the set shrinks, so memory stays proportional to the
+ * number of distinct ranges: at most ~36 bytes per range (536-byte nodes),
+ * typically ~25, never a bitmap of the buffer. Costs: lookups O(log n);
+ * add/remove of one interval O(log n + k) for the k intervals it merges or
+ * deletes (a leaf's run goes at once; amortized O(log n), as each interval
+ * is deleted once); the byte total is O(1).
  *
- * Failure atomicity: add/remove of one interval grows the array by at most one
- * entry. Callers that change several sets as one step reserve that space
- * first (mapping__rs_reserve), after which add/remove cannot fail.
+ * A separator between two subtrees is a position in the gap between them
+ * (every interval on its left ends at or before it, every one on its right
+ * starts at or after it), not a copy of a key: intervals can then shrink,
+ * split and be trimmed without touching any separator, and an interval that
+ * grows only moves the separators on its own path.
+ *
+ * Failure atomicity: only an operation that creates an interval (an add that
+ * touches nothing, a remove that splits one in two) can need a node. Nodes
+ * come from a per-set pool that mapping__rs_reserve fills: callers that
+ * change several sets as one step reserve first, after which add/remove
+ * cannot fail. Without a reservation, add/remove fail (out of memory) before
+ * changing anything.
  */
 #ifndef MAPPING_RANGE_SET_H
 #define MAPPING_RANGE_SET_H
@@ -26,31 +44,55 @@ typedef struct mapping_range {
     size_t lo, hi; /* [lo, hi), lo < hi */
 } mapping_range;
 
+typedef struct mapping_rs_node mapping_rs_node; /* private to range_set.c */
+
 typedef struct mapping_range_set {
-    mapping_range *v;
-    size_t         n, cap;
-    size_t         total; /* sum of hi - lo: O(1) byte count of the whole set */
+    mapping_rs_node *root;        /* NULL when the set is empty */
+    mapping_rs_node *first, *last; /* the leaves at both ends */
+    mapping_rs_node *pool;        /* spare nodes (see mapping__rs_reserve) */
+    unsigned         levels;      /* 0 when empty; 1 when the root is a leaf */
+    size_t           count;       /* intervals */
+    size_t           nodes, spare; /* nodes in the tree, in the pool */
+    size_t           total;       /* sum of hi - lo: O(1) byte count of the whole set */
 } mapping_range_set;
+
+/* A position in a set: valid until the set next changes. */
+typedef struct mapping_rs_cursor {
+    const mapping_rs_node *leaf;
+    unsigned               i;
+} mapping_rs_cursor;
 
 void mapping__rs_init(mapping_range_set *s);
 void mapping__rs_free(mapping_range_set *s);
-/* Makes room for `extra` more entries; the only call here that can fail. */
+/* Makes sure the next add/remove calls that create at most `extra` intervals
+ * in all cannot fail; the only call here that can fail. Each call replaces
+ * the previous reservation (it hands surplus spare nodes back to malloc). */
 mapping_status mapping__rs_reserve(mapping_range_set *s, size_t extra);
-/* Union with [lo, hi). Grows by at most one entry. */
+/* Union with [lo, hi). Creates at most one interval. */
 mapping_status mapping__rs_add(mapping_range_set *s, size_t lo, size_t hi);
-/* Difference with [lo, hi). Grows by at most one entry (a split). */
+/* Difference with [lo, hi). Creates at most one interval (a split). */
 mapping_status mapping__rs_remove(mapping_range_set *s, size_t lo, size_t hi);
-/* Difference with each of r[0..k) (sorted by lo, disjoint), in one linear
- * pass: O(n + k) instead of k memmoves. All or nothing (it allocates the
- * result first). */
+/* Difference with each of r[0..k) (sorted by lo, disjoint): k removals,
+ * O(k log n + intervals deleted). All or nothing (it reserves for the splits
+ * it will make first); replaces any earlier reservation. */
 mapping_status mapping__rs_remove_sorted(mapping_range_set *s, const mapping_range *r, size_t k);
-/* Index of the first interval with hi > pos (n if none). O(log n). */
-size_t mapping__rs_lower(const mapping_range_set *s, size_t pos);
+
+/* The first interval with hi > pos into *r, and a cursor on it; false (and
+ * *r untouched) if there is none. O(log n). */
+bool mapping__rs_seek(const mapping_range_set *s, size_t pos, mapping_rs_cursor *c, mapping_range *r);
+/* Moves c to the next interval, into *r; false at the end. O(1). */
+bool mapping__rs_next(mapping_rs_cursor *c, mapping_range *r);
+/* Number of intervals. O(1). */
+size_t mapping__rs_count(const mapping_range_set *s);
 /* Does any interval meet [lo, hi)? O(log n). */
 bool mapping__rs_intersects(const mapping_range_set *s, size_t lo, size_t hi);
-/* Bytes of the set inside [lo, hi). O(log n + intervals inside). */
+/* Bytes of the set inside [lo, hi). O(log n + intervals inside); O(1) when
+ * [lo, hi) covers the whole set. */
 size_t mapping__rs_bytes_in(const mapping_range_set *s, size_t lo, size_t hi);
-/* Checks the invariants (sorted, disjoint, non-adjacent, total); for tests. */
+/* Bytes of memory the set holds (tree and spare nodes). O(1). */
+size_t mapping__rs_memory(const mapping_range_set *s);
+/* Checks every invariant (order, gaps, separators, fill, links, counts,
+ * total); O(n), for tests. */
 bool mapping__rs_valid(const mapping_range_set *s);
 
 #endif

@@ -153,11 +153,11 @@ TEST(marking_many_ranges_keeps_one_entry_per_range)
     mapping_mirror *m = clean_mirror(dev, 1 << 20, 6);
     for (size_t i = 0; i < 1000; i++)
         CHECK_OK(mapping_mirror_mark_cpu_modified(m, i * 1000, 10));
-    CHECK(m->st->stale[MIRROR_GPU].n == 1000 && m->st->modified[MIRROR_CPU].n == 1000);
+    CHECK(mapping__rs_count(&m->st->stale[MIRROR_GPU]) == 1000 && mapping__rs_count(&m->st->modified[MIRROR_CPU]) == 1000);
     CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == 10000);
     /* One mark over all of them collapses them into one range. */
     CHECK_OK(mapping_mirror_mark_cpu_modified(m, 0, 1 << 20));
-    CHECK(m->st->stale[MIRROR_GPU].n == 1 && m->st->stale[MIRROR_GPU].cap < 4096);
+    CHECK(mapping__rs_count(&m->st->stale[MIRROR_GPU]) == 1 && mapping__rs_memory(&m->st->stale[MIRROR_GPU]) <= 64 * 1000);
     mapping_mirror_destroy(m);
 }
 
@@ -280,7 +280,7 @@ TEST(blocking_sync_is_complete_on_return)
     CHECK_OK(mapping_fill_gpu(NULL, mapping_mirror_gpu(m), 0, 1 << 16, 0x55));
     CHECK_OK(mapping_mirror_mark_gpu_modified(m, 0, 1 << 16));
     CHECK_OK(mapping_mirror_sync_to_cpu(NULL, m));
-    CHECK(m->st->n_inflight == 0 && m->st->stale[MIRROR_CPU].n == 0);
+    CHECK(m->st->n_inflight == 0 && mapping__rs_count(&m->st->stale[MIRROR_CPU]) == 0);
     unsigned char *cpu = mapping_mirror_cpu(m);
     for (size_t i = 0; i < 1 << 16; i++)
         CHECK(cpu[i] == 0x55);

@@ -24,7 +24,10 @@ TEST(marking_a_view_changes_exactly_its_bytes_in_the_parent)
     CHECK_OK(mapping_mirror_mark_cpu_modified(v, 100, 50)); /* parent bytes [3100, 3150) */
     CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == 50);
     CHECK(mapping_mirror_stale_bytes(v, MAPPING_GPU) == 50);
-    CHECK(m->st->stale[MIRROR_GPU].n == 1 && m->st->stale[MIRROR_GPU].v[0].lo == 3100);
+    mapping_rs_cursor c;
+    mapping_range r;
+    CHECK(mapping__rs_count(&m->st->stale[MIRROR_GPU]) == 1 && mapping__rs_seek(&m->st->stale[MIRROR_GPU], 0, &c, &r) &&
+          r.lo == 3100);
     mapping_mirror_destroy(v);
     mapping_mirror_destroy(m);
 }
