@@ -460,7 +460,8 @@ MAPPING_API int             mapping_mirror_is_pinned(const mapping_mirror *m);
 MAPPING_API mapping_status  mapping_mirror_mark_cpu_modified(mapping_mirror *m, size_t offset, size_t bytes);
 MAPPING_API mapping_status  mapping_mirror_mark_gpu_modified(mapping_mirror *m, size_t offset, size_t bytes);
 /* Copies the stale ranges of the target side (only those, merged by the
- * link model). stream NULL: complete on return. Otherwise queued; the ranges
+ * link model; from 16 ranges on, packed into one staged transfer and
+ * scattered on the device, as mapping_batch_flush does). stream NULL: complete on return. Otherwise queued; the ranges
  * become valid when the stream reaches the end of the copies. The stream
  * must belong to the mirror's device (MAPPING_ERR_DEVICE_MISMATCH). */
 MAPPING_API mapping_status  mapping_mirror_sync_to_gpu(mapping_stream *stream, mapping_mirror *m);

@@ -193,18 +193,36 @@ static mapping_status exact_ranges(const mirror_state *st, int t, size_t lo, siz
     return MAPPING_OK;
 }
 
-/* Merges neighbours into one copy when moving the gap costs less than the
- * per-transfer latency, and the gap is valid on the source (copying a gap
- * must never carry stale source bytes over valid target bytes). In place;
- * returns the merged count. */
-static size_t merge_ranges(mirror_state *st, int s, mapping_range *v, size_t n)
+/* From this many ranges on, a sync packs them through the batch machinery
+ * (src/transfer/; the one place coherence calls into that layer, which
+ * itself never calls coherence): one staged transfer and a device-side
+ * scatter instead of one driver transfer per range. Below it, separate
+ * copies cost less than packing does. */
+enum { MIRROR_BATCH_MIN_RANGES = 16 };
+/* In a batch another range costs a table entry and a few bytes of staging
+ * alignment, not a transfer: only gaps about that small are worth copying. */
+enum { MIRROR_BATCH_MERGE_GAP = 64 };
+
+/* The largest gap worth copying to save one range: for separate copies,
+ * what one more transfer costs (latency x bandwidth of the measured link);
+ * for ranges that will go through a batch, a table entry's worth. */
+static double merge_gap_limit(mirror_state *st, size_t n)
 {
-    if (n < 2)
-        return n;
+    if (n >= MIRROR_BATCH_MIN_RANGES)
+        return MIRROR_BATCH_MERGE_GAP;
     mapping_link link;
     if (mapping_device_link(st->dev, &link) != MAPPING_OK || !(link.bandwidth > 0))
+        return 0;
+    return link.latency * link.bandwidth;
+}
+
+/* Merges neighbours into one copy when the gap is below max_gap bytes and
+ * valid on the source (copying a gap must never carry stale source bytes
+ * over valid target bytes). In place; returns the merged count. */
+static size_t merge_ranges(mirror_state *st, int s, mapping_range *v, size_t n, double max_gap)
+{
+    if (n < 2 || !(max_gap > 0))
         return n;
-    double max_gap = link.latency * link.bandwidth;
     size_t k = 0;
     for (size_t i = 1; i < n; i++) {
         size_t gap = v[i].lo - v[k].hi;
@@ -217,13 +235,6 @@ static size_t merge_ranges(mirror_state *st, int s, mapping_range *v, size_t n)
 }
 
 /* ---- the copy step ---- */
-
-/* From this many ranges on, a sync packs them through the batch machinery
- * (src/transfer/; the one place coherence calls into that layer, which
- * itself never calls coherence): one staged transfer and a device-side scatter instead of
- * one driver transfer per range. Below it, separate copies cost less than
- * packing does. */
-enum { MIRROR_BATCH_MIN_RANGES = 16 };
 
 static mapping_status copy_ranges_batched(mapping_stream *stream, mirror_state *st, int target,
                                           const mapping_range *ranges, size_t n, size_t *done)
@@ -302,7 +313,7 @@ mapping_status mapping__mirror_sync(const char *fn, mapping_stream *stream, mapp
         goto out;
     }
     memcpy(merged, exact, n_exact * sizeof *merged);
-    n_merged = merge_ranges(st, 1 - t, merged, n_exact);
+    n_merged = merge_ranges(st, 1 - t, merged, n_exact, merge_gap_limit(st, n_exact));
     for (size_t k = 0; k < n_merged; k++)
         moved += merged[k].hi - merged[k].lo;
 

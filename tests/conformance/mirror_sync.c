@@ -110,6 +110,33 @@ TEST(neighbouring_stale_ranges_merge_when_the_gap_costs_less_than_a_transfer)
     mapping_mirror_destroy(m);
 }
 
+TEST(many_stale_ranges_go_through_one_batch_and_merge_only_tiny_gaps)
+{
+    mapping_device *dev = test_device();
+    /* With 10 us at 1 GB/s separate copies would merge gaps under 10,000
+     * bytes; in a batch another range costs a table entry, not a transfer. */
+    set_link(dev, 10e-6, 1e9);
+    enum { RANGES = 100, STRIDE = 1000, TINY = 32 };
+    mapping_mirror *m = clean_mirror(dev, RANGES * STRIDE + 4096, 5);
+    unsigned char *cpu = mapping_mirror_cpu(m);
+    for (int i = 0; i < RANGES; i++) {
+        memset(cpu + (size_t)i * STRIDE, 0x20 + i, 64);
+        CHECK_OK(mapping_mirror_mark_cpu_modified(m, (size_t)i * STRIDE, 64));
+    }
+    /* One pair with a tiny gap: worth merging even in a batch. */
+    memset(cpu + 64 + TINY, 0x77, 8);
+    CHECK_OK(mapping_mirror_mark_cpu_modified(m, 64 + TINY, 8));
+    mapping_stats before = stats_of(dev);
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    mapping_stats after = stats_of(dev);
+    CHECK(after.batch_flushes - before.batch_flushes == 1);
+    CHECK(after.batch_copies - before.batch_copies == RANGES); /* 101 stale ranges, the tiny gap merged */
+    CHECK(after.h2d_copies - before.h2d_copies <= 2);          /* staged: a transfer or two, not 100 */
+    check_gpu_equals_cpu(m);
+    CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == 0);
+    mapping_mirror_destroy(m);
+}
+
 TEST(merging_never_copies_a_gap_that_is_stale_on_the_source)
 {
     mapping_device *dev = test_device();
