@@ -220,8 +220,9 @@ static int scattered(bench_ctx *ctx, size_t size)
         }
     }
     bench_table_end(&t);
-    bench_note(ctx, "Merging: two ranges become one copy when gap / link bandwidth < link latency "
-                    "(the link as mapping_device_link measured it on that device).");
+    bench_note(ctx, "Below 16 stale ranges, two ranges become one copy when gap / link bandwidth < link latency "
+                    "(the link as mapping_device_link measured it on that device); from 16 on, the sync packs them "
+                    "into one staged transfer and a device-side scatter (copies = driver transfers).");
     bench_figure(ctx, "mirror_scattered_vs_whole", speed_whole, "x", "whole-buffer copy / mirror sync (target > 1)");
     bench_figure(ctx, "mirror_scattered_vs_singles", speed_single, "x", "1,000 single copies / mirror sync (target > 1)");
     if (!isnan(link_whole)) {
