@@ -8,7 +8,7 @@
 #include <string.h>
 #include "transfer/transfer.h"
 
-typedef struct sort_key {
+typedef struct batch_sort_key {
     int       direction; /* 0: host-to-device first */
     uintptr_t buf;
     size_t    offset;
@@ -34,6 +34,7 @@ void mapping__batch_plan_free(batch_plan *plan)
     free(plan->group_of);
     free(plan->groups);
     free(plan->done);
+    free(plan->keys);
     memset(plan, 0, sizeof *plan);
 }
 
@@ -75,12 +76,9 @@ static void layout_staging(batch_plan *plan)
 {
     const size_t entry = sizeof(mapping_scatter_entry);
     for (size_t i = 0; i < plan->group_count; i++) {
-        if (!plan->groups[i].staged)
-            continue;
-        if (plan->groups[i].to_gpu)
-            plan->h2d_staged++;
-        else
-            plan->d2h_staged++;
+        size_t *n = plan->groups[i].to_gpu ? (plan->groups[i].staged ? &plan->h2d_staged : &plan->h2d_straight)
+                                           : (plan->groups[i].staged ? &plan->d2h_staged : &plan->d2h_straight);
+        ++*n;
     }
     plan->h2d_table_offset = 0;
     plan->d2h_table_offset = plan->h2d_staged * entry;
@@ -101,24 +99,59 @@ static void layout_staging(batch_plan *plan)
     plan->staging_bytes = at;
 }
 
+/* Grows the plan's arrays to hold n copies. Their content is rebuilt by
+ * every plan, so growing frees and allocates rather than reallocs. */
+static mapping_status reserve(batch_plan *plan, size_t n)
+{
+    if (n > plan->capacity) {
+        free(plan->order);
+        free(plan->group_of);
+        free(plan->groups);
+        free(plan->done);
+        free(plan->keys);
+        plan->order = malloc(n * sizeof *plan->order);
+        plan->group_of = malloc(n * sizeof *plan->group_of);
+        plan->groups = malloc(n * sizeof *plan->groups);
+        plan->done = malloc(n * sizeof *plan->done);
+        plan->keys = malloc(n * sizeof *plan->keys);
+        plan->capacity = n;
+        if (!plan->order || !plan->group_of || !plan->groups || !plan->done || !plan->keys)
+            goto fail;
+    }
+    if (n > plan->copies_capacity) { /* becomes the batch's queue: room for what it holds now */
+        free(plan->copies);
+        plan->copies_capacity = n;
+        if (!(plan->copies = malloc(n * sizeof *plan->copies)))
+            goto fail;
+    }
+    return MAPPING_OK;
+fail:
+    mapping__batch_plan_free(plan);
+    return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mapping_batch_flush: out of memory planning %zu copies", n);
+}
+
 mapping_status mapping__batch_plan(mapping_batch *b, batch_plan *plan, size_t large_bytes)
 {
-    memset(plan, 0, sizeof *plan);
     size_t n = b->count;
-    sort_key *keys = malloc(n * sizeof *keys);
-    plan->copies = malloc(n * sizeof *plan->copies);
-    plan->order = malloc(n * sizeof *plan->order);
-    plan->group_of = malloc(n * sizeof *plan->group_of);
-    plan->groups = malloc(n * sizeof *plan->groups);
-    plan->done = calloc(n, sizeof *plan->done);
-    if (!keys || !plan->copies || !plan->order || !plan->group_of || !plan->groups || !plan->done) {
-        free(keys);
-        mapping__batch_plan_free(plan);
-        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mapping_batch_flush: out of memory planning %zu copies",
-                             n);
-    }
-    memcpy(plan->copies, b->copies, n * sizeof *plan->copies);
+    mapping_status st = reserve(plan, n);
+    if (st != MAPPING_OK)
+        return st;
+    /* Swap arrays: the queued copies become the plan's, the plan's spare
+     * array becomes the batch's (empty) queue. No copy of the queue. */
+    batch_copy *spare = plan->copies;
+    size_t spare_capacity = plan->copies_capacity;
+    plan->copies = b->copies;
+    plan->copies_capacity = b->capacity;
+    b->copies = spare;
+    b->capacity = spare_capacity;
+    b->count = 0;
+
     plan->count = n;
+    plan->group_count = plan->h2d_groups = 0;
+    plan->h2d_staged = plan->d2h_staged = plan->h2d_straight = plan->d2h_straight = 0;
+    plan->host_staging = NULL;
+    memset(plan->done, 0, n * sizeof *plan->done);
+    sort_key *keys = plan->keys;
     for (size_t i = 0; i < n; i++) {
         const batch_copy *c = &plan->copies[i];
         keys[i] = (sort_key){c->to_gpu ? 0 : 1, (uintptr_t)c->buf, c->offset, i};
@@ -131,7 +164,6 @@ mapping_status mapping__batch_plan(mapping_batch *b, batch_plan *plan, size_t la
     for (size_t i = 0; i < n; i++)
         plan->order[i] = keys[i].index;
     make_groups(plan, keys, large_bytes);
-    free(keys);
     layout_staging(plan);
     return MAPPING_OK;
 }
