@@ -15,6 +15,16 @@ typedef struct batch_sort_key {
     size_t    index;
 } sort_key;
 
+/* Copies a and b (a added first) are in plan order already. */
+static bool in_order(const batch_copy *a, const batch_copy *b)
+{
+    if (a->to_gpu != b->to_gpu)
+        return a->to_gpu;
+    if (a->buf != b->buf)
+        return (uintptr_t)a->buf < (uintptr_t)b->buf;
+    return a->offset <= b->offset;
+}
+
 static int compare_keys(const void *a_, const void *b_)
 {
     const sort_key *a = a_, *b = b_;
@@ -44,16 +54,16 @@ static size_t align_up(size_t n, size_t a)
 }
 
 /* Groups of one direction, each all-large (straight through) or staged. */
-static void make_groups(batch_plan *plan, const sort_key *keys, size_t large_bytes)
+static void make_groups(batch_plan *plan, size_t large_bytes)
 {
     size_t n = 0;
     for (size_t i = 0; i < plan->count;) {
-        const batch_copy *c = &plan->copies[keys[i].index];
+        const batch_copy *c = &plan->copies[plan->order[i]];
         batch_group g = {.buf = c->buf, .lo = c->offset, .hi = c->offset + c->bytes, .first = i, .to_gpu = c->to_gpu};
         bool all_large = c->bytes >= large_bytes;
         size_t j = i + 1;
         for (; j < plan->count; j++) {
-            const batch_copy *d = &plan->copies[keys[j].index];
+            const batch_copy *d = &plan->copies[plan->order[j]];
             if (d->to_gpu != c->to_gpu || d->buf != c->buf || d->offset > g.hi)
                 break;
             if (d->offset + d->bytes > g.hi)
@@ -63,7 +73,7 @@ static void make_groups(batch_plan *plan, const sort_key *keys, size_t large_byt
         g.count = j - i;
         g.staged = !all_large;
         for (size_t k = i; k < j; k++)
-            plan->group_of[keys[k].index] = n;
+            plan->group_of[plan->order[k]] = n;
         if (g.to_gpu)
             plan->h2d_groups = n + 1;
         plan->groups[n++] = g;
@@ -151,19 +161,25 @@ mapping_status mapping__batch_plan(mapping_batch *b, batch_plan *plan, size_t la
     plan->h2d_staged = plan->d2h_staged = plan->h2d_straight = plan->d2h_straight = 0;
     plan->host_staging = NULL;
     memset(plan->done, 0, n * sizeof *plan->done);
-    sort_key *keys = plan->keys;
-    for (size_t i = 0; i < n; i++) {
-        const batch_copy *c = &plan->copies[i];
-        keys[i] = (sort_key){c->to_gpu ? 0 : 1, (uintptr_t)c->buf, c->offset, i};
-    }
-    size_t sorted = 1; /* copies are often added in order: skip the sort then */
-    while (sorted < n && compare_keys(&keys[sorted - 1], &keys[sorted]) < 0)
+    /* Copies are often added in plan order: then there is nothing to sort
+     * (one pass, no sort keys written). */
+    size_t sorted = 1;
+    while (sorted < n && in_order(&plan->copies[sorted - 1], &plan->copies[sorted]))
         sorted++;
-    if (sorted < n)
+    if (sorted >= n) {
+        for (size_t i = 0; i < n; i++)
+            plan->order[i] = i;
+    } else {
+        sort_key *keys = plan->keys;
+        for (size_t i = 0; i < n; i++) {
+            const batch_copy *c = &plan->copies[i];
+            keys[i] = (sort_key){c->to_gpu ? 0 : 1, (uintptr_t)c->buf, c->offset, i};
+        }
         qsort(keys, n, sizeof *keys, compare_keys);
-    for (size_t i = 0; i < n; i++)
-        plan->order[i] = keys[i].index;
-    make_groups(plan, keys, large_bytes);
+        for (size_t i = 0; i < n; i++)
+            plan->order[i] = keys[i].index;
+    }
+    make_groups(plan, large_bytes);
     layout_staging(plan);
     return MAPPING_OK;
 }
