@@ -126,6 +126,8 @@ BENCH_SECTION(bench_batch, 40, "batch",
             return 1;
     }
     bench_table_end(&t);
+    bench_note(ctx, "batch = the copies added to one batch, then one blocking flush; one batch reused by every run "
+                    "(its staging kept), as a program would.");
     bench_note(ctx, "stream = the copies queued on one stream, then one synchronize.");
     if (!strcmp(ctx->info.backend, "host"))
         bench_note(ctx, "link = host back end with the link modelled at 25 GB/s and 5 us per transfer%s.",

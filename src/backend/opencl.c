@@ -155,6 +155,7 @@ static mapping_status opencl_device_open(int index, const mapping_device_desc *d
     d->platform = devices[index].platform;
     d->device = devices[index].device;
     d->svm_fine = devices[index].svm_fine;
+    d->sliced_lanes = !strcmp(devices[index].info.kind, "cpu");
     cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)d->platform, 0};
     cl_int err = CL_SUCCESS;
     d->context = ocl.clCreateContext(props, 1, &d->device, NULL, NULL, &err);

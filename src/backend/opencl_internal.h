@@ -27,7 +27,8 @@ typedef struct ocl_device {
     bool            kernels_built;
     cl_program      program;
     cl_kernel       scatter, gather;
-    size_t          lanes; /* work-items per table entry */
+    size_t          group_size;   /* work-items per work-group of their launches */
+    bool            sliced_lanes; /* CPU device: an entry's work-items copy contiguous slices */
 } ocl_device;
 
 /* Device memory: a cl_mem, and the SVM allocation behind it when unified. */

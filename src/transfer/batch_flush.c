@@ -152,6 +152,8 @@ static mapping_status scatter_or_gather(mapping_stream *stream, mapping_batch *b
  * that makes the later of two overlapping copies win). */
 static mapping_status straight_through(mapping_stream *stream, batch_plan *p, bool to_gpu)
 {
+    if ((to_gpu ? p->h2d_straight : p->d2h_straight) == 0)
+        return MAPPING_OK; /* not a pass over every copy for nothing */
     for (size_t i = 0; i < p->count; i++) {
         const batch_copy *c = &p->copies[i];
         if (c->to_gpu != to_gpu || p->groups[p->group_of[i]].staged)
@@ -215,7 +217,7 @@ static mapping_status report_failure(mapping_batch *b, const batch_plan *p, mapp
         }
         if (first == p->count)
             first = i;
-        b->copies[b->count++] = p->copies[i]; /* capacity >= p->count: the snapshot came from here */
+        b->copies[b->count++] = p->copies[i]; /* capacity >= p->count: see mapping__batch_plan */
     }
     if (done)
         mapping__count(&b->dev->counters.batch_flushes, 1);
@@ -245,7 +247,6 @@ mapping_status mapping_batch_flush(mapping_stream *stream, mapping_batch *b)
         mapping_event_destroy(b->pending);
         b->pending = NULL;
     }
-    mapping__batch_plan_free(&b->plan);
     if ((st = mapping__batch_plan(b, &b->plan, mapping__batch_large_bytes(b->dev))) != MAPPING_OK)
         return st;
     batch_plan *p = &b->plan;

@@ -8,12 +8,22 @@
 #include <string.h>
 #include "transfer/transfer.h"
 
-typedef struct sort_key {
+typedef struct batch_sort_key {
     int       direction; /* 0: host-to-device first */
     uintptr_t buf;
     size_t    offset;
     size_t    index;
 } sort_key;
+
+/* Copies a and b (a added first) are in plan order already. */
+static bool in_order(const batch_copy *a, const batch_copy *b)
+{
+    if (a->to_gpu != b->to_gpu)
+        return a->to_gpu;
+    if (a->buf != b->buf)
+        return (uintptr_t)a->buf < (uintptr_t)b->buf;
+    return a->offset <= b->offset;
+}
 
 static int compare_keys(const void *a_, const void *b_)
 {
@@ -34,6 +44,7 @@ void mapping__batch_plan_free(batch_plan *plan)
     free(plan->group_of);
     free(plan->groups);
     free(plan->done);
+    free(plan->keys);
     memset(plan, 0, sizeof *plan);
 }
 
@@ -43,16 +54,16 @@ static size_t align_up(size_t n, size_t a)
 }
 
 /* Groups of one direction, each all-large (straight through) or staged. */
-static void make_groups(batch_plan *plan, const sort_key *keys, size_t large_bytes)
+static void make_groups(batch_plan *plan, size_t large_bytes)
 {
     size_t n = 0;
     for (size_t i = 0; i < plan->count;) {
-        const batch_copy *c = &plan->copies[keys[i].index];
+        const batch_copy *c = &plan->copies[plan->order[i]];
         batch_group g = {.buf = c->buf, .lo = c->offset, .hi = c->offset + c->bytes, .first = i, .to_gpu = c->to_gpu};
         bool all_large = c->bytes >= large_bytes;
         size_t j = i + 1;
         for (; j < plan->count; j++) {
-            const batch_copy *d = &plan->copies[keys[j].index];
+            const batch_copy *d = &plan->copies[plan->order[j]];
             if (d->to_gpu != c->to_gpu || d->buf != c->buf || d->offset > g.hi)
                 break;
             if (d->offset + d->bytes > g.hi)
@@ -62,7 +73,7 @@ static void make_groups(batch_plan *plan, const sort_key *keys, size_t large_byt
         g.count = j - i;
         g.staged = !all_large;
         for (size_t k = i; k < j; k++)
-            plan->group_of[keys[k].index] = n;
+            plan->group_of[plan->order[k]] = n;
         if (g.to_gpu)
             plan->h2d_groups = n + 1;
         plan->groups[n++] = g;
@@ -75,12 +86,9 @@ static void layout_staging(batch_plan *plan)
 {
     const size_t entry = sizeof(mapping_scatter_entry);
     for (size_t i = 0; i < plan->group_count; i++) {
-        if (!plan->groups[i].staged)
-            continue;
-        if (plan->groups[i].to_gpu)
-            plan->h2d_staged++;
-        else
-            plan->d2h_staged++;
+        size_t *n = plan->groups[i].to_gpu ? (plan->groups[i].staged ? &plan->h2d_staged : &plan->h2d_straight)
+                                           : (plan->groups[i].staged ? &plan->d2h_staged : &plan->d2h_straight);
+        ++*n;
     }
     plan->h2d_table_offset = 0;
     plan->d2h_table_offset = plan->h2d_staged * entry;
@@ -101,37 +109,77 @@ static void layout_staging(batch_plan *plan)
     plan->staging_bytes = at;
 }
 
+/* Grows the plan's arrays to hold n copies. Their content is rebuilt by
+ * every plan, so growing frees and allocates rather than reallocs. */
+static mapping_status reserve(batch_plan *plan, size_t n)
+{
+    if (n > plan->capacity) {
+        free(plan->order);
+        free(plan->group_of);
+        free(plan->groups);
+        free(plan->done);
+        free(plan->keys);
+        plan->order = malloc(n * sizeof *plan->order);
+        plan->group_of = malloc(n * sizeof *plan->group_of);
+        plan->groups = malloc(n * sizeof *plan->groups);
+        plan->done = malloc(n * sizeof *plan->done);
+        plan->keys = malloc(n * sizeof *plan->keys);
+        plan->capacity = n;
+        if (!plan->order || !plan->group_of || !plan->groups || !plan->done || !plan->keys)
+            goto fail;
+    }
+    if (n > plan->copies_capacity) { /* becomes the batch's queue: room for what it holds now */
+        free(plan->copies);
+        plan->copies_capacity = n;
+        if (!(plan->copies = malloc(n * sizeof *plan->copies)))
+            goto fail;
+    }
+    return MAPPING_OK;
+fail:
+    mapping__batch_plan_free(plan);
+    return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mapping_batch_flush: out of memory planning %zu copies", n);
+}
+
 mapping_status mapping__batch_plan(mapping_batch *b, batch_plan *plan, size_t large_bytes)
 {
-    memset(plan, 0, sizeof *plan);
     size_t n = b->count;
-    sort_key *keys = malloc(n * sizeof *keys);
-    plan->copies = malloc(n * sizeof *plan->copies);
-    plan->order = malloc(n * sizeof *plan->order);
-    plan->group_of = malloc(n * sizeof *plan->group_of);
-    plan->groups = malloc(n * sizeof *plan->groups);
-    plan->done = calloc(n, sizeof *plan->done);
-    if (!keys || !plan->copies || !plan->order || !plan->group_of || !plan->groups || !plan->done) {
-        free(keys);
-        mapping__batch_plan_free(plan);
-        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mapping_batch_flush: out of memory planning %zu copies",
-                             n);
-    }
-    memcpy(plan->copies, b->copies, n * sizeof *plan->copies);
+    mapping_status st = reserve(plan, n);
+    if (st != MAPPING_OK)
+        return st;
+    /* Swap arrays: the queued copies become the plan's, the plan's spare
+     * array becomes the batch's (empty) queue. No copy of the queue. */
+    batch_copy *spare = plan->copies;
+    size_t spare_capacity = plan->copies_capacity;
+    plan->copies = b->copies;
+    plan->copies_capacity = b->capacity;
+    b->copies = spare;
+    b->capacity = spare_capacity;
+    b->count = 0;
+
     plan->count = n;
-    for (size_t i = 0; i < n; i++) {
-        const batch_copy *c = &plan->copies[i];
-        keys[i] = (sort_key){c->to_gpu ? 0 : 1, (uintptr_t)c->buf, c->offset, i};
-    }
-    size_t sorted = 1; /* copies are often added in order: skip the sort then */
-    while (sorted < n && compare_keys(&keys[sorted - 1], &keys[sorted]) < 0)
+    plan->group_count = plan->h2d_groups = 0;
+    plan->h2d_staged = plan->d2h_staged = plan->h2d_straight = plan->d2h_straight = 0;
+    plan->host_staging = NULL;
+    memset(plan->done, 0, n * sizeof *plan->done);
+    /* Copies are often added in plan order: then there is nothing to sort
+     * (one pass, no sort keys written). */
+    size_t sorted = 1;
+    while (sorted < n && in_order(&plan->copies[sorted - 1], &plan->copies[sorted]))
         sorted++;
-    if (sorted < n)
+    if (sorted >= n) {
+        for (size_t i = 0; i < n; i++)
+            plan->order[i] = i;
+    } else {
+        sort_key *keys = plan->keys;
+        for (size_t i = 0; i < n; i++) {
+            const batch_copy *c = &plan->copies[i];
+            keys[i] = (sort_key){c->to_gpu ? 0 : 1, (uintptr_t)c->buf, c->offset, i};
+        }
         qsort(keys, n, sizeof *keys, compare_keys);
-    for (size_t i = 0; i < n; i++)
-        plan->order[i] = keys[i].index;
-    make_groups(plan, keys, large_bytes);
-    free(keys);
+        for (size_t i = 0; i < n; i++)
+            plan->order[i] = keys[i].index;
+    }
+    make_groups(plan, large_bytes);
     layout_staging(plan);
     return MAPPING_OK;
 }

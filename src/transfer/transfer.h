@@ -32,11 +32,16 @@ typedef struct batch_group {
     bool            staged;
 } batch_group;
 
-/* What a flush does, built from a snapshot of the queued copies. It stays
- * alive until the flush's work has completed: stream work reads it. */
+/* What a flush does, built from the queued copies (moved into it). It stays
+ * alive until the flush's work has completed: stream work reads it. Its
+ * arrays are kept by the batch from one flush to the next, so that a batch
+ * reused for flushes of similar size allocates (and faults in) nothing. */
 typedef struct batch_plan {
-    batch_copy  *copies;     /* the snapshot, in add order */
+    batch_copy  *copies;     /* the queued copies, in add order */
     size_t       count;
+    size_t       copies_capacity; /* entries `copies` holds */
+    size_t       capacity;   /* entries order, group_of, groups, done and keys hold */
+    struct batch_sort_key *keys; /* scratch for sorting */
     size_t      *order;      /* copy indices sorted by direction, buffer, offset, index */
     size_t      *group_of;   /* copy index -> group index */
     batch_group *groups;     /* host-to-device groups first, each direction sorted by buffer */
@@ -45,6 +50,7 @@ typedef struct batch_plan {
     /* Staging layout: [h2d table | d2h table | h2d data | d2h data]. */
     size_t       h2d_table_offset, d2h_table_offset;
     size_t       h2d_staged, d2h_staged; /* staged groups per direction */
+    size_t       h2d_straight, d2h_straight; /* groups per direction that go straight through */
     size_t       h2d_data_offset, d2h_data_offset, staging_bytes;
     char        *host_staging; /* set when the flush runs */
     bool        *done;         /* per copy: done (or queued to be done) */
@@ -65,8 +71,12 @@ struct mapping_batch {
 
 /* Groups at least this large go straight through (from the device's link). */
 size_t mapping__batch_large_bytes(mapping_device *dev);
-/* Builds plan from b's queued copies (moved into the plan). */
+/* Builds plan from b's queued copies, which move into the plan: on success b
+ * is left empty (its queue array is the plan's spare one, at least as large);
+ * on failure b is unchanged. `plan` is zeroed or a previous plan of b, whose
+ * arrays are reused; no work may still be reading it. */
 mapping_status mapping__batch_plan(mapping_batch *b, batch_plan *plan, size_t large_bytes);
+/* Frees the plan's arrays and zeroes it. */
 void           mapping__batch_plan_free(batch_plan *plan);
 /* Appends a copy; arguments validated by the caller. */
 mapping_status mapping__batch_push(mapping_batch *b, const batch_copy *c);

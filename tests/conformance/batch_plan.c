@@ -19,7 +19,7 @@ UNIT_TEST(batch_plan_merges_touching_and_overlapping_ranges_per_buffer_and_direc
     CHECK_OK(mapping_batch_sync_to_gpu(batch, host, b, 0, 64));      /* another buffer */
     CHECK_OK(mapping_batch_sync_to_cpu(batch, a, 0, host, 64));      /* another direction */
     CHECK_OK(mapping_batch_sync_to_cpu(batch, a, 64, host, 4096));   /* large: [64, 4160) */
-    batch_plan plan;
+    batch_plan plan = {0};
     CHECK_OK(mapping__batch_plan(batch, &plan, 4096));
     CHECK(plan.group_count == 4); /* a: 2, b: 1, and one device-to-host */
     CHECK(plan.h2d_groups == 3);
@@ -54,7 +54,7 @@ UNIT_TEST(batch_plan_sends_groups_of_only_large_copies_straight_through)
     CHECK_OK(mapping_batch_sync_to_gpu(batch, host, a, 0, 8192));
     CHECK_OK(mapping_batch_sync_to_gpu(batch, host, a, 8192, 8192));
     CHECK_OK(mapping_batch_sync_to_gpu(batch, host, a, 100000, 10));
-    batch_plan plan;
+    batch_plan plan = {0};
     CHECK_OK(mapping__batch_plan(batch, &plan, 4096));
     CHECK(plan.group_count == 2);
     CHECK(!plan.groups[0].staged && plan.groups[0].count == 2);

@@ -150,6 +150,71 @@ static void opencl_scatter_and_gather_move_exactly_the_table_entries_body(void)
     mapping_close(dev);
 }
 
+/* Many entries (more than a work-group holds) of mixed sizes, a few large
+ * ones among them (shared by many work-items, across work-groups), with the
+ * GPU layout (a large entry's work-items interleave) and the CPU one (each
+ * copies a slice), whatever the device is. */
+static void scatter_gather_mixed_table(mapping_device *dev, bool sliced)
+{
+    enum { COUNT = 600, TABLE = COUNT * sizeof(mapping_scatter_entry) };
+    mapping_scatter_entry *table = malloc(TABLE);
+    size_t staged = TABLE, at = 0;
+    for (size_t i = 0; i < COUNT; i++) {
+        size_t bytes = i == 7 ? 300000 : i == 300 ? 150001 : i == 599 ? 70000 : 1 + (i * 37) % 200;
+        at += i % 3; /* buffer ranges at odd offsets, apart or touching */
+        table[i] = (mapping_scatter_entry){staged, at, bytes};
+        staged += bytes + (i % 2 ? 16 : 0);
+        at += bytes;
+    }
+    size_t target = at + 64;
+    unsigned char *staging = malloc(staged), *before = malloc(target), *expect = malloc(target),
+                  *got = malloc(staged > target ? staged : target), *cleared = calloc(1, staged);
+    test_pattern(staging, staged, 60);
+    memcpy(staging, table, TABLE);
+    test_pattern(before, target, 61);
+    memcpy(expect, before, target);
+    for (size_t i = 0; i < COUNT; i++)
+        memcpy(expect + table[i].buffer_offset, staging + table[i].staging_offset, table[i].bytes);
+    memcpy(cleared, table, TABLE);
+
+    ocl_device *d = dev->state;
+    bool was = d->sliced_lanes;
+    d->sliced_lanes = sliced;
+    mapping_buffer *st_buf, *dst;
+    CHECK_OK(mapping_allocate_gpu(dev, staged, &st_buf));
+    CHECK_OK(mapping_allocate_gpu(dev, target, &dst));
+    CHECK_OK(mapping_sync_to_gpu_range(NULL, staging, st_buf, 0, staged));
+    CHECK_OK(mapping_sync_to_gpu_range(NULL, before, dst, 0, target));
+    CHECK_OK(dev->be->scatter(dev->state, NULL, st_buf->mem, 0, table, COUNT, dst->mem));
+    CHECK_OK(mapping_sync_to_cpu_range(NULL, dst, 0, got, target));
+    CHECK_BYTES(got, expect, target);
+
+    /* Back into a staging buffer holding only the table: the gaps stay zero. */
+    CHECK_OK(mapping_sync_to_gpu_range(NULL, cleared, st_buf, 0, staged));
+    CHECK_OK(dev->be->gather(dev->state, NULL, dst->mem, st_buf->mem, 0, table, COUNT));
+    CHECK_OK(mapping_sync_to_cpu_range(NULL, st_buf, 0, got, staged));
+    for (size_t i = 0; i < COUNT; i++)
+        memcpy(cleared + table[i].staging_offset, staging + table[i].staging_offset, table[i].bytes);
+    CHECK_BYTES(got, cleared, staged);
+    d->sliced_lanes = was;
+    mapping_free_gpu(st_buf);
+    mapping_free_gpu(dst);
+    free(table);
+    free(staging);
+    free(before);
+    free(expect);
+    free(got);
+    free(cleared);
+}
+
+static void opencl_scatter_and_gather_share_large_entries_among_work_items_body(void)
+{
+    mapping_device *dev = open_opencl();
+    scatter_gather_mixed_table(dev, false);
+    scatter_gather_mixed_table(dev, true);
+    mapping_close(dev);
+}
+
 static void opencl_unified_memory_is_shared_by_cpu_and_device_or_refused_body(void)
 {
     mapping_device *dev = open_opencl();
@@ -318,6 +383,11 @@ UNIT_TEST(opencl_native_handles_run_a_user_kernel_on_the_library_stream)
 UNIT_TEST(opencl_scatter_and_gather_move_exactly_the_table_entries)
 {
     OPENCL_RUN(opencl_scatter_and_gather_move_exactly_the_table_entries_body);
+}
+
+UNIT_TEST(opencl_scatter_and_gather_share_large_entries_among_work_items)
+{
+    OPENCL_RUN(opencl_scatter_and_gather_share_large_entries_among_work_items_body);
 }
 
 UNIT_TEST(opencl_unified_memory_is_shared_by_cpu_and_device_or_refused)
