@@ -599,7 +599,9 @@ typedef struct mapping_pipeline mapping_pipeline;
 typedef struct mapping_pipeline_desc {
     /* Bytes per chunk; 0 = from mapping_device_link() (big enough that the
      * per-transfer latency costs about 0.5% of a chunk, a power of two between
-     * 256 KiB and 64 MiB; a run of a short array uses chunks of 1/8 of it,
+     * 256 KiB and 64 MiB, at most 2 MiB where device memory is CPU memory
+     * (host back end, OpenCL CPU devices: chunk buffers that stay in the
+     * CPU's cache); a run of a short array uses chunks of 1/8 of it,
      * but not under 64 KiB, so that it still overlaps). Rounded down to a
      * multiple of element_bytes. */
     size_t chunk_bytes;
