@@ -202,18 +202,25 @@ enum { MIRROR_BATCH_MIN_RANGES = 16 };
 /* In a batch another range costs a table entry and a few bytes of staging
  * alignment, not a transfer: only gaps about that small are worth copying. */
 enum { MIRROR_BATCH_MERGE_GAP = 64 };
+/* Packing costs about this much per range on the CPU: a link whose transfers
+ * cost less (the host back end, ~30 ns) is faster with separate copies. */
+#define MIRROR_BATCH_MIN_LATENCY 1e-6
+
+/* Does a sync of n ranges go through a batch? Only where it pays: many
+ * ranges, and a link whose per-transfer cost exceeds the cost of packing. */
+static bool use_batch(mirror_state *st, size_t n, const mapping_link *link)
+{
+    return !st->unified && n >= MIRROR_BATCH_MIN_RANGES && link->latency >= MIRROR_BATCH_MIN_LATENCY;
+}
 
 /* The largest gap worth copying to save one range: for separate copies,
  * what one more transfer costs (latency x bandwidth of the measured link);
  * for ranges that will go through a batch, a table entry's worth. */
-static double merge_gap_limit(mirror_state *st, size_t n)
+static double merge_gap_limit(mirror_state *st, size_t n, const mapping_link *link)
 {
-    if (n >= MIRROR_BATCH_MIN_RANGES)
+    if (use_batch(st, n, link))
         return MIRROR_BATCH_MERGE_GAP;
-    mapping_link link;
-    if (mapping_device_link(st->dev, &link) != MAPPING_OK || !(link.bandwidth > 0))
-        return 0;
-    return link.latency * link.bandwidth;
+    return link->bandwidth > 0 ? link->latency * link->bandwidth : 0;
 }
 
 /* Merges neighbours into one copy when the gap is below max_gap bytes and
@@ -266,7 +273,8 @@ mapping_status mapping__mirror_copy_ranges(mapping_stream *stream, mirror_state 
 {
     if (st->unified)
         return mapping__mirror_prefetch(stream, st, target, ranges, n, done);
-    if (n >= MIRROR_BATCH_MIN_RANGES)
+    mapping_link link = {0, 0};
+    if (n >= MIRROR_BATCH_MIN_RANGES && mapping_device_link(st->dev, &link) == MAPPING_OK && use_batch(st, n, &link))
         return copy_ranges_batched(stream, st, target, ranges, n, done);
     for (*done = 0; *done < n; ++*done) {
         const mapping_range *r = &ranges[*done];
@@ -313,7 +321,10 @@ mapping_status mapping__mirror_sync(const char *fn, mapping_stream *stream, mapp
         goto out;
     }
     memcpy(merged, exact, n_exact * sizeof *merged);
-    n_merged = merge_ranges(st, 1 - t, merged, n_exact, merge_gap_limit(st, n_exact));
+    mapping_link link = {0, 0};
+    if (n_exact >= 2 && mapping_device_link(st->dev, &link) != MAPPING_OK)
+        link = (mapping_link){0, 0}; /* unmeasurable: no merging */
+    n_merged = merge_ranges(st, 1 - t, merged, n_exact, merge_gap_limit(st, n_exact, &link));
     for (size_t k = 0; k < n_merged; k++)
         moved += merged[k].hi - merged[k].lo;
 
