@@ -205,8 +205,10 @@ MAPPING_API mapping_status mapping_list_devices(const char *backend, mapping_dev
  * not be mixed). Thread-safe. */
 MAPPING_API mapping_status mapping_open(const mapping_device_desc *desc, mapping_device **out);
 /* Waits for all of the device's streams, frees what is still allocated on it
- * (reporting leaks through the log callback), and closes it. NULL: no-op.
- * Must not race with other calls on the same device. */
+ * (streams, events, buffers, page-locked host memory; reported as leaks
+ * through the log callback), and closes it. Handles of those objects are
+ * invalid afterwards. Mirrors, batches and pipelines are not freed: destroy
+ * them first. NULL: no-op. Must not race with other calls on the device. */
 MAPPING_API void           mapping_close(mapping_device *dev);
 MAPPING_API const char    *mapping_backend_name(const mapping_device *dev); /* "host", ...; "" for NULL */
 MAPPING_API mapping_status mapping_device_get_info(const mapping_device *dev, mapping_device_info *out);

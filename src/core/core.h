@@ -63,7 +63,7 @@ struct mapping_device {
     mapping_host_registry  host_blocks;
 
     pthread_mutex_t   objects_lock;
-    mapping_list_node buffers, streams; /* live objects */
+    mapping_list_node buffers, streams, events; /* live objects */
 
     pthread_mutex_t link_lock;
     mapping_link    link; /* 0 fields: not measured yet */
@@ -90,9 +90,10 @@ struct mapping_stream {
 };
 
 struct mapping_event {
-    uint32_t        magic;
-    mapping_device *dev;
-    void           *state;
+    uint32_t          magic;
+    mapping_device   *dev;
+    void             *state;
+    mapping_list_node node;
 };
 
 /* ---- validation (src/core/validate.c) ---- */

@@ -101,6 +101,7 @@ mapping_status mapping_open(const mapping_device_desc *desc, mapping_device **ou
     pthread_mutex_init(&dev->link_lock, NULL);
     dev->buffers.next = dev->buffers.prev = &dev->buffers;
     dev->streams.next = dev->streams.prev = &dev->streams;
+    dev->events.next = dev->events.prev = &dev->events;
     dev->magic = MAPPING_MAGIC_DEVICE;
     *out = dev;
     return MAPPING_OK;
@@ -115,6 +116,11 @@ void mapping_close(mapping_device *dev)
         mapping_stream *s = (mapping_stream *)((char *)dev->streams.next - offsetof(mapping_stream, node));
         mapping__log(1, "mapping_close: stream %p was never destroyed; destroying it", (void *)s);
         mapping_stream_destroy(s);
+    }
+    while (dev->events.next != &dev->events) {
+        mapping_event *e = (mapping_event *)((char *)dev->events.next - offsetof(mapping_event, node));
+        mapping__log(1, "mapping_close: event %p was never destroyed; destroying it", (void *)e);
+        mapping_event_destroy(e);
     }
     while (dev->buffers.next != &dev->buffers) {
         mapping_buffer *b = (mapping_buffer *)((char *)dev->buffers.next - offsetof(mapping_buffer, node));

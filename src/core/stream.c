@@ -90,6 +90,7 @@ mapping_status mapping_event_record(mapping_stream *stream, mapping_event **out)
     }
     ev->magic = MAPPING_MAGIC_EVENT;
     ev->dev = dev;
+    mapping__list_add(dev, &dev->events, &ev->node);
     *out = ev;
     return MAPPING_OK;
 }
@@ -134,6 +135,7 @@ void mapping_event_destroy(mapping_event *event)
 {
     if (!event || mapping__check_event("mapping_event_destroy", "event", event) != MAPPING_OK)
         return;
+    mapping__list_remove(event->dev, &event->node);
     event->magic = MAPPING_MAGIC_DEAD;
     event->dev->be->event_destroy(event->dev->state, event->state);
     free(event);

@@ -142,5 +142,7 @@ TEST(close_frees_what_the_caller_left_behind)
     CHECK_OK(mapping_allocate_cpu(dev, 4096, &pinned));
     CHECK_OK(mapping_stream_create(dev, &s));
     CHECK_OK(mapping_sync_to_gpu_range(s, pinned, buf, 0, 4096));
+    mapping_event *ev;
+    CHECK_OK(mapping_event_record(s, &ev));
     mapping_close(dev);
 }
