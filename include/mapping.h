@@ -388,7 +388,11 @@ MAPPING_API mapping_status mapping_device_stats_json(const mapping_device *dev, 
  *   blocking call, a mark, and mapping_mirror_stale_bytes wait for it.
  *   As everywhere, host memory a queued copy reads or writes must not be
  *   touched by the caller until the stream reaches it (acquire_cpu does this
- *   for you).
+ *   for you). A copy refused when it is queued leaves its ranges stale. A
+ *   queued copy that fails later (mapping_stream_synchronize reports it)
+ *   cannot be told apart from one that succeeded, so its ranges count as
+ *   valid: after such an error, mark the source side modified over the
+ *   mirror again so the next sync recopies it.
  * - Views share their parent's state: marking or syncing a view changes
  *   exactly its bytes of the family, siblings and the rest are untouched.
  *
