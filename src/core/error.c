@@ -8,9 +8,13 @@ static _Thread_local char last_message[512];
 static mapping_log_fn log_fn;
 static void *log_user;
 
+#define MAPPING_STR_(x) #x
+#define MAPPING_STR(x) MAPPING_STR_(x)
+
 const char *mapping_version(void)
 {
-    return "0.1.0";
+    return MAPPING_STR(MAPPING_VERSION_MAJOR) "." MAPPING_STR(MAPPING_VERSION_MINOR) "." MAPPING_STR(
+        MAPPING_VERSION_PATCH);
 }
 
 const char *mapping_status_string(mapping_status status)
