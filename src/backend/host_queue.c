@@ -27,6 +27,25 @@ typedef struct host_stream {
     mapping_status  first_error;
 } host_stream;
 
+/* ---- moving the bytes ---- */
+
+/* Device-to-host copies of at least this size use streaming stores. */
+enum { STREAMING_COPY_MIN = 1 << 20 };
+
+/* A device-to-host copy writes host memory that the CPU will not read again
+ * soon (the data just arrived from the device), so from STREAMING_COPY_MIN up
+ * its destination lines are written without first being read from memory
+ * (non-temporal stores: two DRAM passes per byte instead of three).
+ * Host-to-device copies write device memory, which here is a buffer that a
+ * kernel (or the next copy) reads next: ordinary stores keep it in cache. */
+static void copy_bytes(host_link_direction dir, void *dst, const void *src, size_t bytes)
+{
+    if (dir == HOST_LINK_D2H && bytes >= STREAMING_COPY_MIN)
+        mapping_os_copy_streaming(dst, src, bytes);
+    else
+        memcpy(dst, src, bytes);
+}
+
 /* ---- the link model ---- */
 
 /* Sleeps (never spins) until the deadline. On a real device the wait is a
@@ -49,7 +68,7 @@ static void link_copy(host_link *link, host_link_direction dir, void *dst, const
     pthread_mutex_t *engine = &link->engine[dir];
     pthread_mutex_lock(engine);
     uint64_t start = mapping_os_now_ns();
-    memcpy(dst, src, bytes);
+    copy_bytes(dir, dst, src, bytes);
     uint64_t deadline = start + (uint64_t)(seconds * 1e9);
     if (mapping_os_now_ns() < deadline)
         link_wait_until(deadline);
@@ -98,7 +117,7 @@ static void run_op(host_device *dev, const host_op *op)
         if (op->link_direction != HOST_LINK_NONE && link_modelled(&dev->link))
             link_copy(&dev->link, op->link_direction, op->dst, op->src, op->bytes);
         else
-            memcpy(op->dst, op->src, op->bytes);
+            copy_bytes(op->link_direction, op->dst, op->src, op->bytes);
         break;
     case HOST_OP_FILL:
         memset(op->dst, op->value, op->bytes);
