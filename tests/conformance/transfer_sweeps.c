@@ -48,5 +48,4 @@ TEST(large_and_swept_device_to_host_reads_land_every_byte_and_nothing_else)
     mapping_free_cpu(dev, host);
     mapping_free_gpu(buf);
     free(src);
-    mapping_close(dev);
 }
