@@ -6,6 +6,7 @@
 #define MAPPING_BACKEND_HOST_QUEUE_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include "backend/backend.h"
@@ -28,6 +29,11 @@ typedef struct host_link {
 typedef struct host_device {
     bool      poison;
     host_link link;
+    /* Where the last device-to-host copy ended, and the bytes of the run of
+     * back-to-back device-to-host copies that ends there: host_queue.c uses
+     * them to pick streaming stores. A hint, updated without a lock. */
+    _Atomic uintptr_t d2h_end;
+    _Atomic size_t    d2h_run;
 } host_device;
 
 typedef struct host_event host_event;

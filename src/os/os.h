@@ -27,6 +27,12 @@ void   mapping_os_advise_huge_pages(void *ptr, size_t bytes);
 /* Physical memory in bytes (0 if unknown). */
 uint64_t mapping_os_physical_memory(void);
 
+/* memcpy with non-temporal stores (x86-64; plain memcpy elsewhere): the
+ * destination is written to memory without being read first or kept in the
+ * caches. For large copies into memory that is not read again soon; dst and
+ * src must not overlap. os/copy.c. */
+void mapping_os_copy_streaming(void *dst, const void *src, size_t bytes);
+
 /* dlopen of the first name that loads: `env_override` (an environment
  * variable naming a path) first, then each name of the NULL-terminated list.
  * On failure writes dlerror() of the last try into why and returns NULL. */
