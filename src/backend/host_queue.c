@@ -78,7 +78,8 @@ static bool d2h_should_stream(host_device *dev, void *dst, size_t bytes)
 
 static void copy_bytes(host_device *dev, host_link_direction dir, void *dst, const void *src, size_t bytes)
 {
-    if (dir == HOST_LINK_D2H && d2h_should_stream(dev, dst, bytes))
+    /* Small copies neither stream nor move a sweep on: keep their path bare. */
+    if (dir == HOST_LINK_D2H && bytes >= STREAMING_PIECE && d2h_should_stream(dev, dst, bytes))
         mapping_os_copy_streaming(dst, src, bytes);
     else
         memcpy(dst, src, bytes);
