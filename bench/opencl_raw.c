@@ -126,7 +126,10 @@ static int (*const ways[WAYS])(raw_job *) = {raw_blocking, raw_async_finish, raw
  * shared machine, which comes and goes over milliseconds, falls on all of
  * them alike; the median of many single calls ignores the bursts. */
 enum { MAX_ROUNDS = 4096 };
-static int measure(bench_ctx *ctx, raw_job *j, double out[WAYS])
+/* paired[0], paired[1]: the median over rounds of library time / raw
+ * blocking time and / raw async time, each pair taken in the same round
+ * (robust against load that drifts between rounds). */
+static int measure(bench_ctx *ctx, raw_job *j, double out[WAYS], double paired[2])
 {
     double once = 0;
     for (int w = 0; w < WAYS; w++) { /* warm-up, and a check that each works */
@@ -147,6 +150,12 @@ static int measure(bench_ctx *ctx, raw_job *j, double out[WAYS])
                 return 1;
             times[w][r] = bench_now() - t0;
         }
+    static double ratios[MAX_ROUNDS];
+    for (int w = 0; w < 2; w++) {
+        for (int r = 0; r < rounds; r++)
+            ratios[r] = times[3][r] / times[w][r];
+        paired[w] = bench_median(ratios, rounds);
+    }
     for (int w = 0; w < WAYS; w++)
         out[w] = bench_median(times[w], rounds);
     return 0;
@@ -201,14 +210,14 @@ BENCH_SECTION(bench_opencl_raw, 30, "opencl-raw", "the library against raw OpenC
 
     static const char *const cols[] = {"raw blocking", "raw async+fin", "raw own mem", "library", "lib/raw blk",
                                        "lib/raw async"};
-    double lat[2][WAYS], bw[2][WAYS];
+    double lat[2][WAYS], bw[2][WAYS], lat_ratio[2][2], bw_ratio[2][2];
     for (int h2d = 1; h2d >= 0; h2d--) {
         j.h2d = h2d;
         j.bytes = 64;
-        if (measure(ctx, &j, lat[!h2d]))
+        if (measure(ctx, &j, lat[!h2d], lat_ratio[!h2d]))
             goto fail;
         j.bytes = big;
-        if (measure(ctx, &j, bw[!h2d]))
+        if (measure(ctx, &j, bw[!h2d], bw_ratio[!h2d]))
             goto fail;
     }
     bench_table t;
@@ -218,7 +227,7 @@ BENCH_SECTION(bench_opencl_raw, 30, "opencl-raw", "the library against raw OpenC
     for (int d = 0; d < 2; d++)
         bench_table_row(&t, d ? "D2H 64 B" : "H2D 64 B",
                         (double[]){lat[d][0] * 1e6, lat[d][1] * 1e6, lat[d][2] * 1e6, lat[d][3] * 1e6,
-                                   lat[d][3] / lat[d][0], lat[d][3] / lat[d][1]});
+                                   lat_ratio[d][0], lat_ratio[d][1]});
     bench_table_end(&t);
     bench_table_begin(ctx, &t, "opencl_raw_bandwidth",
                       "256 MiB copy from page-locked memory, GB/s: library vs raw OpenCL (ratio: higher is better)",
@@ -228,17 +237,16 @@ BENCH_SECTION(bench_opencl_raw, 30, "opencl-raw", "the library against raw OpenC
         for (int w = 0; w < WAYS; w++)
             g[w] = (double)big / bw[d][w] * 1e-9;
         bench_table_row(&t, d ? "D2H 256 MiB" : "H2D 256 MiB",
-                        (double[]){g[0], g[1], g[2], g[3], g[3] / g[0], g[3] / g[1]});
+                        (double[]){g[0], g[1], g[2], g[3], 1 / bw_ratio[d][0], 1 / bw_ratio[d][1]});
     }
     bench_table_end(&t);
     bench_note(ctx, "raw blocking / async+fin: raw calls on the library's memory; raw own mem: blocking, on the");
     bench_note(ctx, "expert's own buffers. targets: 64 B library/raw blocking <= 1.05 x; 256 MiB >= 0.98 x");
-    bench_figure(ctx, "opencl_h2d_64B_lib_over_raw", lat[0][3] / lat[0][0], "x", "64 B H2D library / raw blocking");
-    bench_figure(ctx, "opencl_d2h_64B_lib_over_raw", lat[1][3] / lat[1][0], "x", "64 B D2H library / raw blocking");
-    bench_figure(ctx, "opencl_h2d_256MiB_lib_over_raw", bw[0][0] / bw[0][3], "x",
-                 "256 MiB H2D library / raw GB/s");
-    bench_figure(ctx, "opencl_d2h_256MiB_lib_over_raw", bw[1][0] / bw[1][3], "x",
-                 "256 MiB D2H library / raw GB/s");
+    bench_note(ctx, "ratios: median over rounds of the library's call against the raw call of the same round");
+    bench_figure(ctx, "opencl_h2d_64B_lib_over_raw", lat_ratio[0][0], "x", "64 B H2D library / raw blocking");
+    bench_figure(ctx, "opencl_d2h_64B_lib_over_raw", lat_ratio[1][0], "x", "64 B D2H library / raw blocking");
+    bench_figure(ctx, "opencl_h2d_256MiB_lib_over_raw", 1 / bw_ratio[0][0], "x", "256 MiB H2D library / raw GB/s");
+    bench_figure(ctx, "opencl_d2h_256MiB_lib_over_raw", 1 / bw_ratio[1][0], "x", "256 MiB D2H library / raw GB/s");
     rc = 0;
     goto out;
 fail:
