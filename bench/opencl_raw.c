@@ -139,7 +139,7 @@ static int measure(bench_ctx *ctx, raw_job *j, double out[WAYS], double paired[2
         double t = bench_now() - t0;
         once = t > once ? t : once;
     }
-    int rounds = bench_reps_for(once, ctx->quick ? 0.25 : 0.6); /* seconds per way */
+    int rounds = bench_reps_for(once, ctx->quick ? 0.25 : 2.0); /* seconds per way */
     rounds = rounds < ctx->runs ? ctx->runs : rounds > MAX_ROUNDS ? MAX_ROUNDS : rounds;
     static double times[WAYS][MAX_ROUNDS];
     for (int r = 0; r < rounds; r++)
