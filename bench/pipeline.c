@@ -7,10 +7,11 @@
  *
  * The step is a modelled kernel: it sleeps (it does not spin) for the
  * chunk's upload time measured in the same run through the same array, as a
- * device kernel takes time without using a CPU core, and it holds a
- * "compute engine" while it does, so that kernels of different streams never
- * overlap (one device, busy with one kernel at a time). The modelled link's
- * copies are real memcpys on the CPU.
+ * device kernel takes time without using a CPU core. Kernels run on one
+ * "compute engine" with a timeline, so kernels of different streams never
+ * overlap (one device, busy with one kernel at a time) and follow each other
+ * back to back, as on a GPU, rather than one host thread's wake-up after
+ * another. The modelled link's copies are real memcpys on the CPU.
  */
 #include <math.h>
 #include <pthread.h>
@@ -25,7 +26,8 @@
 
 typedef struct kernel {
     double          seconds_per_byte; /* measured upload time per byte of a chunk */
-    pthread_mutex_t engine;           /* one kernel at a time */
+    pthread_mutex_t engine;           /* guards busy_until */
+    double          busy_until;       /* when the compute engine's last kernel ends */
 } kernel;
 
 typedef struct kernel_run {
@@ -33,9 +35,8 @@ typedef struct kernel_run {
     double  seconds;
 } kernel_run;
 
-static void sleep_for(double seconds)
+static void sleep_until(double end)
 {
-    double end = bench_now() + seconds;
     for (;;) {
         double left = end - bench_now();
         if (left <= 0)
@@ -45,12 +46,22 @@ static void sleep_for(double seconds)
     }
 }
 
+/* One compute engine with a timeline, as a GPU runs kernels: a kernel starts
+ * when its stream reaches it and the engine is free, and runs for exactly
+ * its time; the next kernel starts when it ends, not when some thread wakes
+ * up (a host thread's wake-up latency, tens of microseconds here, would
+ * otherwise be added to every kernel). The stream goes on when its kernel
+ * has ended. */
 static void run_kernel(void *arg)
 {
     const kernel_run *run = arg;
-    pthread_mutex_lock(&run->k->engine);
-    sleep_for(run->seconds);
-    pthread_mutex_unlock(&run->k->engine);
+    kernel *k = run->k;
+    pthread_mutex_lock(&k->engine);
+    double now = bench_now(), start = k->busy_until > now ? k->busy_until : now;
+    k->busy_until = start + run->seconds;
+    double end = k->busy_until;
+    pthread_mutex_unlock(&k->engine);
+    sleep_until(end);
 }
 
 /* The pipeline runs at most 2 x depth chunks ahead: a ring that long holds
@@ -270,7 +281,8 @@ BENCH_SECTION(bench_pipeline, 50, "pipeline",
                     "bytes / bandwidth. Where up > model, the memcpy behind each modelled copy is the limit, "
                     "and the upload and download memcpys share the CPUs and memory bandwidth.");
     bench_note(ctx, "the kernel is a sleep, not a CPU spin (a GPU kernel does not use the CPU), for up ms per chunk, "
-                    "one kernel at a time; the link model sleeps too. serial = blocking upload, kernel, blocking "
+                    "one kernel at a time on a compute-engine timeline (back to back, as on a GPU); the link model "
+                    "sleeps too. serial = blocking upload, kernel, blocking "
                     "download per chunk on the calling thread; depth 1 = the pipeline with one stream (no overlap).");
     bench_note(ctx, "rounds of serial, depth 1, 2, 3; times are medians, ratios the median of each round's ratio.");
     bench_note(ctx, "CPU time per run (all threads), 25 GB/s: serial %.0f ms, depth 3 %.0f ms = %.2f cores busy "
