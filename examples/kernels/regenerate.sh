@@ -3,7 +3,7 @@
 # toolkit's nvcc (only needed when a kernel changes; building and running
 # need no toolkit):
 #   examples/kernels/scale.cu        -> scale.ptx + scale_ptx.h (the example's kernel)
-#   src/backend/cuda_kernels.cu      -> src/backend/cuda_kernels_ptx.h (scatter/gather)
+#   src/backend/cuda/cuda_kernels.cu      -> src/backend/cuda/cuda_kernels_ptx.h (scatter/gather)
 # compute_75 is the oldest target nvcc 13 accepts. nvcc 13 stamps its PTX
 # ".version 9.0", which only CUDA 13 drivers JIT; the kernels use nothing
 # newer than PTX ISA 6.3 (CUDA 10.0, the first with sm_75), so the stamp is
@@ -35,6 +35,6 @@ embed examples/kernels/scale.ptx examples/kernels/scale_ptx.h scale_ptx
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-ptx src/backend/cuda_kernels.cu "$tmp/cuda_kernels.ptx"
-embed "$tmp/cuda_kernels.ptx" src/backend/cuda_kernels_ptx.h cuda_kernels_ptx
-echo "regenerated: examples/kernels/scale.ptx examples/kernels/scale_ptx.h src/backend/cuda_kernels_ptx.h (PTX ISA $ISA, sm_75)"
+ptx src/backend/cuda/cuda_kernels.cu "$tmp/cuda_kernels.ptx"
+embed "$tmp/cuda_kernels.ptx" src/backend/cuda/cuda_kernels_ptx.h cuda_kernels_ptx
+echo "regenerated: examples/kernels/scale.ptx examples/kernels/scale_ptx.h src/backend/cuda/cuda_kernels_ptx.h (PTX ISA $ISA, sm_75)"

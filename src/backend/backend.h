@@ -12,7 +12,7 @@
  *   returned by stream_synchronize.
  * - Arguments have been validated by src/core/ (non-NULL, in range, same
  *   device, non-zero sizes). A back end only reports what its driver says.
- * - On a driver error, call mapping__fail_driver() (src/core/error.h) so the
+ * - On a driver error, call mapping__fail_driver() (src/os/status.h) so the
  *   raw code and its name reach mapping_last_error_message(), and return the
  *   mapped status.
  * - An optional operation left NULL means "unsupported" and core reports

@@ -3,7 +3,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include "core/error.h"
+#include "os/status.h"
 
 enum {
     RS_B = 32,          /* intervals per leaf, separators per internal node */

@@ -11,7 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include "backend/backend.h"
-#include "core/error.h"
+#include "os/status.h"
 #include "mapping.h"
 
 enum {

@@ -6,7 +6,7 @@
  * again soon, that is two DRAM passes per byte instead of three, and it
  * keeps the caches for the data that is reused. glibc's memcpy makes the
  * same choice only above ~3/4 of the last-level cache, per call; the caller
- * here knows more (see backend/host_queue.c).
+ * here knows more (see backend/host/host_queue.c).
  */
 #include <string.h>
 #include "os/os.h"

@@ -7,7 +7,7 @@
 #include <unistd.h>
 #include "harness.h"
 #ifdef MAPPING_WITH_CUDA
-#include "backend/cuda_driver.h"
+#include "backend/cuda/cuda_driver.h"
 #endif
 
 static mapping_backend_info cuda_info(void)

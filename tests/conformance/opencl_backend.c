@@ -9,10 +9,10 @@
 #include "harness.h"
 
 #ifdef MAPPING_WITH_OPENCL
-#include "backend/opencl_api.h"
+#include "backend/opencl/opencl_api.h"
 #endif
 #ifdef MAPPING_OPENCL_HEADERS
-#include "backend/opencl_internal.h"
+#include "backend/opencl/opencl_internal.h"
 #include "core/core.h"
 
 static mapping_device *open_opencl(void)

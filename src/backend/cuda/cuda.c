@@ -17,8 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "backend/cuda_device.h"
-#include "core/error.h"
+#include "backend/cuda/cuda_device.h"
+#include "os/status.h"
 #include "os/os.h"
 
 /* The legacy default stream (the non-_ptsz entry points take 0 for it). */

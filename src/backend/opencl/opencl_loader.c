@@ -6,7 +6,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
-#include "backend/opencl_api.h"
+#include "backend/opencl/opencl_api.h"
 #include "os/os.h"
 #ifdef MAPPING_OPENCL_HEADERS
 

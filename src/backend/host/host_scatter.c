@@ -6,8 +6,8 @@
  */
 #include <stdlib.h>
 #include <string.h>
-#include "backend/host_queue.h"
-#include "core/error.h"
+#include "backend/host/host_queue.h"
+#include "os/status.h"
 
 typedef struct scatter_job {
     char                 *staging;

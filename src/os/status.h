@@ -1,9 +1,13 @@
 /*
- * Recording failures: every public function that fails goes through
- * mapping__fail() so that mapping_last_error() and the log callback see it.
+ * Status recording, the bottom of the library: every public function that
+ * fails goes through mapping__fail() so that mapping_last_error() and the log
+ * callback see it. Back ends record driver failures with
+ * mapping__fail_driver(). Knows status codes (mapping.h) and nothing else,
+ * so every layer, back ends included, may use it. Also home of
+ * mapping_version() and the status names.
  */
-#ifndef MAPPING_CORE_ERROR_H
-#define MAPPING_CORE_ERROR_H
+#ifndef MAPPING_OS_STATUS_H
+#define MAPPING_OS_STATUS_H
 
 #include "mapping.h"
 

@@ -16,8 +16,8 @@
  */
 #include <stdlib.h>
 #include <string.h>
-#include "backend/cuda_device.h"
-#include "core/error.h"
+#include "backend/cuda/cuda_device.h"
+#include "os/status.h"
 
 enum { STAGE_MIN_CLASS = 16 };                        /* 64 KiB */
 static const size_t STAGE_CACHE_BYTES = (size_t)64 << 20; /* idle blocks kept */

@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "backend/backend.h"
-#include "backend/host_queue.h"
-#include "core/error.h"
+#include "backend/host/host_queue.h"
+#include "os/status.h"
 #include "os/os.h"
 
 #ifndef MAPPING_HOST_POISON_DEFAULT

@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "backend/opencl_internal.h"
-#include "core/error.h"
+#include "backend/opencl/opencl_internal.h"
+#include "os/status.h"
 
 #ifndef MAPPING_OPENCL_HEADERS
 static mapping_status opencl_unavailable(char *why, size_t why_size, int *count)

@@ -11,9 +11,9 @@
  * waited for (batch copies refuse the legacy stream).
  */
 #include <stdlib.h>
-#include "backend/cuda_device.h"
-#include "backend/cuda_kernels_ptx.h"
-#include "core/error.h"
+#include "backend/cuda/cuda_device.h"
+#include "backend/cuda/cuda_kernels_ptx.h"
+#include "os/status.h"
 
 enum { KERNEL_THREADS = 256, KERNEL_MAX_BLOCKS = 65535 };
 

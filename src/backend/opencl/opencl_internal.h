@@ -10,7 +10,7 @@
 
 #include <pthread.h>
 #include "backend/backend.h"
-#include "backend/opencl_api.h"
+#include "backend/opencl/opencl_api.h"
 #ifdef MAPPING_OPENCL_HEADERS
 
 typedef struct ocl_device {

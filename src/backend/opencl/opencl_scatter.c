@@ -22,8 +22,8 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-#include "backend/opencl_internal.h"
-#include "core/error.h"
+#include "backend/opencl/opencl_internal.h"
+#include "os/status.h"
 #ifdef MAPPING_OPENCL_HEADERS
 
 /* Entries are three little-endian 64-bit fields (mapping_scatter_entry).

@@ -6,8 +6,8 @@
  */
 #include <stdint.h>
 #include <stdlib.h>
-#include "backend/opencl_internal.h"
-#include "core/error.h"
+#include "backend/opencl/opencl_internal.h"
+#include "os/status.h"
 #include "os/os.h"
 #ifdef MAPPING_OPENCL_HEADERS
 

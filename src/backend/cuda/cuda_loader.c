@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "backend/cuda_driver.h"
+#include "backend/cuda/cuda_driver.h"
 #include "os/os.h"
 
 static cuda_driver driver;

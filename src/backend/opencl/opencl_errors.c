@@ -1,6 +1,6 @@
 /* OpenCL error codes: their names (for messages) and the status each maps to. */
-#include "backend/opencl_api.h"
-#include "core/error.h"
+#include "backend/opencl/opencl_api.h"
+#include "os/status.h"
 #ifdef MAPPING_OPENCL_HEADERS
 
 #define OCL_ERROR_LIST(X)                                                                                    \

@@ -17,8 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "backend/opencl_internal.h"
-#include "core/error.h"
+#include "backend/opencl/opencl_internal.h"
+#include "os/status.h"
 #ifdef MAPPING_OPENCL_HEADERS
 
 void ocl_stream_record_error(ocl_stream *s, mapping_status st, const char *message)

@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include "backend/host_queue.h"
-#include "core/error.h"
+#include "backend/host/host_queue.h"
+#include "os/status.h"
 #include "os/os.h"
 
 struct host_event {

@@ -9,7 +9,7 @@
 
 #include <pthread.h>
 #include "backend/backend.h"
-#include "backend/cuda_driver.h"
+#include "backend/cuda/cuda_driver.h"
 
 /* A page-locked block lent to one queued copy; returned to the pool by a
  * host function when the stream has passed the copy. */

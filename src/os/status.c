@@ -1,6 +1,6 @@
 #include <stdarg.h>
 #include <stdio.h>
-#include "core/error.h"
+#include "os/status.h"
 
 static _Thread_local mapping_status last_status = MAPPING_OK;
 static _Thread_local char last_message[512];
