@@ -169,7 +169,9 @@ enum {
     MAPPING_CAP_HOST_REGISTER = 1u << 5, /* user memory can be page-locked in place */
     MAPPING_CAP_TIMING        = 1u << 6, /* events measure elapsed time on the device */
     MAPPING_CAP_DEVICE_KERNELS = 1u << 7, /* the library can run its own kernels (scatter/gather) */
-    MAPPING_CAP_LINK_MODEL    = 1u << 8  /* a modelled link is active (host back end) */
+    MAPPING_CAP_LINK_MODEL    = 1u << 8, /* a modelled link is active (host back end) */
+    MAPPING_CAP_CPU_MEMORY    = 1u << 9  /* device memory is the CPU's own memory (host back end, OpenCL
+                                            CPU devices): every copy is a CPU memcpy */
 };
 
 typedef struct mapping_device_info {

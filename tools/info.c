@@ -12,6 +12,7 @@ static const struct {
     {MAPPING_CAP_BATCH_COPY, "batch-copy"},     {MAPPING_CAP_HOST_REGISTER, "host-register"},
     {MAPPING_CAP_TIMING, "timing"},             {MAPPING_CAP_DEVICE_KERNELS, "device-kernels"},
     {MAPPING_CAP_LINK_MODEL, "link-model"},
+    {MAPPING_CAP_CPU_MEMORY, "cpu-memory"},
 };
 
 static void print_caps(unsigned caps, int json)

@@ -51,6 +51,10 @@ typedef struct mapping_backend {
     mapping_status (*device_open)(int index, const mapping_device_desc *desc, void **dev);
     void (*device_close)(void *dev);
     mapping_status (*device_native)(void *dev, mapping_native_device *out);
+    /* Optional: capabilities that depend on how the device was opened (the
+     * desc, the environment), ORed into device_info's. Host: a modelled
+     * link (MAPPING_CAP_LINK_MODEL). */
+    unsigned (*device_open_caps)(void *dev);
 
     /* Device memory. */
     mapping_status (*buffer_alloc)(void *dev, size_t bytes, void **mem);

@@ -15,16 +15,18 @@ mapping_status mapping__mirror_check(const char *fn, const mapping_mirror *m)
 static void state_free(mirror_state *st)
 {
     mapping__mirror_drain(st);
-    mapping_batch_destroy(st->batch);
+    if (st->batch)
+        mapping__batch_destroy(st->batch);
     free(st->inflight);
     for (int s = 0; s < 2; s++) {
         mapping__rs_free(&st->stale[s]);
         mapping__rs_free(&st->modified[s]);
         mapping__rs_free(&st->pending[s]);
     }
-    mapping_free_gpu(st->gpu); /* unified: this frees st->cpu too */
-    if (st->owns_cpu)
-        mapping_free_cpu(st->dev, st->cpu);
+    if (st->gpu)
+        mapping__free_gpu(st->gpu); /* unified: this frees st->cpu too */
+    if (st->owns_cpu && st->cpu)
+        mapping__free_cpu(st->dev, st->cpu);
     if (st->pinned)
         mapping__host_unregister(st->dev, st->cpu);
     free(st);
@@ -90,8 +92,8 @@ mapping_status mapping_mirror_create(mapping_device *dev, size_t bytes, unsigned
         return status;
     if (!(flags & MAPPING_MIRROR_UNIFIED) || mapping__mirror_alloc_unified(st) != MAPPING_OK) {
         void *cpu = NULL;
-        if ((status = mapping_allocate_gpu(dev, bytes, &st->gpu)) ||
-            (status = mapping_allocate_cpu(dev, bytes, &cpu)))
+        if ((status = mapping__allocate_gpu(dev, bytes, &st->gpu)) ||
+            (status = mapping__allocate_cpu(dev, bytes, &cpu)))
             goto fail;
         st->cpu = cpu;
         st->owns_cpu = true;
@@ -120,7 +122,7 @@ mapping_status mapping_mirror_wrap(mapping_device *dev, void *cpu_ptr, size_t by
     /* Pinning is an optimisation: a back end that cannot is not an error. */
     if ((flags & MAPPING_MIRROR_PIN) && mapping__host_register(dev, cpu_ptr, bytes) == MAPPING_OK)
         st->pinned = true;
-    if ((status = mapping_allocate_gpu(dev, bytes, &st->gpu)) || (status = handle_new(fn, st, 0, bytes, out))) {
+    if ((status = mapping__allocate_gpu(dev, bytes, &st->gpu)) || (status = handle_new(fn, st, 0, bytes, out))) {
         state_free(st);
         return status;
     }

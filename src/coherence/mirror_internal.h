@@ -17,7 +17,8 @@
 #define MAPPING_MIRROR_INTERNAL_H
 
 #include "coherence/range_set.h"
-#include "core/core.h"
+#include "core/ops.h"
+#include "transfer/transfer.h"
 
 enum { MAPPING_MAGIC_MIRROR = 0x6d4d6972 /* "mMir" */ };
 enum { MIRROR_CPU = 0, MIRROR_GPU = 1, MIRROR_ACCESS = -1 };

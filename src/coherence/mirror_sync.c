@@ -14,7 +14,7 @@
 static void entry_release(mirror_state *st, size_t i)
 {
     mirror_inflight *e = &st->inflight[i];
-    mapping_event_destroy(e->event);
+    mapping__event_destroy(e->event);
     free(e->ranges);
     memmove(st->inflight + i, st->inflight + i + 1, (st->n_inflight - i - 1) * sizeof *e);
     st->n_inflight--;
@@ -58,7 +58,7 @@ static void entry_abandon(mirror_state *st, size_t i)
 void mapping__mirror_fold_completed(mirror_state *st)
 {
     for (size_t i = 0; i < st->n_inflight;) {
-        if (mapping_event_query(st->inflight[i].event) == MAPPING_OK && entry_fold(st, i))
+        if (mapping__event_query(st->inflight[i].event) == MAPPING_OK && entry_fold(st, i))
             continue;
         i++;
     }
@@ -67,7 +67,7 @@ void mapping__mirror_fold_completed(mirror_state *st)
 /* Waits for entry i and folds it; the entry is gone afterwards either way. */
 static mapping_status entry_wait(mirror_state *st, size_t i)
 {
-    mapping_status status = mapping_event_synchronize(st->inflight[i].event);
+    mapping_status status = mapping__event_synchronize(st->inflight[i].event);
     if (status != MAPPING_OK) {
         entry_abandon(st, i);
         return status;
@@ -94,7 +94,7 @@ mapping_status mapping__mirror_order(mirror_state *st, mapping_stream *stream, s
                 first = status;
         } else {
             if (e->stream != stream) {
-                mapping_status status = mapping_stream_wait_event(stream, e->event);
+                mapping_status status = mapping__stream_wait_event(stream, e->event);
                 if (status && !first)
                     first = status;
             }
@@ -107,7 +107,7 @@ mapping_status mapping__mirror_order(mirror_state *st, mapping_stream *stream, s
 void mapping__mirror_drain(mirror_state *st)
 {
     while (st->n_inflight) {
-        mapping_event_synchronize(st->inflight[0].event);
+        mapping__event_synchronize(st->inflight[0].event);
         entry_release(st, 0);
     }
 }
@@ -132,7 +132,7 @@ static mapping_status entry_push(mirror_state *st, mapping_stream *stream, size_
                                  mapping_range *ranges, size_t n)
 {
     mapping_event *ev;
-    mapping_status status = mapping_event_record(stream, &ev);
+    mapping_status status = mapping__event_record(stream, &ev);
     if (status != MAPPING_OK)
         return status;
     st->inflight[st->n_inflight++] = (mirror_inflight){ev, stream, lo, hi, target, ranges, n};
@@ -194,8 +194,7 @@ static mapping_status exact_ranges(const mirror_state *st, int t, size_t lo, siz
 }
 
 /* From this many ranges on, a sync packs them through the batch machinery
- * (src/transfer/; the one place coherence calls into that layer, which
- * itself never calls coherence): one staged transfer and a device-side
+ * (the transfer layer, below this one): one staged transfer and a device-side
  * scatter instead of one driver transfer per range. Below it, separate
  * copies cost less than packing does. */
 enum { MIRROR_BATCH_MIN_RANGES = 16 };
@@ -248,7 +247,7 @@ static mapping_status copy_ranges_batched(mapping_stream *stream, mirror_state *
 {
     *done = 0;
     mapping_status status;
-    if (!st->batch && (status = mapping_batch_create(st->dev, &st->batch)) != MAPPING_OK)
+    if (!st->batch && (status = mapping__batch_create(st->dev, &st->batch)) != MAPPING_OK)
         return status;
     mapping_transfer_range *list = malloc(n * sizeof *list);
     if (!list)
@@ -260,7 +259,7 @@ static mapping_status copy_ranges_batched(mapping_stream *stream, mirror_state *
     if (status != MAPPING_OK) {
         /* Some ranges may be done or queued: later work orders after all of
          * them, and none becomes valid (they are recopied by the next sync). */
-        mapping_batch_clear(st->batch);
+        mapping__batch_clear(st->batch);
         *done = n;
         return status;
     }
@@ -274,7 +273,7 @@ mapping_status mapping__mirror_copy_ranges(mapping_stream *stream, mirror_state 
     if (st->unified)
         return mapping__mirror_prefetch(stream, st, target, ranges, n, done);
     mapping_link link = {0, 0};
-    if (n >= MIRROR_BATCH_MIN_RANGES && mapping_device_link(st->dev, &link) == MAPPING_OK && use_batch(st, n, &link))
+    if (n >= MIRROR_BATCH_MIN_RANGES && mapping__device_link(st->dev, &link) == MAPPING_OK && use_batch(st, n, &link))
         return copy_ranges_batched(stream, st, target, ranges, n, done);
     for (*done = 0; *done < n; ++*done) {
         const mapping_range *r = &ranges[*done];
@@ -288,6 +287,67 @@ mapping_status mapping__mirror_copy_ranges(mapping_stream *stream, mirror_state 
 }
 
 /* ---- sync ---- */
+
+/* What a sync of [lo, hi) to side t copies: the exact stale ranges (which
+ * become valid) and the same ranges with small gaps merged (which are
+ * copied; `moved` bytes in all). */
+typedef struct sync_plan {
+    mapping_range *exact, *merged;
+    size_t         n_exact, n_merged, moved;
+} sync_plan;
+
+static void sync_plan_free(sync_plan *p)
+{
+    free(p->exact);
+    free(p->merged);
+}
+
+/* Fills p; p->n_exact == 0 when everything stale is already queued. With a
+ * stream, reserves room for the in-flight entry and the pending ranges. */
+static mapping_status sync_plan_make(const char *fn, mapping_stream *stream, mirror_state *st, int t, size_t lo,
+                                     size_t hi, sync_plan *p)
+{
+    mapping_status status;
+    *p = (sync_plan){0};
+    if ((status = exact_ranges(st, t, lo, hi, &p->exact, &p->n_exact)) || p->n_exact == 0)
+        return status;
+    p->merged = malloc(p->n_exact * sizeof *p->merged);
+    if (!p->merged)
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
+    if (stream && ((status = inflight_reserve(st)) || (status = mapping__rs_reserve(&st->pending[t], p->n_exact))))
+        return status;
+    memcpy(p->merged, p->exact, p->n_exact * sizeof *p->merged);
+    mapping_link link = {0, 0};
+    if (p->n_exact >= 2 && mapping__device_link(st->dev, &link) != MAPPING_OK)
+        link = (mapping_link){0, 0}; /* unmeasurable: no merging */
+    p->n_merged = merge_ranges(st, 1 - t, p->merged, p->n_exact, merge_gap_limit(st, p->n_exact, &link));
+    for (size_t k = 0; k < p->n_merged; k++)
+        p->moved += p->merged[k].hi - p->merged[k].lo;
+    return MAPPING_OK;
+}
+
+/* After the copies are done (no stream) or queued: the exact ranges become
+ * valid now, or when the stream reaches the in-flight entry. Takes p->exact
+ * when the entry does. */
+static mapping_status sync_record(mapping_stream *stream, mirror_state *st, int t, sync_plan *p)
+{
+    mapping_status status = MAPPING_OK;
+    if (!stream) {
+        apply_valid(st, t, p->exact, p->n_exact); /* on failure the target stays stale: recopied later */
+        return MAPPING_OK;
+    }
+    size_t span_lo = p->merged[0].lo, span_hi = p->merged[p->n_merged - 1].hi;
+    if (entry_push(st, stream, span_lo, span_hi, t, p->exact, p->n_exact) != MAPPING_OK) {
+        /* Without an event the state cannot follow the stream: wait instead. */
+        if ((status = mapping__stream_synchronize(stream)) == MAPPING_OK)
+            apply_valid(st, t, p->exact, p->n_exact); /* on failure the target stays stale: recopied later */
+        return status;
+    }
+    for (size_t k = 0; k < p->n_exact; k++)
+        mapping__rs_add(&st->pending[t], p->exact[k].lo, p->exact[k].hi); /* reserved by sync_plan_make */
+    p->exact = NULL; /* owned by the entry */
+    return MAPPING_OK;
+}
 
 mapping_status mapping__mirror_sync(const char *fn, mapping_stream *stream, mapping_mirror *m, int t)
 {
@@ -307,54 +367,26 @@ mapping_status mapping__mirror_sync(const char *fn, mapping_stream *stream, mapp
     }
     if ((status = mapping__mirror_order(st, stream, lo, hi, MIRROR_ACCESS)))
         return status;
-    mapping_range *exact = NULL, *merged = NULL;
-    size_t n_exact, n_merged, done = 0, moved = 0;
-    if ((status = exact_ranges(st, t, lo, hi, &exact, &n_exact)))
+    sync_plan plan;
+    if ((status = sync_plan_make(fn, stream, st, t, lo, hi, &plan)) || plan.n_exact == 0) {
+        if (status == MAPPING_OK) /* all of it is already queued */
+            mapping__count(&st->dev->counters.sync_skipped_bytes, m->size);
+        sync_plan_free(&plan);
         return status;
-    if (n_exact == 0) { /* all of it is already queued */
-        mapping__count(&st->dev->counters.sync_skipped_bytes, m->size);
-        return MAPPING_OK;
     }
-    merged = malloc(n_exact * sizeof *merged);
-    if (!merged || (stream && ((status = inflight_reserve(st)) || (status = mapping__rs_reserve(&st->pending[t], n_exact))))) {
-        status = status ? status : mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
-        goto out;
-    }
-    memcpy(merged, exact, n_exact * sizeof *merged);
-    mapping_link link = {0, 0};
-    if (n_exact >= 2 && mapping_device_link(st->dev, &link) != MAPPING_OK)
-        link = (mapping_link){0, 0}; /* unmeasurable: no merging */
-    n_merged = merge_ranges(st, 1 - t, merged, n_exact, merge_gap_limit(st, n_exact, &link));
-    for (size_t k = 0; k < n_merged; k++)
-        moved += merged[k].hi - merged[k].lo;
-
-    status = mapping__mirror_copy_ranges(stream, st, t, merged, n_merged, &done);
+    size_t done = 0;
+    status = mapping__mirror_copy_ranges(stream, st, t, plan.merged, plan.n_merged, &done);
     if (status != MAPPING_OK) {
         /* Nothing becomes valid; copies already queued must still order later work. */
         if (stream && done > 0)
-            entry_push(st, stream, merged[0].lo, merged[done - 1].hi, MIRROR_ACCESS, NULL, 0);
-        goto out;
+            entry_push(st, stream, plan.merged[0].lo, plan.merged[done - 1].hi, MIRROR_ACCESS, NULL, 0);
+    } else {
+        size_t skipped = st->unified ? m->size - mapping__rs_bytes_in(&st->stale[t], lo, hi)
+                                     : (m->size > plan.moved ? m->size - plan.moved : 0);
+        mapping__count(&st->dev->counters.sync_skipped_bytes, skipped);
+        status = sync_record(stream, st, t, &plan);
     }
-    size_t skipped = st->unified ? m->size - mapping__rs_bytes_in(&st->stale[t], lo, hi)
-                                 : (m->size > moved ? m->size - moved : 0);
-    mapping__count(&st->dev->counters.sync_skipped_bytes, skipped);
-    if (!stream) {
-        apply_valid(st, t, exact, n_exact); /* on failure the target stays stale: recopied later */
-        goto out;
-    }
-    size_t span_lo = merged[0].lo, span_hi = merged[n_merged - 1].hi;
-    if (entry_push(st, stream, span_lo, span_hi, t, exact, n_exact) != MAPPING_OK) {
-        /* Without an event the state cannot follow the stream: wait instead. */
-        if ((status = mapping_stream_synchronize(stream)) == MAPPING_OK)
-            apply_valid(st, t, exact, n_exact); /* on failure the target stays stale: recopied later */
-        goto out;
-    }
-    for (size_t k = 0; k < n_exact; k++)
-        mapping__rs_add(&st->pending[t], exact[k].lo, exact[k].hi); /* reserved above */
-    exact = NULL; /* owned by the entry */
-out:
-    free(exact);
-    free(merged);
+    sync_plan_free(&plan);
     return status;
 }
 

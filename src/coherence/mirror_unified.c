@@ -6,10 +6,11 @@
  * for an ordinary mirror, so stale_bytes still says what a sync would cover.
  */
 #include "coherence/mirror_internal.h"
+#include "core/ops.h"
 
 mapping_status mapping__mirror_alloc_unified(mirror_state *st)
 {
-    if (!st->dev->be->buffer_alloc_unified)
+    if (!mapping__can_allocate_unified(st->dev))
         return MAPPING_ERR_UNSUPPORTED;
     void *host = NULL;
     mapping_status status = mapping__allocate_unified(st->dev, st->size, &st->gpu, &host);
@@ -25,14 +26,13 @@ mapping_status mapping__mirror_prefetch(mapping_stream *stream, mirror_state *st
 {
     mapping_device *dev = st->dev;
     *done = 0;
-    if (!dev->be->unified_prefetch) {
+    if (!mapping__can_prefetch(dev)) {
         *done = n;
         return MAPPING_OK;
     }
     for (; *done < n; ++*done) {
         const mapping_range *r = &ranges[*done];
-        mapping_status status = dev->be->unified_prefetch(dev->state, mapping__stream_state(stream), st->gpu->mem,
-                                                          r->lo, r->hi - r->lo, target == MIRROR_GPU);
+        mapping_status status = mapping__prefetch(stream, st->gpu, r->lo, r->hi - r->lo, target == MIRROR_GPU);
         if (status != MAPPING_OK)
             return status;
     }

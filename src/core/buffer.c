@@ -1,6 +1,6 @@
 /* Device memory: mapping_allocate_gpu / mapping_free_gpu and friends. */
 #include <stdlib.h>
-#include "core/core.h"
+#include "core/ops.h"
 
 /* Wraps memory from one of the back end's allocators as a live buffer:
  * ordinary (host == NULL) or unified (*host gets its CPU address). */
@@ -12,8 +12,8 @@ static mapping_status buffer_new(const char *fn, mapping_device *dev, size_t byt
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
     mapping_status st = mapping__fault_check(dev, fn);
     if (st == MAPPING_OK)
-        st = host ? dev->be->buffer_alloc_unified(dev->state, bytes, &buf->mem, host)
-                  : dev->be->buffer_alloc(dev->state, bytes, &buf->mem);
+        st = host ? mapping__op_buffer_alloc_unified(dev, bytes, &buf->mem, host)
+                  : mapping__op_buffer_alloc(dev, bytes, &buf->mem);
     if (st != MAPPING_OK) {
         free(buf);
         return st;
@@ -26,6 +26,21 @@ static mapping_status buffer_new(const char *fn, mapping_device *dev, size_t byt
     return MAPPING_OK;
 }
 
+mapping_status mapping__allocate_gpu(mapping_device *dev, size_t bytes, mapping_buffer **out)
+{
+    *out = NULL;
+    return buffer_new("mapping_allocate_gpu", dev, bytes, NULL, out);
+}
+
+void mapping__free_gpu(mapping_buffer *buf)
+{
+    mapping_device *dev = buf->dev;
+    mapping__list_remove(dev, &buf->node);
+    buf->magic = MAPPING_MAGIC_DEAD;
+    mapping__op_buffer_free(dev, buf->mem);
+    free(buf);
+}
+
 mapping_status mapping_allocate_gpu(mapping_device *dev, size_t bytes, mapping_buffer **out)
 {
     static const char fn[] = "mapping_allocate_gpu";
@@ -35,18 +50,14 @@ mapping_status mapping_allocate_gpu(mapping_device *dev, size_t bytes, mapping_b
     *out = NULL;
     if (bytes == 0)
         return mapping__fail(MAPPING_ERR_ZERO_SIZE, "%s: bytes is 0", fn);
-    return buffer_new(fn, dev, bytes, NULL, out);
+    return mapping__allocate_gpu(dev, bytes, out);
 }
 
 void mapping_free_gpu(mapping_buffer *buf)
 {
     if (!buf || mapping__check_buffer("mapping_free_gpu", "buffer", buf) != MAPPING_OK)
         return;
-    mapping_device *dev = buf->dev;
-    mapping__list_remove(dev, &buf->node);
-    buf->magic = MAPPING_MAGIC_DEAD;
-    dev->be->buffer_free(dev->state, buf->mem);
-    free(buf);
+    mapping__free_gpu(buf);
 }
 
 size_t mapping_buffer_size(const mapping_buffer *buf)
@@ -65,16 +76,16 @@ mapping_status mapping_native_buffer(const mapping_buffer *buf, void **out)
     mapping_status st;
     if ((st = mapping__check_buffer(fn, "buffer", buf)) || (st = mapping__check_ptr(fn, "out", out)))
         return st;
-    return buf->dev->be->buffer_native(buf->dev->state, buf->mem, out);
+    return mapping__op_buffer_native(buf->dev, buf->mem, out);
 }
 
 /* For unified mirrors (src/coherence/mirror_unified.c): memory from the back
  * end's buffer_alloc_unified as an ordinary buffer, freed by
- * mapping_free_gpu; *host is its CPU address. MAPPING_ERR_UNSUPPORTED when the
+ * mapping_free_gpu (or mapping__free_gpu); *host is its CPU address. MAPPING_ERR_UNSUPPORTED when the
  * back end has no unified memory. */
 mapping_status mapping__allocate_unified(mapping_device *dev, size_t bytes, mapping_buffer **out, void **host)
 {
-    if (!dev->be->buffer_alloc_unified)
+    if (!mapping__can_allocate_unified(dev))
         return MAPPING_ERR_UNSUPPORTED;
     return buffer_new("mapping_mirror_create (unified)", dev, bytes, host, out);
 }

@@ -1,7 +1,7 @@
 /*
  * The core layer's objects. Public handles are these structs; layers above
- * (coherence, transfer, observe) may read them but create and destroy them
- * only through the public functions.
+ * (transfer, coherence, observe) may read them but create and destroy them
+ * only through core's internal functions (below and in core/ops.h).
  */
 #ifndef MAPPING_CORE_H
 #define MAPPING_CORE_H
@@ -114,6 +114,23 @@ bool           mapping__host_registry_remove(mapping_host_registry *r, void *ptr
 /* Is [ptr, ptr+bytes) inside one block? Fills ref if so. */
 bool           mapping__host_registry_find(mapping_host_registry *r, const void *ptr, size_t bytes,
                                            mapping_host_ref *ref);
+
+/* ---- internal twins of public functions (mapping__X for mapping_X): the
+ * same work on arguments the caller has validated, so that validation
+ * happens once, at the public boundary. Errors are recorded under the public
+ * function's name. The upper layers call these, never the public API. ---- */
+mapping_status mapping__allocate_gpu(mapping_device *dev, size_t bytes, mapping_buffer **out); /* bytes > 0 */
+void           mapping__free_gpu(mapping_buffer *buf);
+mapping_status mapping__allocate_cpu(mapping_device *dev, size_t bytes, void **out); /* bytes > 0 */
+/* false (nothing recorded) when ptr is not from mapping__allocate_cpu of dev. */
+bool           mapping__free_cpu(mapping_device *dev, void *ptr);
+mapping_status mapping__stream_create(mapping_device *dev, mapping_stream **out);
+void           mapping__stream_destroy(mapping_stream *stream); /* waits for its work first */
+mapping_status mapping__event_record(mapping_stream *stream, mapping_event **out);
+void           mapping__event_destroy(mapping_event *event);
+/* Measured on first use (or as set); see mapping_device_link. */
+mapping_status mapping__device_link(mapping_device *dev, mapping_link *out);
+/* Stream and event operations, and transfers: src/core/ops.h. */
 
 /* ---- unified memory as a buffer (src/core/buffer.c), for unified mirrors:
  * freed by mapping_free_gpu; *host is its CPU address. ---- */

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/backends.h"
-#include "core/core.h"
+#include "core/ops.h"
 #include "os/os.h"
 
 static const char *env_or_null(const char *name)
@@ -88,14 +88,12 @@ mapping_status mapping_open(const mapping_device_desc *desc, mapping_device **ou
     if (!dev)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
     dev->be = be;
-    if ((st = be->device_info(d.device, &dev->info)) != MAPPING_OK ||
-        (st = be->device_open(d.device, &d, &dev->state)) != MAPPING_OK) {
+    if ((st = mapping__op_device_info(be, d.device, &dev->info)) != MAPPING_OK ||
+        (st = mapping__op_device_open(be, d.device, &d, &dev->state)) != MAPPING_OK) {
         free(dev);
         return st;
     }
-    if (d.link_bandwidth > 0 || d.link_latency > 0 || env_or_null("MAPPING_HOST_LINK"))
-        if (strcmp(be->name, "host") == 0)
-            dev->info.caps |= MAPPING_CAP_LINK_MODEL;
+    dev->info.caps |= mapping__op_device_open_caps(dev); /* e.g. a modelled link */
     mapping__host_registry_init(&dev->host_blocks);
     pthread_mutex_init(&dev->objects_lock, NULL);
     pthread_mutex_init(&dev->link_lock, NULL);
@@ -115,21 +113,21 @@ void mapping_close(mapping_device *dev)
     while (dev->streams.next != &dev->streams) {
         mapping_stream *s = (mapping_stream *)((char *)dev->streams.next - offsetof(mapping_stream, node));
         mapping__log(1, "mapping_close: stream %p was never destroyed; destroying it", (void *)s);
-        mapping_stream_destroy(s);
+        mapping__stream_destroy(s);
     }
     while (dev->events.next != &dev->events) {
         mapping_event *e = (mapping_event *)((char *)dev->events.next - offsetof(mapping_event, node));
         mapping__log(1, "mapping_close: event %p was never destroyed; destroying it", (void *)e);
-        mapping_event_destroy(e);
+        mapping__event_destroy(e);
     }
     while (dev->buffers.next != &dev->buffers) {
         mapping_buffer *b = (mapping_buffer *)((char *)dev->buffers.next - offsetof(mapping_buffer, node));
         mapping__log(1, "mapping_close: buffer %p (%zu bytes) was never freed; freeing it", (void *)b, b->size);
-        mapping_free_gpu(b);
+        mapping__free_gpu(b);
     }
     mapping__host_registry_destroy(dev);
     dev->magic = MAPPING_MAGIC_DEAD;
-    dev->be->device_close(dev->state);
+    mapping__op_device_close(dev);
     pthread_mutex_destroy(&dev->objects_lock);
     pthread_mutex_destroy(&dev->link_lock);
     free(dev);
@@ -159,7 +157,7 @@ mapping_status mapping_native_device_handles(const mapping_device *dev, mapping_
     if ((st = mapping__check_device(fn, dev)) || (st = mapping__check_ptr(fn, "out", out)))
         return st;
     memset(out, 0, sizeof *out);
-    return dev->be->device_native ? dev->be->device_native(dev->state, out) : MAPPING_OK;
+    return mapping__op_device_native(dev, out);
 }
 
 /* ---- the link: per-transfer latency and bandwidth, measured once ---- */
@@ -180,11 +178,10 @@ static double median(double *v, int n)
 static mapping_status measure_link(mapping_device *dev, mapping_link *link)
 {
     const size_t big = (size_t)8 << 20;
-    const mapping_backend *be = dev->be;
     void *mem = NULL, *host = NULL, *cookie = NULL;
-    mapping_status st = be->buffer_alloc(dev->state, big, &mem);
+    mapping_status st = mapping__op_buffer_alloc(dev, big, &mem);
     if (st == MAPPING_OK)
-        st = be->host_alloc(dev->state, big, &host, &cookie);
+        st = mapping__op_host_alloc(dev, big, &host, &cookie);
     if (st == MAPPING_OK) {
         mapping_host_ref ref = {cookie, 0};
         memset(host, 1, big);
@@ -192,12 +189,12 @@ static mapping_status measure_link(mapping_device *dev, mapping_link *link)
         double small[SMALL_RUNS], large[BIG_RUNS];
         for (int i = 0; i < SMALL_RUNS && st == MAPPING_OK; i++) {
             double t0 = mapping_os_now();
-            st = be->write(dev->state, NULL, host, &ref, mem, 0, 64);
+            st = mapping__op_write_uncounted(dev, host, &ref, mem, 64);
             small[i] = mapping_os_now() - t0;
         }
         for (int i = 0; i < BIG_RUNS && st == MAPPING_OK; i++) {
             double t0 = mapping_os_now();
-            st = be->write(dev->state, NULL, host, &ref, mem, 0, big);
+            st = mapping__op_write_uncounted(dev, host, &ref, mem, big);
             large[i] = mapping_os_now() - t0;
         }
         if (st == MAPPING_OK) {
@@ -209,9 +206,20 @@ static mapping_status measure_link(mapping_device *dev, mapping_link *link)
         }
     }
     if (host)
-        be->host_free(dev->state, host, cookie);
+        mapping__op_host_free(dev, host, cookie);
     if (mem)
-        be->buffer_free(dev->state, mem);
+        mapping__op_buffer_free(dev, mem);
+    return st;
+}
+
+mapping_status mapping__device_link(mapping_device *dev, mapping_link *out)
+{
+    mapping_status st = MAPPING_OK;
+    pthread_mutex_lock(&dev->link_lock);
+    if (dev->link.latency <= 0 || dev->link.bandwidth <= 0)
+        st = measure_link(dev, &dev->link);
+    *out = dev->link;
+    pthread_mutex_unlock(&dev->link_lock);
     return st;
 }
 
@@ -221,12 +229,7 @@ mapping_status mapping_device_link(mapping_device *dev, mapping_link *out)
     mapping_status st;
     if ((st = mapping__check_device(fn, dev)) || (st = mapping__check_ptr(fn, "out", out)))
         return st;
-    pthread_mutex_lock(&dev->link_lock);
-    if (dev->link.latency <= 0 || dev->link.bandwidth <= 0)
-        st = measure_link(dev, &dev->link);
-    *out = dev->link;
-    pthread_mutex_unlock(&dev->link_lock);
-    return st;
+    return mapping__device_link(dev, out);
 }
 
 mapping_status mapping_device_set_link(mapping_device *dev, const mapping_link *link)

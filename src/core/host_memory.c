@@ -5,7 +5,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
-#include "core/core.h"
+#include "core/ops.h"
 
 void mapping__host_registry_init(mapping_host_registry *r)
 {
@@ -101,16 +101,42 @@ void mapping__host_registry_destroy(mapping_device *dev)
         mapping_host_block *b = &r->blocks[i];
         mapping__log(1, "mapping_close: host memory %p (%zu bytes) was never freed; freeing it", (void *)b->start,
                      b->bytes);
-        if (b->registered) {
-            if (dev->be->host_unregister)
-                dev->be->host_unregister(dev->state, (void *)b->start, b->cookie);
-        } else {
-            dev->be->host_free(dev->state, (void *)b->start, b->cookie);
-        }
+        if (b->registered)
+            mapping__op_host_unregister(dev, (void *)b->start, b->cookie);
+        else
+            mapping__op_host_free(dev, (void *)b->start, b->cookie);
     }
     free(r->blocks);
     pthread_mutex_destroy(&r->lock);
     memset(r, 0, sizeof *r);
+}
+
+mapping_status mapping__allocate_cpu(mapping_device *dev, size_t bytes, void **out)
+{
+    *out = NULL;
+    void *ptr = NULL, *cookie = NULL;
+    mapping_status st = mapping__op_host_alloc(dev, bytes, &ptr, &cookie);
+    if (st != MAPPING_OK)
+        return st;
+    if ((st = mapping__host_registry_add(&dev->host_blocks, ptr, bytes, cookie, false)) != MAPPING_OK) {
+        mapping__op_host_free(dev, ptr, cookie);
+        return st;
+    }
+    *out = ptr;
+    return MAPPING_OK;
+}
+
+bool mapping__free_cpu(mapping_device *dev, void *cpu_ptr)
+{
+    mapping_host_block block = {0};
+    bool found = mapping__host_registry_remove(&dev->host_blocks, cpu_ptr, &block);
+    if (!found || block.registered) {
+        if (block.registered) /* put the registration back: it is not ours to end here */
+            mapping__host_registry_add(&dev->host_blocks, cpu_ptr, block.bytes, block.cookie, true);
+        return false;
+    }
+    mapping__op_host_free(dev, cpu_ptr, block.cookie);
+    return true;
 }
 
 mapping_status mapping_allocate_cpu(mapping_device *dev, size_t bytes, void **out)
@@ -122,15 +148,7 @@ mapping_status mapping_allocate_cpu(mapping_device *dev, size_t bytes, void **ou
     *out = NULL;
     if (bytes == 0)
         return mapping__fail(MAPPING_ERR_ZERO_SIZE, "%s: bytes is 0", fn);
-    void *ptr = NULL, *cookie = NULL;
-    if ((st = dev->be->host_alloc(dev->state, bytes, &ptr, &cookie)) != MAPPING_OK)
-        return st;
-    if ((st = mapping__host_registry_add(&dev->host_blocks, ptr, bytes, cookie, false)) != MAPPING_OK) {
-        dev->be->host_free(dev->state, ptr, cookie);
-        return st;
-    }
-    *out = ptr;
-    return MAPPING_OK;
+    return mapping__allocate_cpu(dev, bytes, out);
 }
 
 void mapping_free_cpu(mapping_device *dev, void *cpu_ptr)
@@ -140,32 +158,25 @@ void mapping_free_cpu(mapping_device *dev, void *cpu_ptr)
         return;
     if (mapping__check_device(fn, dev) != MAPPING_OK)
         return;
-    mapping_host_block block = {0};
-    bool found = mapping__host_registry_remove(&dev->host_blocks, cpu_ptr, &block);
-    if (!found || block.registered) {
-        if (block.registered) /* put the registration back: it is not ours to end here */
-            mapping__host_registry_add(&dev->host_blocks, cpu_ptr, block.bytes, block.cookie, true);
+    if (!mapping__free_cpu(dev, cpu_ptr))
         mapping__fail(MAPPING_ERR_NOT_OWNED, "%s: %p was not returned by mapping_allocate_cpu on this device; not freed",
                       fn, cpu_ptr);
-        return;
-    }
-    dev->be->host_free(dev->state, cpu_ptr, block.cookie);
 }
 
 /* For mapping_mirror_wrap(MAPPING_MIRROR_PIN) (src/coherence/mirror.c):
- * page-locks user memory in place through be->host_register and records it
+ * page-locks user memory in place through the back end's host_register and records it
  * so transfers take the fast path. MAPPING_ERR_UNSUPPORTED (not recorded)
  * when the back end cannot. */
 mapping_status mapping__host_register(mapping_device *dev, void *ptr, size_t bytes)
 {
-    if (!dev->be->host_register || !dev->be->host_unregister)
+    if (!mapping__can_register_host(dev))
         return MAPPING_ERR_UNSUPPORTED;
     void *cookie = NULL;
-    mapping_status st = dev->be->host_register(dev->state, ptr, bytes, &cookie);
+    mapping_status st = mapping__op_host_register(dev, ptr, bytes, &cookie);
     if (st != MAPPING_OK)
         return st;
     if ((st = mapping__host_registry_add(&dev->host_blocks, ptr, bytes, cookie, true)) != MAPPING_OK)
-        dev->be->host_unregister(dev->state, ptr, cookie);
+        mapping__op_host_unregister(dev, ptr, cookie);
     return st;
 }
 
@@ -173,5 +184,5 @@ void mapping__host_unregister(mapping_device *dev, void *ptr)
 {
     mapping_host_block block = {0};
     if (mapping__host_registry_remove(&dev->host_blocks, ptr, &block))
-        dev->be->host_unregister(dev->state, ptr, block.cookie);
+        mapping__op_host_unregister(dev, ptr, block.cookie);
 }

@@ -1,14 +1,24 @@
 /*
- * Internal transfer operations on validated arguments: count statistics,
- * apply fault injection, find page-locked host memory, call the back end.
- * Public functions validate and then call these; the coherence and transfer
- * layers call them directly.
+ * The seam to the drivers: src/core/ops.c is the only code that calls
+ * through a back end's operations table (src/backend/backend.h), apart from
+ * loading and listing in src/core/backends.c. Every function here takes
+ * objects that the caller has already validated.
+ *
+ * - Transfers (write, read, copy, fill, scatter, gather, prefetch) apply
+ *   fault injection, find page-locked host memory, time blocking copies and
+ *   count statistics. Public functions validate and then call these; the
+ *   transfer and coherence layers call them directly.
+ * - Stream and event operations on live objects: the internal twins of the
+ *   public functions of the same name (mapping__X for mapping_X).
+ * - mapping__op_*: the back-end half of creating and destroying objects, for
+ *   src/core/ only (buffer.c, stream.c, host_memory.c, device.c).
  */
 #ifndef MAPPING_CORE_OPS_H
 #define MAPPING_CORE_OPS_H
 
 #include "core/core.h"
 
+/* ---- transfers ---- */
 mapping_status mapping__write(mapping_stream *stream, const void *src, mapping_buffer *dst, size_t dst_offset,
                               size_t bytes);
 mapping_status mapping__read(mapping_stream *stream, const mapping_buffer *src, size_t src_offset, void *dst,
@@ -17,5 +27,59 @@ mapping_status mapping__copy(mapping_stream *stream, const mapping_buffer *src, 
                              mapping_buffer *dst, size_t dst_offset, size_t bytes);
 mapping_status mapping__fill(mapping_stream *stream, mapping_buffer *dst, size_t offset, size_t bytes,
                              unsigned char value);
+/* Many small copies in one device-side step (see mapping_backend.scatter):
+ * staging[table[i].staging_offset, +bytes) -> dst[table[i].buffer_offset, ..)
+ * (scatter) or src -> staging (gather). Counted as one device-to-device copy
+ * of the entries' bytes. Only where mapping__can_scatter / _gather. */
+mapping_status mapping__scatter(mapping_stream *stream, mapping_buffer *staging, size_t table_offset,
+                                const mapping_scatter_entry *table, size_t count, mapping_buffer *dst);
+mapping_status mapping__gather(mapping_stream *stream, const mapping_buffer *src, mapping_buffer *staging,
+                               size_t table_offset, const mapping_scatter_entry *table, size_t count);
+/* A hint to move [offset, +bytes) of unified memory close to the device
+ * (to_device) or the CPU, ordered on the stream. Only where
+ * mapping__can_prefetch. */
+mapping_status mapping__prefetch(mapping_stream *stream, mapping_buffer *buf, size_t offset, size_t bytes,
+                                 bool to_device);
+
+/* ---- what the device's back end can do (optional table entries) ---- */
+bool mapping__can_scatter(const mapping_device *dev);
+bool mapping__can_gather(const mapping_device *dev);
+bool mapping__can_prefetch(const mapping_device *dev);
+bool mapping__can_allocate_unified(const mapping_device *dev);
+bool mapping__can_register_host(const mapping_device *dev);
+
+/* ---- streams and events: validated objects; a NULL stream runs
+ * mapping__launch_host's function inline ---- */
+mapping_status mapping__stream_synchronize(mapping_stream *stream);
+mapping_status mapping__launch_host(mapping_stream *stream, void (*fn)(void *user), void *user);
+mapping_status mapping__stream_wait_event(mapping_stream *stream, mapping_event *event);
+mapping_status mapping__event_synchronize(mapping_event *event);
+mapping_status mapping__event_query(const mapping_event *event);
+mapping_status mapping__event_elapsed(const mapping_event *start, const mapping_event *end, double *seconds);
+
+/* ---- the back-end half of object lifetimes (src/core/ only) ---- */
+mapping_status mapping__op_device_info(const mapping_backend *be, int index, mapping_device_info *info);
+mapping_status mapping__op_device_open(const mapping_backend *be, int index, const mapping_device_desc *desc,
+                                       void **state);
+unsigned       mapping__op_device_open_caps(mapping_device *dev);
+void           mapping__op_device_close(mapping_device *dev);
+mapping_status mapping__op_device_native(const mapping_device *dev, mapping_native_device *out);
+mapping_status mapping__op_buffer_alloc(mapping_device *dev, size_t bytes, void **mem);
+mapping_status mapping__op_buffer_alloc_unified(mapping_device *dev, size_t bytes, void **mem, void **host);
+void           mapping__op_buffer_free(mapping_device *dev, void *mem);
+mapping_status mapping__op_buffer_native(mapping_device *dev, void *mem, void **native);
+mapping_status mapping__op_host_alloc(mapping_device *dev, size_t bytes, void **ptr, void **cookie);
+void           mapping__op_host_free(mapping_device *dev, void *ptr, void *cookie);
+mapping_status mapping__op_host_register(mapping_device *dev, void *ptr, size_t bytes, void **cookie);
+void           mapping__op_host_unregister(mapping_device *dev, void *ptr, void *cookie);
+mapping_status mapping__op_stream_create(mapping_device *dev, void **state);
+void           mapping__op_stream_destroy(mapping_device *dev, void *state);
+mapping_status mapping__op_stream_native(mapping_device *dev, void *state, void **native);
+mapping_status mapping__op_event_record(mapping_device *dev, void *stream_state, void **event_state);
+void           mapping__op_event_destroy(mapping_device *dev, void *event_state);
+/* A blocking write of raw back-end memory, not counted in the statistics
+ * (for measuring the link). */
+mapping_status mapping__op_write_uncounted(mapping_device *dev, const void *src, const mapping_host_ref *pinned,
+                                           void *dst_mem, size_t bytes);
 
 #endif

@@ -1,18 +1,20 @@
-/* Streams and events: thin validation over the back end. */
+/*
+ * Streams and events: the public functions validate, then call the internal
+ * ones (mapping__X for mapping_X), which the upper layers call directly.
+ */
 #include <stdlib.h>
-#include "core/core.h"
+#include "core/ops.h"
 
-mapping_status mapping_stream_create(mapping_device *dev, mapping_stream **out)
+/* ---- internal: validated arguments ---- */
+
+mapping_status mapping__stream_create(mapping_device *dev, mapping_stream **out)
 {
-    static const char fn[] = "mapping_stream_create";
-    mapping_status st;
-    if ((st = mapping__check_device(fn, dev)) || (st = mapping__check_ptr(fn, "out", out)))
-        return st;
     *out = NULL;
     mapping_stream *s = calloc(1, sizeof *s);
     if (!s)
-        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
-    if ((st = dev->be->stream_create(dev->state, &s->state)) != MAPPING_OK) {
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mapping_stream_create: out of memory");
+    mapping_status st = mapping__op_stream_create(dev, &s->state);
+    if (st != MAPPING_OK) {
         free(s);
         return st;
     }
@@ -23,19 +25,61 @@ mapping_status mapping_stream_create(mapping_device *dev, mapping_stream **out)
     return MAPPING_OK;
 }
 
-void mapping_stream_destroy(mapping_stream *stream)
+void mapping__stream_destroy(mapping_stream *stream)
 {
-    static const char fn[] = "mapping_stream_destroy";
-    if (!stream || mapping__check_stream(fn, stream) != MAPPING_OK)
-        return;
     mapping_device *dev = stream->dev;
-    mapping_status st = dev->be->stream_synchronize(dev->state, stream->state);
+    mapping_status st = mapping__stream_synchronize(stream);
     if (st != MAPPING_OK)
-        mapping__log(1, "%s: queued work failed: %s", fn, mapping_status_string(st));
+        mapping__log(1, "mapping_stream_destroy: queued work failed: %s", mapping_status_string(st));
     mapping__list_remove(dev, &stream->node);
     stream->magic = MAPPING_MAGIC_DEAD;
-    dev->be->stream_destroy(dev->state, stream->state);
+    mapping__op_stream_destroy(dev, stream->state);
     free(stream);
+}
+
+mapping_status mapping__event_record(mapping_stream *stream, mapping_event **out)
+{
+    *out = NULL;
+    mapping_event *ev = calloc(1, sizeof *ev);
+    if (!ev)
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mapping_event_record: out of memory");
+    mapping_device *dev = stream->dev;
+    mapping_status st = mapping__op_event_record(dev, stream->state, &ev->state);
+    if (st != MAPPING_OK) {
+        free(ev);
+        return st;
+    }
+    ev->magic = MAPPING_MAGIC_EVENT;
+    ev->dev = dev;
+    mapping__list_add(dev, &dev->events, &ev->node);
+    *out = ev;
+    return MAPPING_OK;
+}
+
+void mapping__event_destroy(mapping_event *event)
+{
+    mapping__list_remove(event->dev, &event->node);
+    event->magic = MAPPING_MAGIC_DEAD;
+    mapping__op_event_destroy(event->dev, event->state);
+    free(event);
+}
+
+/* ---- public: validate once, then the internal function ---- */
+
+mapping_status mapping_stream_create(mapping_device *dev, mapping_stream **out)
+{
+    static const char fn[] = "mapping_stream_create";
+    mapping_status st;
+    if ((st = mapping__check_device(fn, dev)) || (st = mapping__check_ptr(fn, "out", out)))
+        return st;
+    return mapping__stream_create(dev, out);
+}
+
+void mapping_stream_destroy(mapping_stream *stream)
+{
+    if (!stream || mapping__check_stream("mapping_stream_destroy", stream) != MAPPING_OK)
+        return;
+    mapping__stream_destroy(stream);
 }
 
 mapping_status mapping_stream_synchronize(mapping_stream *stream)
@@ -44,7 +88,7 @@ mapping_status mapping_stream_synchronize(mapping_stream *stream)
     mapping_status st;
     if ((st = mapping__check_ptr(fn, "stream", stream)) || (st = mapping__check_stream(fn, stream)))
         return st;
-    return stream->dev->be->stream_synchronize(stream->dev->state, stream->state);
+    return mapping__stream_synchronize(stream);
 }
 
 mapping_status mapping_native_stream(const mapping_stream *stream, void **out)
@@ -55,8 +99,7 @@ mapping_status mapping_native_stream(const mapping_stream *stream, void **out)
         (st = mapping__check_ptr(fn, "out", out)))
         return st;
     *out = NULL;
-    mapping_device *dev = stream->dev;
-    return dev->be->stream_native ? dev->be->stream_native(dev->state, stream->state, out) : MAPPING_OK;
+    return mapping__op_stream_native(stream->dev, stream->state, out);
 }
 
 mapping_status mapping_launch_host(mapping_stream *stream, void (*fn_)(void *user), void *user)
@@ -65,11 +108,7 @@ mapping_status mapping_launch_host(mapping_stream *stream, void (*fn_)(void *use
     mapping_status st;
     if ((st = mapping__check_stream(fn, stream)) || (st = mapping__check_ptr(fn, "fn", (const void *)(uintptr_t)fn_)))
         return st;
-    if (!stream) {
-        fn_(user);
-        return MAPPING_OK;
-    }
-    return stream->dev->be->launch_host(stream->dev->state, stream->state, fn_, user);
+    return mapping__launch_host(stream, fn_, user);
 }
 
 mapping_status mapping_event_record(mapping_stream *stream, mapping_event **out)
@@ -79,20 +118,7 @@ mapping_status mapping_event_record(mapping_stream *stream, mapping_event **out)
     if ((st = mapping__check_ptr(fn, "stream", stream)) || (st = mapping__check_stream(fn, stream)) ||
         (st = mapping__check_ptr(fn, "out", out)))
         return st;
-    *out = NULL;
-    mapping_event *ev = calloc(1, sizeof *ev);
-    if (!ev)
-        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
-    mapping_device *dev = stream->dev;
-    if ((st = dev->be->event_record(dev->state, stream->state, &ev->state)) != MAPPING_OK) {
-        free(ev);
-        return st;
-    }
-    ev->magic = MAPPING_MAGIC_EVENT;
-    ev->dev = dev;
-    mapping__list_add(dev, &dev->events, &ev->node);
-    *out = ev;
-    return MAPPING_OK;
+    return mapping__event_record(stream, out);
 }
 
 mapping_status mapping_stream_wait_event(mapping_stream *stream, mapping_event *event)
@@ -104,19 +130,19 @@ mapping_status mapping_stream_wait_event(mapping_stream *stream, mapping_event *
         return st;
     if (event->dev != stream->dev)
         return mapping__fail(MAPPING_ERR_DEVICE_MISMATCH, "%s: the event belongs to another device", fn);
-    return stream->dev->be->event_wait(stream->dev->state, stream->state, event->state);
+    return mapping__stream_wait_event(stream, event);
 }
 
 mapping_status mapping_event_synchronize(mapping_event *event)
 {
     mapping_status st = mapping__check_event("mapping_event_synchronize", "event", event);
-    return st ? st : event->dev->be->event_synchronize(event->dev->state, event->state);
+    return st ? st : mapping__event_synchronize(event);
 }
 
 mapping_status mapping_event_query(const mapping_event *event)
 {
     mapping_status st = mapping__check_event("mapping_event_query", "event", event);
-    return st ? st : event->dev->be->event_query(event->dev->state, event->state);
+    return st ? st : mapping__event_query(event);
 }
 
 mapping_status mapping_event_elapsed(const mapping_event *start, const mapping_event *end, double *seconds)
@@ -128,15 +154,12 @@ mapping_status mapping_event_elapsed(const mapping_event *start, const mapping_e
         return st;
     if (start->dev != end->dev)
         return mapping__fail(MAPPING_ERR_DEVICE_MISMATCH, "%s: the events belong to different devices", fn);
-    return start->dev->be->event_elapsed(start->dev->state, start->state, end->state, seconds);
+    return mapping__event_elapsed(start, end, seconds);
 }
 
 void mapping_event_destroy(mapping_event *event)
 {
     if (!event || mapping__check_event("mapping_event_destroy", "event", event) != MAPPING_OK)
         return;
-    mapping__list_remove(event->dev, &event->node);
-    event->magic = MAPPING_MAGIC_DEAD;
-    event->dev->be->event_destroy(event->dev->state, event->state);
-    free(event);
+    mapping__event_destroy(event);
 }

@@ -46,6 +46,11 @@ mapping_status mapping_last_error(void)
     return last_status;
 }
 
+const char *mapping__last_message(void)
+{
+    return last_message;
+}
+
 const char *mapping_last_error_message(void)
 {
     return last_message;

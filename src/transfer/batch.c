@@ -1,6 +1,7 @@
 /* Batches: create, destroy, and queueing copies (validated at add time). */
 #include <stdlib.h>
 #include <string.h>
+#include "core/ops.h"
 #include "transfer/transfer.h"
 
 static mapping_status check_batch(const char *fn, const mapping_batch *b)
@@ -12,36 +13,51 @@ static mapping_status check_batch(const char *fn, const mapping_batch *b)
     return MAPPING_OK;
 }
 
-mapping_status mapping_batch_create(mapping_device *dev, mapping_batch **out)
+mapping_status mapping__batch_create(mapping_device *dev, mapping_batch **out)
 {
-    static const char fn[] = "mapping_batch_create";
-    mapping_status st;
-    if ((st = mapping__check_device(fn, dev)) || (st = mapping__check_ptr(fn, "out", out)))
-        return st;
     *out = NULL;
     mapping_batch *b = calloc(1, sizeof *b);
     if (!b)
-        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mapping_batch_create: out of memory");
     b->magic = MAPPING_MAGIC_BATCH;
     b->dev = dev;
     *out = b;
     return MAPPING_OK;
 }
 
+void mapping__batch_wait_pending(mapping_batch *b)
+{
+    if (b->pending) {
+        mapping__event_synchronize(b->pending);
+        mapping__event_destroy(b->pending);
+        b->pending = NULL;
+    }
+}
+
+void mapping__batch_destroy(mapping_batch *b)
+{
+    mapping__batch_wait_pending(b);
+    mapping__batch_plan_free(&b->plan);
+    mapping__batch_free_staging(b);
+    free(b->copies);
+    b->magic = MAPPING_MAGIC_DEAD;
+    free(b);
+}
+
+mapping_status mapping_batch_create(mapping_device *dev, mapping_batch **out)
+{
+    static const char fn[] = "mapping_batch_create";
+    mapping_status st;
+    if ((st = mapping__check_device(fn, dev)) || (st = mapping__check_ptr(fn, "out", out)))
+        return st;
+    return mapping__batch_create(dev, out);
+}
+
 void mapping_batch_destroy(mapping_batch *b)
 {
     if (!b || check_batch("mapping_batch_destroy", b) != MAPPING_OK)
         return;
-    if (b->pending) {
-        mapping_event_synchronize(b->pending);
-        mapping_event_destroy(b->pending);
-    }
-    mapping__batch_plan_free(&b->plan);
-    mapping_free_cpu(b->dev, b->host_staging);
-    mapping_free_gpu(b->dev_staging);
-    free(b->copies);
-    b->magic = MAPPING_MAGIC_DEAD;
-    free(b);
+    mapping__batch_destroy(b);
 }
 
 size_t mapping_batch_count(const mapping_batch *b)
@@ -115,7 +131,7 @@ size_t mapping__batch_large_bytes(mapping_device *dev)
 {
     mapping_link link;
     double bytes = 0;
-    if (mapping_device_link(dev, &link) == MAPPING_OK)
+    if (mapping__device_link(dev, &link) == MAPPING_OK)
         bytes = 4 * link.latency * link.bandwidth;
     const double lo = 64 << 10, hi = 4 << 20;
     return (size_t)(bytes < lo ? lo : bytes > hi ? hi : bytes);

@@ -70,6 +70,17 @@ static void write_tables(batch_plan *p)
     }
 }
 
+void mapping__batch_free_staging(mapping_batch *b)
+{
+    if (b->host_staging)
+        mapping__free_cpu(b->dev, b->host_staging);
+    if (b->dev_staging)
+        mapping__free_gpu(b->dev_staging);
+    b->host_staging = NULL;
+    b->dev_staging = NULL;
+    b->staging_capacity = 0;
+}
+
 static mapping_status ensure_staging(mapping_batch *b, size_t bytes)
 {
     if (bytes <= b->staging_capacity)
@@ -77,14 +88,10 @@ static mapping_status ensure_staging(mapping_batch *b, size_t bytes)
     size_t capacity = 64 << 10;
     while (capacity < bytes)
         capacity *= 2;
-    mapping_free_cpu(b->dev, b->host_staging);
-    mapping_free_gpu(b->dev_staging);
-    b->host_staging = NULL;
-    b->dev_staging = NULL;
-    b->staging_capacity = 0;
-    mapping_status st = mapping_allocate_cpu(b->dev, capacity, &b->host_staging);
+    mapping__batch_free_staging(b);
+    mapping_status st = mapping__allocate_cpu(b->dev, capacity, &b->host_staging);
     if (st == MAPPING_OK)
-        st = mapping_allocate_gpu(b->dev, capacity, &b->dev_staging);
+        st = mapping__allocate_gpu(b->dev, capacity, &b->dev_staging);
     if (st != MAPPING_OK)
         return st;
     b->staging_capacity = capacity;
@@ -95,7 +102,7 @@ static mapping_status ensure_staging(mapping_batch *b, size_t bytes)
 static mapping_status scatter_or_gather(mapping_stream *stream, mapping_batch *b, batch_plan *p, bool to_gpu)
 {
     mapping_device *dev = b->dev;
-    bool native = to_gpu ? dev->be->scatter != NULL : dev->be->gather != NULL;
+    bool native = to_gpu ? mapping__can_scatter(dev) : mapping__can_gather(dev);
     size_t begin = to_gpu ? 0 : p->h2d_groups, end = to_gpu ? p->h2d_groups : p->group_count;
     size_t table_offset = to_gpu ? p->h2d_table_offset : p->d2h_table_offset;
     const mapping_scatter_entry *table = (const mapping_scatter_entry *)(void *)(p->host_staging + table_offset);
@@ -111,19 +118,12 @@ static mapping_status scatter_or_gather(mapping_stream *stream, mapping_batch *b
             entries += p->groups[j].staged;
         mapping_status st = MAPPING_OK;
         if (native) {
-            if ((st = mapping__fault_check(dev, to_gpu ? "scatter" : "gather")) == MAPPING_OK)
-                st = to_gpu ? dev->be->scatter(dev->state, mapping__stream_state(stream), b->dev_staging->mem,
-                                               table_offset + entry * ENTRY, table + entry, entries, buf->mem)
-                            : dev->be->gather(dev->state, mapping__stream_state(stream), buf->mem,
-                                              b->dev_staging->mem, table_offset + entry * ENTRY, table + entry,
-                                              entries);
+            st = to_gpu ? mapping__scatter(stream, b->dev_staging, table_offset + entry * ENTRY, table + entry,
+                                           entries, buf)
+                        : mapping__gather(stream, buf, b->dev_staging, table_offset + entry * ENTRY, table + entry,
+                                          entries);
             if (st != MAPPING_OK)
                 return st;
-            uint64_t bytes = 0;
-            for (size_t k = 0; k < entries; k++)
-                bytes += table[entry + k].bytes;
-            mapping__count(&dev->counters.d2d_bytes, bytes);
-            mapping__count(&dev->counters.d2d_copies, 1);
             if (to_gpu)
                 for (size_t g = i; g < j; g++)
                     if (p->groups[g].staged)
@@ -178,11 +178,11 @@ static mapping_status run_plan(mapping_stream *stream, mapping_batch *b, batch_p
         write_tables(p);
     }
     if (p->h2d_staged) {
-        if ((st = mapping_launch_host(stream, pack_sources, p)) != MAPPING_OK)
+        if ((st = mapping__launch_host(stream, pack_sources, p)) != MAPPING_OK)
             return st;
     }
     /* Step 2: one write covering what the device needs of the staging buffer. */
-    bool h2d_table = p->h2d_staged && dev->be->scatter, d2h_table = p->d2h_staged && dev->be->gather;
+    bool h2d_table = p->h2d_staged && mapping__can_scatter(dev), d2h_table = p->d2h_staged && mapping__can_gather(dev);
     size_t begin = h2d_table ? p->h2d_table_offset : d2h_table ? p->d2h_table_offset : p->h2d_data_offset;
     size_t end = p->h2d_staged ? p->d2h_data_offset : d2h_table ? p->d2h_table_offset + p->d2h_staged * ENTRY : 0;
     if (end > begin &&
@@ -194,7 +194,7 @@ static mapping_status run_plan(mapping_stream *stream, mapping_batch *b, batch_p
         if ((st = scatter_or_gather(stream, b, p, false)) != MAPPING_OK ||
             (st = mapping__read(stream, b->dev_staging, p->d2h_data_offset, p->host_staging + p->d2h_data_offset,
                                 p->staging_bytes - p->d2h_data_offset)) != MAPPING_OK ||
-            (st = mapping_launch_host(stream, unpack_destinations, p)) != MAPPING_OK)
+            (st = mapping__launch_host(stream, unpack_destinations, p)) != MAPPING_OK)
             return st;
         for (size_t g = p->h2d_groups; g < p->group_count; g++)
             if (p->groups[g].staged)
@@ -207,7 +207,7 @@ static mapping_status run_plan(mapping_stream *stream, mapping_batch *b, batch_p
 static mapping_status report_failure(mapping_batch *b, const batch_plan *p, mapping_status st)
 {
     char inner[384];
-    snprintf(inner, sizeof inner, "%s", mapping_last_error_message());
+    snprintf(inner, sizeof inner, "%s", mapping__last_message());
     size_t first = p->count, done = 0;
     b->count = 0;
     for (size_t i = 0; i < p->count; i++) {
@@ -229,6 +229,29 @@ static mapping_status report_failure(mapping_batch *b, const batch_plan *p, mapp
                          (void *)c->buf, inner, done, p->count - done);
 }
 
+mapping_status mapping__batch_flush(mapping_stream *stream, mapping_batch *b)
+{
+    if (b->count == 0)
+        return MAPPING_OK;
+    /* The last flush's work may still read its plan and staging. */
+    mapping__batch_wait_pending(b);
+    mapping_status st = mapping__batch_plan(b, &b->plan, mapping__batch_large_bytes(b->dev));
+    if (st != MAPPING_OK)
+        return st;
+    batch_plan *p = &b->plan;
+    mapping_status run = run_plan(stream, b, p);
+    if (stream && (st = mapping__event_record(stream, &b->pending)) != MAPPING_OK) {
+        /* Without an event we cannot tell when the plan is free: wait now. */
+        mapping__stream_synchronize(stream);
+        b->pending = NULL;
+    }
+    if (run != MAPPING_OK)
+        return report_failure(b, p, run);
+    b->count = 0;
+    mapping__count(&b->dev->counters.batch_flushes, 1);
+    return MAPPING_OK;
+}
+
 mapping_status mapping_batch_flush(mapping_stream *stream, mapping_batch *b)
 {
     static const char fn[] = "mapping_batch_flush";
@@ -239,28 +262,7 @@ mapping_status mapping_batch_flush(mapping_stream *stream, mapping_batch *b)
         return mapping__fail(MAPPING_ERR_INVALID_HANDLE, "%s: batch %p is not a live batch", fn, (void *)b);
     if ((st = mapping__check_same_device(fn, b->dev, stream)))
         return st;
-    if (b->count == 0)
-        return MAPPING_OK;
-    /* The last flush's work may still read its plan and staging. */
-    if (b->pending) {
-        mapping_event_synchronize(b->pending);
-        mapping_event_destroy(b->pending);
-        b->pending = NULL;
-    }
-    if ((st = mapping__batch_plan(b, &b->plan, mapping__batch_large_bytes(b->dev))) != MAPPING_OK)
-        return st;
-    batch_plan *p = &b->plan;
-    mapping_status run = run_plan(stream, b, p);
-    if (stream && (st = mapping_event_record(stream, &b->pending)) != MAPPING_OK) {
-        /* Without an event we cannot tell when the plan is free: wait now. */
-        b->dev->be->stream_synchronize(b->dev->state, stream->state);
-        b->pending = NULL;
-    }
-    if (run != MAPPING_OK)
-        return report_failure(b, p, run);
-    b->count = 0;
-    mapping__count(&b->dev->counters.batch_flushes, 1);
-    return MAPPING_OK;
+    return mapping__batch_flush(stream, b);
 }
 
 /* ---- many ranges of one host array and one buffer (for mirrors) ---- */
@@ -279,7 +281,7 @@ mapping_status mapping__transfer_ranges(mapping_stream *stream, mapping_batch *r
                                                           buf->size)))
             return st;
     mapping_batch *b = reuse;
-    if (!b && (st = mapping_batch_create(buf->dev, &b)) != MAPPING_OK)
+    if (!b && (st = mapping__batch_create(buf->dev, &b)) != MAPPING_OK)
         return st;
     if (b->count != 0 || b->dev != buf->dev) {
         st = mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: the batch to reuse must be empty and of buf's device", fn);
@@ -294,11 +296,11 @@ mapping_status mapping__transfer_ranges(mapping_stream *stream, mapping_batch *r
         st = mapping__batch_push(b, &c);
     }
     if (st == MAPPING_OK)
-        st = mapping_batch_flush(stream, b);
+        st = mapping__batch_flush(stream, b);
     else
         b->count = 0;
 out:
     if (b != reuse)
-        mapping_batch_destroy(b);
+        mapping__batch_destroy(b);
     return st;
 }

@@ -70,11 +70,9 @@ static size_t round_pow2(double bytes)
  * to hide the per-transfer latency. */
 enum { HOST_CHUNK_MAX = 2 << 20 };
 
-static bool memory_is_cpu_memory(mapping_device *dev)
+static bool memory_is_cpu_memory(const mapping_device *dev)
 {
-    mapping_device_info info;
-    return mapping_device_get_info(dev, &info) == MAPPING_OK &&
-           (strcmp(info.kind, "host") == 0 || strcmp(info.kind, "cpu") == 0);
+    return (dev->info.caps & MAPPING_CAP_CPU_MEMORY) != 0;
 }
 
 /* Big enough that the per-transfer latency is about 0.5% of a chunk; on a
@@ -83,7 +81,7 @@ static size_t chunk_from_link(mapping_device *dev)
 {
     mapping_link link;
     double bytes = 0;
-    if (mapping_device_link(dev, &link) == MAPPING_OK)
+    if (mapping__device_link(dev, &link) == MAPPING_OK)
         bytes = 200 * link.latency * link.bandwidth;
     size_t chunk = round_pow2(bytes);
     const size_t lo = (size_t)256 << 10, hi = memory_is_cpu_memory(dev) ? HOST_CHUNK_MAX : (size_t)64 << 20;
@@ -100,20 +98,30 @@ static mapping_status check_pipeline(const char *fn, const mapping_pipeline *p)
     return MAPPING_OK;
 }
 
+static void pipeline_free(mapping_pipeline *p)
+{
+    for (int i = 0; i < MAX_DEPTH; i++) {
+        pipeline_slot *s = &p->slots[i];
+        if (s->stream)
+            mapping__stream_destroy(s->stream); /* waits for its work */
+        if (s->input)
+            mapping__free_gpu(s->input);
+        if (s->output)
+            mapping__free_gpu(s->output);
+        if (s->stage_in)
+            mapping__free_cpu(p->dev, s->stage_in);
+        if (s->stage_out)
+            mapping__free_cpu(p->dev, s->stage_out);
+    }
+    p->magic = MAPPING_MAGIC_DEAD;
+    free(p);
+}
+
 void mapping_pipeline_destroy(mapping_pipeline *p)
 {
     if (!p || check_pipeline("mapping_pipeline_destroy", p) != MAPPING_OK)
         return;
-    for (int i = 0; i < MAX_DEPTH; i++) {
-        pipeline_slot *s = &p->slots[i];
-        mapping_stream_destroy(s->stream); /* waits for its work */
-        mapping_free_gpu(s->input);
-        mapping_free_gpu(s->output);
-        mapping_free_cpu(p->dev, s->stage_in);
-        mapping_free_cpu(p->dev, s->stage_out);
-    }
-    p->magic = MAPPING_MAGIC_DEAD;
-    free(p);
+    pipeline_free(p);
 }
 
 mapping_status mapping_pipeline_create(mapping_device *dev, const mapping_pipeline_desc *desc, mapping_pipeline **out)
@@ -144,12 +152,12 @@ mapping_status mapping_pipeline_create(mapping_device *dev, const mapping_pipeli
     p->desc = d;
     for (int i = 0; i < d.depth && st == MAPPING_OK; i++) {
         pipeline_slot *s = &p->slots[i];
-        if ((st = mapping_stream_create(dev, &s->stream)) == MAPPING_OK &&
-            (st = mapping_allocate_gpu(dev, d.chunk_bytes, &s->input)) == MAPPING_OK)
-            st = mapping_allocate_gpu(dev, d.chunk_bytes, &s->output);
+        if ((st = mapping__stream_create(dev, &s->stream)) == MAPPING_OK &&
+            (st = mapping__allocate_gpu(dev, d.chunk_bytes, &s->input)) == MAPPING_OK)
+            st = mapping__allocate_gpu(dev, d.chunk_bytes, &s->output);
     }
     if (st != MAPPING_OK) {
-        mapping_pipeline_destroy(p);
+        pipeline_free(p);
         return st;
     }
     *out = p;
@@ -173,9 +181,9 @@ static mapping_status ensure_staging(mapping_pipeline *p, bool in, bool out)
     for (int i = 0; i < p->desc.depth && st == MAPPING_OK; i++) {
         pipeline_slot *s = &p->slots[i];
         if (in && !s->stage_in)
-            st = mapping_allocate_cpu(p->dev, p->desc.chunk_bytes, &s->stage_in);
+            st = mapping__allocate_cpu(p->dev, p->desc.chunk_bytes, &s->stage_in);
         if (out && !s->stage_out && st == MAPPING_OK)
-            st = mapping_allocate_cpu(p->dev, p->desc.chunk_bytes, &s->stage_out);
+            st = mapping__allocate_cpu(p->dev, p->desc.chunk_bytes, &s->stage_out);
     }
     return st;
 }
@@ -188,7 +196,7 @@ static mapping_status enqueue_chunk(pipeline_slot *s, size_t lap, const mapping_
     const char *from = src + chunk->offset;
     if (!src_locked) {
         s->copy_in[lap] = (staging_copy){s->stage_in, from, chunk->bytes};
-        if ((st = mapping_launch_host(s->stream, run_staging_copy, &s->copy_in[lap])) != MAPPING_OK)
+        if ((st = mapping__launch_host(s->stream, run_staging_copy, &s->copy_in[lap])) != MAPPING_OK)
             return st;
         from = s->stage_in;
     }
@@ -202,9 +210,9 @@ static mapping_status enqueue_chunk(pipeline_slot *s, size_t lap, const mapping_
         return st;
     if (!dst_locked) {
         s->copy_out[lap] = (staging_copy){dst + chunk->offset, s->stage_out, chunk->bytes};
-        st = mapping_launch_host(s->stream, run_staging_copy, &s->copy_out[lap]);
+        st = mapping__launch_host(s->stream, run_staging_copy, &s->copy_out[lap]);
     }
-    return st == MAPPING_OK ? mapping_event_record(s->stream, &s->done[lap]) : st;
+    return st == MAPPING_OK ? mapping__event_record(s->stream, &s->done[lap]) : st;
 }
 
 mapping_status mapping_pipeline_run(mapping_pipeline *p, const void *cpu_src, void *cpu_dst, size_t bytes,
@@ -240,8 +248,8 @@ mapping_status mapping_pipeline_run(mapping_pipeline *p, const void *cpu_src, vo
         size_t depth = (size_t)p->desc.depth, lap = index / depth % LAPS;
         pipeline_slot *s = &p->slots[index % depth];
         if (s->done[lap]) { /* the slot's chunk index - LAPS * depth */
-            first = mapping_event_synchronize(s->done[lap]);
-            mapping_event_destroy(s->done[lap]);
+            first = mapping__event_synchronize(s->done[lap]);
+            mapping__event_destroy(s->done[lap]);
             s->done[lap] = NULL;
             if (first != MAPPING_OK)
                 break;
@@ -251,11 +259,12 @@ mapping_status mapping_pipeline_run(mapping_pipeline *p, const void *cpu_src, vo
         first = enqueue_chunk(s, lap, &chunk, cpu_src, cpu_dst, src_locked, dst_locked, step, user);
     }
     for (int i = 0; i < p->desc.depth; i++) {
-        st = mapping_stream_synchronize(p->slots[i].stream);
+        st = mapping__stream_synchronize(p->slots[i].stream);
         if (first == MAPPING_OK)
             first = st;
         for (int lap = 0; lap < LAPS; lap++) {
-            mapping_event_destroy(p->slots[i].done[lap]);
+            if (p->slots[i].done[lap])
+                mapping__event_destroy(p->slots[i].done[lap]);
             p->slots[i].done[lap] = NULL;
         }
     }

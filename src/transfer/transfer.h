@@ -1,7 +1,9 @@
 /*
  * The transfer layer's internals: batches (batch.c: queueing; batch_plan.c:
- * sorting and coalescing; batch_flush.c: running a plan) and the entry point
- * the coherence layer uses to move many ranges of one mirror.
+ * sorting and coalescing; batch_flush.c: running a plan; pipeline.c) and the
+ * entry point the coherence layer uses to move many ranges of one mirror.
+ * The transfer layer sits on core (core/core.h, core/ops.h) and is used by
+ * the coherence layer.
  */
 #ifndef MAPPING_TRANSFER_H
 #define MAPPING_TRANSFER_H
@@ -68,6 +70,20 @@ struct mapping_batch {
     mapping_buffer *dev_staging;
     size_t          staging_capacity;
 };
+
+/* ---- internal twins of the public batch functions (validated arguments) ---- */
+mapping_status mapping__batch_create(mapping_device *dev, mapping_batch **out);
+void           mapping__batch_destroy(mapping_batch *b);
+mapping_status mapping__batch_flush(mapping_stream *stream, mapping_batch *b);
+/* Empties the queue (as mapping_batch_clear). */
+static inline void mapping__batch_clear(mapping_batch *b)
+{
+    b->count = 0;
+}
+/* Waits for the last flush's work (it may still read the plan and staging). */
+void mapping__batch_wait_pending(mapping_batch *b);
+/* Frees the page-locked and device staging buffers (batch_flush.c). */
+void mapping__batch_free_staging(mapping_batch *b);
 
 /* Groups at least this large go straight through (from the device's link). */
 size_t mapping__batch_large_bytes(mapping_device *dev);

@@ -38,7 +38,8 @@ static mapping_status host_device_info(int index, mapping_device_info *info)
     snprintf(info->driver, sizeof info->driver, "mapping %s", mapping_version());
     info->memory_bytes = mapping_os_physical_memory();
     info->caps = MAPPING_CAP_PINNED_HOST | MAPPING_CAP_ASYNC_COPY | MAPPING_CAP_UNIFIED |
-                 MAPPING_CAP_CONCURRENT_UNIFIED | MAPPING_CAP_TIMING | MAPPING_CAP_DEVICE_KERNELS;
+                 MAPPING_CAP_CONCURRENT_UNIFIED | MAPPING_CAP_TIMING | MAPPING_CAP_DEVICE_KERNELS |
+                 MAPPING_CAP_CPU_MEMORY;
     return MAPPING_OK;
 }
 
@@ -71,6 +72,12 @@ static mapping_status host_device_open(int index, const mapping_device_desc *des
     pthread_mutex_init(&d->link.engine[HOST_LINK_D2H], NULL);
     *out = d;
     return MAPPING_OK;
+}
+
+static unsigned host_device_open_caps(void *dev)
+{
+    const host_device *d = dev;
+    return d->link.bandwidth > 0 || d->link.latency > 0 ? MAPPING_CAP_LINK_MODEL : 0;
 }
 
 static void host_device_close(void *dev)
@@ -195,6 +202,7 @@ const mapping_backend mapping_backend_host = {
     .load = host_load,
     .device_info = host_device_info,
     .device_open = host_device_open,
+    .device_open_caps = host_device_open_caps,
     .device_close = host_device_close,
     .buffer_alloc = host_buffer_alloc,
     .buffer_free = host_buffer_free,

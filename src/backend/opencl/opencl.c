@@ -77,6 +77,8 @@ static void describe(int index, cl_platform_id platform, cl_device_id dev)
         info->caps |= MAPPING_CAP_UNIFIED | MAPPING_CAP_CONCURRENT_UNIFIED;
     if (compiler)
         info->caps |= MAPPING_CAP_DEVICE_KERNELS;
+    if (type & CL_DEVICE_TYPE_CPU)
+        info->caps |= MAPPING_CAP_CPU_MEMORY;
 }
 
 static mapping_status opencl_load(char *why, size_t why_size, int *count)
