@@ -227,24 +227,23 @@ static bool share_with_sibling(mapping_rs_node *p, unsigned ci, size_t lo, size_
     return true;
 }
 
-/* Inserts [lo, hi) at index j of the leaf at the end of path, splitting full
- * nodes upwards. The pool holds enough nodes. */
-static void insert_at(mapping_range_set *s, rs_step *path, unsigned j, size_t lo, size_t hi)
+/* [lo, hi) at position j of a leaf that has room. */
+static inline void leaf_insert(mapping_rs_node *leaf, unsigned j, size_t lo, size_t hi)
 {
-    unsigned d = s->levels - 1;
-    mapping_rs_node *leaf = path[d].node;
-    s->count++;
-    if (leaf->n < RS_B) {
-        memmove(leaf->lo + j + 1, leaf->lo + j, (leaf->n - j) * sizeof *leaf->lo);
-        memmove(leaf->hi + j + 1, leaf->hi + j, (leaf->n - j) * sizeof *leaf->hi);
-        leaf->lo[j] = lo;
-        leaf->hi[j] = hi;
-        leaf->n++;
-        return;
-    }
-    if (d > 0 && j == RS_B && share_with_sibling(path[d - 1].node, path[d - 1].i, lo, hi))
-        return;
-    /* Split the leaf: B + 1 intervals, 17 stay, 16 move right. */
+    memmove(leaf->lo + j + 1, leaf->lo + j, (leaf->n - j) * sizeof *leaf->lo);
+    memmove(leaf->hi + j + 1, leaf->hi + j, (leaf->n - j) * sizeof *leaf->hi);
+    leaf->lo[j] = lo;
+    leaf->hi[j] = hi;
+    leaf->n++;
+}
+
+/* Splits a full leaf around [lo, hi) at position j: B + 1 intervals, 17
+ * stay, 16 move to a new right neighbour (linked into the leaf list).
+ * Returns the new leaf; *up is where the gap after the left half starts,
+ * the separator for the parent. */
+static mapping_rs_node *leaf_split(mapping_range_set *s, mapping_rs_node *leaf, unsigned j, size_t lo, size_t hi,
+                                   size_t *up)
+{
     size_t tlo[RS_B + 1], thi[RS_B + 1];
     memcpy(tlo, leaf->lo, j * sizeof *tlo);
     memcpy(thi, leaf->hi, j * sizeof *thi);
@@ -267,47 +266,78 @@ static void insert_at(mapping_range_set *s, rs_step *path, unsigned j, size_t lo
     else
         s->last = right;
     leaf->next = right;
+    *up = leaf->hi[nl - 1];
+    return right;
+}
 
-    size_t up = leaf->hi[nl - 1]; /* the gap after the left half starts here */
-    mapping_rs_node *child = right;
-    while (d > 0) {
-        mapping_rs_node *p = path[--d].node;
-        unsigned ci = path[d].i; /* the node just split; (up, child) go right after it */
-        if (p->n < RS_B) {
-            memmove(p->sep + ci + 1, p->sep + ci, (p->n - ci) * sizeof *p->sep);
-            memmove(p->child + ci + 2, p->child + ci + 1, (p->n - ci) * sizeof *p->child);
-            p->sep[ci] = up;
-            p->child[ci + 1] = child;
-            p->n++;
-            return;
-        }
-        /* Split the internal node: B + 1 separators, 16 stay, 1 goes up, 16 move right. */
-        size_t ts[RS_B + 1];
-        mapping_rs_node *tc[RS_B + 2];
-        memcpy(ts, p->sep, ci * sizeof *ts);
-        ts[ci] = up;
-        memcpy(ts + ci + 1, p->sep + ci, (RS_B - ci) * sizeof *ts);
-        memcpy(tc, p->child, (ci + 1) * sizeof *tc);
-        tc[ci + 1] = child;
-        memcpy(tc + ci + 2, p->child + ci + 1, (RS_B - ci) * sizeof *tc);
-        mapping_rs_node *r = node_take(s);
-        unsigned ml = RS_B / 2;
-        p->n = ml;
-        memcpy(p->sep, ts, ml * sizeof *ts);
-        memcpy(p->child, tc, (ml + 1) * sizeof *tc);
-        up = ts[ml];
-        r->n = RS_B - ml;
-        memcpy(r->sep, ts + ml + 1, r->n * sizeof *ts);
-        memcpy(r->child, tc + ml + 1, (r->n + 1) * sizeof *tc);
-        child = r;
+/* Puts (*up, *child) right after child ci of internal node p. When p is
+ * full it splits (B + 1 separators: 16 stay, 1 goes up, 16 move right):
+ * returns true and sets (*up, *child) to what its parent must take. */
+static bool internal_insert(mapping_range_set *s, mapping_rs_node *p, unsigned ci, size_t *up,
+                            mapping_rs_node **child)
+{
+    if (p->n < RS_B) {
+        memmove(p->sep + ci + 1, p->sep + ci, (p->n - ci) * sizeof *p->sep);
+        memmove(p->child + ci + 2, p->child + ci + 1, (p->n - ci) * sizeof *p->child);
+        p->sep[ci] = *up;
+        p->child[ci + 1] = *child;
+        p->n++;
+        return false;
     }
+    size_t ts[RS_B + 1];
+    mapping_rs_node *tc[RS_B + 2];
+    memcpy(ts, p->sep, ci * sizeof *ts);
+    ts[ci] = *up;
+    memcpy(ts + ci + 1, p->sep + ci, (RS_B - ci) * sizeof *ts);
+    memcpy(tc, p->child, (ci + 1) * sizeof *tc);
+    tc[ci + 1] = *child;
+    memcpy(tc + ci + 2, p->child + ci + 1, (RS_B - ci) * sizeof *tc);
+    mapping_rs_node *r = node_take(s);
+    unsigned ml = RS_B / 2;
+    p->n = ml;
+    memcpy(p->sep, ts, ml * sizeof *ts);
+    memcpy(p->child, tc, (ml + 1) * sizeof *tc);
+    r->n = RS_B - ml;
+    memcpy(r->sep, ts + ml + 1, r->n * sizeof *ts);
+    memcpy(r->child, tc + ml + 1, (r->n + 1) * sizeof *tc);
+    *up = ts[ml];
+    *child = r;
+    return true;
+}
+
+/* A new root over the old one and `right`, separated at up. */
+static void grow_root(mapping_range_set *s, size_t up, mapping_rs_node *right)
+{
     mapping_rs_node *root = node_take(s);
     root->n = 1;
     root->sep[0] = up;
     root->child[0] = s->root;
-    root->child[1] = child;
+    root->child[1] = right;
     s->root = root;
     s->levels++;
+}
+
+/* Inserts [lo, hi) at index j of the leaf at the end of path, splitting full
+ * nodes upwards. The pool holds enough nodes. */
+static void insert_at(mapping_range_set *s, rs_step *path, unsigned j, size_t lo, size_t hi)
+{
+    unsigned d = s->levels - 1;
+    mapping_rs_node *leaf = path[d].node;
+    s->count++;
+    if (leaf->n < RS_B) {
+        leaf_insert(leaf, j, lo, hi);
+        return;
+    }
+    if (d > 0 && j == RS_B && share_with_sibling(path[d - 1].node, path[d - 1].i, lo, hi))
+        return;
+    size_t up;
+    mapping_rs_node *child = leaf_split(s, leaf, j, lo, hi, &up);
+    while (d > 0) { /* the node just split is child path[d].i of its parent */
+        --d;
+        if (!internal_insert(s, path[d].node, path[d].i, &up, &child))
+            return;
+    }
+    grow_root(s, up, child);
 }
 
 /* The first interval of an empty set. The pool holds a node. */

@@ -25,7 +25,7 @@ static int best_backend(void)
     const mapping_backend *be = mapping__backend_get(opencl, &info);
     for (int d = 0; be && d < info.device_count; d++) {
         mapping_device_info dinfo;
-        if (be->device_info(d, &dinfo) == MAPPING_OK && strcmp(dinfo.kind, "cpu") != 0)
+        if (mapping__op_device_info(be, d, &dinfo) == MAPPING_OK && strcmp(dinfo.kind, "cpu") != 0)
             return opencl;
     }
     return mapping__backend_index("host");

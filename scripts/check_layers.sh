@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Checks the layering rules of docs/design.md on the source tree; run by
+# CTest as lint.layers. Prints each violation and exits 1 if there is any.
+#   1. Each layer includes only headers of layers below it (and its own).
+#   2. Only src/core/ops.c (and src/core/backends.c, loading and listing)
+#      calls through a back end's table.
+#   3. src/transfer/ and src/coherence/ call no public mapping_* function of
+#      another layer: they use the internal mapping__* twins.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bad=0
+fail() { echo "layering: $*"; bad=1; }
+
+# 1. includes: layer -> the src/ folders it may include
+declare -A may=(
+  [os]="os"
+  [backend]="os backend"
+  [core]="os backend core"
+  [observe]="os backend core observe"
+  [transfer]="os backend core transfer"
+  [coherence]="os backend core transfer coherence"
+)
+for layer in "${!may[@]}"; do
+  [ -d "src/$layer" ] || continue
+  while IFS= read -r hit; do
+    file=${hit%%:*}
+    inc=$(sed -E 's/.*#include "([^"]+)".*/\1/' <<<"$hit")
+    top=${inc%%/*}
+    [ "$inc" = "mapping.h" ] && continue
+    [ "$top" = "$inc" ] && continue # same-folder include without a path
+    case " ${may[$layer]} " in *" $top "*) ;; *) fail "$file includes $inc (layer $layer may include: ${may[$layer]})";; esac
+  done < <(grep -rn --include='*.c' --include='*.h' '#include "' "src/$layer" | sed -E 's/^([^:]+):[0-9]+:/\1:/')
+done
+# A back end includes backend.h, its own folder and os/ only.
+for dir in src/backend/*/; do
+  name=$(basename "$dir")
+  while IFS= read -r hit; do
+    file=${hit%%:*}
+    inc=$(sed -E 's/.*#include "([^"]+)".*/\1/' <<<"$hit")
+    case "$inc" in mapping.h|os/*|backend/backend.h|backend/$name/*) ;; */*) fail "$file includes $inc (a back end includes backend/backend.h, backend/$name/ and os/ only)";; esac
+  done < <(grep -rn --include='*.c' --include='*.h' '#include "' "$dir" | sed -E 's/^([^:]+):[0-9]+:/\1:/')
+done
+
+# 2. calls through the back-end table
+while IFS= read -r hit; do
+  fail "calls through the back-end table outside src/core/ops.c: $hit"
+done < <(grep -rnE '\bbe->[a-z_]+[[:space:]]*\(' src --include='*.c' --include='*.h' |
+         grep -vE '^src/core/(ops|backends)\.c:')
+
+# 3. public functions of other layers called from transfer/ and coherence/
+for layer in transfer coherence; do
+  own=$(grep -hoE '^[a-z].*\bmapping_[a-z][a-z0-9_]*\(' src/$layer/*.c | grep -oE '\bmapping_[a-z][a-z0-9_]*\(' | sort -u)
+  while IFS= read -r hit; do
+    name=$(grep -oE '\bmapping_[a-z][a-z0-9_]*\(' <<<"${hit#*:*:}" | head -1)
+    for call in $(grep -oE '\bmapping_[a-z][a-z0-9_]*\(' <<<"${hit#*:*:}"); do
+      grep -qxF "$call" <<<"$own" || fail "${hit%%:*}: calls ${call%(} (a public function of another layer; call its mapping__ twin)"
+    done
+  done < <(grep -nE '\bmapping_[a-z][a-z0-9_]*\(' src/$layer/*.c | grep -vE '^[^:]+:[0-9]+:[a-z]')
+done
+
+if [ $bad -eq 0 ]; then echo "layering: ok (includes, the back-end seam, internal calls)"; fi
+exit $bad
