@@ -270,7 +270,7 @@ API CUresult cuDeviceGet(int *d, int i) { if (i != 0) return 101; *d = 0; return
 API CUresult cuDeviceGetName(char *name, int len, int d)
 {
     (void)d;
-    strncpy(name, "Fake CUDA device (tests/gpu/fake_libcuda.c)", (size_t)len - 1);
+    strncpy(name, "Fake CUDA device (tests/fake/fake_libcuda.c)", (size_t)len - 1);
     name[len - 1] = '\0';
     return OK;
 }
