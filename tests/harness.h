@@ -1,9 +1,10 @@
 /*
  * A small test harness. Each test is a function declared with TEST (run once
- * per back end: the conformance suite) or UNIT_TEST (run once). CMake reads
- * the names from the sources and registers each as its own CTest test, which
- * runs `mapping_tests NAME` in its own process with a timeout: a crash or a
- * hang fails one test, not the run.
+ * per back end: tests/conformance/ and tests/internal/; in tests/backend/<b>/,
+ * on back end <b>) or UNIT_TEST (run once: tests/unit/, tests/backend/<b>/).
+ * CMake reads the names from the sources and registers each as its own CTest
+ * test, which runs `mapping_tests NAME` in its own process with a timeout: a
+ * crash or a hang fails one test, not the run (tests/CMakeLists.txt).
  *
  * A conformance test opens its device with test_device(); when the back end
  * named by $MAPPING_BACKEND is absent, the test prints "SKIP: <reason>" and

@@ -1,7 +1,6 @@
 /* Batches: what lands where, how many driver transfers it takes, and order. */
 #include <pthread.h>
 #include <stdint.h>
-#include "core/core.h"
 #include "harness.h"
 
 enum { SMALL = 64 };

@@ -1,7 +1,7 @@
-/* Mirrors: what a sync moves, merging by the link, async-correct state. */
+/* Mirrors: what a sync moves, merging by the link, async-correct state (the
+ * checks that read the state itself: tests/internal/mirror_sync_state.c). */
 #include <stdatomic.h>
 #include <time.h>
-#include "coherence/mirror_internal.h"
 #include "harness.h"
 
 static mapping_stats stats_of(mapping_device *dev)
@@ -174,20 +174,6 @@ TEST(one_modified_byte_moves_one_byte)
     mapping_mirror_destroy(m);
 }
 
-TEST(marking_many_ranges_keeps_one_entry_per_range)
-{
-    mapping_device *dev = test_device();
-    mapping_mirror *m = clean_mirror(dev, 1 << 20, 6);
-    for (size_t i = 0; i < 1000; i++)
-        CHECK_OK(mapping_mirror_mark_cpu_modified(m, i * 1000, 10));
-    CHECK(mapping__rs_count(&m->st->stale[MIRROR_GPU]) == 1000 && mapping__rs_count(&m->st->modified[MIRROR_CPU]) == 1000);
-    CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == 10000);
-    /* One mark over all of them collapses them into one range. */
-    CHECK_OK(mapping_mirror_mark_cpu_modified(m, 0, 1 << 20));
-    CHECK(mapping__rs_count(&m->st->stale[MIRROR_GPU]) == 1 && mapping__rs_memory(&m->st->stale[MIRROR_GPU]) <= 64 * 1000);
-    mapping_mirror_destroy(m);
-}
-
 /* ---- async ---- */
 
 /* Holds a stream at a point until the test lets it go (launch_host). */
@@ -203,33 +189,6 @@ static void gate_wait(void *user)
     struct timespec pause = {0, 100000};
     for (int i = 0; i < 50000 && !atomic_load(&g->open); i++)
         nanosleep(&pause, NULL);
-}
-
-TEST(stream_sync_makes_a_range_valid_only_when_its_copy_completes)
-{
-    mapping_device *dev = test_device();
-    mapping_stream *s;
-    CHECK_OK(mapping_stream_create(dev, &s));
-    mapping_mirror *m = clean_mirror(dev, 4096, 7);
-    memset((unsigned char *)mapping_mirror_cpu(m) + 64, 0x11, 64);
-    CHECK_OK(mapping_mirror_mark_cpu_modified(m, 64, 64));
-    gate g = {0};
-    CHECK_OK(mapping_launch_host(s, gate_wait, &g));
-    CHECK_OK(mapping_mirror_sync_to_gpu(s, m));
-    /* Queued, not done: the range is still stale on the GPU and tracked. */
-    CHECK(m->st->n_inflight == 1);
-    CHECK(mapping__rs_bytes_in(&m->st->stale[MIRROR_GPU], 0, 4096) == 64);
-    /* A second sync on the same stream queues nothing new. */
-    mapping_stats before = stats_of(dev);
-    CHECK_OK(mapping_mirror_sync_to_gpu(s, m));
-    CHECK(stats_of(dev).h2d_copies == before.h2d_copies);
-    atomic_store(&g.open, 1);
-    /* stale_bytes waits for the copy, then folds it in. */
-    CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == 0);
-    CHECK(m->st->n_inflight == 0);
-    check_gpu_equals_cpu(m);
-    mapping_mirror_destroy(m);
-    mapping_stream_destroy(s);
 }
 
 TEST(work_on_another_stream_waits_for_a_queued_copy_of_the_same_range)
@@ -261,27 +220,6 @@ TEST(work_on_another_stream_waits_for_a_queued_copy_of_the_same_range)
     mapping_stream_destroy(b);
 }
 
-TEST(mark_waits_for_a_queued_copy_that_reads_the_range)
-{
-    mapping_device *dev = test_device();
-    mapping_stream *s;
-    CHECK_OK(mapping_stream_create(dev, &s));
-    mapping_mirror *m = clean_mirror(dev, 4096, 9);
-    mapping_buffer *gpu = mapping_mirror_gpu(m);
-    CHECK_OK(mapping_fill_gpu(NULL, gpu, 0, 4096, 0x44));
-    CHECK_OK(mapping_mirror_mark_gpu_modified(m, 0, 4096));
-    CHECK_OK(mapping_mirror_sync_to_cpu(s, m));
-    /* Marking the GPU again waits for the queued read (or it would fold over the mark). */
-    CHECK_OK(mapping_mirror_mark_gpu_modified(m, 0, 10));
-    CHECK(m->st->n_inflight == 0);
-    CHECK(mapping_mirror_stale_bytes(m, MAPPING_CPU) == 10);
-    unsigned char want[4096];
-    memset(want, 0x44, sizeof want);
-    CHECK_BYTES(mapping_mirror_cpu(m), want, 4096);
-    mapping_mirror_destroy(m);
-    mapping_stream_destroy(s);
-}
-
 TEST(a_stream_may_be_destroyed_before_the_mirror_it_synced)
 {
     mapping_device *dev = test_device();
@@ -297,20 +235,6 @@ TEST(a_stream_may_be_destroyed_before_the_mirror_it_synced)
     unsigned char back[16];
     CHECK_OK(mapping_sync_to_cpu_range(NULL, mapping_mirror_gpu(m), 100, back, sizeof back));
     CHECK(back[0] == 0x3C && back[15] == 0x3C);
-    mapping_mirror_destroy(m);
-}
-
-TEST(blocking_sync_is_complete_on_return)
-{
-    mapping_device *dev = test_device();
-    mapping_mirror *m = clean_mirror(dev, 1 << 16, 10);
-    CHECK_OK(mapping_fill_gpu(NULL, mapping_mirror_gpu(m), 0, 1 << 16, 0x55));
-    CHECK_OK(mapping_mirror_mark_gpu_modified(m, 0, 1 << 16));
-    CHECK_OK(mapping_mirror_sync_to_cpu(NULL, m));
-    CHECK(m->st->n_inflight == 0 && mapping__rs_count(&m->st->stale[MIRROR_CPU]) == 0);
-    unsigned char *cpu = mapping_mirror_cpu(m);
-    for (size_t i = 0; i < 1 << 16; i++)
-        CHECK(cpu[i] == 0x55);
     mapping_mirror_destroy(m);
 }
 
@@ -330,25 +254,6 @@ TEST(wrapped_memory_syncs_in_place)
     CHECK_OK(mapping_mirror_sync_to_cpu(NULL, m));
     CHECK(user[10] == 0x66 && user[14] == 0x66 && user[15] != 0x66);
     mapping_mirror_destroy(m);
-}
-
-TEST(pinned_wrap_page_locks_where_the_back_end_can_and_works_either_way)
-{
-    mapping_device *dev = test_device();
-    unsigned char *user = malloc(1 << 16);
-    test_pattern(user, 1 << 16, 13);
-    mapping_mirror *m;
-    CHECK_OK(mapping_mirror_wrap(dev, user, 1 << 16, MAPPING_MIRROR_PIN, &m));
-    printf("%s: wrapped memory %s\n", test_backend(), mapping_mirror_is_pinned(m) ? "page-locked" : "not page-locked");
-    if (!dev->be->host_register)
-        CHECK(!mapping_mirror_is_pinned(m));
-    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
-    check_gpu_equals_cpu(m);
-    mapping_mirror_destroy(m);
-    /* The registration ended with the mirror: the memory is the caller's again. */
-    mapping_host_ref ref;
-    CHECK(!mapping__host_registry_find(&dev->host_blocks, user, 1, &ref));
-    free(user);
 }
 
 TEST(mirror_statistics_appear_in_the_device_json)

@@ -6,7 +6,8 @@
 #   tests/gpu/run.sh
 #
 # 1. builds (Release, with tests) into build-gpu/
-# 2. runs the conformance suite on cuda (ctest label cuda) and the examples
+# 2. runs the tests on cuda (ctest label cuda: conformance.cuda.*, internal.cuda.*,
+#    backend.cuda.*) and the examples
 #    (their default back end is cuda when a GPU is present)
 # 3. runs `mapping info`, `mapping bench --backend cuda` (full) and the cuda
 #    example (a real kernel from the shipped PTX, on the library's stream)
@@ -53,8 +54,8 @@ fi
 cuda_available=$(awk '$1 == "cuda" && $2 == "available" {print 1; exit}' "$RESULTS/info.txt")
 cuda_available=${cuda_available:-0}
 
-# ---- 3. conformance on cuda, and the examples ---------------------------------
-step "ctest: conformance.cuda.* and examples"
+# ---- 3. the tests on cuda, and the examples -----------------------------------
+step "ctest: label cuda (conformance, internal, backend) and examples"
 timeout 300 ctest --test-dir "$build" -L '^(cuda|example)$' -LE fakecuda -j"$jobs" --timeout 60 --output-on-failure \
     >"$RESULTS/ctest.log" 2>&1
 ctest_rc=$?
@@ -110,7 +111,7 @@ else
     echo "CUDA:     $(echo "$cuda_line" | sed 's/^ *cuda *//')"
     echo "          nothing on cuda was verified; the cuda tests below are skips"
 fi
-echo "ctest (conformance.cuda.* + examples): $passed passed, $failed failed, $skipped skipped of $total"
+echo "ctest (label cuda + examples): $passed passed, $failed failed, $skipped skipped of $total"
 echo "cuda example: $example"
 echo "bench:    $bench"
 if [ -s "$RESULTS/bench.txt" ]; then

@@ -8,7 +8,7 @@
  *
  * Seeds are printed; MAPPING_TEST_SEED=<n> replays one.
  */
-#include "coherence/mirror_internal.h"
+#include "core/test_hooks.h"
 #include "harness.h"
 
 /* 3 seeds x 800 steps: well under 5 s on host and on a slow OpenCL CPU device. */
@@ -121,13 +121,14 @@ static void check_world(world *w)
         if (got != want)
             FAIL_AT(w, "stale bytes on side %d: %zu, model %zu", side + 1, got, want);
     }
-    mirror_state *st = root->st;
-    if (st->n_inflight != 0 || mapping__rs_count(&st->pending[0]) || mapping__rs_count(&st->pending[1]))
+    if (mapping__test_mirror_inflight(root) != 0 ||
+        mapping__rs_count(mapping__test_mirror_pending(root, MAPPING_CPU)) ||
+        mapping__rs_count(mapping__test_mirror_pending(root, MAPPING_GPU)))
         FAIL_AT(w, "queued copies remain after a full stale_bytes query");
-    check_set(w, &st->stale[0], w->m.stale[0], "stale CPU");
-    check_set(w, &st->stale[1], w->m.stale[1], "stale GPU");
-    check_set(w, &st->modified[0], w->m.mod[0], "modified CPU");
-    check_set(w, &st->modified[1], w->m.mod[1], "modified GPU");
+    check_set(w, mapping__test_mirror_stale(root, MAPPING_CPU), w->m.stale[0], "stale CPU");
+    check_set(w, mapping__test_mirror_stale(root, MAPPING_GPU), w->m.stale[1], "stale GPU");
+    check_set(w, mapping__test_mirror_modified(root, MAPPING_CPU), w->m.mod[0], "modified CPU");
+    check_set(w, mapping__test_mirror_modified(root, MAPPING_GPU), w->m.mod[1], "modified GPU");
     static unsigned char gpu[N];
     EXPECT(w, mapping_sync_to_cpu_range(NULL, mapping_mirror_gpu(root), 0, gpu, N), MAPPING_OK);
     const unsigned char *cpu = mapping_mirror_cpu(root);

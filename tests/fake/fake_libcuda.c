@@ -1,8 +1,8 @@
 /*
  * A fake libcuda for tests: the part of the CUDA driver API the cuda back end
  * uses, run on the CPU, so the back end's own logic runs on machines without
- * a GPU (ctest label fakecuda: the conformance suite with
- * MAPPING_CUDA_LIBRARY pointing here). It checks what a real driver would
+ * a GPU (ctest label fakecuda: the conformance, internal and cuda-only tests
+ * with MAPPING_CUDA_LIBRARY pointing here). It checks what a real driver would
  * refuse and copies its awkward behaviour where the back end must cope:
  * - calls that need a context fail with CUDA_ERROR_INVALID_CONTEXT when none
  *   is current on the calling thread (contexts are per thread);
@@ -270,7 +270,7 @@ API CUresult cuDeviceGet(int *d, int i) { if (i != 0) return 101; *d = 0; return
 API CUresult cuDeviceGetName(char *name, int len, int d)
 {
     (void)d;
-    strncpy(name, "Fake CUDA device (tests/gpu/fake_libcuda.c)", (size_t)len - 1);
+    strncpy(name, "Fake CUDA device (tests/fake/fake_libcuda.c)", (size_t)len - 1);
     name[len - 1] = '\0';
     return OK;
 }

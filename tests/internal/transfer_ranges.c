@@ -1,8 +1,7 @@
 /* The coherence layer's entry point: many ranges of one host array and one
  * buffer, moved through the batch machinery. */
-#include "core/core.h"
+#include "core/test_hooks.h"
 #include "harness.h"
-#include "transfer/transfer.h"
 
 enum { SIZE = 1 << 16 };
 

@@ -1,0 +1,31 @@
+/*
+ * Accessors for tests (core/test_hooks.h). They read the coherence layer's
+ * state for tests only; nothing in the library calls them.
+ */
+#include "core/test_hooks.h"
+#include "coherence/mirror_internal.h"
+
+static int side_index(mapping_side side)
+{
+    return side == MAPPING_GPU ? MIRROR_GPU : MIRROR_CPU;
+}
+
+const mapping_range_set *mapping__test_mirror_stale(const mapping_mirror *m, mapping_side side)
+{
+    return &m->st->stale[side_index(side)];
+}
+
+const mapping_range_set *mapping__test_mirror_modified(const mapping_mirror *m, mapping_side side)
+{
+    return &m->st->modified[side_index(side)];
+}
+
+const mapping_range_set *mapping__test_mirror_pending(const mapping_mirror *m, mapping_side side)
+{
+    return &m->st->pending[side_index(side)];
+}
+
+size_t mapping__test_mirror_inflight(const mapping_mirror *m)
+{
+    return m->st->n_inflight;
+}

@@ -1,0 +1,36 @@
+/*
+ * The one internal header for tests: what tests may use of the library
+ * beyond include/mapping.h. Tests under tests/internal/ and tests/backend/
+ * include this header rather than the layers' own headers; tests under
+ * tests/conformance/ include nothing of src/ (tests/CMakeLists.txt checks).
+ *
+ * What it offers:
+ * - fault injection: mapping__inject_fault(dev, n) (declared in core/core.h,
+ *   src/core/fault.c): the (n+1)th back-end operation from now on fails with
+ *   MAPPING_ERR_FAULT_INJECTED; n < 0 disarms;
+ * - the core objects and the back-end table (core/core.h), for tests that
+ *   call a back end's operations directly;
+ * - mapping__transfer_ranges (transfer/transfer.h), the coherence layer's
+ *   entry point into batching;
+ * - read-only accessors of a mirror's state (below, src/core/test_hooks.c),
+ *   to read with the range-set functions of coherence/range_set.h.
+ */
+#ifndef MAPPING_TEST_HOOKS_H
+#define MAPPING_TEST_HOOKS_H
+
+#include <stddef.h>
+#include "coherence/range_set.h"
+#include "core/core.h"
+#include "transfer/transfer.h"
+
+/* A mirror family's ranges on one side (MAPPING_CPU or MAPPING_GPU), in
+ * absolute offsets of the family (the root's): stale, modified (marked and
+ * not yet synced), pending (stale, with a copy to that side queued). */
+const mapping_range_set *mapping__test_mirror_stale(const mapping_mirror *m, mapping_side side);
+const mapping_range_set *mapping__test_mirror_modified(const mapping_mirror *m, mapping_side side);
+const mapping_range_set *mapping__test_mirror_pending(const mapping_mirror *m, mapping_side side);
+/* How many queued copies (and recorded accesses) of the family are tracked
+ * and not folded yet. */
+size_t mapping__test_mirror_inflight(const mapping_mirror *m);
+
+#endif
