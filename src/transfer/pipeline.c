@@ -62,11 +62,10 @@ static size_t round_pow2(double bytes)
  * CPU's caches: at most HOST_CHUNK_MAX per chunk keeps the pipeline's six
  * chunk buffers (12 MiB) in a last-level cache, from the copy that writes
  * one to the work that reads it, so each copy touches DRAM on the host
- * array's side only. Measured on the 2-core EPYC of this project (1 GiB
- * through `mapping bench --only pipeline`, 25 GB/s link model): depth 3 took
- * 112-135 ms with 2 MiB chunks against 139-155 ms with the 16 MiB the link
- * alone gives; 1 MiB chunks were slower again (more per-chunk thread
- * wake-ups). Other devices have their own memory: there the chunk only has
+ * array's side only. Chunks of 16 MiB (what a 25 GB/s, 5 us link alone
+ * gives) were slower, and so were chunks of 1 MiB (more per-chunk thread
+ * wake-ups): BENCHMARKS.md, "Lab notes: batching and pipeline history".
+ * Other devices have their own memory: there the chunk only has
  * to hide the per-transfer latency. */
 enum { HOST_CHUNK_MAX = 2 << 20 };
 
