@@ -19,6 +19,7 @@ declare -A may=(
   [observe]="os backend core observe"
   [transfer]="os backend core transfer"
   [coherence]="os backend core transfer coherence"
+  [testing]="os backend core transfer coherence observe testing"
 )
 for layer in "${!may[@]}"; do
   [ -d "src/$layer" ] || continue

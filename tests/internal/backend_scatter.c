@@ -5,7 +5,7 @@
  * copy, the library's kernel and one copy per entry (MAPPING_CUDA_SCATTER).
  * Back ends without the operations skip.
  */
-#include "core/test_hooks.h"
+#include "testing/test_hooks.h"
 #include "harness.h"
 
 enum { ENTRIES = 97, AREA = 1 << 16, TABLE_OFFSET = 0, PAYLOAD = 8192 };

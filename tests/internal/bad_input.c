@@ -4,7 +4,7 @@
  * injected driver fault is reported and changes nothing
  * (tests/conformance/bad_input.c has the rest).
  */
-#include "core/test_hooks.h"
+#include "testing/test_hooks.h"
 #include "harness.h"
 
 #define CHECK_REFUSED(expr, expected)                                                                   \

@@ -5,7 +5,7 @@
  * the flush makes, so the test does not depend on how a back end plans it.
  */
 #include <stdio.h>
-#include "core/test_hooks.h"
+#include "testing/test_hooks.h"
 #include "harness.h"
 
 enum { SMALL = 64, N_SMALL = 12, BUF = 64 << 10 };

@@ -8,7 +8,7 @@
  *
  * Seeds are printed; MAPPING_TEST_SEED=<n> replays one.
  */
-#include "core/test_hooks.h"
+#include "testing/test_hooks.h"
 #include "harness.h"
 
 /* 3 seeds x 800 steps: well under 5 s on host and on a slow OpenCL CPU device. */

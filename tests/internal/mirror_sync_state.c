@@ -3,7 +3,7 @@
  * (tests/conformance/mirror_sync.c has the rest). */
 #include <stdatomic.h>
 #include <time.h>
-#include "core/test_hooks.h"
+#include "testing/test_hooks.h"
 #include "harness.h"
 
 static mapping_stats stats_of(mapping_device *dev)

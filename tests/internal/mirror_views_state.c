@@ -1,7 +1,7 @@
 /* Mirrors: views, unified memory and failed copies, checked against the
  * state behind them through the test hooks (tests/conformance/mirror_views.c
  * has the rest). */
-#include "core/test_hooks.h"
+#include "testing/test_hooks.h"
 #include "harness.h"
 
 static mapping_mirror *synced_mirror(mapping_device *dev, size_t n, unsigned flags)

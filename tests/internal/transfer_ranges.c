@@ -1,6 +1,6 @@
 /* The coherence layer's entry point: many ranges of one host array and one
  * buffer, moved through the batch machinery. */
-#include "core/test_hooks.h"
+#include "testing/test_hooks.h"
 #include "harness.h"
 
 enum { SIZE = 1 << 16 };

@@ -13,7 +13,7 @@
 #endif
 #ifdef MAPPING_OPENCL_HEADERS
 #include "backend/opencl/opencl_internal.h"
-#include "core/test_hooks.h"
+#include "testing/test_hooks.h"
 
 static mapping_device *open_opencl(void)
 {

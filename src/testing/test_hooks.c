@@ -1,8 +1,8 @@
 /*
- * Accessors for tests (core/test_hooks.h). They read the coherence layer's
+ * Accessors for tests (testing/test_hooks.h). They read the coherence layer's
  * state for tests only; nothing in the library calls them.
  */
-#include "core/test_hooks.h"
+#include "testing/test_hooks.h"
 #include "coherence/mirror_internal.h"
 
 static int side_index(mapping_side side)

@@ -1,6 +1,7 @@
 /*
  * The one internal header for tests: what tests may use of the library
- * beyond include/mapping.h. Tests under tests/internal/ and tests/backend/
+ * beyond include/mapping.h. src/testing/ sits above every layer (it may
+ * read any of them) and nothing in the library calls it. Tests under tests/internal/ and tests/backend/
  * include this header rather than the layers' own headers; tests under
  * tests/conformance/ include nothing of src/ (tests/CMakeLists.txt checks).
  *
@@ -12,7 +13,7 @@
  *   call a back end's operations directly;
  * - mapping__transfer_ranges (transfer/transfer.h), the coherence layer's
  *   entry point into batching;
- * - read-only accessors of a mirror's state (below, src/core/test_hooks.c),
+ * - read-only accessors of a mirror's state (below, src/testing/test_hooks.c),
  *   to read with the range-set functions of coherence/range_set.h.
  */
 #ifndef MAPPING_TEST_HOOKS_H
