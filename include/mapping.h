@@ -380,8 +380,9 @@ MAPPING_API mapping_status mapping_device_stats_json(const mapping_device *dev, 
  * - sync_to_X copies exactly the stale ranges of X from Y. Two stale ranges
  *   separated by a gap are copied as one when gap / link.bandwidth <
  *   link.latency (mapping_device_link) and the gap is valid on the source;
- *   from 16 ranges on they are packed into one batch instead, where only
- *   gaps under 64 bytes are worth copying.
+ *   from 16 ranges on, on a link whose transfers cost at least 1 us, they
+ *   are packed into one batch instead, where only gaps under 64 bytes are
+ *   worth copying.
  *   A clean mirror syncs in O(log n) with no transfer. Bytes a sync did not
  *   move count in mapping_stats.sync_skipped_bytes.
  * - Async: with a stream, a range becomes valid on X when its copy completes,
@@ -470,8 +471,9 @@ MAPPING_API int             mapping_mirror_is_pinned(const mapping_mirror *m);
 MAPPING_API mapping_status  mapping_mirror_mark_cpu_modified(mapping_mirror *m, size_t offset, size_t bytes);
 MAPPING_API mapping_status  mapping_mirror_mark_gpu_modified(mapping_mirror *m, size_t offset, size_t bytes);
 /* Copies the stale ranges of the target side (only those, merged by the
- * link model; from 16 ranges on, packed into one staged transfer and
- * scattered on the device, as mapping_batch_flush does). stream NULL:
+ * link model; from 16 ranges on a link whose transfers cost at least 1 us,
+ * packed into one staged transfer and scattered on the device, as
+ * mapping_batch_flush does). stream NULL:
  * complete on return. Otherwise queued; the ranges become valid when the
  * stream reaches the end of the copies. The stream must belong to the
  * mirror's device (MAPPING_ERR_DEVICE_MISMATCH). */
