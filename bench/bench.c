@@ -4,6 +4,7 @@
 #include <string.h>
 #include <time.h>
 #include "bench.h"
+#include "os/json.h"
 
 static const bench_section *sections[64];
 static int section_count;
@@ -94,16 +95,15 @@ static void json_append(bench_ctx *ctx, const char *fmt, ...)
 
 static void json_string(bench_ctx *ctx, const char *s)
 {
-    json_append(ctx, "\"");
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\')
-            json_append(ctx, "\\%c", *s);
-        else if ((unsigned char)*s < 0x20)
-            json_append(ctx, "\\u%04x", (unsigned char)*s);
-        else
-            json_append(ctx, "%c", *s);
-    }
-    json_append(ctx, "\"");
+    char   small[256];
+    size_t n = mapping_json_string(NULL, 0, s);
+    char  *q = n < sizeof small ? small : malloc(n + 1);
+    if (!q)
+        return;
+    mapping_json_string(q, n + 1, s);
+    json_append(ctx, "%s", q);
+    if (q != small)
+        free(q);
 }
 
 static void json_number(bench_ctx *ctx, double v)
@@ -183,10 +183,12 @@ static size_t figures_len;
 
 void bench_figure(bench_ctx *ctx, const char *id, double value, const char *unit, const char *what)
 {
+    char key[128]; /* ids are short constants; one longer than this would be cut */
     fprintf(ctx->out, "  => %-44s %12.4g %s\n", what, value, unit);
+    mapping_json_string(key, sizeof key, id);
     if (figures_len < sizeof figures_json - 256)
         figures_len += (size_t)snprintf(figures_json + figures_len, sizeof figures_json - figures_len,
-                                        "%s\"%s\":%.6g", ctx->json_figures++ ? "," : "", id,
+                                        "%s%s:%.6g", ctx->json_figures++ ? "," : "", key,
                                         isfinite(value) ? value : 0.0);
 }
 
@@ -232,26 +234,33 @@ static void usage(FILE *f)
         fprintf(f, "  %-12s %s\n", sections[i]->name, sections[i]->help);
 }
 
-int bench_main(int argc, char **argv)
+/* What the command line asks for, besides what bench_ctx holds. */
+typedef struct bench_args {
+    const char *backend, *only;
+    int         device; /* -1: not given */
+} bench_args;
+
+/* parse_args, open_device: carry on (any other value is the exit status). */
+enum { KEEP_GOING = -1 };
+
+/* Reads argv into args and ctx; returns KEEP_GOING, or the exit status when the
+ * command ends here (--help, a bad argument). */
+static int parse_args(int argc, char **argv, bench_args *args, bench_ctx *ctx)
 {
-    const char *backend = NULL, *only = NULL;
-    int device = -1;
-    bench_ctx ctx = {.runs = 0, .out = stdout};
-    qsort(sections, (size_t)section_count, sizeof sections[0], compare_sections);
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--backend") && i + 1 < argc)
-            backend = argv[++i];
+            args->backend = argv[++i];
         else if (!strcmp(a, "--device") && i + 1 < argc)
-            device = atoi(argv[++i]);
+            args->device = atoi(argv[++i]);
         else if (!strcmp(a, "--runs") && i + 1 < argc)
-            ctx.runs = atoi(argv[++i]);
+            ctx->runs = atoi(argv[++i]);
         else if (!strcmp(a, "--only") && i + 1 < argc)
-            only = argv[++i];
+            args->only = argv[++i];
         else if (!strcmp(a, "--quick"))
-            ctx.quick = 1;
+            ctx->quick = 1;
         else if (!strcmp(a, "--json"))
-            ctx.json = 1;
+            ctx->json = 1;
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
@@ -261,50 +270,88 @@ int bench_main(int argc, char **argv)
             return 2;
         }
     }
-    if (ctx.runs <= 0)
-        ctx.runs = ctx.quick ? 3 : 7;
-    if (ctx.runs > 64)
-        ctx.runs = 64;
-    if (ctx.json)
-        ctx.out = stderr;
+    if (ctx->runs <= 0)
+        ctx->runs = ctx->quick ? 3 : 7;
+    if (ctx->runs > 64)
+        ctx->runs = 64;
+    if (ctx->json)
+        ctx->out = stderr;
+    return KEEP_GOING;
+}
 
+/* Opens the device asked for into ctx; returns KEEP_GOING, or the exit status
+ * when it cannot (BENCH_EXIT_UNAVAILABLE when the back end is absent). */
+static int open_device(const bench_args *args, bench_ctx *ctx)
+{
     mapping_status st;
-    if (backend || device >= 0) {
-        mapping_device_desc desc = {.backend = backend, .device = device > 0 ? device : 0};
-        st = mapping_open(&desc, &ctx.dev);
+    if (args->backend || args->device >= 0) {
+        mapping_device_desc desc = {.backend = args->backend, .device = args->device > 0 ? args->device : 0};
+        st = mapping_open(&desc, &ctx->dev);
     } else {
-        st = mapping_open(NULL, &ctx.dev);
+        st = mapping_open(NULL, &ctx->dev);
     }
     if (st != MAPPING_OK) {
-        fprintf(stderr, "mapping bench: cannot open %s: %s\n", backend ? backend : "the default back end",
-                mapping_last_error_message());
+        fprintf(stderr, "mapping bench: cannot open %s: %s\n",
+                args->backend ? args->backend : "the default back end", mapping_last_error_message());
         if (st == MAPPING_ERR_NO_BACKEND || st == MAPPING_ERR_NO_DEVICE) {
             printf("SKIP: %s\n", mapping_last_error_message());
             return BENCH_EXIT_UNAVAILABLE;
         }
         return 1;
     }
-    mapping_device_get_info(ctx.dev, &ctx.info);
-    fprintf(ctx.out, "mapping bench: back end %s, device %d: %s (%s)\n", ctx.info.backend, ctx.info.index,
-            ctx.info.name, ctx.info.driver);
-    fprintf(ctx.out, "GB/s = 1e9 bytes/s; every figure is the median of %d runs%s\n", ctx.runs,
-            ctx.quick ? " (--quick)" : "");
-    json_append(&ctx, "{\"backend\":");
-    json_string(&ctx, ctx.info.backend);
-    json_append(&ctx, ",\"device\":");
-    json_string(&ctx, ctx.info.name);
-    json_append(&ctx, ",\"runs\":%d,\"quick\":%s,\"tables\":[", ctx.runs, ctx.quick ? "true" : "false");
+    mapping_device_get_info(ctx->dev, &ctx->info);
+    return KEEP_GOING;
+}
 
+/* The report's opening: a text header, and the JSON document's first keys. */
+static void report_begin(bench_ctx *ctx)
+{
+    fprintf(ctx->out, "mapping bench: back end %s, device %d: %s (%s)\n", ctx->info.backend, ctx->info.index,
+            ctx->info.name, ctx->info.driver);
+    fprintf(ctx->out, "GB/s = 1e9 bytes/s; every figure is the median of %d runs%s\n", ctx->runs,
+            ctx->quick ? " (--quick)" : "");
+    json_append(ctx, "{\"backend\":");
+    json_string(ctx, ctx->info.backend);
+    json_append(ctx, ",\"device\":");
+    json_string(ctx, ctx->info.name);
+    json_append(ctx, ",\"runs\":%d,\"quick\":%s,\"tables\":[", ctx->runs, ctx->quick ? "true" : "false");
+}
+
+/* Runs the sections --only names (all without it), in order; 1 if any failed. */
+static int run_sections(bench_ctx *ctx, const char *only)
+{
     int failed = 0;
     for (int i = 0; i < section_count; i++)
-        if (wanted(only, sections[i]->name) && sections[i]->run(&ctx) != 0) {
+        if (wanted(only, sections[i]->name) && sections[i]->run(ctx) != 0) {
             fprintf(stderr, "mapping bench: section %s failed\n", sections[i]->name);
             failed = 1;
         }
-    json_append(&ctx, "],\"figures\":{%.*s}}", (int)figures_len, figures_json);
-    if (ctx.json && ctx.json_buf)
-        printf("%s\n", ctx.json_buf);
-    free(ctx.json_buf);
+    return failed;
+}
+
+/* Closes the JSON document and prints it (with --json). */
+static void report_end(bench_ctx *ctx)
+{
+    json_append(ctx, "],\"figures\":{%.*s}}", (int)figures_len, figures_json);
+    if (ctx->json && ctx->json_buf)
+        printf("%s\n", ctx->json_buf);
+    free(ctx->json_buf);
+    ctx->json_buf = NULL;
+}
+
+int bench_main(int argc, char **argv)
+{
+    bench_args args = {.device = -1};
+    bench_ctx  ctx  = {.runs = 0, .out = stdout};
+    qsort(sections, (size_t)section_count, sizeof sections[0], compare_sections);
+    int status = parse_args(argc, argv, &args, &ctx);
+    if (status == KEEP_GOING)
+        status = open_device(&args, &ctx);
+    if (status != KEEP_GOING)
+        return status;
+    report_begin(&ctx);
+    int failed = run_sections(&ctx, args.only);
+    report_end(&ctx);
     mapping_close(ctx.dev);
     return failed;
 }

@@ -159,20 +159,44 @@ typedef struct mapping_device_desc {
     double link_latency;   /* seconds per transfer */
 } mapping_device_desc;
 
-/* Capability bits (mapping_device_info.caps). */
-enum {
-    MAPPING_CAP_PINNED_HOST   = 1u << 0, /* mapping_allocate_cpu returns page-locked memory */
-    MAPPING_CAP_ASYNC_COPY    = 1u << 1, /* copies on streams overlap with the caller */
-    MAPPING_CAP_UNIFIED       = 1u << 2, /* one allocation usable by CPU and device (managed / SVM / host) */
-    MAPPING_CAP_CONCURRENT_UNIFIED = 1u << 3, /* CPU and device may touch unified memory concurrently */
-    MAPPING_CAP_BATCH_COPY    = 1u << 4, /* the driver moves a list of copies in one call */
-    MAPPING_CAP_HOST_REGISTER = 1u << 5, /* user memory can be page-locked in place */
-    MAPPING_CAP_TIMING        = 1u << 6, /* events measure elapsed time on the device */
-    MAPPING_CAP_DEVICE_KERNELS = 1u << 7, /* the library can run its own kernels (scatter/gather) */
-    MAPPING_CAP_LINK_MODEL    = 1u << 8, /* a modelled link is active (host back end) */
-    MAPPING_CAP_CPU_MEMORY    = 1u << 9  /* device memory is the CPU's own memory (host back end, OpenCL
-                                            CPU devices): every copy is a CPU memcpy */
-};
+/* Capability bits (mapping_device_info.caps).
+ *
+ * One list generates the enum (MAPPING_CAP_<name> = 1u << bit) and the names
+ * that `mapping info` prints (mapping_capability_name()). Each entry is
+ * X(name, bit, label): the enumerator's name without the MAPPING_CAP_ prefix,
+ * its bit number, and a lower-case hyphenated label. To list a device's
+ * capabilities:
+ *
+ *     #define PRINT_CAP(name, bit, label) \
+ *         if (info.caps & MAPPING_CAP_##name) printf("%s\n", label);
+ *     MAPPING_CAP_LIST(PRINT_CAP)
+ */
+#define MAPPING_CAP_LIST(X)                                                                              \
+    X(PINNED_HOST, 0, "pinned-host")               /* mapping_allocate_cpu returns page-locked memory */ \
+    X(ASYNC_COPY, 1, "async-copy")                 /* copies on streams overlap with the caller */       \
+    X(UNIFIED, 2, "unified")                       /* one allocation usable by CPU and device (managed / \
+                                                      SVM / host) */                                     \
+    X(CONCURRENT_UNIFIED, 3, "concurrent-unified") /* CPU and device may touch unified memory            \
+                                                      concurrently */                                    \
+    X(BATCH_COPY, 4, "batch-copy")                 /* the driver moves a list of copies in one call */   \
+    X(HOST_REGISTER, 5, "host-register")           /* user memory can be page-locked in place */         \
+    X(TIMING, 6, "timing")                         /* events measure elapsed time on the device */       \
+    X(DEVICE_KERNELS, 7, "device-kernels")         /* the library can run its own kernels (scatter /     \
+                                                      gather) */                                         \
+    X(LINK_MODEL, 8, "link-model")                 /* a modelled link is active (host back end) */       \
+    X(CPU_MEMORY, 9, "cpu-memory")                 /* device memory is the CPU's own memory (host back   \
+                                                      end, OpenCL CPU devices): every copy is a memcpy */
+
+typedef enum mapping_capability {
+#define MAPPING_CAP_ENUM_(name, bit, label) MAPPING_CAP_##name = 1u << (bit),
+    MAPPING_CAP_LIST(MAPPING_CAP_ENUM_)
+#undef MAPPING_CAP_ENUM_
+} mapping_capability;
+
+/* The label of one capability bit, e.g. "pinned-host" for
+ * MAPPING_CAP_PINNED_HOST; NULL for anything else (0, several bits, a bit not
+ * in MAPPING_CAP_LIST). Thread-safe. */
+MAPPING_API const char *mapping_capability_name(mapping_capability cap);
 
 typedef struct mapping_device_info {
     char     backend[16];   /* "host", "opencl", "cuda" */
@@ -338,25 +362,40 @@ MAPPING_API void           mapping_event_destroy(mapping_event *event); /* NULL:
  * ======================================================================== */
 
 /* Counters of everything the device moved since it was opened (or reset).
- * Read with relaxed atomics: exact once the device is idle. */
+ * Read with relaxed atomics: exact once the device is idle.
+ *
+ * One list generates the struct's fields (each a uint64_t, in list order),
+ * the library's internal counters and the keys of mapping_device_stats_json
+ * (the field names). Each entry is X(field). To print every counter:
+ *
+ *     #define PRINT_STAT(field) printf(#field " %llu\n", (unsigned long long)s.field);
+ *     MAPPING_STATS_LIST(PRINT_STAT)
+ */
+#define MAPPING_STATS_LIST(X)                                                                       \
+    X(h2d_bytes) X(h2d_copies)             /* host to device (driver transfers) */                  \
+    X(d2h_bytes) X(d2h_copies)             /* device to host */                                     \
+    X(d2d_bytes) X(d2d_copies)             /* device to device */                                   \
+    X(fill_bytes) X(fills)                                                                          \
+    X(sync_skipped_bytes)                  /* bytes a mirror sync did not move: already valid */    \
+    X(conflicts)                           /* marks refused as conflicts */                         \
+    X(batch_flushes)                       /* mapping_batch_flush calls that moved data */          \
+    X(batch_copies)                        /* copies queued in batches */                           \
+    X(blocking_ns)                         /* nanoseconds spent in blocking host<->device transfers \
+                                              of 64 KiB or more (smaller ones are not timed:        \
+                                              reading the clock would cost more than they do) */
+
 typedef struct mapping_stats {
-    uint64_t h2d_bytes, h2d_copies;   /* host to device (driver transfers) */
-    uint64_t d2h_bytes, d2h_copies;   /* device to host */
-    uint64_t d2d_bytes, d2d_copies;   /* device to device */
-    uint64_t fill_bytes, fills;
-    uint64_t sync_skipped_bytes;      /* bytes a mirror sync did not move: already valid */
-    uint64_t conflicts;               /* marks refused as conflicts */
-    uint64_t batch_flushes;           /* mapping_batch_flush calls that moved data */
-    uint64_t batch_copies;            /* copies queued in batches */
-    uint64_t blocking_ns;             /* nanoseconds spent in blocking host<->device transfers of
-                                         64 KiB or more (smaller ones are not timed: reading the
-                                         clock would cost more than they do) */
+#define MAPPING_STATS_FIELD_(field) uint64_t field;
+    MAPPING_STATS_LIST(MAPPING_STATS_FIELD_)
+#undef MAPPING_STATS_FIELD_
 } mapping_stats;
 
 MAPPING_API mapping_status mapping_device_stats(const mapping_device *dev, mapping_stats *out);
 MAPPING_API void           mapping_device_stats_reset(mapping_device *dev);
 /* Writes the statistics as one JSON object into buf (NUL-terminated, cut to
- * size) and the length it needs (without the NUL) into *needed (may be NULL). */
+ * size) and the length it needs (without the NUL) into *needed (may be NULL).
+ * Keys: "backend" and "device" (strings, escaped as JSON requires), then one
+ * per MAPPING_STATS_LIST field, in list order, named as the field. */
 MAPPING_API mapping_status mapping_device_stats_json(const mapping_device *dev, char *buf, size_t size,
                                                      size_t *needed);
 

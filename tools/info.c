@@ -2,91 +2,74 @@
 #include <stdio.h>
 #include <string.h>
 #include "mapping.h"
+#include "os/json.h"
 
-static const struct {
-    unsigned    bit;
-    const char *name;
-} cap_names[] = {
-    {MAPPING_CAP_PINNED_HOST, "pinned-host"},   {MAPPING_CAP_ASYNC_COPY, "async-copy"},
-    {MAPPING_CAP_UNIFIED, "unified"},           {MAPPING_CAP_CONCURRENT_UNIFIED, "concurrent-unified"},
-    {MAPPING_CAP_BATCH_COPY, "batch-copy"},     {MAPPING_CAP_HOST_REGISTER, "host-register"},
-    {MAPPING_CAP_TIMING, "timing"},             {MAPPING_CAP_DEVICE_KERNELS, "device-kernels"},
-    {MAPPING_CAP_LINK_MODEL, "link-model"},
-    {MAPPING_CAP_CPU_MEMORY, "cpu-memory"},
-};
+enum { MAX_BACKENDS = 8, MAX_DEVICES = 16 };
 
+/* The labels of the bits set in caps, in MAPPING_CAP_LIST order: space
+ * separated, or as the elements of a JSON array. */
 static void print_caps(unsigned caps, int json)
 {
     int first = 1;
-    for (size_t i = 0; i < sizeof cap_names / sizeof cap_names[0]; i++)
-        if (caps & cap_names[i].bit) {
-            printf(json ? "%s\"%s\"" : "%s%s", first ? "" : json ? "," : " ", cap_names[i].name);
-            first = 0;
-        }
-}
-
-static void json_str(const char *s)
-{
-    putchar('"');
-    for (; *s; s++)
-        if (*s == '"' || *s == '\\')
-            printf("\\%c", *s);
-        else if ((unsigned char)*s >= 0x20)
-            putchar(*s);
-    putchar('"');
-}
-
-int info_main(int argc, char **argv)
-{
-    int json = argc > 0 && !strcmp(argv[0], "--json");
-    mapping_backend_info backends[8];
-    int nb = 0;
-    if (mapping_list_backends(backends, 8, &nb) != MAPPING_OK) {
-        fprintf(stderr, "mapping info: %s\n", mapping_last_error_message());
-        return 1;
+#define PRINT_CAP_(name, bit, label)                                                              \
+    if (caps & MAPPING_CAP_##name) {                                                              \
+        printf(json ? "%s\"%s\"" : "%s%s", first ? "" : json ? "," : " ", label);                 \
+        first = 0;                                                                                \
     }
+    MAPPING_CAP_LIST(PRINT_CAP_)
+#undef PRINT_CAP_
+}
+
+static void print_device(const mapping_device_info *di, int first, int json)
+{
+    if (json) {
+        printf("%s{\"index\":%d,\"kind\":", first ? "" : ",", di->index);
+        mapping_json_fputs(di->kind, stdout);
+        printf(",\"name\":");
+        mapping_json_fputs(di->name, stdout);
+        printf(",\"vendor\":");
+        mapping_json_fputs(di->vendor, stdout);
+        printf(",\"driver\":");
+        mapping_json_fputs(di->driver, stdout);
+        printf(",\"memory_bytes\":%llu,\"caps\":[", (unsigned long long)di->memory_bytes);
+        print_caps(di->caps, 1);
+        printf("]}");
+    } else {
+        printf("    [%d] %s (%s, %s)\n        driver: %s\n        memory: %.2f GiB\n        caps:   ", di->index,
+               di->name, di->kind, di->vendor, di->driver, (double)di->memory_bytes / (1u << 30));
+        print_caps(di->caps, 0);
+        printf("\n");
+    }
+}
+
+/* One back end and, when it is available, its devices. */
+static void print_backend(const mapping_backend_info *bi, int first, int json)
+{
+    if (json) {
+        printf("%s{\"name\":", first ? "" : ",");
+        mapping_json_fputs(bi->name, stdout);
+        printf(",\"compiled\":%s,\"available\":%s,\"reason\":", bi->compiled ? "true" : "false",
+               bi->available ? "true" : "false");
+        mapping_json_fputs(bi->reason, stdout);
+        printf(",\"devices\":[");
+    } else {
+        printf("  %-7s %s%s%s\n", bi->name,
+               !bi->compiled ? "not compiled in" : bi->available ? "available" : "unavailable",
+               bi->reason[0] ? ": " : "", bi->reason);
+    }
+    mapping_device_info devs[MAX_DEVICES];
+    int nd = 0;
+    if (bi->available)
+        mapping_list_devices(bi->name, devs, MAX_DEVICES, &nd);
+    for (int d = 0; d < nd && d < MAX_DEVICES; d++)
+        print_device(&devs[d], d == 0, json);
     if (json)
-        printf("{\"version\":\"%s\",\"backends\":[", mapping_version());
-    else
-        printf("mapping %s\n\nback ends:\n", mapping_version());
-    for (int b = 0; b < nb && b < 8; b++) {
-        mapping_backend_info *bi = &backends[b];
-        if (json) {
-            printf("%s{\"name\":\"%s\",\"compiled\":%s,\"available\":%s,\"reason\":", b ? "," : "", bi->name,
-                   bi->compiled ? "true" : "false", bi->available ? "true" : "false");
-            json_str(bi->reason);
-            printf(",\"devices\":[");
-        } else {
-            printf("  %-7s %s%s%s\n", bi->name,
-                   !bi->compiled ? "not compiled in" : bi->available ? "available" : "unavailable",
-                   bi->reason[0] ? ": " : "", bi->reason);
-        }
-        mapping_device_info devs[16];
-        int nd = 0;
-        if (bi->available)
-            mapping_list_devices(bi->name, devs, 16, &nd);
-        for (int d = 0; d < nd && d < 16; d++) {
-            mapping_device_info *di = &devs[d];
-            if (json) {
-                printf("%s{\"index\":%d,\"kind\":\"%s\",\"name\":", d ? "," : "", di->index, di->kind);
-                json_str(di->name);
-                printf(",\"vendor\":");
-                json_str(di->vendor);
-                printf(",\"driver\":");
-                json_str(di->driver);
-                printf(",\"memory_bytes\":%llu,\"caps\":[", (unsigned long long)di->memory_bytes);
-                print_caps(di->caps, 1);
-                printf("]}");
-            } else {
-                printf("    [%d] %s (%s, %s)\n        driver: %s\n        memory: %.2f GiB\n        caps:   ", di->index,
-                       di->name, di->kind, di->vendor, di->driver, (double)di->memory_bytes / (1u << 30));
-                print_caps(di->caps, 0);
-                printf("\n");
-            }
-        }
-        if (json)
-            printf("]}");
-    }
+        printf("]}");
+}
+
+/* The back end mapping_open(NULL) picks, which closes the report. */
+static void print_default(int json)
+{
     mapping_device *dev;
     if (mapping_open(NULL, &dev) == MAPPING_OK) {
         printf(json ? "],\"default\":\"%s\"}\n" : "\ndefault back end: %s (MAPPING_BACKEND overrides)\n",
@@ -95,5 +78,23 @@ int info_main(int argc, char **argv)
     } else {
         printf(json ? "],\"default\":null}\n" : "\nno default device: %s\n", mapping_last_error_message());
     }
+}
+
+int info_main(int argc, char **argv)
+{
+    int json = argc > 0 && !strcmp(argv[0], "--json");
+    mapping_backend_info backends[MAX_BACKENDS];
+    int nb = 0;
+    if (mapping_list_backends(backends, MAX_BACKENDS, &nb) != MAPPING_OK) {
+        fprintf(stderr, "mapping info: %s\n", mapping_last_error_message());
+        return 1;
+    }
+    if (json)
+        printf("{\"version\":\"%s\",\"backends\":[", mapping_version());
+    else
+        printf("mapping %s\n\nback ends:\n", mapping_version());
+    for (int b = 0; b < nb && b < MAX_BACKENDS; b++)
+        print_backend(&backends[b], b == 0, json);
+    print_default(json);
     return 0;
 }

@@ -25,14 +25,9 @@ enum {
 /* Counters behind mapping_stats; relaxed atomics, one cache line apart from
  * the device's read-mostly fields. */
 typedef struct mapping_counters {
-    _Atomic uint64_t h2d_bytes, h2d_copies;
-    _Atomic uint64_t d2h_bytes, d2h_copies;
-    _Atomic uint64_t d2d_bytes, d2d_copies;
-    _Atomic uint64_t fill_bytes, fills;
-    _Atomic uint64_t sync_skipped_bytes;
-    _Atomic uint64_t conflicts;
-    _Atomic uint64_t batch_flushes, batch_copies;
-    _Atomic uint64_t blocking_ns;
+#define MAPPING_COUNTER_FIELD_(field) _Atomic uint64_t field;
+    MAPPING_STATS_LIST(MAPPING_COUNTER_FIELD_)
+#undef MAPPING_COUNTER_FIELD_
 } mapping_counters;
 
 /* One page-locked host allocation (or registration) of a device. */

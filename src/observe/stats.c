@@ -1,14 +1,9 @@
-/* Statistics: a snapshot of the device's counters, as a struct or JSON. */
+/* Statistics: a snapshot of the device's counters, as a struct or JSON. The
+ * fields, the counters and the JSON keys all come from MAPPING_STATS_LIST. */
+#include <stdarg.h>
 #include <stdio.h>
 #include "core/core.h"
-
-/* One list of fields: the struct, the counters and the JSON keys agree. */
-#define MAPPING_STATS_FIELDS(X)                                                              \
-    X(h2d_bytes, h2d_bytes) X(h2d_copies, h2d_copies) X(d2h_bytes, d2h_bytes)                \
-    X(d2h_copies, d2h_copies) X(d2d_bytes, d2d_bytes) X(d2d_copies, d2d_copies)              \
-    X(fill_bytes, fill_bytes) X(fills, fills) X(sync_skipped_bytes, sync_skipped_bytes)      \
-    X(conflicts, conflicts) X(batch_flushes, batch_flushes) X(batch_copies, batch_copies)    \
-    X(blocking_ns, blocking_ns)
+#include "os/json.h"
 
 mapping_status mapping_device_stats(const mapping_device *dev, mapping_stats *out)
 {
@@ -17,8 +12,8 @@ mapping_status mapping_device_stats(const mapping_device *dev, mapping_stats *ou
     if ((st = mapping__check_device(fn, dev)) || (st = mapping__check_ptr(fn, "out", out)))
         return st;
     mapping_counters *c = (mapping_counters *)&dev->counters;
-#define READ_(field, counter) out->field = atomic_load_explicit(&c->counter, memory_order_relaxed);
-    MAPPING_STATS_FIELDS(READ_)
+#define READ_(field) out->field = atomic_load_explicit(&c->field, memory_order_relaxed);
+    MAPPING_STATS_LIST(READ_)
 #undef READ_
     return MAPPING_OK;
 }
@@ -27,9 +22,27 @@ void mapping_device_stats_reset(mapping_device *dev)
 {
     if (mapping__check_device("mapping_device_stats_reset", dev) != MAPPING_OK)
         return;
-#define RESET_(field, counter) atomic_store_explicit(&dev->counters.counter, 0, memory_order_relaxed);
-    MAPPING_STATS_FIELDS(RESET_)
+#define RESET_(field) atomic_store_explicit(&dev->counters.field, 0, memory_order_relaxed);
+    MAPPING_STATS_LIST(RESET_)
 #undef RESET_
+}
+
+/* Appends to the text in buf at *n, snprintf-style: what does not fit is
+ * counted in *n but not written, and buf stays NUL-terminated. */
+static void append(char *buf, size_t size, size_t *n, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void append(char *buf, size_t size, size_t *n, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int len = vsnprintf(*n < size ? buf + *n : NULL, *n < size ? size - *n : 0, fmt, ap);
+    va_end(ap);
+    if (len > 0)
+        *n += (size_t)len;
+}
+
+static void append_string(char *buf, size_t size, size_t *n, const char *s)
+{
+    *n += mapping_json_string(*n < size ? buf + *n : NULL, *n < size ? size - *n : 0, s);
 }
 
 mapping_status mapping_device_stats_json(const mapping_device *dev, char *buf, size_t size, size_t *needed)
@@ -41,15 +54,16 @@ mapping_status mapping_device_stats_json(const mapping_device *dev, char *buf, s
         return st;
     if (!buf && size > 0)
         return mapping__fail(MAPPING_ERR_NULL_ARGUMENT, "%s: buf is NULL with size %zu", fn, size);
-    char tmp[1024];
-    int n = snprintf(tmp, sizeof tmp, "{\"backend\":\"%s\",\"device\":\"%s\"", dev->be->name, dev->info.name);
-#define JSON_(field, counter) n += snprintf(tmp + n, sizeof tmp - (size_t)n, ",\"" #field "\":%llu", (unsigned long long)s.field);
-    MAPPING_STATS_FIELDS(JSON_)
+    size_t n = 0;
+    append(buf, size, &n, "{\"backend\":");
+    append_string(buf, size, &n, dev->be->name);
+    append(buf, size, &n, ",\"device\":");
+    append_string(buf, size, &n, dev->info.name);
+#define JSON_(field) append(buf, size, &n, ",\"" #field "\":%llu", (unsigned long long)s.field);
+    MAPPING_STATS_LIST(JSON_)
 #undef JSON_
-    n += snprintf(tmp + n, sizeof tmp - (size_t)n, "}");
+    append(buf, size, &n, "}");
     if (needed)
-        *needed = (size_t)n;
-    if (size > 0)
-        snprintf(buf, size, "%s", tmp);
+        *needed = n;
     return MAPPING_OK;
 }

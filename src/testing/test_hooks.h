@@ -13,6 +13,7 @@
  *   call a back end's operations directly;
  * - mapping__transfer_ranges (transfer/transfer.h), the coherence layer's
  *   entry point into batching;
+ * - the JSON string writer (os/json.h), to build the strings tests expect;
  * - read-only accessors of a mirror's state (below, src/testing/test_hooks.c),
  *   to read with the range-set functions of coherence/range_set.h.
  */
@@ -21,6 +22,7 @@
 
 #include <stddef.h>
 #include "coherence/range_set.h"
+#include "os/json.h"
 #include "core/core.h"
 #include "transfer/transfer.h"
 
