@@ -6,6 +6,9 @@
 #      calls through a back end's table.
 #   3. src/transfer/ and src/coherence/ call no public mapping_* function of
 #      another layer: they use the internal mapping__* twins.
+#   4. No back-end identity above the seam: no comparison with a back end's
+#      name or a device kind, except where a back end is chosen by name
+#      (src/core/backends.c, src/core/device.c).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bad=0
@@ -59,5 +62,11 @@ for layer in transfer coherence; do
   done < <(grep -nE '\bmapping_[a-z][a-z0-9_]*\(' src/$layer/*.c | grep -vE '^[^:]+:[0-9]+:[a-z]')
 done
 
-if [ $bad -eq 0 ]; then echo "layering: ok (includes, the back-end seam, internal calls)"; fi
+# 4. back-end names and device kinds above the seam
+while IFS= read -r hit; do
+  fail "compares a back-end name or device kind above the seam (use a capability or the link): $hit"
+done < <(grep -rnE '(strn?cmp|==)[^;]*"(host|opencl|cuda|cpu|gpu|accelerator)"' src/core src/transfer src/coherence src/observe \
+           --include='*.c' --include='*.h' | grep -vE '^src/core/(backends|device)\.c:')
+
+if [ $bad -eq 0 ]; then echo "layering: ok (includes, the back-end seam, internal calls, no back-end names above the seam)"; fi
 exit $bad
