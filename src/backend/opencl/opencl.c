@@ -21,7 +21,7 @@ static mapping_status opencl_unavailable(char *why, size_t why_size, int *count)
 const mapping_backend mapping_backend_opencl = {.name = "opencl", .load = opencl_unavailable};
 #else
 
-enum { OCL_MAX_DEVICES = 64 };
+enum { OPENCL_MAX_DEVICES = 64 };
 
 /* Filled once by opencl_load (the registry calls it once per process). */
 static struct {
@@ -29,13 +29,13 @@ static struct {
     cl_device_id        device;
     mapping_device_info info;
     bool                svm_fine;
-} devices[OCL_MAX_DEVICES];
+} devices[OPENCL_MAX_DEVICES];
 static int device_count;
 
 static void info_string(cl_device_id dev, cl_device_info what, char *out, size_t size)
 {
     out[0] = '\0';
-    if (ocl.clGetDeviceInfo(dev, what, size, out, NULL) != CL_SUCCESS)
+    if (opencl_driver.clGetDeviceInfo(dev, what, size, out, NULL) != CL_SUCCESS)
         out[0] = '\0';
     out[size - 1] = '\0';
 }
@@ -49,28 +49,28 @@ static void describe(int index, cl_platform_id platform, cl_device_id dev)
     strcpy(info->backend, "opencl");
     info->index = index;
     cl_device_type type = 0;
-    ocl.clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof type, &type, NULL);
+    opencl_driver.clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof type, &type, NULL);
     strcpy(info->kind, type & CL_DEVICE_TYPE_GPU ? "gpu" : type & CL_DEVICE_TYPE_CPU ? "cpu" : "accelerator");
     info_string(dev, CL_DEVICE_NAME, info->name, sizeof info->name);
     info_string(dev, CL_DEVICE_VENDOR, info->vendor, sizeof info->vendor);
     char platform_version[512] = "", driver[64] = "";
-    if (ocl.clGetPlatformInfo(platform, CL_PLATFORM_VERSION, sizeof platform_version, platform_version, NULL))
+    if (opencl_driver.clGetPlatformInfo(platform, CL_PLATFORM_VERSION, sizeof platform_version, platform_version, NULL))
         platform_version[0] = '\0';
     platform_version[sizeof platform_version - 1] = '\0';
     platform_version[strcspn(platform_version, ",")] = '\0'; /* PoCL appends its build options */
     info_string(dev, CL_DRIVER_VERSION, driver, sizeof driver);
     snprintf(info->driver, sizeof info->driver, "%.72s; driver %.40s", platform_version, driver);
     cl_ulong memory = 0;
-    ocl.clGetDeviceInfo(dev, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof memory, &memory, NULL);
+    opencl_driver.clGetDeviceInfo(dev, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof memory, &memory, NULL);
     info->memory_bytes = memory;
 
     /* SVM is an OpenCL 2.0 query: a 1.x device answers with an error, i.e. none. */
     cl_device_svm_capabilities svm = 0;
-    if (ocl.clGetDeviceInfo(dev, CL_DEVICE_SVM_CAPABILITIES, sizeof svm, &svm, NULL) != CL_SUCCESS)
+    if (opencl_driver.clGetDeviceInfo(dev, CL_DEVICE_SVM_CAPABILITIES, sizeof svm, &svm, NULL) != CL_SUCCESS)
         svm = 0;
-    devices[index].svm_fine = (svm & CL_DEVICE_SVM_FINE_GRAIN_BUFFER) && ocl.clSVMAlloc && ocl.clSVMFree;
+    devices[index].svm_fine = (svm & CL_DEVICE_SVM_FINE_GRAIN_BUFFER) && opencl_driver.clSVMAlloc && opencl_driver.clSVMFree;
     cl_bool compiler = CL_FALSE;
-    ocl.clGetDeviceInfo(dev, CL_DEVICE_COMPILER_AVAILABLE, sizeof compiler, &compiler, NULL);
+    opencl_driver.clGetDeviceInfo(dev, CL_DEVICE_COMPILER_AVAILABLE, sizeof compiler, &compiler, NULL);
 
     info->caps = MAPPING_CAP_PINNED_HOST | MAPPING_CAP_ASYNC_COPY | MAPPING_CAP_TIMING;
     if (devices[index].svm_fine)
@@ -84,33 +84,33 @@ static void describe(int index, cl_platform_id platform, cl_device_id dev)
 static mapping_status opencl_load(char *why, size_t why_size, int *count)
 {
     *count = 0;
-    mapping_status st = ocl_api_load(why, why_size);
+    mapping_status st = opencl_api_load(why, why_size);
     if (st != MAPPING_OK)
         return st;
     cl_uint nplatforms = 0;
-    cl_int err = ocl.clGetPlatformIDs(0, NULL, &nplatforms);
+    cl_int err = opencl_driver.clGetPlatformIDs(0, NULL, &nplatforms);
     if (err == -1001 /* CL_PLATFORM_NOT_FOUND_KHR */ || (err == CL_SUCCESS && nplatforms == 0)) {
         snprintf(why, why_size, "the OpenCL loader found no platform (no ICD in /etc/OpenCL/vendors?)");
         return MAPPING_ERR_NO_DEVICE;
     }
     if (err != CL_SUCCESS) {
-        snprintf(why, why_size, "clGetPlatformIDs failed: %s (%d)", ocl_error_name(err), err);
+        snprintf(why, why_size, "clGetPlatformIDs failed: %s (%d)", opencl_error_name(err), err);
         return MAPPING_ERR_DRIVER;
     }
     cl_platform_id platforms[16];
     if (nplatforms > 16)
         nplatforms = 16;
-    if ((err = ocl.clGetPlatformIDs(nplatforms, platforms, NULL)) != CL_SUCCESS) {
-        snprintf(why, why_size, "clGetPlatformIDs failed: %s (%d)", ocl_error_name(err), err);
+    if ((err = opencl_driver.clGetPlatformIDs(nplatforms, platforms, NULL)) != CL_SUCCESS) {
+        snprintf(why, why_size, "clGetPlatformIDs failed: %s (%d)", opencl_error_name(err), err);
         return MAPPING_ERR_DRIVER;
     }
-    for (cl_uint p = 0; p < nplatforms && device_count < OCL_MAX_DEVICES; p++) {
-        cl_device_id ids[OCL_MAX_DEVICES];
+    for (cl_uint p = 0; p < nplatforms && device_count < OPENCL_MAX_DEVICES; p++) {
+        cl_device_id ids[OPENCL_MAX_DEVICES];
         cl_uint n = 0;
         /* A platform without devices answers CL_DEVICE_NOT_FOUND: skip it. */
-        if (ocl.clGetDeviceIDs(platforms[p], CL_DEVICE_TYPE_ALL, OCL_MAX_DEVICES, ids, &n) != CL_SUCCESS)
+        if (opencl_driver.clGetDeviceIDs(platforms[p], CL_DEVICE_TYPE_ALL, OPENCL_MAX_DEVICES, ids, &n) != CL_SUCCESS)
             continue;
-        for (cl_uint i = 0; i < n && i < OCL_MAX_DEVICES && device_count < OCL_MAX_DEVICES; i++) {
+        for (cl_uint i = 0; i < n && i < OPENCL_MAX_DEVICES && device_count < OPENCL_MAX_DEVICES; i++) {
             devices[device_count].platform = platforms[p];
             devices[device_count].device = ids[i];
             describe(device_count, platforms[p], ids[i]);
@@ -135,14 +135,14 @@ static mapping_status opencl_device_info(int index, mapping_device_info *info)
 
 static void opencl_device_close(void *dev)
 {
-    ocl_device *d = dev;
-    ocl_kernels_release(d);
+    opencl_device *d = dev;
+    opencl_kernels_release(d);
     if (d->queue) {
-        ocl.clFinish(d->queue);
-        ocl.clReleaseCommandQueue(d->queue);
+        opencl_driver.clFinish(d->queue);
+        opencl_driver.clReleaseCommandQueue(d->queue);
     }
     if (d->context)
-        ocl.clReleaseContext(d->context);
+        opencl_driver.clReleaseContext(d->context);
     pthread_mutex_destroy(&d->kernel_lock);
     free(d);
 }
@@ -150,7 +150,7 @@ static void opencl_device_close(void *dev)
 static mapping_status opencl_device_open(int index, const mapping_device_desc *desc, void **out)
 {
     (void)desc;
-    ocl_device *d = calloc(1, sizeof *d);
+    opencl_device *d = calloc(1, sizeof *d);
     if (!d)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "opencl: out of memory");
     pthread_mutex_init(&d->kernel_lock, NULL);
@@ -160,19 +160,19 @@ static mapping_status opencl_device_open(int index, const mapping_device_desc *d
     d->sliced_lanes = !strcmp(devices[index].info.kind, "cpu");
     cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)d->platform, 0};
     cl_int err = CL_SUCCESS;
-    d->context = ocl.clCreateContext(props, 1, &d->device, NULL, NULL, &err);
+    d->context = opencl_driver.clCreateContext(props, 1, &d->device, NULL, NULL, &err);
     if (err != CL_SUCCESS) {
         d->context = NULL;
         opencl_device_close(d);
-        return ocl_fail("clCreateContext", err);
+        return opencl_fail("clCreateContext", err);
     }
     /* No profiling here: blocking calls are not timed by events, and an
      * expert's queue for plain transfers would not pay for timestamps. */
-    d->queue = ocl.clCreateCommandQueue(d->context, d->device, 0, &err);
+    d->queue = opencl_driver.clCreateCommandQueue(d->context, d->device, 0, &err);
     if (err != CL_SUCCESS) {
         d->queue = NULL;
         opencl_device_close(d);
-        return ocl_fail("clCreateCommandQueue", err);
+        return opencl_fail("clCreateCommandQueue", err);
     }
     *out = d;
     return MAPPING_OK;
@@ -180,7 +180,7 @@ static mapping_status opencl_device_open(int index, const mapping_device_desc *d
 
 static mapping_status opencl_device_native(void *dev, mapping_native_device *out)
 {
-    ocl_device *d = dev;
+    opencl_device *d = dev;
     out->context = d->context;
     out->device = d->device;
     out->platform = d->platform;
@@ -195,31 +195,31 @@ const mapping_backend mapping_backend_opencl = {
     .device_open = opencl_device_open,
     .device_close = opencl_device_close,
     .device_native = opencl_device_native,
-    .buffer_alloc = ocl_buffer_alloc,
-    .buffer_free = ocl_buffer_free,
-    .buffer_native = ocl_buffer_native,
-    .buffer_alloc_unified = ocl_buffer_alloc_unified,
+    .buffer_alloc = opencl_buffer_alloc,
+    .buffer_free = opencl_buffer_free,
+    .buffer_native = opencl_buffer_native,
+    .buffer_alloc_unified = opencl_buffer_alloc_unified,
     .unified_prefetch = NULL, /* fine-grain SVM needs no migration hint; see docs/opencl.md */
-    .host_alloc = ocl_host_alloc,
-    .host_free = ocl_host_free,
+    .host_alloc = opencl_host_alloc,
+    .host_free = opencl_host_free,
     .host_register = NULL, /* CL_MEM_USE_HOST_PTR may copy: not a way to page-lock in place */
     .host_unregister = NULL,
-    .stream_create = ocl_stream_create,
-    .stream_destroy = ocl_stream_destroy,
-    .stream_synchronize = ocl_stream_synchronize,
-    .stream_native = ocl_stream_native,
-    .write = ocl_write,
-    .read = ocl_read,
-    .copy = ocl_copy,
-    .fill = ocl_fill,
-    .scatter = ocl_scatter,
-    .gather = ocl_gather,
-    .launch_host = ocl_launch_host,
-    .event_record = ocl_event_record,
-    .event_wait = ocl_event_wait,
-    .event_synchronize = ocl_event_synchronize,
-    .event_query = ocl_event_query,
-    .event_elapsed = ocl_event_elapsed,
-    .event_destroy = ocl_event_destroy,
+    .stream_create = opencl_stream_create,
+    .stream_destroy = opencl_stream_destroy,
+    .stream_synchronize = opencl_stream_synchronize,
+    .stream_native = opencl_stream_native,
+    .write = opencl_write,
+    .read = opencl_read,
+    .copy = opencl_copy,
+    .fill = opencl_fill,
+    .scatter = opencl_scatter,
+    .gather = opencl_gather,
+    .launch_host = opencl_launch_host,
+    .event_record = opencl_event_record,
+    .event_wait = opencl_event_wait,
+    .event_synchronize = opencl_event_synchronize,
+    .event_query = opencl_event_query,
+    .event_elapsed = opencl_event_elapsed,
+    .event_destroy = opencl_event_destroy,
 };
 #endif /* MAPPING_OPENCL_HEADERS */

@@ -29,7 +29,7 @@
 #include <CL/cl.h>
 
 /* OpenCL 1.2 entry points: every one must resolve, or the back end is unavailable. */
-#define OCL_REQUIRED_ENTRY_POINTS(X)                                                                         \
+#define OPENCL_REQUIRED_ENTRY_POINTS(X)                                                                         \
     X(clGetPlatformIDs) X(clGetPlatformInfo) X(clGetDeviceIDs) X(clGetDeviceInfo) X(clCreateContext)        \
     X(clReleaseContext) X(clCreateCommandQueue) X(clReleaseCommandQueue) X(clFlush) X(clFinish)            \
     X(clCreateBuffer) X(clReleaseMemObject) X(clGetMemObjectInfo) X(clEnqueueMapBuffer)                     \
@@ -41,30 +41,30 @@
     X(clGetKernelWorkGroupInfo) X(clEnqueueNDRangeKernel)
 
 /* OpenCL 2.0+ entry points: NULL when the loader lacks them (then no SVM). */
-#define OCL_OPTIONAL_ENTRY_POINTS(X) X(clSVMAlloc) X(clSVMFree)
+#define OPENCL_OPTIONAL_ENTRY_POINTS(X) X(clSVMAlloc) X(clSVMFree)
 
-typedef struct ocl_api {
-#define OCL_API_FIELD_(name) __typeof__(&name) name;
-    OCL_REQUIRED_ENTRY_POINTS(OCL_API_FIELD_)
-    OCL_OPTIONAL_ENTRY_POINTS(OCL_API_FIELD_)
-#undef OCL_API_FIELD_
-} ocl_api;
+typedef struct opencl_api {
+#define OPENCL_API_FIELD_(name) __typeof__(&name) name;
+    OPENCL_REQUIRED_ENTRY_POINTS(OPENCL_API_FIELD_)
+    OPENCL_OPTIONAL_ENTRY_POINTS(OPENCL_API_FIELD_)
+#undef OPENCL_API_FIELD_
+} opencl_api;
 
-/* The table; valid after ocl_api_load() returned MAPPING_OK. */
-extern ocl_api ocl;
+/* The table; valid after opencl_api_load() returned MAPPING_OK. */
+extern opencl_api opencl_driver;
 
 /* Loads the library ($MAPPING_OPENCL_LIBRARY, else libOpenCL.so.1, else
  * libOpenCL.so) and resolves every entry point, once per process. On failure
  * writes the reason (dlerror(), or the first missing symbol) into why. */
-mapping_status ocl_api_load(char *why, size_t why_size);
+mapping_status opencl_api_load(char *why, size_t why_size);
 
 /* "CL_INVALID_VALUE" for -30; "CL_UNKNOWN_ERROR" for codes it does not know. */
-const char *ocl_error_name(cl_int code);
+const char *opencl_error_name(cl_int code);
 /* Records a failed driver call (raw code and name) and returns the matching
  * status: out-of-memory codes map to MAPPING_ERR_OUT_OF_*_MEMORY, the rest to
  * MAPPING_ERR_DRIVER. */
-mapping_status ocl_fail(const char *call, cl_int code);
-mapping_status ocl_status_of(cl_int code);
+mapping_status opencl_fail(const char *call, cl_int code);
+mapping_status opencl_status_of(cl_int code);
 
 #endif /* MAPPING_OPENCL_HEADERS */
 #endif

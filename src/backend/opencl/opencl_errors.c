@@ -3,7 +3,7 @@
 #include "os/status.h"
 #ifdef MAPPING_OPENCL_HEADERS
 
-#define OCL_ERROR_LIST(X)                                                                                    \
+#define OPENCL_ERROR_LIST(X)                                                                                    \
     X(CL_SUCCESS) X(CL_DEVICE_NOT_FOUND) X(CL_DEVICE_NOT_AVAILABLE) X(CL_COMPILER_NOT_AVAILABLE)             \
     X(CL_MEM_OBJECT_ALLOCATION_FAILURE) X(CL_OUT_OF_RESOURCES) X(CL_OUT_OF_HOST_MEMORY)                     \
     X(CL_PROFILING_INFO_NOT_AVAILABLE) X(CL_MEM_COPY_OVERLAP) X(CL_IMAGE_FORMAT_MISMATCH)                    \
@@ -25,21 +25,21 @@
     X(CL_INVALID_DEVICE_PARTITION_COUNT) X(CL_INVALID_PIPE_SIZE) X(CL_INVALID_DEVICE_QUEUE)                  \
     X(CL_INVALID_SPEC_ID) X(CL_MAX_SIZE_RESTRICTION_EXCEEDED)
 
-const char *ocl_error_name(cl_int code)
+const char *opencl_error_name(cl_int code)
 {
     switch (code) {
-#define OCL_ERROR_CASE_(name) \
+#define OPENCL_ERROR_CASE_(name) \
     case name:                \
         return #name;
-        OCL_ERROR_LIST(OCL_ERROR_CASE_)
-#undef OCL_ERROR_CASE_
+        OPENCL_ERROR_LIST(OPENCL_ERROR_CASE_)
+#undef OPENCL_ERROR_CASE_
     case -1001:
         return "CL_PLATFORM_NOT_FOUND_KHR";
     }
     return "CL_UNKNOWN_ERROR";
 }
 
-mapping_status ocl_status_of(cl_int code)
+mapping_status opencl_status_of(cl_int code)
 {
     switch (code) {
     case CL_SUCCESS:
@@ -54,8 +54,8 @@ mapping_status ocl_status_of(cl_int code)
     }
 }
 
-mapping_status ocl_fail(const char *call, cl_int code)
+mapping_status opencl_fail(const char *call, cl_int code)
 {
-    return mapping__fail_driver(ocl_status_of(code), "opencl", call, code, ocl_error_name(code));
+    return mapping__fail_driver(opencl_status_of(code), "opencl", call, code, opencl_error_name(code));
 }
 #endif /* MAPPING_OPENCL_HEADERS */

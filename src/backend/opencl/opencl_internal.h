@@ -13,7 +13,7 @@
 #include "backend/opencl/opencl_api.h"
 #ifdef MAPPING_OPENCL_HEADERS
 
-typedef struct ocl_device {
+typedef struct opencl_device {
     cl_platform_id   platform;
     cl_device_id     device;
     cl_context       context;
@@ -29,79 +29,79 @@ typedef struct ocl_device {
     cl_kernel       scatter, gather;
     size_t          group_size;   /* work-items per work-group of their launches */
     bool            sliced_lanes; /* CPU device: an entry's work-items copy contiguous slices */
-} ocl_device;
+} opencl_device;
 
 /* Device memory: a cl_mem, and the SVM allocation behind it when unified. */
-typedef struct ocl_buffer {
+typedef struct opencl_buffer {
     cl_mem mem;
     void  *svm;
-} ocl_buffer;
+} opencl_buffer;
 
 /* A host function queued by launch_host: the worker waits for `reached`,
  * runs fn, then completes `done`, which the stream's queue waits on. */
-typedef struct ocl_host_job {
+typedef struct opencl_host_job {
     cl_event             reached, done;
     void               (*fn)(void *);
     void                *user;
-    struct ocl_host_job *next;
-} ocl_host_job;
+    struct opencl_host_job *next;
+} opencl_host_job;
 
-typedef struct ocl_stream {
+typedef struct opencl_stream {
     cl_command_queue queue; /* in order, profiling enabled (events time themselves) */
 
     pthread_mutex_t lock;   /* guards everything below */
     pthread_cond_t  cond;
     bool            worker_started, stopping;
     pthread_t       worker;
-    ocl_host_job   *head, *tail;
+    opencl_host_job   *head, *tail;
     mapping_status  first_error; /* of queued work, until stream_synchronize reports it */
     char            error_message[256];
-} ocl_stream;
+} opencl_stream;
 
 /* Records the first asynchronous error of a stream (thread-safe). */
-void ocl_stream_record_error(ocl_stream *s, mapping_status st, const char *message);
+void opencl_stream_record_error(opencl_stream *s, mapping_status st, const char *message);
 
 /* Device, memory, queue and scatter operations (the table is in opencl.c). */
-mapping_status ocl_buffer_alloc(void *dev, size_t bytes, void **mem);
-mapping_status ocl_buffer_alloc_unified(void *dev, size_t bytes, void **mem, void **host);
-void           ocl_buffer_free(void *dev, void *mem);
-mapping_status ocl_buffer_native(void *dev, void *mem, void **native);
-mapping_status ocl_host_alloc(void *dev, size_t bytes, void **ptr, void **cookie);
-void           ocl_host_free(void *dev, void *ptr, void *cookie);
+mapping_status opencl_buffer_alloc(void *dev, size_t bytes, void **mem);
+mapping_status opencl_buffer_alloc_unified(void *dev, size_t bytes, void **mem, void **host);
+void           opencl_buffer_free(void *dev, void *mem);
+mapping_status opencl_buffer_native(void *dev, void *mem, void **native);
+mapping_status opencl_host_alloc(void *dev, size_t bytes, void **ptr, void **cookie);
+void           opencl_host_free(void *dev, void *ptr, void *cookie);
 
-mapping_status ocl_stream_create(void *dev, void **stream);
-void           ocl_stream_destroy(void *dev, void *stream);
-mapping_status ocl_stream_synchronize(void *dev, void *stream);
-mapping_status ocl_stream_native(void *dev, void *stream, void **native);
-mapping_status ocl_write(void *dev, void *stream, const void *src, const mapping_host_ref *pinned, void *dst_mem,
+mapping_status opencl_stream_create(void *dev, void **stream);
+void           opencl_stream_destroy(void *dev, void *stream);
+mapping_status opencl_stream_synchronize(void *dev, void *stream);
+mapping_status opencl_stream_native(void *dev, void *stream, void **native);
+mapping_status opencl_write(void *dev, void *stream, const void *src, const mapping_host_ref *pinned, void *dst_mem,
                          size_t dst_offset, size_t bytes);
-mapping_status ocl_read(void *dev, void *stream, void *src_mem, size_t src_offset, void *dst,
+mapping_status opencl_read(void *dev, void *stream, void *src_mem, size_t src_offset, void *dst,
                         const mapping_host_ref *pinned, size_t bytes);
-mapping_status ocl_copy(void *dev, void *stream, void *src_mem, size_t src_offset, void *dst_mem, size_t dst_offset,
+mapping_status opencl_copy(void *dev, void *stream, void *src_mem, size_t src_offset, void *dst_mem, size_t dst_offset,
                         size_t bytes);
-mapping_status ocl_fill(void *dev, void *stream, void *mem, size_t offset, size_t bytes, unsigned char value);
-mapping_status ocl_launch_host(void *dev, void *stream, void (*fn)(void *), void *user);
-mapping_status ocl_event_record(void *dev, void *stream, void **event);
-mapping_status ocl_event_wait(void *dev, void *stream, void *event);
-mapping_status ocl_event_synchronize(void *dev, void *event);
-mapping_status ocl_event_query(void *dev, void *event);
-mapping_status ocl_event_elapsed(void *dev, void *start, void *end, double *seconds);
-void           ocl_event_destroy(void *dev, void *event);
+mapping_status opencl_fill(void *dev, void *stream, void *mem, size_t offset, size_t bytes, unsigned char value);
+mapping_status opencl_launch_host(void *dev, void *stream, void (*fn)(void *), void *user);
+mapping_status opencl_event_record(void *dev, void *stream, void **event);
+mapping_status opencl_event_wait(void *dev, void *stream, void *event);
+mapping_status opencl_event_synchronize(void *dev, void *event);
+mapping_status opencl_event_query(void *dev, void *event);
+mapping_status opencl_event_elapsed(void *dev, void *start, void *end, double *seconds);
+void           opencl_event_destroy(void *dev, void *event);
 
 /* The queue a call goes to: the stream's, or the device's for blocking calls. */
-static inline cl_command_queue ocl_queue_of(ocl_device *d, void *stream)
+static inline cl_command_queue opencl_queue_of(opencl_device *d, void *stream)
 {
-    return stream ? ((ocl_stream *)stream)->queue : d->queue;
+    return stream ? ((opencl_stream *)stream)->queue : d->queue;
 }
 /* Waits for an event of a blocking call and releases it; MAPPING_OK or the
  * failure (of the wait, or of the command). */
-mapping_status ocl_finish_blocking(const char *call, cl_int err, cl_event ev);
+mapping_status opencl_finish_blocking(const char *call, cl_int err, cl_event ev);
 
-mapping_status ocl_scatter(void *dev, void *stream, void *staging_mem, size_t table_offset,
+mapping_status opencl_scatter(void *dev, void *stream, void *staging_mem, size_t table_offset,
                            const mapping_scatter_entry *table, size_t count, void *dst_mem);
-mapping_status ocl_gather(void *dev, void *stream, void *src_mem, void *staging_mem, size_t table_offset,
+mapping_status opencl_gather(void *dev, void *stream, void *src_mem, void *staging_mem, size_t table_offset,
                           const mapping_scatter_entry *table, size_t count);
-void           ocl_kernels_release(ocl_device *d);
+void           opencl_kernels_release(opencl_device *d);
 
 #endif /* MAPPING_OPENCL_HEADERS */
 #endif

@@ -10,7 +10,7 @@
 #include "os/os.h"
 #ifdef MAPPING_OPENCL_HEADERS
 
-ocl_api ocl;
+opencl_api opencl_driver;
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static mapping_status load_status;
@@ -24,11 +24,11 @@ static void load_library(void)
         load_status = MAPPING_ERR_NO_BACKEND;
         return;
     }
-    ocl_api api;
+    opencl_api api;
     memset(&api, 0, sizeof api);
     /* A void * from dlsym goes into a function pointer through memcpy: ISO C
      * has no conversion between the two, POSIX guarantees they share a form. */
-#define OCL_RESOLVE_REQUIRED_(name)                                                                          \
+#define OPENCL_RESOLVE_REQUIRED_(name)                                                                          \
     {                                                                                                        \
         void *sym = mapping_os_dlsym(lib, #name);                                                            \
         if (!sym) {                                                                                          \
@@ -39,21 +39,21 @@ static void load_library(void)
         }                                                                                                    \
         memcpy(&api.name, &sym, sizeof sym);                                                                 \
     }
-    OCL_REQUIRED_ENTRY_POINTS(OCL_RESOLVE_REQUIRED_)
-#undef OCL_RESOLVE_REQUIRED_
-#define OCL_RESOLVE_OPTIONAL_(name)                                                                          \
+    OPENCL_REQUIRED_ENTRY_POINTS(OPENCL_RESOLVE_REQUIRED_)
+#undef OPENCL_RESOLVE_REQUIRED_
+#define OPENCL_RESOLVE_OPTIONAL_(name)                                                                          \
     {                                                                                                        \
         void *sym = mapping_os_dlsym(lib, #name);                                                            \
         if (sym)                                                                                             \
             memcpy(&api.name, &sym, sizeof sym);                                                             \
     }
-    OCL_OPTIONAL_ENTRY_POINTS(OCL_RESOLVE_OPTIONAL_)
-#undef OCL_RESOLVE_OPTIONAL_
-    ocl = api;
+    OPENCL_OPTIONAL_ENTRY_POINTS(OPENCL_RESOLVE_OPTIONAL_)
+#undef OPENCL_RESOLVE_OPTIONAL_
+    opencl_driver = api;
     load_status = MAPPING_OK;
 }
 
-mapping_status ocl_api_load(char *why, size_t why_size)
+mapping_status opencl_api_load(char *why, size_t why_size)
 {
     pthread_once(&load_once, load_library);
     if (load_status != MAPPING_OK && why)

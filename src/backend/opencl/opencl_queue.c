@@ -21,7 +21,7 @@
 #include "os/status.h"
 #ifdef MAPPING_OPENCL_HEADERS
 
-void ocl_stream_record_error(ocl_stream *s, mapping_status st, const char *message)
+void opencl_stream_record_error(opencl_stream *s, mapping_status st, const char *message)
 {
     pthread_mutex_lock(&s->lock);
     if (s->first_error == MAPPING_OK) {
@@ -35,37 +35,37 @@ void ocl_stream_record_error(ocl_stream *s, mapping_status st, const char *messa
 static mapping_status event_outcome(const char *what, cl_event ev)
 {
     cl_int status = CL_COMPLETE;
-    cl_int err = ocl.clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL);
+    cl_int err = opencl_driver.clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL);
     if (err != CL_SUCCESS)
-        return ocl_fail("clGetEventInfo", err);
+        return opencl_fail("clGetEventInfo", err);
     if (status < 0) /* a failed command's status is its error code */
-        return ocl_fail(what, status);
+        return opencl_fail(what, status);
     return MAPPING_OK;
 }
 
-mapping_status ocl_finish_blocking(const char *call, cl_int err, cl_event ev)
+mapping_status opencl_finish_blocking(const char *call, cl_int err, cl_event ev)
 {
     if (err != CL_SUCCESS)
-        return ocl_fail(call, err);
-    err = ocl.clWaitForEvents(1, &ev);
-    mapping_status st = err == CL_SUCCESS ? event_outcome(call, ev) : ocl_fail(call, err);
-    ocl.clReleaseEvent(ev);
+        return opencl_fail(call, err);
+    err = opencl_driver.clWaitForEvents(1, &ev);
+    mapping_status st = err == CL_SUCCESS ? event_outcome(call, ev) : opencl_fail(call, err);
+    opencl_driver.clReleaseEvent(ev);
     return st;
 }
 
 /* ---- streams ---- */
 
-mapping_status ocl_stream_create(void *dev, void **out)
+mapping_status opencl_stream_create(void *dev, void **out)
 {
-    ocl_device *d = dev;
-    ocl_stream *s = calloc(1, sizeof *s);
+    opencl_device *d = dev;
+    opencl_stream *s = calloc(1, sizeof *s);
     if (!s)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "opencl: out of memory");
     cl_int err = CL_SUCCESS;
-    s->queue = ocl.clCreateCommandQueue(d->context, d->device, CL_QUEUE_PROFILING_ENABLE, &err);
+    s->queue = opencl_driver.clCreateCommandQueue(d->context, d->device, CL_QUEUE_PROFILING_ENABLE, &err);
     if (err != CL_SUCCESS) {
         free(s);
-        return ocl_fail("clCreateCommandQueue", err);
+        return opencl_fail("clCreateCommandQueue", err);
     }
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->cond, NULL);
@@ -74,10 +74,10 @@ mapping_status ocl_stream_create(void *dev, void **out)
 }
 
 /* Called after stream_synchronize: no host job is pending. */
-void ocl_stream_destroy(void *dev, void *stream)
+void opencl_stream_destroy(void *dev, void *stream)
 {
     (void)dev;
-    ocl_stream *s = stream;
+    opencl_stream *s = stream;
     pthread_mutex_lock(&s->lock);
     s->stopping = true;
     pthread_cond_broadcast(&s->cond);
@@ -85,8 +85,8 @@ void ocl_stream_destroy(void *dev, void *stream)
     pthread_mutex_unlock(&s->lock);
     if (joined)
         pthread_join(s->worker, NULL);
-    ocl.clFinish(s->queue);
-    ocl.clReleaseCommandQueue(s->queue);
+    opencl_driver.clFinish(s->queue);
+    opencl_driver.clReleaseCommandQueue(s->queue);
     pthread_cond_destroy(&s->cond);
     pthread_mutex_destroy(&s->lock);
     free(s);
@@ -94,13 +94,13 @@ void ocl_stream_destroy(void *dev, void *stream)
 
 /* A marker after everything queued; its status says whether that work
  * failed. Then the first error a host-function worker recorded. */
-mapping_status ocl_stream_synchronize(void *dev, void *stream)
+mapping_status opencl_stream_synchronize(void *dev, void *stream)
 {
     (void)dev;
-    ocl_stream *s = stream;
+    opencl_stream *s = stream;
     cl_event ev = NULL;
-    cl_int err = ocl.clEnqueueMarkerWithWaitList(s->queue, 0, NULL, &ev);
-    mapping_status st = ocl_finish_blocking("clEnqueueMarkerWithWaitList (stream_synchronize)", err, ev);
+    cl_int err = opencl_driver.clEnqueueMarkerWithWaitList(s->queue, 0, NULL, &ev);
+    mapping_status st = opencl_finish_blocking("clEnqueueMarkerWithWaitList (stream_synchronize)", err, ev);
     pthread_mutex_lock(&s->lock);
     mapping_status first = s->first_error;
     char message[sizeof s->error_message];
@@ -112,10 +112,10 @@ mapping_status ocl_stream_synchronize(void *dev, void *stream)
     return st;
 }
 
-mapping_status ocl_stream_native(void *dev, void *stream, void **native)
+mapping_status opencl_stream_native(void *dev, void *stream, void **native)
 {
     (void)dev;
-    *native = ((ocl_stream *)stream)->queue;
+    *native = ((opencl_stream *)stream)->queue;
     return MAPPING_OK;
 }
 
@@ -127,59 +127,59 @@ mapping_status ocl_stream_native(void *dev, void *stream, void **native)
  * not used as a copy source: while mapped, its device-side content is
  * undefined, so clEnqueueCopyBuffer from it would be wrong on drivers that
  * keep a device copy. Both paths are therefore the same call. */
-mapping_status ocl_write(void *dev, void *stream, const void *src, const mapping_host_ref *pinned, void *dst_mem,
+mapping_status opencl_write(void *dev, void *stream, const void *src, const mapping_host_ref *pinned, void *dst_mem,
                          size_t dst_offset, size_t bytes)
 {
     (void)pinned;
-    cl_command_queue q = ocl_queue_of(dev, stream);
-    cl_int err = ocl.clEnqueueWriteBuffer(q, ((ocl_buffer *)dst_mem)->mem, stream ? CL_FALSE : CL_TRUE, dst_offset,
+    cl_command_queue q = opencl_queue_of(dev, stream);
+    cl_int err = opencl_driver.clEnqueueWriteBuffer(q, ((opencl_buffer *)dst_mem)->mem, stream ? CL_FALSE : CL_TRUE, dst_offset,
                                           bytes, src, 0, NULL, NULL);
-    return err == CL_SUCCESS ? MAPPING_OK : ocl_fail("clEnqueueWriteBuffer", err);
+    return err == CL_SUCCESS ? MAPPING_OK : opencl_fail("clEnqueueWriteBuffer", err);
 }
 
-mapping_status ocl_read(void *dev, void *stream, void *src_mem, size_t src_offset, void *dst,
+mapping_status opencl_read(void *dev, void *stream, void *src_mem, size_t src_offset, void *dst,
                         const mapping_host_ref *pinned, size_t bytes)
 {
-    (void)pinned; /* see ocl_write */
-    cl_command_queue q = ocl_queue_of(dev, stream);
-    cl_int err = ocl.clEnqueueReadBuffer(q, ((ocl_buffer *)src_mem)->mem, stream ? CL_FALSE : CL_TRUE, src_offset,
+    (void)pinned; /* see opencl_write */
+    cl_command_queue q = opencl_queue_of(dev, stream);
+    cl_int err = opencl_driver.clEnqueueReadBuffer(q, ((opencl_buffer *)src_mem)->mem, stream ? CL_FALSE : CL_TRUE, src_offset,
                                          bytes, dst, 0, NULL, NULL);
-    return err == CL_SUCCESS ? MAPPING_OK : ocl_fail("clEnqueueReadBuffer", err);
+    return err == CL_SUCCESS ? MAPPING_OK : opencl_fail("clEnqueueReadBuffer", err);
 }
 
-mapping_status ocl_copy(void *dev, void *stream, void *src_mem, size_t src_offset, void *dst_mem, size_t dst_offset,
+mapping_status opencl_copy(void *dev, void *stream, void *src_mem, size_t src_offset, void *dst_mem, size_t dst_offset,
                         size_t bytes)
 {
     cl_event ev = NULL;
-    cl_int err = ocl.clEnqueueCopyBuffer(ocl_queue_of(dev, stream), ((ocl_buffer *)src_mem)->mem,
-                                         ((ocl_buffer *)dst_mem)->mem, src_offset, dst_offset, bytes, 0, NULL,
+    cl_int err = opencl_driver.clEnqueueCopyBuffer(opencl_queue_of(dev, stream), ((opencl_buffer *)src_mem)->mem,
+                                         ((opencl_buffer *)dst_mem)->mem, src_offset, dst_offset, bytes, 0, NULL,
                                          stream ? NULL : &ev);
     if (!stream)
-        return ocl_finish_blocking("clEnqueueCopyBuffer", err, ev);
-    return err == CL_SUCCESS ? MAPPING_OK : ocl_fail("clEnqueueCopyBuffer", err);
+        return opencl_finish_blocking("clEnqueueCopyBuffer", err, ev);
+    return err == CL_SUCCESS ? MAPPING_OK : opencl_fail("clEnqueueCopyBuffer", err);
 }
 
-mapping_status ocl_fill(void *dev, void *stream, void *mem, size_t offset, size_t bytes, unsigned char value)
+mapping_status opencl_fill(void *dev, void *stream, void *mem, size_t offset, size_t bytes, unsigned char value)
 {
     cl_event ev = NULL;
     cl_uchar pattern = value;
-    cl_int err = ocl.clEnqueueFillBuffer(ocl_queue_of(dev, stream), ((ocl_buffer *)mem)->mem, &pattern,
+    cl_int err = opencl_driver.clEnqueueFillBuffer(opencl_queue_of(dev, stream), ((opencl_buffer *)mem)->mem, &pattern,
                                          sizeof pattern, offset, bytes, 0, NULL, stream ? NULL : &ev);
     if (!stream)
-        return ocl_finish_blocking("clEnqueueFillBuffer", err, ev);
-    return err == CL_SUCCESS ? MAPPING_OK : ocl_fail("clEnqueueFillBuffer", err);
+        return opencl_finish_blocking("clEnqueueFillBuffer", err, ev);
+    return err == CL_SUCCESS ? MAPPING_OK : opencl_fail("clEnqueueFillBuffer", err);
 }
 
 /* ---- host functions ---- */
 
 static void *host_worker(void *arg)
 {
-    ocl_stream *s = arg;
+    opencl_stream *s = arg;
     for (;;) {
         pthread_mutex_lock(&s->lock);
         while (!s->head && !s->stopping)
             pthread_cond_wait(&s->cond, &s->lock);
-        ocl_host_job *job = s->head;
+        opencl_host_job *job = s->head;
         if (job) {
             s->head = job->next;
             if (!s->head)
@@ -188,28 +188,28 @@ static void *host_worker(void *arg)
         pthread_mutex_unlock(&s->lock);
         if (!job)
             return NULL; /* stopping, and nothing left */
-        cl_int err = ocl.clWaitForEvents(1, &job->reached);
+        cl_int err = opencl_driver.clWaitForEvents(1, &job->reached);
         if (err != CL_SUCCESS) {
             /* Earlier work failed. fn still runs (later work waits for it,
              * and the caller may count on it); synchronize reports the error. */
             char message[160];
             snprintf(message, sizeof message, "opencl: work before a host function failed: %s (%d)",
-                     ocl_error_name(err), err);
-            ocl_stream_record_error(s, MAPPING_ERR_DRIVER, message);
+                     opencl_error_name(err), err);
+            opencl_stream_record_error(s, MAPPING_ERR_DRIVER, message);
         }
         job->fn(job->user);
-        ocl.clSetUserEventStatus(job->done, CL_COMPLETE);
-        ocl.clReleaseEvent(job->reached);
-        ocl.clReleaseEvent(job->done);
+        opencl_driver.clSetUserEventStatus(job->done, CL_COMPLETE);
+        opencl_driver.clReleaseEvent(job->reached);
+        opencl_driver.clReleaseEvent(job->done);
         free(job);
     }
 }
 
-mapping_status ocl_launch_host(void *dev, void *stream, void (*fn)(void *), void *user)
+mapping_status opencl_launch_host(void *dev, void *stream, void (*fn)(void *), void *user)
 {
-    ocl_device *d = dev;
-    ocl_stream *s = stream;
-    ocl_host_job *job = calloc(1, sizeof *job);
+    opencl_device *d = dev;
+    opencl_stream *s = stream;
+    opencl_host_job *job = calloc(1, sizeof *job);
     if (!job)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "opencl: out of memory");
     job->fn = fn;
@@ -226,19 +226,19 @@ mapping_status ocl_launch_host(void *dev, void *stream, void (*fn)(void *), void
         }
         s->worker_started = true;
     }
-    job->done = ocl.clCreateUserEvent(d->context, &err);
+    job->done = opencl_driver.clCreateUserEvent(d->context, &err);
     if (err != CL_SUCCESS) {
-        st = ocl_fail("clCreateUserEvent", err);
+        st = opencl_fail("clCreateUserEvent", err);
         goto fail;
     }
-    if ((err = ocl.clEnqueueMarkerWithWaitList(s->queue, 0, NULL, &job->reached)) != CL_SUCCESS) {
-        st = ocl_fail("clEnqueueMarkerWithWaitList", err);
+    if ((err = opencl_driver.clEnqueueMarkerWithWaitList(s->queue, 0, NULL, &job->reached)) != CL_SUCCESS) {
+        st = opencl_fail("clEnqueueMarkerWithWaitList", err);
         goto fail_done;
     }
-    if ((err = ocl.clEnqueueBarrierWithWaitList(s->queue, 1, &job->done, NULL)) != CL_SUCCESS) {
+    if ((err = opencl_driver.clEnqueueBarrierWithWaitList(s->queue, 1, &job->done, NULL)) != CL_SUCCESS) {
         /* The marker is queued already; with no job for it nothing waits on it. */
-        ocl.clReleaseEvent(job->reached);
-        st = ocl_fail("clEnqueueBarrierWithWaitList", err);
+        opencl_driver.clReleaseEvent(job->reached);
+        st = opencl_fail("clEnqueueBarrierWithWaitList", err);
         goto fail_done;
     }
     if (s->tail)
@@ -248,11 +248,11 @@ mapping_status ocl_launch_host(void *dev, void *stream, void (*fn)(void *), void
     s->tail = job;
     pthread_cond_signal(&s->cond);
     pthread_mutex_unlock(&s->lock);
-    ocl.clFlush(s->queue); /* so the marker is reached without a later wait */
+    opencl_driver.clFlush(s->queue); /* so the marker is reached without a later wait */
     return MAPPING_OK;
 fail_done:
-    ocl.clSetUserEventStatus(job->done, CL_COMPLETE);
-    ocl.clReleaseEvent(job->done);
+    opencl_driver.clSetUserEventStatus(job->done, CL_COMPLETE);
+    opencl_driver.clReleaseEvent(job->done);
 fail:
     pthread_mutex_unlock(&s->lock);
     free(job);
@@ -261,76 +261,76 @@ fail:
 
 /* ---- events: markers on profiling queues ---- */
 
-mapping_status ocl_event_record(void *dev, void *stream, void **out)
+mapping_status opencl_event_record(void *dev, void *stream, void **out)
 {
     (void)dev;
-    ocl_stream *s = stream;
+    opencl_stream *s = stream;
     cl_event ev = NULL;
-    cl_int err = ocl.clEnqueueMarkerWithWaitList(s->queue, 0, NULL, &ev);
+    cl_int err = opencl_driver.clEnqueueMarkerWithWaitList(s->queue, 0, NULL, &ev);
     if (err != CL_SUCCESS)
-        return ocl_fail("clEnqueueMarkerWithWaitList", err);
-    ocl.clFlush(s->queue); /* an event polled with event_query must make progress */
+        return opencl_fail("clEnqueueMarkerWithWaitList", err);
+    opencl_driver.clFlush(s->queue); /* an event polled with event_query must make progress */
     *out = ev;
     return MAPPING_OK;
 }
 
-mapping_status ocl_event_wait(void *dev, void *stream, void *event)
+mapping_status opencl_event_wait(void *dev, void *stream, void *event)
 {
     (void)dev;
-    ocl_stream *s = stream;
+    opencl_stream *s = stream;
     cl_event ev = event;
-    cl_int err = ocl.clEnqueueBarrierWithWaitList(s->queue, 1, &ev, NULL);
+    cl_int err = opencl_driver.clEnqueueBarrierWithWaitList(s->queue, 1, &ev, NULL);
     if (err != CL_SUCCESS)
-        return ocl_fail("clEnqueueBarrierWithWaitList", err);
-    ocl.clFlush(s->queue);
+        return opencl_fail("clEnqueueBarrierWithWaitList", err);
+    opencl_driver.clFlush(s->queue);
     return MAPPING_OK;
 }
 
-mapping_status ocl_event_synchronize(void *dev, void *event)
+mapping_status opencl_event_synchronize(void *dev, void *event)
 {
     (void)dev;
     cl_event ev = event;
-    cl_int err = ocl.clWaitForEvents(1, &ev);
+    cl_int err = opencl_driver.clWaitForEvents(1, &ev);
     if (err != CL_SUCCESS)
-        return ocl_fail("clWaitForEvents", err);
+        return opencl_fail("clWaitForEvents", err);
     return event_outcome("the work before the event", ev);
 }
 
-mapping_status ocl_event_query(void *dev, void *event)
+mapping_status opencl_event_query(void *dev, void *event)
 {
     (void)dev;
     cl_int status = CL_COMPLETE;
-    cl_int err = ocl.clGetEventInfo(event, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL);
+    cl_int err = opencl_driver.clGetEventInfo(event, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL);
     if (err != CL_SUCCESS)
-        return ocl_fail("clGetEventInfo", err);
+        return opencl_fail("clGetEventInfo", err);
     if (status < 0)
-        return ocl_fail("the work before the event", status);
+        return opencl_fail("the work before the event", status);
     return status == CL_COMPLETE ? MAPPING_OK : MAPPING_ERR_NOT_READY;
 }
 
 /* Timestamps are the markers' CL_PROFILING_COMMAND_END: the moment the stream
  * passed the point where the event was recorded. */
-mapping_status ocl_event_elapsed(void *dev, void *start, void *end, double *seconds)
+mapping_status opencl_event_elapsed(void *dev, void *start, void *end, double *seconds)
 {
     cl_ulong t[2] = {0, 0};
     void *events[2] = {start, end};
     for (int i = 0; i < 2; i++) {
-        mapping_status st = ocl_event_query(dev, events[i]);
+        mapping_status st = opencl_event_query(dev, events[i]);
         if (st == MAPPING_ERR_NOT_READY)
             return mapping__fail(st, "mapping_event_elapsed: the %s event has not completed", i ? "end" : "start");
         if (st != MAPPING_OK)
             return st;
-        cl_int err = ocl.clGetEventProfilingInfo(events[i], CL_PROFILING_COMMAND_END, sizeof t[i], &t[i], NULL);
+        cl_int err = opencl_driver.clGetEventProfilingInfo(events[i], CL_PROFILING_COMMAND_END, sizeof t[i], &t[i], NULL);
         if (err != CL_SUCCESS)
-            return ocl_fail("clGetEventProfilingInfo(CL_PROFILING_COMMAND_END)", err);
+            return opencl_fail("clGetEventProfilingInfo(CL_PROFILING_COMMAND_END)", err);
     }
     *seconds = ((double)t[1] - (double)t[0]) * 1e-9;
     return MAPPING_OK;
 }
 
-void ocl_event_destroy(void *dev, void *event)
+void opencl_event_destroy(void *dev, void *event)
 {
     (void)dev;
-    ocl.clReleaseEvent(event);
+    opencl_driver.clReleaseEvent(event);
 }
 #endif /* MAPPING_OPENCL_HEADERS */

@@ -88,7 +88,7 @@ static const char kernel_source[] =
     "}\n";
 
 /* Work-items per work-group at most (the kernel's limit may be lower). */
-enum { OCL_GROUP = 64 };
+enum { OPENCL_GROUP = 64 };
 
 /* How many work-items an entry gets: one per lane_bytes of the largest
  * entry, rounded up to a power of two, at most max_lanes; and fewer when the
@@ -101,71 +101,71 @@ typedef struct lane_policy {
 static const lane_policy gpu_lanes = {256, 1024, (size_t)1 << 22};
 static const lane_policy cpu_lanes = {4096, 1024, (size_t)1 << 16};
 
-static mapping_status build_failure(ocl_device *d, cl_int err)
+static mapping_status build_failure(opencl_device *d, cl_int err)
 {
     char log[512] = "";
-    ocl.clGetProgramBuildInfo(d->program, d->device, CL_PROGRAM_BUILD_LOG, sizeof log, log, NULL);
+    opencl_driver.clGetProgramBuildInfo(d->program, d->device, CL_PROGRAM_BUILD_LOG, sizeof log, log, NULL);
     log[sizeof log - 1] = '\0';
     for (char *c = log; *c; c++)
         if (*c == '\n')
             *c = ' ';
     /* The format of mapping__fail_driver, with the build log after it. */
     return mapping__fail(MAPPING_ERR_DRIVER, "opencl: clBuildProgram failed: %s (%d); scatter/gather kernel log: %s",
-                         ocl_error_name(err), err, log);
+                         opencl_error_name(err), err, log);
 }
 
 /* With kernel_lock held. */
-static mapping_status build_kernels(ocl_device *d)
+static mapping_status build_kernels(opencl_device *d)
 {
     if (d->kernels_built)
         return MAPPING_OK;
     const char *source = kernel_source;
     cl_int err = CL_SUCCESS;
-    d->program = ocl.clCreateProgramWithSource(d->context, 1, &source, NULL, &err);
+    d->program = opencl_driver.clCreateProgramWithSource(d->context, 1, &source, NULL, &err);
     if (err != CL_SUCCESS) {
         d->program = NULL;
-        return ocl_fail("clCreateProgramWithSource", err);
+        return opencl_fail("clCreateProgramWithSource", err);
     }
-    if ((err = ocl.clBuildProgram(d->program, 1, &d->device, "", NULL, NULL)) != CL_SUCCESS) {
+    if ((err = opencl_driver.clBuildProgram(d->program, 1, &d->device, "", NULL, NULL)) != CL_SUCCESS) {
         mapping_status st = build_failure(d, err);
-        ocl_kernels_release(d);
+        opencl_kernels_release(d);
         return st;
     }
-    d->scatter = ocl.clCreateKernel(d->program, "mapping_scatter", &err);
+    d->scatter = opencl_driver.clCreateKernel(d->program, "mapping_scatter", &err);
     if (err == CL_SUCCESS)
-        d->gather = ocl.clCreateKernel(d->program, "mapping_gather", &err);
+        d->gather = opencl_driver.clCreateKernel(d->program, "mapping_gather", &err);
     if (err != CL_SUCCESS) {
-        ocl_kernels_release(d);
-        return ocl_fail("clCreateKernel", err);
+        opencl_kernels_release(d);
+        return opencl_fail("clCreateKernel", err);
     }
-    size_t max[2] = {OCL_GROUP, OCL_GROUP};
+    size_t max[2] = {OPENCL_GROUP, OPENCL_GROUP};
     for (int i = 0; i < 2; i++)
-        if (ocl.clGetKernelWorkGroupInfo(i ? d->gather : d->scatter, d->device, CL_KERNEL_WORK_GROUP_SIZE,
+        if (opencl_driver.clGetKernelWorkGroupInfo(i ? d->gather : d->scatter, d->device, CL_KERNEL_WORK_GROUP_SIZE,
                                          sizeof max[i], &max[i], NULL) != CL_SUCCESS)
             max[i] = 1;
     size_t group = max[0] < max[1] ? max[0] : max[1];
     d->group_size = 1; /* a power of two, like the lanes per entry: an entry's lanes never straddle groups needlessly */
-    while (d->group_size * 2 <= group && d->group_size * 2 <= OCL_GROUP)
+    while (d->group_size * 2 <= group && d->group_size * 2 <= OPENCL_GROUP)
         d->group_size *= 2;
     d->kernels_built = true;
     return MAPPING_OK;
 }
 
-void ocl_kernels_release(ocl_device *d)
+void opencl_kernels_release(opencl_device *d)
 {
     if (d->scatter)
-        ocl.clReleaseKernel(d->scatter);
+        opencl_driver.clReleaseKernel(d->scatter);
     if (d->gather)
-        ocl.clReleaseKernel(d->gather);
+        opencl_driver.clReleaseKernel(d->gather);
     if (d->program)
-        ocl.clReleaseProgram(d->program);
+        opencl_driver.clReleaseProgram(d->program);
     d->scatter = d->gather = NULL;
     d->program = NULL;
     d->kernels_built = false;
 }
 
 /* log2 of the work-items per entry (see lane_policy). */
-static cl_uint lane_bits_for(const ocl_device *d, const mapping_scatter_entry *table, size_t count)
+static cl_uint lane_bits_for(const opencl_device *d, const mapping_scatter_entry *table, size_t count)
 {
     const lane_policy *p = d->sliced_lanes ? &cpu_lanes : &gpu_lanes;
     uint64_t largest = 0;
@@ -182,13 +182,13 @@ static cl_uint lane_bits_for(const ocl_device *d, const mapping_scatter_entry *t
 
 /* Sets the arguments and launches count << lane_bits work-items (rounded up
  * to whole work-groups; the extra ones return at once). */
-static mapping_status launch(ocl_device *d, void *stream, bool scatter, cl_mem staging, cl_mem buffer,
+static mapping_status launch(opencl_device *d, void *stream, bool scatter, cl_mem staging, cl_mem buffer,
                              size_t table_offset, const mapping_scatter_entry *table, size_t count)
 {
     if (count == 0)
         return MAPPING_OK;
     cl_uint lane_bits = lane_bits_for(d, table, count), sliced = d->sliced_lanes;
-    if (count > (SIZE_MAX >> lane_bits) - OCL_GROUP)
+    if (count > (SIZE_MAX >> lane_bits) - OPENCL_GROUP)
         return mapping__fail(MAPPING_ERR_OUT_OF_RANGE, "opencl: %zu %s entries are too many for one launch", count,
                              scatter ? "scatter" : "gather");
     pthread_mutex_lock(&d->kernel_lock);
@@ -199,37 +199,37 @@ static mapping_status launch(ocl_device *d, void *stream, bool scatter, cl_mem s
         /* Both kernels: (staging, buffer, table_offset, count, lane_bits, sliced). */
         cl_kernel k = scatter ? d->scatter : d->gather;
         cl_ulong offset = table_offset, entries = count;
-        err = ocl.clSetKernelArg(k, 0, sizeof staging, &staging) | ocl.clSetKernelArg(k, 1, sizeof buffer, &buffer) |
-              ocl.clSetKernelArg(k, 2, sizeof offset, &offset) | ocl.clSetKernelArg(k, 3, sizeof entries, &entries) |
-              ocl.clSetKernelArg(k, 4, sizeof lane_bits, &lane_bits) | ocl.clSetKernelArg(k, 5, sizeof sliced, &sliced);
+        err = opencl_driver.clSetKernelArg(k, 0, sizeof staging, &staging) | opencl_driver.clSetKernelArg(k, 1, sizeof buffer, &buffer) |
+              opencl_driver.clSetKernelArg(k, 2, sizeof offset, &offset) | opencl_driver.clSetKernelArg(k, 3, sizeof entries, &entries) |
+              opencl_driver.clSetKernelArg(k, 4, sizeof lane_bits, &lane_bits) | opencl_driver.clSetKernelArg(k, 5, sizeof sliced, &sliced);
         if (err != CL_SUCCESS) {
             st = mapping__fail(MAPPING_ERR_DRIVER, "opencl: clSetKernelArg of the %s kernel failed",
                                scatter ? "scatter" : "gather");
         } else {
             size_t local = d->group_size, global = ((count << lane_bits) + local - 1) / local * local;
-            err = ocl.clEnqueueNDRangeKernel(ocl_queue_of(d, stream), k, 1, NULL, &global, &local, 0, NULL,
+            err = opencl_driver.clEnqueueNDRangeKernel(opencl_queue_of(d, stream), k, 1, NULL, &global, &local, 0, NULL,
                                              stream ? NULL : &ev);
             if (err != CL_SUCCESS)
-                st = ocl_fail("clEnqueueNDRangeKernel", err);
+                st = opencl_fail("clEnqueueNDRangeKernel", err);
         }
     }
     pthread_mutex_unlock(&d->kernel_lock);
     if (st == MAPPING_OK && !stream)
-        st = ocl_finish_blocking("clEnqueueNDRangeKernel", CL_SUCCESS, ev);
+        st = opencl_finish_blocking("clEnqueueNDRangeKernel", CL_SUCCESS, ev);
     return st;
 }
 
-mapping_status ocl_scatter(void *dev, void *stream, void *staging_mem, size_t table_offset,
+mapping_status opencl_scatter(void *dev, void *stream, void *staging_mem, size_t table_offset,
                            const mapping_scatter_entry *table, size_t count, void *dst_mem)
 {
-    return launch(dev, stream, true, ((ocl_buffer *)staging_mem)->mem, ((ocl_buffer *)dst_mem)->mem, table_offset,
+    return launch(dev, stream, true, ((opencl_buffer *)staging_mem)->mem, ((opencl_buffer *)dst_mem)->mem, table_offset,
                   table, count);
 }
 
-mapping_status ocl_gather(void *dev, void *stream, void *src_mem, void *staging_mem, size_t table_offset,
+mapping_status opencl_gather(void *dev, void *stream, void *src_mem, void *staging_mem, size_t table_offset,
                           const mapping_scatter_entry *table, size_t count)
 {
-    return launch(dev, stream, false, ((ocl_buffer *)staging_mem)->mem, ((ocl_buffer *)src_mem)->mem, table_offset,
+    return launch(dev, stream, false, ((opencl_buffer *)staging_mem)->mem, ((opencl_buffer *)src_mem)->mem, table_offset,
                   table, count);
 }
 #endif /* MAPPING_OPENCL_HEADERS */
