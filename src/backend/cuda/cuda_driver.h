@@ -74,71 +74,83 @@ typedef struct cu_memcpy_attributes {
     unsigned int    flags;
 } cu_memcpy_attributes;
 
+/* The entry points, declared once: X(name, (parameters)); each returns
+ * cu_result. These lists generate the table below and the loader's symbol
+ * list (cuda_loader.c), so the two cannot disagree. */
+
+/* Every one must resolve, or the back end is unavailable (CUDA 10.0+). */
+#define CUDA_REQUIRED_ENTRY_POINTS(X)                                                                      \
+    X(cuInit, (unsigned flags))                                                                             \
+    X(cuDriverGetVersion, (int *version))                                                                   \
+    X(cuDeviceGetCount, (int *count))                                                                       \
+    X(cuDeviceGet, (cu_device *dev, int ordinal))                                                           \
+    X(cuDeviceGetName, (char *name, int len, cu_device dev))                                                \
+    X(cuDeviceTotalMem_v2, (size_t *bytes, cu_device dev))                                                  \
+    X(cuDeviceGetAttribute, (int *value, int attribute, cu_device dev))                                     \
+    X(cuDevicePrimaryCtxRetain, (cu_context *ctx, cu_device dev))                                           \
+    X(cuDevicePrimaryCtxRelease_v2, (cu_device dev))                                                        \
+    X(cuCtxGetCurrent, (cu_context *ctx))                                                                   \
+    X(cuCtxPushCurrent_v2, (cu_context ctx))                                                                \
+    X(cuCtxPopCurrent_v2, (cu_context *ctx))                                                                \
+    X(cuMemAlloc_v2, (cu_deviceptr *ptr, size_t bytes))                                                     \
+    X(cuMemFree_v2, (cu_deviceptr ptr))                                                                     \
+    X(cuMemHostAlloc, (void **ptr, size_t bytes, unsigned flags))                                           \
+    X(cuMemFreeHost, (void *ptr))                                                                           \
+    X(cuMemHostRegister_v2, (void *ptr, size_t bytes, unsigned flags))                                      \
+    X(cuMemHostUnregister, (void *ptr))                                                                     \
+    X(cuMemcpyHtoD_v2, (cu_deviceptr dst, const void *src, size_t bytes))                                   \
+    X(cuMemcpyDtoH_v2, (void *dst, cu_deviceptr src, size_t bytes))                                         \
+    X(cuMemcpyDtoD_v2, (cu_deviceptr dst, cu_deviceptr src, size_t bytes))                                  \
+    X(cuMemcpyHtoDAsync_v2, (cu_deviceptr dst, const void *src, size_t bytes, cu_stream s))                 \
+    X(cuMemcpyDtoHAsync_v2, (void *dst, cu_deviceptr src, size_t bytes, cu_stream s))                       \
+    X(cuMemcpyDtoDAsync_v2, (cu_deviceptr dst, cu_deviceptr src, size_t bytes, cu_stream s))                \
+    X(cuMemsetD8_v2, (cu_deviceptr dst, unsigned char value, size_t bytes))                                 \
+    X(cuMemsetD8Async, (cu_deviceptr dst, unsigned char value, size_t bytes, cu_stream s))                  \
+    X(cuStreamCreate, (cu_stream *s, unsigned flags))                                                       \
+    X(cuStreamDestroy_v2, (cu_stream s))                                                                    \
+    X(cuStreamSynchronize, (cu_stream s))                                                                   \
+    X(cuLaunchHostFunc, (cu_stream s, cu_host_fn fn, void *user)) /* CUDA 10.0 */                          \
+    X(cuEventCreate, (cu_event *e, unsigned flags))                                                         \
+    X(cuEventDestroy_v2, (cu_event e))                                                                      \
+    X(cuEventRecord, (cu_event e, cu_stream s))                                                             \
+    X(cuEventQuery, (cu_event e))                                                                           \
+    X(cuEventSynchronize, (cu_event e))                                                                     \
+    X(cuStreamWaitEvent, (cu_stream s, cu_event e, unsigned flags))
+
+/* Required, resolved from name_v2 where the driver exports it (same
+ * signature, later fixes), else from name. */
+#define CUDA_REQUIRED_PREFER_V2_ENTRY_POINTS(X)                                                            \
+    X(cuEventElapsedTime, (float *ms, cu_event start, cu_event end)) /* _v2: CUDA 12.8 */
+
+/* NULL when the driver does not export them. */
+#define CUDA_OPTIONAL_ENTRY_POINTS(X)                                                                      \
+    X(cuGetErrorName, (cu_result error, const char **name))                                                 \
+    X(cuMemAllocManaged, (cu_deviceptr *ptr, size_t bytes, unsigned flags))                                 \
+    /* CUDA 12.2; the CUDA 13 cuMemPrefetchAsync */                                                         \
+    X(cuMemPrefetchAsync_v2, (cu_deviceptr ptr, size_t bytes, cu_mem_location to, unsigned flags, cu_stream s)) \
+    /* The CUDA 8 signature, used when _v2 is absent */                                                     \
+    X(cuMemPrefetchAsync, (cu_deviceptr ptr, size_t bytes, cu_device to, cu_stream s))                      \
+    /* CUDA 13.0, no failIdx ... */                                                                         \
+    X(cuMemcpyBatchAsync_v2, (cu_deviceptr *dsts, cu_deviceptr *srcs, size_t *sizes, size_t count,          \
+                              cu_memcpy_attributes *attrs, size_t *attr_idxs, size_t num_attrs, cu_stream s)) \
+    /* ... else CUDA 12.8, with failIdx */                                                                  \
+    X(cuMemcpyBatchAsync, (cu_deviceptr *dsts, cu_deviceptr *srcs, size_t *sizes, size_t count,             \
+                           cu_memcpy_attributes *attrs, size_t *attr_idxs, size_t num_attrs, size_t *fail_idx, \
+                           cu_stream s))                                                                    \
+    X(cuModuleLoadData, (cu_module *module, const void *image))                                             \
+    X(cuModuleUnload, (cu_module module))                                                                   \
+    X(cuModuleGetFunction, (cu_function *fn, cu_module module, const char *name))                           \
+    X(cuLaunchKernel, (cu_function fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,     \
+                       unsigned bz, unsigned shared_bytes, cu_stream s, void **params, void **extra))
+
 typedef struct cuda_driver {
     void *lib;
     int   version; /* cuDriverGetVersion: 12080 = CUDA 12.8 */
-
-    /* Required. */
-    cu_result (*cuInit)(unsigned flags);
-    cu_result (*cuDriverGetVersion)(int *version);
-    cu_result (*cuDeviceGetCount)(int *count);
-    cu_result (*cuDeviceGet)(cu_device *dev, int ordinal);
-    cu_result (*cuDeviceGetName)(char *name, int len, cu_device dev);
-    cu_result (*cuDeviceTotalMem_v2)(size_t *bytes, cu_device dev);
-    cu_result (*cuDeviceGetAttribute)(int *value, int attribute, cu_device dev);
-    cu_result (*cuDevicePrimaryCtxRetain)(cu_context *ctx, cu_device dev);
-    cu_result (*cuDevicePrimaryCtxRelease_v2)(cu_device dev);
-    cu_result (*cuCtxGetCurrent)(cu_context *ctx);
-    cu_result (*cuCtxPushCurrent_v2)(cu_context ctx);
-    cu_result (*cuCtxPopCurrent_v2)(cu_context *ctx);
-    cu_result (*cuMemAlloc_v2)(cu_deviceptr *ptr, size_t bytes);
-    cu_result (*cuMemFree_v2)(cu_deviceptr ptr);
-    cu_result (*cuMemHostAlloc)(void **ptr, size_t bytes, unsigned flags);
-    cu_result (*cuMemFreeHost)(void *ptr);
-    cu_result (*cuMemHostRegister_v2)(void *ptr, size_t bytes, unsigned flags);
-    cu_result (*cuMemHostUnregister)(void *ptr);
-    cu_result (*cuMemcpyHtoD_v2)(cu_deviceptr dst, const void *src, size_t bytes);
-    cu_result (*cuMemcpyDtoH_v2)(void *dst, cu_deviceptr src, size_t bytes);
-    cu_result (*cuMemcpyDtoD_v2)(cu_deviceptr dst, cu_deviceptr src, size_t bytes);
-    cu_result (*cuMemcpyHtoDAsync_v2)(cu_deviceptr dst, const void *src, size_t bytes, cu_stream s);
-    cu_result (*cuMemcpyDtoHAsync_v2)(void *dst, cu_deviceptr src, size_t bytes, cu_stream s);
-    cu_result (*cuMemcpyDtoDAsync_v2)(cu_deviceptr dst, cu_deviceptr src, size_t bytes, cu_stream s);
-    cu_result (*cuMemsetD8_v2)(cu_deviceptr dst, unsigned char value, size_t bytes);
-    cu_result (*cuMemsetD8Async)(cu_deviceptr dst, unsigned char value, size_t bytes, cu_stream s);
-    cu_result (*cuStreamCreate)(cu_stream *s, unsigned flags);
-    cu_result (*cuStreamDestroy_v2)(cu_stream s);
-    cu_result (*cuStreamSynchronize)(cu_stream s);
-    cu_result (*cuLaunchHostFunc)(cu_stream s, cu_host_fn fn, void *user); /* CUDA 10.0 */
-    cu_result (*cuEventCreate)(cu_event *e, unsigned flags);
-    cu_result (*cuEventDestroy_v2)(cu_event e);
-    cu_result (*cuEventRecord)(cu_event e, cu_stream s);
-    cu_result (*cuEventQuery)(cu_event e);
-    cu_result (*cuEventSynchronize)(cu_event e);
-    cu_result (*cuStreamWaitEvent)(cu_stream s, cu_event e, unsigned flags);
-    /* cuEventElapsedTime_v2 (CUDA 12.8) where exported, else cuEventElapsedTime. */
-    cu_result (*cuEventElapsedTime)(float *ms, cu_event start, cu_event end);
-
-    /* Optional: NULL when the driver does not export them. */
-    cu_result (*cuGetErrorName)(cu_result error, const char **name);
-    cu_result (*cuMemAllocManaged)(cu_deviceptr *ptr, size_t bytes, unsigned flags);
-    /* cuMemPrefetchAsync_v2 (CUDA 12.2; the CUDA 13 cuMemPrefetchAsync). */
-    cu_result (*cuMemPrefetchAsync_v2)(cu_deviceptr ptr, size_t bytes, cu_mem_location to, unsigned flags,
-                                       cu_stream s);
-    /* The CUDA 8 signature, used when _v2 is absent. */
-    cu_result (*cuMemPrefetchAsync)(cu_deviceptr ptr, size_t bytes, cu_device to, cu_stream s);
-    /* cuMemcpyBatchAsync_v2 (CUDA 13.0, no failIdx) ... */
-    cu_result (*cuMemcpyBatchAsync_v2)(cu_deviceptr *dsts, cu_deviceptr *srcs, size_t *sizes, size_t count,
-                                       cu_memcpy_attributes *attrs, size_t *attr_idxs, size_t num_attrs,
-                                       cu_stream s);
-    /* ... else cuMemcpyBatchAsync (CUDA 12.8, with failIdx). */
-    cu_result (*cuMemcpyBatchAsync)(cu_deviceptr *dsts, cu_deviceptr *srcs, size_t *sizes, size_t count,
-                                    cu_memcpy_attributes *attrs, size_t *attr_idxs, size_t num_attrs,
-                                    size_t *fail_idx, cu_stream s);
-    cu_result (*cuModuleLoadData)(cu_module *module, const void *image);
-    cu_result (*cuModuleUnload)(cu_module module);
-    cu_result (*cuModuleGetFunction)(cu_function *fn, cu_module module, const char *name);
-    cu_result (*cuLaunchKernel)(cu_function fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                                unsigned bz, unsigned shared_bytes, cu_stream s, void **params, void **extra);
+#define CUDA_DRIVER_FIELD_(name, params) cu_result(*name) params;
+    CUDA_REQUIRED_ENTRY_POINTS(CUDA_DRIVER_FIELD_)
+    CUDA_REQUIRED_PREFER_V2_ENTRY_POINTS(CUDA_DRIVER_FIELD_)
+    CUDA_OPTIONAL_ENTRY_POINTS(CUDA_DRIVER_FIELD_)
+#undef CUDA_DRIVER_FIELD_
 } cuda_driver;
 
 /* The process's driver, loaded once (cuda_loader.c). Returns NULL and writes

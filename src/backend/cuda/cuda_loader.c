@@ -70,50 +70,46 @@ const char *cuda_error_name(cu_result code)
     return "unknown CUresult";
 }
 
-/* One entry of the table: the symbol to look up, where to store it, and
- * whether the back end can live without it. */
+/* One entry of the table: the symbol to look up, where to store it, whether
+ * the back end can live without it, and whether name_v2 comes first. */
 typedef struct symbol {
     const char *name;
     void      **slot;
     bool        required;
+    bool        prefer_v2;
 } symbol;
 
-#define REQ(field) {#field, (void **)&driver.field, true}
-#define OPT(field) {#field, (void **)&driver.field, false}
+static const symbol symbols[] = {
+#define REQUIRED_(name, params) {#name, (void **)&driver.name, true, false},
+#define PREFER_V2_(name, params) {#name, (void **)&driver.name, true, true},
+#define OPTIONAL_(name, params) {#name, (void **)&driver.name, false, false},
+    CUDA_REQUIRED_ENTRY_POINTS(REQUIRED_)
+    CUDA_REQUIRED_PREFER_V2_ENTRY_POINTS(PREFER_V2_)
+    CUDA_OPTIONAL_ENTRY_POINTS(OPTIONAL_)
+#undef REQUIRED_
+#undef PREFER_V2_
+#undef OPTIONAL_
+};
 
 static bool resolve(char *why, size_t why_size)
 {
-    const symbol symbols[] = {
-        REQ(cuInit), REQ(cuDriverGetVersion), REQ(cuDeviceGetCount), REQ(cuDeviceGet), REQ(cuDeviceGetName),
-        REQ(cuDeviceTotalMem_v2), REQ(cuDeviceGetAttribute), REQ(cuDevicePrimaryCtxRetain),
-        REQ(cuDevicePrimaryCtxRelease_v2), REQ(cuCtxGetCurrent), REQ(cuCtxPushCurrent_v2), REQ(cuCtxPopCurrent_v2),
-        REQ(cuMemAlloc_v2), REQ(cuMemFree_v2), REQ(cuMemHostAlloc), REQ(cuMemFreeHost), REQ(cuMemHostRegister_v2),
-        REQ(cuMemHostUnregister), REQ(cuMemcpyHtoD_v2), REQ(cuMemcpyDtoH_v2), REQ(cuMemcpyDtoD_v2),
-        REQ(cuMemcpyHtoDAsync_v2), REQ(cuMemcpyDtoHAsync_v2), REQ(cuMemcpyDtoDAsync_v2), REQ(cuMemsetD8_v2),
-        REQ(cuMemsetD8Async), REQ(cuStreamCreate), REQ(cuStreamDestroy_v2), REQ(cuStreamSynchronize),
-        REQ(cuLaunchHostFunc), REQ(cuEventCreate), REQ(cuEventDestroy_v2), REQ(cuEventRecord), REQ(cuEventQuery),
-        REQ(cuEventSynchronize), REQ(cuStreamWaitEvent),
-        OPT(cuGetErrorName), OPT(cuMemAllocManaged), OPT(cuMemPrefetchAsync_v2), OPT(cuMemPrefetchAsync),
-        OPT(cuMemcpyBatchAsync_v2), OPT(cuMemcpyBatchAsync), OPT(cuModuleLoadData), OPT(cuModuleUnload),
-        OPT(cuModuleGetFunction), OPT(cuLaunchKernel),
-    };
     for (size_t i = 0; i < sizeof symbols / sizeof symbols[0]; i++) {
-        *symbols[i].slot = mapping_os_dlsym(driver.lib, symbols[i].name);
-        if (!*symbols[i].slot && symbols[i].required) {
-            snprintf(why, why_size, "the CUDA driver is too old: libcuda lacks %s (a driver for CUDA 10.0 or later is needed)",
-                     symbols[i].name);
+        const symbol *sym = &symbols[i];
+        *sym->slot = NULL;
+        if (sym->prefer_v2) {
+            char v2[64];
+            snprintf(v2, sizeof v2, "%s_v2", sym->name);
+            *sym->slot = mapping_os_dlsym(driver.lib, v2);
+        }
+        if (!*sym->slot)
+            *sym->slot = mapping_os_dlsym(driver.lib, sym->name);
+        if (!*sym->slot && sym->required) {
+            snprintf(why, why_size,
+                     "the CUDA driver is too old: libcuda lacks %s (a driver for CUDA 10.0 or later is needed)",
+                     sym->name);
             return false;
         }
     }
-    /* Same signature; _v2 (CUDA 12.8) fixes corner cases of the original. */
-    void *elapsed = mapping_os_dlsym(driver.lib, "cuEventElapsedTime_v2");
-    if (!elapsed)
-        elapsed = mapping_os_dlsym(driver.lib, "cuEventElapsedTime");
-    if (!elapsed) {
-        snprintf(why, why_size, "the CUDA driver is too old: libcuda lacks cuEventElapsedTime");
-        return false;
-    }
-    *(void **)&driver.cuEventElapsedTime = elapsed;
     return true;
 }
 
