@@ -117,13 +117,7 @@ typedef struct mapping_backend {
     void (*event_destroy)(void *dev, void *event);
 } mapping_backend;
 
-/* The back ends compiled into this library, in listing order. */
-extern const mapping_backend mapping_backend_host;
-#ifdef MAPPING_WITH_OPENCL
-extern const mapping_backend mapping_backend_opencl;
-#endif
-#ifdef MAPPING_WITH_CUDA
-extern const mapping_backend mapping_backend_cuda;
-#endif
+/* Each back end defines `const mapping_backend mapping_backend_<name>`; the
+ * table of back ends is src/core/backends.c. */
 
 #endif /* MAPPING_BACKEND_H */

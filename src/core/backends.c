@@ -1,13 +1,37 @@
 /*
- * The back ends compiled in, each loaded once per process on first use.
+ * The table of back ends (one line each), each loaded once per process on
+ * first use, and the default choice.
  */
 #include <stdlib.h>
 #include <string.h>
 #include "core/backends.h"
+#include "core/ops.h"
+
+/* The back ends, one line each: X(name, rank). Listing order is table
+ * order; `rank` orders the default choice of mapping_open(NULL) (highest
+ * first, see mapping__backend_default). A back end's code lives in
+ * src/backend/<name>/ and defines mapping_backend_<name>; the build defines
+ * MAPPING_BACKEND_COMPILED_<name> as 1 when it is compiled in (CMake's
+ * MAPPING_BACKENDS list), else 0. */
+#define MAPPING_BACKEND_TABLE(X) \
+    X(host, 0)                   \
+    X(opencl, 1)                 \
+    X(cuda, 2)
+
+#define DECLARE_(name, rank) extern const mapping_backend mapping_backend_##name;
+MAPPING_BACKEND_TABLE(DECLARE_)
+#undef DECLARE_
+
+/* &mapping_backend_<name> when compiled in, else NULL. */
+#define TABLE_IF_0(name) NULL
+#define TABLE_IF_1(name) &mapping_backend_##name
+#define TABLE_IF_(compiled, name) TABLE_IF_##compiled(name)
+#define TABLE_OF_(compiled, name) TABLE_IF_(compiled, name)
 
 typedef struct backend_slot {
     const char            *name;
     const mapping_backend *be; /* NULL: not compiled in */
+    int                    rank;
     pthread_once_t         once;
     mapping_status         status;
     int                    device_count;
@@ -15,41 +39,38 @@ typedef struct backend_slot {
 } backend_slot;
 
 static backend_slot slots[] = {
-    {"host", &mapping_backend_host, PTHREAD_ONCE_INIT, MAPPING_OK, 0, ""},
-#ifdef MAPPING_WITH_OPENCL
-    {"opencl", &mapping_backend_opencl, PTHREAD_ONCE_INIT, MAPPING_OK, 0, ""},
-#else
-    {"opencl", NULL, PTHREAD_ONCE_INIT, MAPPING_OK, 0, ""},
-#endif
-#ifdef MAPPING_WITH_CUDA
-    {"cuda", &mapping_backend_cuda, PTHREAD_ONCE_INIT, MAPPING_OK, 0, ""},
-#else
-    {"cuda", NULL, PTHREAD_ONCE_INIT, MAPPING_OK, 0, ""},
-#endif
+#define SLOT_(name, rank) {#name, TABLE_OF_(MAPPING_BACKEND_COMPILED_##name, name), rank, PTHREAD_ONCE_INIT, MAPPING_OK, 0, ""},
+    MAPPING_BACKEND_TABLE(SLOT_)
+#undef SLOT_
 };
 enum { SLOT_COUNT = sizeof slots / sizeof slots[0] };
 
-#define DEFINE_LOADER(i)                                                                                   \
-    static void load_##i(void)                                                                             \
-    {                                                                                                      \
-        backend_slot *s = &slots[i];                                                                       \
-        if (!s->be) {                                                                                      \
-            s->status = MAPPING_ERR_NO_BACKEND;                                                            \
-            strcpy(s->reason, "not compiled into this build");                                             \
-            return;                                                                                        \
-        }                                                                                                  \
-        s->status = s->be->load(s->reason, sizeof s->reason, &s->device_count);                           \
-        if (s->status == MAPPING_OK && s->device_count == 0) {                                             \
-            s->status = MAPPING_ERR_NO_DEVICE;                                                             \
-            strcpy(s->reason, "the driver loaded but reports no devices");                                 \
-        }                                                                                                  \
-        if (s->status == MAPPING_OK)                                                                       \
-            s->reason[0] = '\0';                                                                           \
+static void load_slot(backend_slot *s)
+{
+    if (!s->be) {
+        s->status = MAPPING_ERR_NO_BACKEND;
+        strcpy(s->reason, "not compiled into this build");
+        return;
     }
-DEFINE_LOADER(0)
-DEFINE_LOADER(1)
-DEFINE_LOADER(2)
-static void (*const loaders[SLOT_COUNT])(void) = {load_0, load_1, load_2};
+    s->status = s->be->load(s->reason, sizeof s->reason, &s->device_count);
+    if (s->status == MAPPING_OK && s->device_count == 0) {
+        s->status = MAPPING_ERR_NO_DEVICE;
+        strcpy(s->reason, "the driver loaded but reports no devices");
+    }
+    if (s->status == MAPPING_OK)
+        s->reason[0] = '\0';
+}
+
+/* pthread_once takes no argument: one loader per slot, generated. */
+#define LOADER_(name, rank) \
+    static void load_##name(void) { load_slot(&slots[mapping__backend_index(#name)]); }
+MAPPING_BACKEND_TABLE(LOADER_)
+#undef LOADER_
+static void (*const loaders[SLOT_COUNT])(void) = {
+#define LOADER_NAME_(name, rank) load_##name,
+    MAPPING_BACKEND_TABLE(LOADER_NAME_)
+#undef LOADER_NAME_
+};
 
 static backend_slot *loaded_slot(int i)
 {
@@ -74,6 +95,40 @@ const mapping_backend *mapping__backend_get(int i, mapping_backend_info *info)
         strncpy(info->reason, s->reason, sizeof info->reason - 1);
     }
     return s->status == MAPPING_OK ? s->be : NULL;
+}
+
+const char *mapping__backend_names(void)
+{
+#define NAME_(name, rank) ", " #name
+    static const char names[] = MAPPING_BACKEND_TABLE(NAME_);
+#undef NAME_
+    return names + 2;
+}
+
+int mapping__backend_default(void)
+{
+    /* The highest-ranked back end with a device whose memory is not the
+     * CPU's (an OpenCL CPU device is used only when asked for); else the
+     * lowest-ranked available one (host). */
+    int best = -1, fallback = -1;
+    for (int i = 0; i < SLOT_COUNT; i++) {
+        mapping_backend_info info;
+        const mapping_backend *be = mapping__backend_get(i, &info);
+        if (!be)
+            continue;
+        if (fallback < 0 || slots[i].rank < slots[fallback].rank)
+            fallback = i;
+        if (best >= 0 && slots[i].rank <= slots[best].rank)
+            continue;
+        for (int d = 0; d < info.device_count; d++) {
+            mapping_device_info dinfo;
+            if (mapping__op_device_info(be, d, &dinfo) == MAPPING_OK && !(dinfo.caps & MAPPING_CAP_CPU_MEMORY)) {
+                best = i;
+                break;
+            }
+        }
+    }
+    return best >= 0 ? best : fallback;
 }
 
 int mapping__backend_index(const char *name)
@@ -108,14 +163,15 @@ mapping_status mapping_list_devices(const char *backend, mapping_device_info *ou
         return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: max is %d with out %p", fn, max, (void *)out);
     int i = mapping__backend_index(backend);
     if (i < 0)
-        return mapping__fail(MAPPING_ERR_NO_BACKEND, "%s: unknown back end \"%s\" (host, opencl, cuda)", fn, backend);
+        return mapping__fail(MAPPING_ERR_NO_BACKEND, "%s: unknown back end \"%s\" (%s)", fn, backend,
+                             mapping__backend_names());
     mapping_backend_info info;
     const mapping_backend *be = mapping__backend_get(i, &info);
     *count = 0;
     if (!be)
         return MAPPING_OK; /* compiled out or unavailable: no devices */
     for (int d = 0; d < info.device_count && d < max; d++)
-        if ((st = be->device_info(d, &out[d])) != MAPPING_OK)
+        if ((st = mapping__op_device_info(be, d, &out[d])) != MAPPING_OK)
             return st;
     *count = info.device_count;
     return MAPPING_OK;

@@ -14,23 +14,6 @@ static const char *env_or_null(const char *name)
     return v && *v ? v : NULL;
 }
 
-/* CUDA, then an OpenCL GPU or accelerator, then host. */
-static int best_backend(void)
-{
-    int cuda = mapping__backend_index("cuda");
-    if (mapping__backend_get(cuda, NULL))
-        return cuda;
-    int opencl = mapping__backend_index("opencl");
-    mapping_backend_info info;
-    const mapping_backend *be = mapping__backend_get(opencl, &info);
-    for (int d = 0; be && d < info.device_count; d++) {
-        mapping_device_info dinfo;
-        if (mapping__op_device_info(be, d, &dinfo) == MAPPING_OK && strcmp(dinfo.kind, "cpu") != 0)
-            return opencl;
-    }
-    return mapping__backend_index("host");
-}
-
 void mapping__list_add(mapping_device *dev, mapping_list_node *head, mapping_list_node *node)
 {
     pthread_mutex_lock(&dev->objects_lock);
@@ -73,9 +56,12 @@ mapping_status mapping_open(const mapping_device_desc *desc, mapping_device **ou
     if (d.link_bandwidth < 0 || d.link_latency < 0)
         return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: link bandwidth and latency must not be negative", fn);
 
-    int which = d.backend ? mapping__backend_index(d.backend) : best_backend();
+    int which = d.backend ? mapping__backend_index(d.backend) : mapping__backend_default();
+    if (which < 0 && !d.backend)
+        return mapping__fail(MAPPING_ERR_NO_BACKEND, "%s: no back end is available", fn);
     if (which < 0)
-        return mapping__fail(MAPPING_ERR_NO_BACKEND, "%s: unknown back end \"%s\" (host, opencl, cuda)", fn, d.backend);
+        return mapping__fail(MAPPING_ERR_NO_BACKEND, "%s: unknown back end \"%s\" (%s)", fn, d.backend,
+                             mapping__backend_names());
     mapping_backend_info info;
     const mapping_backend *be = mapping__backend_get(which, &info);
     if (!be)
