@@ -1,6 +1,6 @@
 // The cuda back end's own kernel: scatter and gather for batched copies.
 // Shipped as PTX in cuda_kernels_ptx.h (regenerate with
-// examples/kernels/regenerate.sh; see docs/cuda.md), so neither building nor
+// scripts/regenerate_ptx.sh; see docs/cuda.md), so neither building nor
 // running the library needs the CUDA toolkit.
 //
 // One entry per block (grid-striding over the table); the threads of a block

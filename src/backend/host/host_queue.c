@@ -39,11 +39,8 @@ typedef struct host_stream {
  * array). It is wrong for a copy onto lines that are still in cache (the
  * same buffer read back again and again): ordinary stores hit the cache
  * there. glibc's memcpy streams only above 3/4 of the cache size it reads
- * from CPUID, which under a hypervisor can be far off (on this project's VM
- * it streams only from 240 MiB up). Measured here (`mapping bench --only
- * bandwidth`): streaming every copy from 1 MiB up was 0.55x memcpy for 1-4
- * MiB copied again and again into one cache-hot buffer, and 1.5-1.8x memcpy
- * for 16-256 MiB; the 1 GiB pipeline used ~20% less CPU time.
+ * from CPUID, which under a hypervisor can be far off. (The measurements
+ * behind these thresholds: BENCHMARKS.md, "Lab notes".)
  * Host-to-device copies write device memory, which here is a buffer a
  * kernel (or the next copy) reads next: ordinary stores keep it in cache. */
 enum {
