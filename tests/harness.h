@@ -35,7 +35,8 @@ void test_register(const char *name, test_fn fn, int conformance);
 
 enum { TEST_SKIP_CODE = 77 };
 
-/* Opens device 0 of $MAPPING_BACKEND (host when unset); SKIP when absent. */
+/* Opens device 0 of $MAPPING_BACKEND (host when unset); SKIP when absent.
+ * The harness closes it after the test: do not close it yourself. */
 mapping_device *test_device(void);
 /* Another, independent device object of the same back end. */
 mapping_device *test_device2(void);

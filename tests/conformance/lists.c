@@ -28,7 +28,6 @@ TEST(capability_names_come_from_the_cap_list)
     mapping_device_info info;
     CHECK_OK(mapping_device_get_info(dev, &info));
     CHECK((info.caps & ~all) == 0);
-    mapping_close(dev);
 }
 
 /* Capabilities, not back-end names, tell the layers above what a device is:
@@ -41,7 +40,6 @@ TEST(capabilities_say_where_device_memory_lives_and_whether_a_link_is_modelled)
     CHECK_OK(mapping_device_get_info(dev, &info));
     int cpu_kind = strcmp(info.kind, "host") == 0 || strcmp(info.kind, "cpu") == 0;
     CHECK(((info.caps & MAPPING_CAP_CPU_MEMORY) != 0) == cpu_kind);
-    mapping_close(dev);
 
     if (strcmp(test_backend(), "host") != 0 || getenv("MAPPING_HOST_LINK"))
         return; /* only the host back end models a link */
