@@ -24,7 +24,7 @@ TEST(stats_json_has_every_stats_list_key_in_order)
     /* "backend" and "device" first, as escaped JSON strings. */
     mapping_device_info info;
     CHECK_OK(mapping_device_get_info(dev, &info));
-    char key[512], value[512];
+    char key[640], value[512];
     snprintf(key, sizeof key, "{\"backend\":");
     mapping_json_string(value, sizeof value, info.backend);
     CHECK(strncmp(json, key, strlen(key)) == 0);
