@@ -9,17 +9,17 @@
 #include "backend/host/host_queue.h"
 #include "os/status.h"
 
-typedef struct scatter_job {
+typedef struct host_scatter_job {
     char                 *staging;
     char                 *buffer;
     bool                  gather; /* buffer -> staging */
     size_t                count;
     mapping_scatter_entry table[];
-} scatter_job;
+} host_scatter_job;
 
 static void run_job(void *arg)
 {
-    scatter_job *job = arg;
+    host_scatter_job *job = arg;
     for (size_t i = 0; i < job->count; i++) {
         const mapping_scatter_entry *e = &job->table[i];
         if (job->gather)
@@ -33,7 +33,7 @@ static void run_job(void *arg)
 static mapping_status submit_job(void *dev, void *stream, void *staging, void *buffer, bool gather,
                                  const mapping_scatter_entry *table, size_t count)
 {
-    scatter_job *job = malloc(sizeof *job + count * sizeof *table);
+    host_scatter_job *job = malloc(sizeof *job + count * sizeof *table);
     if (!job)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "host: out of memory for a %s of %zu entries",
                              gather ? "gather" : "scatter", count);

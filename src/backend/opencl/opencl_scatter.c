@@ -94,12 +94,12 @@ enum { OPENCL_GROUP = 64 };
  * entry, rounded up to a power of two, at most max_lanes; and fewer when the
  * launch would then exceed max_items work-items (a few large entries among
  * many small ones must not give every small one max_lanes idle work-items). */
-typedef struct lane_policy {
+typedef struct opencl_lane_policy {
     uint64_t lane_bytes;
     size_t   max_lanes, max_items;
-} lane_policy;
-static const lane_policy gpu_lanes = {256, 1024, (size_t)1 << 22};
-static const lane_policy cpu_lanes = {4096, 1024, (size_t)1 << 16};
+} opencl_lane_policy;
+static const opencl_lane_policy gpu_lanes = {256, 1024, (size_t)1 << 22};
+static const opencl_lane_policy cpu_lanes = {4096, 1024, (size_t)1 << 16};
 
 static mapping_status build_failure(opencl_device *d, cl_int err)
 {
@@ -164,10 +164,10 @@ void opencl_kernels_release(opencl_device *d)
     d->kernels_built = false;
 }
 
-/* log2 of the work-items per entry (see lane_policy). */
+/* log2 of the work-items per entry (see opencl_lane_policy). */
 static cl_uint lane_bits_for(const opencl_device *d, const mapping_scatter_entry *table, size_t count)
 {
-    const lane_policy *p = d->sliced_lanes ? &cpu_lanes : &gpu_lanes;
+    const opencl_lane_policy *p = d->sliced_lanes ? &cpu_lanes : &gpu_lanes;
     uint64_t largest = 0;
     for (size_t i = 0; i < count; i++)
         if (table[i].bytes > largest)
