@@ -72,14 +72,14 @@ const char *cuda_error_name(cu_result code)
 
 /* One entry of the table: the symbol to look up, where to store it, whether
  * the back end can live without it, and whether name_v2 comes first. */
-typedef struct symbol {
+typedef struct cuda_symbol {
     const char *name;
     void      **slot;
     bool        required;
     bool        prefer_v2;
-} symbol;
+} cuda_symbol;
 
-static const symbol symbols[] = {
+static const cuda_symbol symbols[] = {
 #define REQUIRED_(name, params) {#name, (void **)&driver.name, true, false},
 #define PREFER_V2_(name, params) {#name, (void **)&driver.name, true, true},
 #define OPTIONAL_(name, params) {#name, (void **)&driver.name, false, false},
@@ -94,7 +94,7 @@ static const symbol symbols[] = {
 static bool resolve(char *why, size_t why_size)
 {
     for (size_t i = 0; i < sizeof symbols / sizeof symbols[0]; i++) {
-        const symbol *sym = &symbols[i];
+        const cuda_symbol *sym = &symbols[i];
         *sym->slot = NULL;
         if (sym->prefer_v2) {
             char v2[64];
