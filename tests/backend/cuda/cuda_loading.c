@@ -65,6 +65,23 @@ UNIT_TEST(cuda_library_that_cannot_be_opened_makes_cuda_unavailable_naming_the_p
     check_host_still_works();
 }
 
+/* A driver without one of the entry points the back end needs (the loader's
+ * lists in cuda_driver.h): unavailable, naming the missing symbol. */
+UNIT_TEST(cuda_driver_lacking_a_required_entry_point_makes_cuda_unavailable_naming_it)
+{
+    const char *path = getenv("MAPPING_TEST_FAKE_CUDA_INCOMPLETE");
+    if (!path || !*path)
+        test_skip("no incomplete fake libcuda (it is built with the cuda back end)");
+    mapping_backend_info info = cuda_info_with_library(path);
+    CHECK(!info.available);
+    CHECK(info.device_count == 0);
+    CHECK(strstr(info.reason, "cuStreamWaitEvent") != NULL);
+    CHECK(strstr(info.reason, "too old") != NULL);
+    CHECK_STATUS(mapping_open(&(mapping_device_desc){.backend = "cuda"}, &(mapping_device *){NULL}),
+                 MAPPING_ERR_NO_BACKEND);
+    check_host_still_works();
+}
+
 /* The stub libcuda.so of the toolkit exports every symbol, and its cuInit
  * answers CUDA_ERROR_STUB_LIBRARY: a build machine's usual trap. */
 UNIT_TEST(cuda_toolkit_stub_library_makes_cuda_unavailable_with_a_clear_reason)
