@@ -113,12 +113,14 @@ static void event_release(event *e)
     }
 }
 
-static inline void event_retain(event *e)
+#ifndef FAKE_CUDA_WITHOUT_STREAM_WAIT /* its only user is cuStreamWaitEvent */
+static void event_retain(event *e)
 {
     pthread_mutex_lock(&e->lock);
     e->refs++;
     pthread_mutex_unlock(&e->lock);
 }
+#endif
 
 static double now_ms(void)
 {
