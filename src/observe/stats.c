@@ -56,7 +56,7 @@ mapping_status mapping_device_stats_json(const mapping_device *dev, char *buf, s
         return mapping__fail(MAPPING_ERR_NULL_ARGUMENT, "%s: buf is NULL with size %zu", fn, size);
     size_t n = 0;
     append(buf, size, &n, "{\"backend\":");
-    append_string(buf, size, &n, dev->be->name);
+    append_string(buf, size, &n, dev->info.backend);
     append(buf, size, &n, ",\"device\":");
     append_string(buf, size, &n, dev->info.name);
 #define JSON_(field) append(buf, size, &n, ",\"" #field "\":%llu", (unsigned long long)s.field);
