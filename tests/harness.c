@@ -1,3 +1,5 @@
+#include <errno.h>
+#include <time.h>
 #include <stdarg.h>
 #include "harness.h"
 
@@ -88,9 +90,13 @@ void test_pattern(void *p, size_t n, unsigned seed)
 void test_gate_wait(void *arg)
 {
     test_gate *g = arg;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 10;
     pthread_mutex_lock(&g->lock);
     while (!g->open)
-        pthread_cond_wait(&g->cond, &g->lock);
+        if (pthread_cond_timedwait(&g->cond, &g->lock, &until) == ETIMEDOUT)
+            break;
     g->passed++;
     pthread_mutex_unlock(&g->lock);
 }
@@ -101,6 +107,33 @@ void test_gate_open(test_gate *g)
     g->open = 1;
     pthread_cond_broadcast(&g->cond);
     pthread_mutex_unlock(&g->lock);
+}
+
+mapping_stats test_stats(mapping_device *dev)
+{
+    mapping_stats s;
+    CHECK_OK(mapping_device_stats(dev, &s));
+    return s;
+}
+
+mapping_mirror *test_synced_mirror(mapping_device *dev, size_t n, unsigned flags, unsigned seed)
+{
+    mapping_mirror *m;
+    CHECK_OK(mapping_mirror_create(dev, n, flags, &m));
+    test_pattern(mapping_mirror_cpu(m), n, seed);
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == 0 && mapping_mirror_stale_bytes(m, MAPPING_CPU) == 0);
+    return m;
+}
+
+void test_check_mirror_sides_equal(mapping_mirror *m)
+{
+    size_t n = mapping_mirror_size(m);
+    unsigned char *back = malloc(n);
+    CHECK(back != NULL);
+    CHECK_OK(mapping_sync_to_cpu_range(NULL, mapping_mirror_gpu(m), mapping_mirror_gpu_offset(m), back, n));
+    CHECK_BYTES(back, mapping_mirror_cpu(m), n);
+    free(back);
 }
 
 int test_gate_passed(test_gate *g)

@@ -75,8 +75,28 @@ void test_fail(const char *file, int line, const char *fmt, ...) __attribute__((
                           a_[i_], e_[i_]);                                                                     \
     } while (0)
 
+/* The bad-input check: expr returns `expected`, which also becomes the
+ * thread's last error, with a message. */
+#define CHECK_REFUSED(expr, expected)                                                                   \
+    do {                                                                                                \
+        mapping_clear_last_error();                                                                     \
+        CHECK_STATUS(expr, expected);                                                                   \
+        CHECK(mapping_last_error() == (expected));                                                      \
+        CHECK(mapping_last_error_message()[0] != '\0');                                                 \
+    } while (0)
+
+/* The device's statistics now (mapping_device_stats, checked). */
+mapping_stats test_stats(mapping_device *dev);
+/* A mirror of n bytes (mapping_mirror_create flags) whose both sides hold
+ * test_pattern(seed) and are valid. */
+mapping_mirror *test_synced_mirror(mapping_device *dev, size_t n, unsigned flags, unsigned seed);
+/* Checks that the mirror's device side holds what its CPU side holds. */
+void test_check_mirror_sides_equal(mapping_mirror *m);
+
 /* A gate holds a stream: mapping_launch_host(s, test_gate_wait, &gate)
- * blocks the stream's later work until test_gate_open(&gate). */
+ * blocks the stream's later work until test_gate_open(&gate). The wait is
+ * bounded (10 s), so a back end that ran the function inline fails the
+ * test's checks instead of hanging it. */
 typedef struct test_gate {
     pthread_mutex_t lock;
     pthread_cond_t  cond;

@@ -6,12 +6,9 @@
  * for an ordinary mirror, so stale_bytes still says what a sync would cover.
  */
 #include "coherence/mirror_internal.h"
-#include "core/ops.h"
 
 mapping_status mapping__mirror_alloc_unified(mirror_state *st)
 {
-    if (!mapping__can_allocate_unified(st->dev))
-        return MAPPING_ERR_UNSUPPORTED;
     void *host = NULL;
     mapping_status status = mapping__allocate_unified(st->dev, st->size, &st->gpu, &host);
     if (status != MAPPING_OK)

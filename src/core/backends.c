@@ -7,18 +7,17 @@
 #include "core/backends.h"
 #include "core/ops.h"
 
-/* The back ends, one line each: X(name, rank). Listing order is table
- * order; `rank` orders the default choice of mapping_open(NULL) (highest
- * first, see mapping__backend_default). A back end's code lives in
- * src/backend/<name>/ and defines mapping_backend_<name>; the build defines
- * MAPPING_BACKEND_COMPILED_<name> as 1 when it is compiled in (CMake's
- * MAPPING_BACKENDS list), else 0. */
+/* The back ends, one line each, in listing order; later lines are preferred
+ * by the default choice of mapping_open(NULL) (mapping__backend_default).
+ * A back end's code lives in src/backend/<name>/ and defines
+ * mapping_backend_<name>; the build defines MAPPING_BACKEND_COMPILED_<name>
+ * as 1 when it is compiled in (CMake's MAPPING_BACKENDS list), else 0. */
 #define MAPPING_BACKEND_TABLE(X) \
-    X(host, 0)                   \
-    X(opencl, 1)                 \
-    X(cuda, 2)
+    X(host)                      \
+    X(opencl)                    \
+    X(cuda)
 
-#define DECLARE_(name, rank) extern const mapping_backend mapping_backend_##name;
+#define DECLARE_(name) extern const mapping_backend mapping_backend_##name;
 MAPPING_BACKEND_TABLE(DECLARE_)
 #undef DECLARE_
 
@@ -31,19 +30,24 @@ MAPPING_BACKEND_TABLE(DECLARE_)
 typedef struct backend_slot {
     const char            *name;
     const mapping_backend *be; /* NULL: not compiled in */
-    int                    rank;
     pthread_once_t         once;
     mapping_status         status;
     int                    device_count;
     char                   reason[256];
 } backend_slot;
 
-static backend_slot slots[] = {
-#define SLOT_(name, rank) {#name, TABLE_OF_(MAPPING_BACKEND_COMPILED_##name, name), rank, PTHREAD_ONCE_INIT, MAPPING_OK, 0, ""},
+enum {
+#define INDEX_(name) SLOT_##name,
+    MAPPING_BACKEND_TABLE(INDEX_)
+#undef INDEX_
+    SLOT_COUNT
+};
+
+static backend_slot slots[SLOT_COUNT] = {
+#define SLOT_(name) {#name, TABLE_OF_(MAPPING_BACKEND_COMPILED_##name, name), PTHREAD_ONCE_INIT, MAPPING_OK, 0, ""},
     MAPPING_BACKEND_TABLE(SLOT_)
 #undef SLOT_
 };
-enum { SLOT_COUNT = sizeof slots / sizeof slots[0] };
 
 static void load_slot(backend_slot *s)
 {
@@ -62,12 +66,12 @@ static void load_slot(backend_slot *s)
 }
 
 /* pthread_once takes no argument: one loader per slot, generated. */
-#define LOADER_(name, rank) \
-    static void load_##name(void) { load_slot(&slots[mapping__backend_index(#name)]); }
+#define LOADER_(name) \
+    static void load_##name(void) { load_slot(&slots[SLOT_##name]); }
 MAPPING_BACKEND_TABLE(LOADER_)
 #undef LOADER_
 static void (*const loaders[SLOT_COUNT])(void) = {
-#define LOADER_NAME_(name, rank) load_##name,
+#define LOADER_NAME_(name) load_##name,
     MAPPING_BACKEND_TABLE(LOADER_NAME_)
 #undef LOADER_NAME_
 };
@@ -99,36 +103,40 @@ const mapping_backend *mapping__backend_get(int i, mapping_backend_info *info)
 
 const char *mapping__backend_names(void)
 {
-#define NAME_(name, rank) ", " #name
+#define NAME_(name) ", " #name
     static const char names[] = MAPPING_BACKEND_TABLE(NAME_);
 #undef NAME_
     return names + 2;
 }
 
+/* Is one of the back end's devices more than the CPU's own memory? */
+static bool has_separate_memory(const mapping_backend *be, int device_count)
+{
+    for (int d = 0; d < device_count; d++) {
+        mapping_device_info info;
+        if (mapping__op_device_info(be, d, &info) == MAPPING_OK && !(info.caps & MAPPING_CAP_CPU_MEMORY))
+            return true;
+    }
+    return false;
+}
+
 int mapping__backend_default(void)
 {
-    /* The highest-ranked back end with a device whose memory is not the
-     * CPU's (an OpenCL CPU device is used only when asked for); else the
-     * lowest-ranked available one (host). */
-    int best = -1, fallback = -1;
-    for (int i = 0; i < SLOT_COUNT; i++) {
+    /* From the end of the table: the first back end with a device whose
+     * memory is not the CPU's (an OpenCL CPU device is used only when asked
+     * for), else the first available one of the table (host). Back ends
+     * before the choice are not loaded. */
+    int fallback = -1;
+    for (int i = SLOT_COUNT - 1; i >= 0; i--) {
         mapping_backend_info info;
         const mapping_backend *be = mapping__backend_get(i, &info);
         if (!be)
             continue;
-        if (fallback < 0 || slots[i].rank < slots[fallback].rank)
-            fallback = i;
-        if (best >= 0 && slots[i].rank <= slots[best].rank)
-            continue;
-        for (int d = 0; d < info.device_count; d++) {
-            mapping_device_info dinfo;
-            if (mapping__op_device_info(be, d, &dinfo) == MAPPING_OK && !(dinfo.caps & MAPPING_CAP_CPU_MEMORY)) {
-                best = i;
-                break;
-            }
-        }
+        if (has_separate_memory(be, info.device_count))
+            return i;
+        fallback = i;
     }
-    return best >= 0 ? best : fallback;
+    return fallback;
 }
 
 int mapping__backend_index(const char *name)

@@ -82,6 +82,16 @@ mapping_status mapping__fill(mapping_stream *stream, mapping_buffer *dst, size_t
     return MAPPING_OK;
 }
 
+/* A scatter or gather counts as one device-side copy of its entries' bytes. */
+static void count_table(mapping_device *dev, const mapping_scatter_entry *table, size_t count)
+{
+    uint64_t bytes = 0;
+    for (size_t k = 0; k < count; k++)
+        bytes += table[k].bytes;
+    mapping__count(&dev->counters.d2d_bytes, bytes);
+    mapping__count(&dev->counters.d2d_copies, 1);
+}
+
 mapping_status mapping__scatter(mapping_stream *stream, mapping_buffer *staging, size_t table_offset,
                                 const mapping_scatter_entry *table, size_t count, mapping_buffer *dst)
 {
@@ -93,11 +103,7 @@ mapping_status mapping__scatter(mapping_stream *stream, mapping_buffer *staging,
                           dst->mem);
     if (st != MAPPING_OK)
         return st;
-    uint64_t bytes = 0;
-    for (size_t k = 0; k < count; k++)
-        bytes += table[k].bytes;
-    mapping__count(&dev->counters.d2d_bytes, bytes);
-    mapping__count(&dev->counters.d2d_copies, 1);
+    count_table(dev, table, count);
     return MAPPING_OK;
 }
 
@@ -112,11 +118,7 @@ mapping_status mapping__gather(mapping_stream *stream, const mapping_buffer *src
                          count);
     if (st != MAPPING_OK)
         return st;
-    uint64_t bytes = 0;
-    for (size_t k = 0; k < count; k++)
-        bytes += table[k].bytes;
-    mapping__count(&dev->counters.d2d_bytes, bytes);
-    mapping__count(&dev->counters.d2d_copies, 1);
+    count_table(dev, table, count);
     return MAPPING_OK;
 }
 

@@ -6,14 +6,6 @@
 #include <pthread.h>
 #include "harness.h"
 
-#define CHECK_REFUSED(expr, expected)                                                                   \
-    do {                                                                                                \
-        mapping_clear_last_error();                                                                     \
-        CHECK_STATUS(expr, expected);                                                                   \
-        CHECK(mapping_last_error() == (expected));                                                      \
-        CHECK(mapping_last_error_message()[0] != '\0');                                                 \
-    } while (0)
-
 TEST(null_handles_and_pointers_are_refused)
 {
     mapping_device *dev = test_device();

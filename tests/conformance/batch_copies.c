@@ -5,13 +5,6 @@
 
 enum { SMALL = 64 };
 
-static mapping_stats stats_of(mapping_device *dev)
-{
-    mapping_stats s;
-    CHECK_OK(mapping_device_stats(dev, &s));
-    return s;
-}
-
 /* A buffer of n bytes holding `fill` everywhere. */
 static mapping_buffer *filled_buffer(mapping_device *dev, size_t n, unsigned char fill)
 {
@@ -75,9 +68,9 @@ TEST(batch_moves_scattered_small_copies_in_one_host_to_device_transfer)
     CHECK_OK(mapping_batch_flush(NULL, batch)); /* the first flush allocates staging */
     for (size_t i = 0; i < N; i++)
         CHECK_OK(mapping_batch_sync_to_gpu(batch, src + i * SMALL, buf, scattered(i), SMALL));
-    mapping_stats before = stats_of(dev);
+    mapping_stats before = test_stats(dev);
     CHECK_OK(mapping_batch_flush(NULL, batch));
-    mapping_stats after = stats_of(dev);
+    mapping_stats after = test_stats(dev);
     CHECK(after.h2d_copies - before.h2d_copies == 1);
     CHECK(after.d2h_copies == before.d2h_copies);
     CHECK(after.batch_flushes - before.batch_flushes == 1);
@@ -100,11 +93,11 @@ TEST(batch_moves_scattered_device_to_host_copies_in_one_read)
     CHECK_OK(mapping_sync_to_gpu(content, buf));
     mapping_batch *batch;
     CHECK_OK(mapping_batch_create(dev, &batch));
-    mapping_stats before = stats_of(dev);
+    mapping_stats before = test_stats(dev);
     for (size_t i = 0; i < N; i++)
         CHECK_OK(mapping_batch_sync_to_cpu(batch, buf, scattered(N - 1 - i), dst + i * SMALL, SMALL));
     CHECK_OK(mapping_batch_flush(NULL, batch));
-    mapping_stats after = stats_of(dev);
+    mapping_stats after = test_stats(dev);
     CHECK(after.d2h_copies - before.d2h_copies == 1);
     CHECK(after.h2d_copies - before.h2d_copies <= 1); /* at most the gather table */
     for (size_t i = 0; i < N; i++)
@@ -152,9 +145,9 @@ TEST(batch_large_copy_goes_straight_through_unstaged)
     CHECK_OK(mapping_batch_create(dev, &batch));
     CHECK_OK(mapping_batch_sync_to_gpu(batch, small, buf, large + 1024, sizeof small));
     CHECK_OK(mapping_batch_sync_to_gpu(batch, src, buf, 0, large));
-    mapping_stats before = stats_of(dev);
+    mapping_stats before = test_stats(dev);
     CHECK_OK(mapping_batch_flush(NULL, batch));
-    mapping_stats after = stats_of(dev);
+    mapping_stats after = test_stats(dev);
     CHECK(after.h2d_copies - before.h2d_copies == 2); /* staging + the large one */
     CHECK(after.h2d_bytes - before.h2d_bytes < large + 4096); /* the large one was not staged too */
     CHECK_OK(mapping_sync_to_cpu_range(NULL, buf, 0, got, large));
@@ -218,9 +211,9 @@ TEST(batch_flush_of_an_empty_batch_does_nothing)
     mapping_device *dev = test_device();
     mapping_batch *batch;
     CHECK_OK(mapping_batch_create(dev, &batch));
-    mapping_stats before = stats_of(dev);
+    mapping_stats before = test_stats(dev);
     CHECK_OK(mapping_batch_flush(NULL, batch));
-    mapping_stats after = stats_of(dev);
+    mapping_stats after = test_stats(dev);
     CHECK(after.batch_flushes == before.batch_flushes && after.h2d_copies == before.h2d_copies);
     mapping_batch_destroy(batch);
 }

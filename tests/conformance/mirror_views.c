@@ -2,21 +2,12 @@
  * read the state behind them: tests/internal/mirror_views_state.c). */
 #include "harness.h"
 
-static mapping_mirror *synced_mirror(mapping_device *dev, size_t n, unsigned flags)
-{
-    mapping_mirror *m;
-    CHECK_OK(mapping_mirror_create(dev, n, flags, &m));
-    test_pattern(mapping_mirror_cpu(m), n, 21);
-    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
-    return m;
-}
-
 /* ---- views ---- */
 
 TEST(syncing_a_view_leaves_its_siblings_untouched)
 {
     mapping_device *dev = test_device();
-    mapping_mirror *m = synced_mirror(dev, 8192, 0), *a, *b;
+    mapping_mirror *m = test_synced_mirror(dev, 8192, 0, 21), *a, *b;
     CHECK_OK(mapping_mirror_view(m, 0, 4096, &a));
     CHECK_OK(mapping_mirror_view(m, 4096, 4096, &b));
     unsigned char *cpu = mapping_mirror_cpu(m);
@@ -43,7 +34,7 @@ TEST(syncing_a_view_leaves_its_siblings_untouched)
 TEST(destroying_the_parent_keeps_its_views_working)
 {
     mapping_device *dev = test_device();
-    mapping_mirror *m = synced_mirror(dev, 4096, 0), *v, *vv;
+    mapping_mirror *m = test_synced_mirror(dev, 4096, 0, 21), *v, *vv;
     CHECK_OK(mapping_mirror_view(m, 1024, 2048, &v));
     mapping_mirror_destroy(m); /* the views hold the shared state */
     CHECK_OK(mapping_mirror_view(v, 0, 16, &vv));
@@ -62,7 +53,7 @@ TEST(destroying_the_parent_keeps_its_views_working)
 TEST(marking_both_sides_is_a_conflict_and_changes_nothing)
 {
     mapping_device *dev = test_device();
-    mapping_mirror *m = synced_mirror(dev, 4096, 0);
+    mapping_mirror *m = test_synced_mirror(dev, 4096, 0, 21);
     CHECK_OK(mapping_mirror_mark_gpu_modified(m, 100, 100));
     mapping_stats before, after;
     CHECK_OK(mapping_device_stats(dev, &before));
@@ -98,7 +89,7 @@ TEST(the_gpu_side_may_be_written_first_without_conflict)
 TEST(acquire_cpu_for_read_syncs_first)
 {
     mapping_device *dev = test_device();
-    mapping_mirror *m = synced_mirror(dev, 4096, 0);
+    mapping_mirror *m = test_synced_mirror(dev, 4096, 0, 21);
     CHECK_OK(mapping_fill_gpu(NULL, mapping_mirror_gpu(m), 0, 4096, 0x31));
     CHECK_OK(mapping_mirror_mark_gpu_modified(m, 0, 4096));
     unsigned char *p;
@@ -113,7 +104,7 @@ TEST(acquire_for_write_marks_the_other_side_stale)
     mapping_device *dev = test_device();
     mapping_stream *s;
     CHECK_OK(mapping_stream_create(dev, &s));
-    mapping_mirror *m = synced_mirror(dev, 4096, 0), *v;
+    mapping_mirror *m = test_synced_mirror(dev, 4096, 0, 21), *v;
     CHECK_OK(mapping_mirror_view(m, 1000, 500, &v));
     unsigned char *p;
     CHECK_OK(mapping_mirror_acquire_cpu(v, MAPPING_READ | MAPPING_WRITE, (void **)&p));
@@ -135,7 +126,7 @@ TEST(acquire_for_write_marks_the_other_side_stale)
 TEST(write_only_acquire_discards_without_copying)
 {
     mapping_device *dev = test_device();
-    mapping_mirror *m = synced_mirror(dev, 1 << 16, 0);
+    mapping_mirror *m = test_synced_mirror(dev, 1 << 16, 0, 21);
     CHECK_OK(mapping_mirror_mark_gpu_modified(m, 0, 1 << 16)); /* the GPU has news ... */
     mapping_stats before, after;
     CHECK_OK(mapping_device_stats(dev, &before));

@@ -7,14 +7,6 @@
 #include "testing/test_hooks.h"
 #include "harness.h"
 
-#define CHECK_REFUSED(expr, expected)                                                                   \
-    do {                                                                                                \
-        mapping_clear_last_error();                                                                     \
-        CHECK_STATUS(expr, expected);                                                                   \
-        CHECK(mapping_last_error() == (expected));                                                      \
-        CHECK(mapping_last_error_message()[0] != '\0');                                                 \
-    } while (0)
-
 TEST(destroyed_handles_are_reported_not_used)
 {
     /* Using a handle after destroying it is undefined in C; the library

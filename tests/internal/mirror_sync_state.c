@@ -1,57 +1,13 @@
 /* Mirrors: the state behind what a sync moves (range entries, queued copies,
  * page-locked registrations), read through the test hooks
  * (tests/conformance/mirror_sync.c has the rest). */
-#include <stdatomic.h>
-#include <time.h>
 #include "testing/test_hooks.h"
 #include "harness.h"
-
-static mapping_stats stats_of(mapping_device *dev)
-{
-    mapping_stats s;
-    CHECK_OK(mapping_device_stats(dev, &s));
-    return s;
-}
-
-/* A mirror whose both sides hold `pattern` everywhere and are valid. */
-static mapping_mirror *clean_mirror(mapping_device *dev, size_t n, unsigned pattern)
-{
-    mapping_mirror *m;
-    CHECK_OK(mapping_mirror_create(dev, n, 0, &m));
-    test_pattern(mapping_mirror_cpu(m), n, pattern);
-    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
-    CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == 0 && mapping_mirror_stale_bytes(m, MAPPING_CPU) == 0);
-    return m;
-}
-
-static void check_gpu_equals_cpu(mapping_mirror *m)
-{
-    size_t n = mapping_mirror_size(m);
-    unsigned char *back = malloc(n);
-    CHECK_OK(mapping_sync_to_cpu_range(NULL, mapping_mirror_gpu(m), mapping_mirror_gpu_offset(m), back, n));
-    CHECK_BYTES(back, mapping_mirror_cpu(m), n);
-    free(back);
-}
-
-/* Holds a stream at a point until the test lets it go (launch_host). */
-typedef struct gate {
-    atomic_int open;
-} gate;
-
-/* Bounded (about 5 s), so a back end that ran the function inline fails
- * the test's checks instead of hanging it. */
-static void gate_wait(void *user)
-{
-    gate *g = user;
-    struct timespec pause = {0, 100000};
-    for (int i = 0; i < 50000 && !atomic_load(&g->open); i++)
-        nanosleep(&pause, NULL);
-}
 
 TEST(marking_many_ranges_keeps_one_entry_per_range)
 {
     mapping_device *dev = test_device();
-    mapping_mirror *m = clean_mirror(dev, 1 << 20, 6);
+    mapping_mirror *m = test_synced_mirror(dev, 1 << 20, 0, 6);
     for (size_t i = 0; i < 1000; i++)
         CHECK_OK(mapping_mirror_mark_cpu_modified(m, i * 1000, 10));
     CHECK(mapping__rs_count(mapping__test_mirror_stale(m, MAPPING_GPU)) == 1000 &&
@@ -69,24 +25,24 @@ TEST(stream_sync_makes_a_range_valid_only_when_its_copy_completes)
     mapping_device *dev = test_device();
     mapping_stream *s;
     CHECK_OK(mapping_stream_create(dev, &s));
-    mapping_mirror *m = clean_mirror(dev, 4096, 7);
+    mapping_mirror *m = test_synced_mirror(dev, 4096, 0, 7);
     memset((unsigned char *)mapping_mirror_cpu(m) + 64, 0x11, 64);
     CHECK_OK(mapping_mirror_mark_cpu_modified(m, 64, 64));
-    gate g = {0};
-    CHECK_OK(mapping_launch_host(s, gate_wait, &g));
+    test_gate g = TEST_GATE_INIT;
+    CHECK_OK(mapping_launch_host(s, test_gate_wait, &g));
     CHECK_OK(mapping_mirror_sync_to_gpu(s, m));
     /* Queued, not done: the range is still stale on the GPU and tracked. */
     CHECK(mapping__test_mirror_inflight(m) == 1);
     CHECK(mapping__rs_bytes_in(mapping__test_mirror_stale(m, MAPPING_GPU), 0, 4096) == 64);
     /* A second sync on the same stream queues nothing new. */
-    mapping_stats before = stats_of(dev);
+    mapping_stats before = test_stats(dev);
     CHECK_OK(mapping_mirror_sync_to_gpu(s, m));
-    CHECK(stats_of(dev).h2d_copies == before.h2d_copies);
-    atomic_store(&g.open, 1);
+    CHECK(test_stats(dev).h2d_copies == before.h2d_copies);
+    test_gate_open(&g);
     /* stale_bytes waits for the copy, then folds it in. */
     CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == 0);
     CHECK(mapping__test_mirror_inflight(m) == 0);
-    check_gpu_equals_cpu(m);
+    test_check_mirror_sides_equal(m);
     mapping_mirror_destroy(m);
     mapping_stream_destroy(s);
 }
@@ -96,7 +52,7 @@ TEST(mark_waits_for_a_queued_copy_that_reads_the_range)
     mapping_device *dev = test_device();
     mapping_stream *s;
     CHECK_OK(mapping_stream_create(dev, &s));
-    mapping_mirror *m = clean_mirror(dev, 4096, 9);
+    mapping_mirror *m = test_synced_mirror(dev, 4096, 0, 9);
     mapping_buffer *gpu = mapping_mirror_gpu(m);
     CHECK_OK(mapping_fill_gpu(NULL, gpu, 0, 4096, 0x44));
     CHECK_OK(mapping_mirror_mark_gpu_modified(m, 0, 4096));
@@ -115,7 +71,7 @@ TEST(mark_waits_for_a_queued_copy_that_reads_the_range)
 TEST(blocking_sync_is_complete_on_return)
 {
     mapping_device *dev = test_device();
-    mapping_mirror *m = clean_mirror(dev, 1 << 16, 10);
+    mapping_mirror *m = test_synced_mirror(dev, 1 << 16, 0, 10);
     CHECK_OK(mapping_fill_gpu(NULL, mapping_mirror_gpu(m), 0, 1 << 16, 0x55));
     CHECK_OK(mapping_mirror_mark_gpu_modified(m, 0, 1 << 16));
     CHECK_OK(mapping_mirror_sync_to_cpu(NULL, m));
@@ -137,7 +93,7 @@ TEST(pinned_wrap_page_locks_where_the_back_end_can_and_works_either_way)
     if (!dev->be->host_register)
         CHECK(!mapping_mirror_is_pinned(m));
     CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
-    check_gpu_equals_cpu(m);
+    test_check_mirror_sides_equal(m);
     mapping_mirror_destroy(m);
     /* The registration ended with the mirror: the memory is the caller's again. */
     mapping_host_ref ref;

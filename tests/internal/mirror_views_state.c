@@ -4,19 +4,10 @@
 #include "testing/test_hooks.h"
 #include "harness.h"
 
-static mapping_mirror *synced_mirror(mapping_device *dev, size_t n, unsigned flags)
-{
-    mapping_mirror *m;
-    CHECK_OK(mapping_mirror_create(dev, n, flags, &m));
-    test_pattern(mapping_mirror_cpu(m), n, 21);
-    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
-    return m;
-}
-
 TEST(marking_a_view_changes_exactly_its_bytes_in_the_parent)
 {
     mapping_device *dev = test_device();
-    mapping_mirror *m = synced_mirror(dev, 10000, 0), *v;
+    mapping_mirror *m = test_synced_mirror(dev, 10000, 0, 21), *v;
     CHECK_OK(mapping_mirror_view(m, 3000, 2000, &v));
     CHECK(mapping_mirror_size(v) == 2000 && mapping_mirror_gpu_offset(v) == 3000);
     CHECK((unsigned char *)mapping_mirror_cpu(v) == (unsigned char *)mapping_mirror_cpu(m) + 3000);
@@ -35,7 +26,7 @@ TEST(marking_a_view_changes_exactly_its_bytes_in_the_parent)
 TEST(view_of_a_view_addresses_the_root_at_the_summed_offset)
 {
     mapping_device *dev = test_device();
-    mapping_mirror *m = synced_mirror(dev, 10000, 0), *v, *vv;
+    mapping_mirror *m = test_synced_mirror(dev, 10000, 0, 21), *v, *vv;
     CHECK_OK(mapping_mirror_view(m, 1000, 5000, &v));
     CHECK_OK(mapping_mirror_view(v, 500, 100, &vv));
     CHECK(mapping_mirror_gpu_offset(vv) == 1500 && mapping_mirror_size(vv) == 100);
