@@ -62,6 +62,9 @@ struct mapping_device {
 
     pthread_mutex_t link_lock;
     mapping_link    link; /* 0 fields: not measured yet */
+    /* Devices whose memory is not the CPU's: the link's probe memory, from
+     * open to close, so measuring never allocates or frees (device.c). */
+    void *probe_mem, *probe_host, *probe_cookie;
 
     _Atomic int fault_countdown; /* > 0: that many more operations succeed */
     _Atomic int fault_armed;

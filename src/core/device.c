@@ -14,6 +14,36 @@ static const char *env_or_null(const char *name)
     return v && *v ? v : NULL;
 }
 
+/* ---- the link's probe memory ----
+ * Measuring the link copies PROBE_BYTES from page-locked memory. On a
+ * device whose memory is not the CPU's, allocating or freeing may wait for
+ * every stream (a CUDA driver synchronizes frees with the device), and the
+ * link is asked for inside batch flushes, mirror syncs and pipelines, while
+ * the caller's streams may hold work that waits for the caller. So such a
+ * device gets its probe memory at open and keeps it until close. */
+enum { PROBE_BYTES = 8 << 20 };
+
+static void probe_free(mapping_device *dev)
+{
+    if (dev->probe_host)
+        mapping__op_host_free(dev, dev->probe_host, dev->probe_cookie);
+    if (dev->probe_mem)
+        mapping__op_buffer_free(dev, dev->probe_mem);
+    dev->probe_host = dev->probe_cookie = dev->probe_mem = NULL;
+}
+
+static void probe_alloc(mapping_device *dev)
+{
+    if (dev->info.caps & MAPPING_CAP_CPU_MEMORY)
+        return; /* measured with memory allocated for the purpose */
+    if (mapping__op_buffer_alloc(dev, PROBE_BYTES, &dev->probe_mem) != MAPPING_OK ||
+        mapping__op_host_alloc(dev, PROBE_BYTES, &dev->probe_host, &dev->probe_cookie) != MAPPING_OK) {
+        mapping__log(1, "mapping_open: no memory to measure the link with now (%s); it will be allocated when "
+                        "the link is first measured", mapping__last_message());
+        probe_free(dev);
+    }
+}
+
 void mapping__list_add(mapping_device *dev, mapping_list_node *head, mapping_list_node *node)
 {
     pthread_mutex_lock(&dev->objects_lock);
@@ -80,6 +110,7 @@ mapping_status mapping_open(const mapping_device_desc *desc, mapping_device **ou
         return st;
     }
     dev->info.caps |= mapping__op_device_open_caps(dev); /* e.g. a modelled link */
+    probe_alloc(dev);
     mapping__host_registry_init(&dev->host_blocks);
     pthread_mutex_init(&dev->objects_lock, NULL);
     pthread_mutex_init(&dev->link_lock, NULL);
@@ -112,6 +143,7 @@ void mapping_close(mapping_device *dev)
         mapping__free_gpu(b);
     }
     mapping__host_registry_destroy(dev);
+    probe_free(dev);
     dev->magic = MAPPING_MAGIC_DEAD;
     mapping__op_device_close(dev);
     pthread_mutex_destroy(&dev->objects_lock);
@@ -163,10 +195,11 @@ static double median(double *v, int n)
 /* Straight to the back end: measuring must not show in the statistics. */
 static mapping_status measure_link(mapping_device *dev, mapping_link *link)
 {
-    const size_t big = (size_t)8 << 20;
-    void *mem = NULL, *host = NULL, *cookie = NULL;
-    mapping_status st = mapping__op_buffer_alloc(dev, big, &mem);
-    if (st == MAPPING_OK)
+    const size_t big = PROBE_BYTES;
+    bool kept = dev->probe_host != NULL; /* probe_alloc's, else our own */
+    void *mem = dev->probe_mem, *host = dev->probe_host, *cookie = dev->probe_cookie;
+    mapping_status st = kept ? MAPPING_OK : mapping__op_buffer_alloc(dev, big, &mem);
+    if (st == MAPPING_OK && !kept)
         st = mapping__op_host_alloc(dev, big, &host, &cookie);
     if (st == MAPPING_OK) {
         mapping_host_ref ref = {cookie, 0};
@@ -191,9 +224,9 @@ static mapping_status measure_link(mapping_device *dev, mapping_link *link)
                 link->bandwidth = t_big > lat ? (double)big / (t_big - lat) : (double)big / t_big;
         }
     }
-    if (host)
+    if (host && !kept)
         mapping__op_host_free(dev, host, cookie);
-    if (mem)
+    if (mem && !kept)
         mapping__op_buffer_free(dev, mem);
     return st;
 }

@@ -70,6 +70,12 @@ static void write_tables(batch_plan *p)
     }
 }
 
+typedef struct batch_retired {
+    struct batch_retired *next;
+    void                 *host_staging;
+    mapping_buffer       *dev_staging;
+} batch_retired;
+
 void mapping__batch_free_staging(mapping_batch *b)
 {
     if (b->host_staging)
@@ -79,8 +85,19 @@ void mapping__batch_free_staging(mapping_batch *b)
     b->host_staging = NULL;
     b->dev_staging = NULL;
     b->staging_capacity = 0;
+    while (b->retired) {
+        batch_retired *r = b->retired;
+        b->retired = r->next;
+        mapping__free_cpu(b->dev, r->host_staging);
+        if (r->dev_staging)
+            mapping__free_gpu(r->dev_staging);
+        free(r);
+    }
 }
 
+/* Grows the staging (geometrically, so rarely). Runs inside a flush, so it
+ * frees nothing: the outgrown staging waits in b->retired for the batch's
+ * destruction. */
 static mapping_status ensure_staging(mapping_batch *b, size_t bytes)
 {
     if (bytes <= b->staging_capacity)
@@ -88,12 +105,31 @@ static mapping_status ensure_staging(mapping_batch *b, size_t bytes)
     size_t capacity = 64 << 10;
     while (capacity < bytes)
         capacity *= 2;
-    mapping__batch_free_staging(b);
-    mapping_status st = mapping__allocate_cpu(b->dev, capacity, &b->host_staging);
+    batch_retired *old = NULL;
+    if (b->host_staging && !(old = malloc(sizeof *old)))
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mapping_batch_flush: out of memory");
+    void *host = NULL;
+    mapping_buffer *dev = NULL;
+    mapping_status st = mapping__allocate_cpu(b->dev, capacity, &host);
     if (st == MAPPING_OK)
-        st = mapping__allocate_gpu(b->dev, capacity, &b->dev_staging);
-    if (st != MAPPING_OK)
+        st = mapping__allocate_gpu(b->dev, capacity, &dev);
+    if (st != MAPPING_OK) {
+        free(old);
+        batch_retired *r = host ? malloc(sizeof *r) : NULL;
+        if (r) { /* freed with the batch, like the rest */
+            *r = (batch_retired){b->retired, host, NULL};
+            b->retired = r;
+        } else if (host) {
+            mapping__free_cpu(b->dev, host);
+        }
         return st;
+    }
+    if (old) {
+        *old = (batch_retired){b->retired, b->host_staging, b->dev_staging};
+        b->retired = old;
+    }
+    b->host_staging = host;
+    b->dev_staging = dev;
     b->staging_capacity = capacity;
     return MAPPING_OK;
 }

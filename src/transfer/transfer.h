@@ -69,6 +69,9 @@ struct mapping_batch {
     void           *host_staging; /* page-locked (mapping_allocate_cpu) */
     mapping_buffer *dev_staging;
     size_t          staging_capacity;
+    /* Staging outgrown by a flush, freed with the batch: a flush never frees
+     * (a free may wait for every stream, and the caller's may wait for it). */
+    struct batch_retired *retired;
 };
 
 /* ---- internal twins of the public batch functions (validated arguments) ---- */

@@ -1,57 +1,241 @@
 /*
  * A fake libcuda for tests: the part of the CUDA driver API the cuda back end
  * uses, run on the CPU, so the back end's own logic runs on machines without
- * a GPU (ctest label fakecuda: the conformance, internal and cuda-only tests
- * with MAPPING_CUDA_LIBRARY pointing here). It checks what a real driver would
- * refuse and copies its awkward behaviour where the back end must cope:
- * - calls that need a context fail with CUDA_ERROR_INVALID_CONTEXT when none
- *   is current on the calling thread (contexts are per thread);
- * - driver calls from a host function fail (CUDA_ERROR_NOT_PERMITTED);
- * - an Async copy to or from pageable memory waits for its stream first, as
- *   the real driver may (so a back end that relies on it would hang);
+ * a GPU (ctest labels fakecuda and fakecuda128: the conformance, internal and
+ * cuda-only tests with MAPPING_CUDA_LIBRARY pointing here). It is strict: it
+ * refuses what a real driver refuses and blocks where a real one blocks, so a
+ * back end that would hang or fail on a GPU hangs or fails here first.
+ *
+ * - Calls that need a context fail with CUDA_ERROR_INVALID_CONTEXT when none
+ *   is current on the calling thread (contexts are per thread); driver calls
+ *   from a host function fail (CUDA_ERROR_NOT_PERMITTED).
+ * - Frees of device and page-locked memory (cuMemFree, cuMemFreeHost,
+ *   cuMemHostUnregister) first wait for every stream, as a real driver does;
+ *   with FAKE_LIBCUDA_SYNC_ALLOC=1 allocations (cuMemAlloc,
+ *   cuMemAllocManaged, cuMemHostAlloc, cuMemHostRegister) do too, as the
+ *   programming guide allows ("implicit synchronization"). One that waits
+ *   longer than FAKE_LIBCUDA_DEADLOCK_SECONDS (default 5) for a stream whose
+ *   host function never returns aborts, naming the call: on a GPU it would
+ *   hang.
+ * - Host functions of all streams run one at a time on one driver thread.
+ * - The legacy stream (0) runs asynchronously on its own thread; the blocking
+ *   calls behave as documented ("API synchronization behavior"): cuMemcpyHtoD
+ *   from pageable memory and cuMemcpyDtoD / cuMemsetD8 return before the
+ *   copy is done; an Async copy to or from pageable memory waits for its
+ *   stream first.
+ * - cuMemHostRegister of memory that overlaps page-locked memory already
+ *   known returns CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED (712).
+ * - A device address outside every allocation is an illegal address (700):
+ *   the error becomes sticky (every later call returns it, later work and
+ *   host functions are skipped) until the primary context resets.
+ * - cuEventElapsedTime on an event never recorded: CUDA_ERROR_INVALID_HANDLE.
+ * - The primary context resets when its reference count reaches 0: every
+ *   stream, event and allocation of it is gone (what the back end left is
+ *   counted as "leaked_at_reset" and reported on stderr).
+ * - Every second cuMemHostAlloc block is 64 bytes past a page boundary (all
+ *   of them with FAKE_LIBCUDA_MISALIGN_HOST=1), as the driver does not
+ *   promise page alignment.
  * - cuGetErrorName is not exported (the back end names errors itself).
- * Streams are worker threads; device memory is malloc. It proves nothing
- * about real GPUs: tests/gpu/run.sh does that.
+ * FAKE_LIBCUDA_STRICT=0 turns off the waiting of allocations, the single
+ * host-function thread and the misaligned blocks.
+ *
+ * Driver profiles (compile-time, since a driver's exports are what the back
+ * end looks up): FAKE_CUDA_VERSION=13000 (the default) exports the CUDA 13
+ * names (cuMemcpyBatchAsync_v2, cuMemPrefetchAsync_v2, cuEventElapsedTime_v2)
+ * beside the older ones a CUDA 13 driver keeps; 12080 exports only the
+ * CUDA 12.8 ones (the 9-argument cuMemcpyBatchAsync with failIdx, the CUDA 8
+ * cuMemPrefetchAsync, cuEventElapsedTime).
+ *
+ * For tests: fake_cuda_count("cuMemHostAlloc") returns how often a call ran
+ * ("forbidden": allocations refused, "leaked_at_reset"), and
+ * fake_cuda_forbid_alloc(1) makes every allocation and free fail with
+ * CUDA_ERROR_NOT_PERMITTED (and count as "forbidden") until
+ * fake_cuda_forbid_alloc(0). FAKE_LIBCUDA_COUNTS=1 prints every count at
+ * exit. Streams are worker threads; device memory is malloc. It proves
+ * nothing about real GPUs: tests/gpu/run.sh does that.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #define API __attribute__((visibility("default")))
 
+#ifndef FAKE_CUDA_VERSION
+#define FAKE_CUDA_VERSION 13000
+#endif
+
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
 typedef void (*host_fn)(void *);
 enum {
-    OK = 0, INVALID_VALUE = 1, NOT_INITIALIZED = 3, INVALID_CONTEXT = 201, NOT_FOUND = 500, NOT_READY = 600,
-    NOT_PERMITTED = 800, HOST_MEMORY_NOT_REGISTERED = 713,
+    OK = 0, INVALID_VALUE = 1, OUT_OF_MEMORY = 2, NOT_INITIALIZED = 3, INVALID_DEVICE = 101,
+    INVALID_CONTEXT = 201, INVALID_HANDLE = 400, NOT_FOUND = 500, NOT_READY = 600, ILLEGAL_ADDRESS = 700,
+    HOST_MEMORY_ALREADY_REGISTERED = 712, HOST_MEMORY_NOT_REGISTERED = 713, NOT_PERMITTED = 800,
 };
 
 static bool initialized;
+static bool strict = true;
+static bool sync_alloc; /* allocations wait for every stream too */
+static double deadlock_seconds = 5;
 static _Thread_local bool in_host_fn;
+static int sticky; /* the context's sticky error, 0 when none */
+
+/* ---- counters ---- */
+#define FAKE_COUNTERS(X)                                                                                     \
+    X(cuMemAlloc) X(cuMemAllocManaged) X(cuMemFree) X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemHostRegister)  \
+    X(cuMemHostUnregister) X(cuMemcpyBatchAsync) X(cuMemcpyBatchAsync_v2) X(cuMemPrefetchAsync)              \
+    X(cuMemPrefetchAsync_v2) X(cuEventElapsedTime) X(cuEventElapsedTime_v2) X(cuLaunchHostFunc)              \
+    X(cuStreamSynchronize) X(cuStreamCreate) X(forbidden) X(leaked_at_reset) X(context_resets)
+enum {
+#define ENUM_(name) COUNT_##name,
+    FAKE_COUNTERS(ENUM_)
+#undef ENUM_
+    COUNTERS
+};
+static const char *const counter_names[] = {
+#define NAME_(name) #name,
+    FAKE_COUNTERS(NAME_)
+#undef NAME_
+};
+static long long counters[COUNTERS];
+static int forbid_alloc;
+
+static void count(int which)
+{
+    __atomic_add_fetch(&counters[which], 1, __ATOMIC_RELAXED);
+}
+
+API long long fake_cuda_count(const char *name)
+{
+    for (int i = 0; i < COUNTERS; i++)
+        if (strcmp(name, counter_names[i]) == 0)
+            return __atomic_load_n(&counters[i], __ATOMIC_RELAXED);
+    return -1;
+}
+
+API void fake_cuda_forbid_alloc(int on)
+{
+    __atomic_store_n(&forbid_alloc, on, __ATOMIC_SEQ_CST);
+}
+
+__attribute__((constructor)) static void configure(void)
+{
+    const char *s = getenv("FAKE_LIBCUDA_STRICT");
+    strict = !(s && strcmp(s, "0") == 0);
+    const char *a = getenv("FAKE_LIBCUDA_SYNC_ALLOC");
+    sync_alloc = a && strcmp(a, "1") == 0;
+    const char *d = getenv("FAKE_LIBCUDA_DEADLOCK_SECONDS");
+    if (d && atof(d) > 0)
+        deadlock_seconds = atof(d);
+}
+
+__attribute__((destructor)) static void print_counts(void)
+{
+    if (!getenv("FAKE_LIBCUDA_COUNTS"))
+        return;
+    fprintf(stderr, "fake libcuda %d.%d calls:", FAKE_CUDA_VERSION / 1000, FAKE_CUDA_VERSION % 1000 / 10);
+    for (int i = 0; i < COUNTERS; i++)
+        if (counters[i])
+            fprintf(stderr, " %s=%lld", counter_names[i], counters[i]);
+    fprintf(stderr, "\n");
+}
 
 /* ---- contexts: one primary context, a stack per thread ---- */
-typedef struct context { int refs; } context;
-static context primary;
-static _Thread_local context *ctx_stack[16];
+static int primary_refs;
+static int primary_token;
+static _Thread_local void *ctx_stack[16];
 static _Thread_local int ctx_depth;
 
-#define NEED_CONTEXT()                    \
-    do {                                  \
-        if (in_host_fn)                   \
-            return NOT_PERMITTED;         \
-        if (!initialized)                 \
-            return NOT_INITIALIZED;       \
-        if (ctx_depth == 0)               \
-            return INVALID_CONTEXT;       \
+#define NEED_CONTEXT()                                                                  \
+    do {                                                                                \
+        if (in_host_fn)                                                                 \
+            return NOT_PERMITTED;                                                       \
+        if (!initialized)                                                               \
+            return NOT_INITIALIZED;                                                     \
+        if (ctx_depth == 0 || __atomic_load_n(&primary_refs, __ATOMIC_SEQ_CST) <= 0)    \
+            return INVALID_CONTEXT;                                                     \
+        int sticky_ = __atomic_load_n(&sticky, __ATOMIC_SEQ_CST);                       \
+        if (sticky_)                                                                    \
+            return sticky_;                                                             \
     } while (0)
 
+/* Everything the context owns, under one lock. */
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* ---- device allocations: for the illegal-address check ---- */
+typedef struct range { uintptr_t start, end; } range;
+static range *dev_allocs;
+static size_t dev_count, dev_cap;
+
+static size_t dev_find(uintptr_t a) /* first index with end > a */
+{
+    size_t lo = 0, hi = dev_count;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (dev_allocs[mid].end <= a)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static bool dev_add(void *p, size_t n)
+{
+    pthread_mutex_lock(&registry_lock);
+    bool ok = true;
+    if (dev_count == dev_cap) {
+        size_t cap = dev_cap ? dev_cap * 2 : 64;
+        range *r = realloc(dev_allocs, cap * sizeof *r);
+        if (r) {
+            dev_allocs = r;
+            dev_cap = cap;
+        } else {
+            ok = false;
+        }
+    }
+    if (ok) {
+        uintptr_t a = (uintptr_t)p;
+        size_t i = dev_find(a);
+        memmove(dev_allocs + i + 1, dev_allocs + i, (dev_count - i) * sizeof *dev_allocs);
+        dev_allocs[i] = (range){a, a + (n ? n : 1)};
+        dev_count++;
+    }
+    pthread_mutex_unlock(&registry_lock);
+    return ok;
+}
+
+static bool dev_remove(uintptr_t a)
+{
+    pthread_mutex_lock(&registry_lock);
+    size_t i = dev_find(a);
+    bool found = i < dev_count && dev_allocs[i].start == a;
+    if (found) {
+        memmove(dev_allocs + i, dev_allocs + i + 1, (dev_count - i - 1) * sizeof *dev_allocs);
+        dev_count--;
+    }
+    pthread_mutex_unlock(&registry_lock);
+    return found;
+}
+
+/* Is [p, p + n) inside one device allocation? */
+static bool dev_valid(const void *p, size_t n)
+{
+    uintptr_t a = (uintptr_t)p;
+    pthread_mutex_lock(&registry_lock);
+    size_t i = dev_find(a);
+    bool ok = i < dev_count && dev_allocs[i].start <= a && a + n <= dev_allocs[i].end;
+    pthread_mutex_unlock(&registry_lock);
+    return ok;
+}
+
 /* ---- page-locked host memory: what the back end got from us ---- */
-typedef struct pinned { uintptr_t start; size_t bytes; bool allocated; } pinned;
-static pthread_mutex_t pinned_lock = PTHREAD_MUTEX_INITIALIZER;
+typedef struct pinned { uintptr_t start; size_t bytes; bool allocated; void *base; } pinned;
 static pinned pins[4096];
 static int pin_count;
 
@@ -59,34 +243,40 @@ static bool is_pinned(const void *p, size_t n)
 {
     uintptr_t a = (uintptr_t)p;
     bool found = false;
-    pthread_mutex_lock(&pinned_lock);
+    pthread_mutex_lock(&registry_lock);
     for (int i = 0; i < pin_count && !found; i++)
         found = a >= pins[i].start && a + n <= pins[i].start + pins[i].bytes;
-    pthread_mutex_unlock(&pinned_lock);
+    pthread_mutex_unlock(&registry_lock);
     return found;
 }
 
-static CUresult pin_add(void *p, size_t n, bool allocated)
+static CUresult pin_add(void *p, size_t n, bool allocated, void *base)
 {
-    pthread_mutex_lock(&pinned_lock);
-    CUresult r = pin_count < 4096 ? OK : INVALID_VALUE;
+    uintptr_t a = (uintptr_t)p;
+    pthread_mutex_lock(&registry_lock);
+    CUresult r = pin_count < 4096 ? OK : OUT_OF_MEMORY;
+    for (int i = 0; i < pin_count && r == OK; i++)
+        if (a < pins[i].start + pins[i].bytes && pins[i].start < a + n)
+            r = HOST_MEMORY_ALREADY_REGISTERED; /* overlapping or the same */
     if (r == OK)
-        pins[pin_count++] = (pinned){(uintptr_t)p, n, allocated};
-    pthread_mutex_unlock(&pinned_lock);
+        pins[pin_count++] = (pinned){a, n, allocated, base};
+    pthread_mutex_unlock(&registry_lock);
     return r;
 }
 
-static CUresult pin_remove(void *p)
+/* Removes the entry starting at p if it is `allocated` (or not); its base. */
+static CUresult pin_remove(void *p, bool allocated, void **base)
 {
-    CUresult r = HOST_MEMORY_NOT_REGISTERED;
-    pthread_mutex_lock(&pinned_lock);
+    CUresult r = allocated ? INVALID_VALUE : HOST_MEMORY_NOT_REGISTERED;
+    pthread_mutex_lock(&registry_lock);
     for (int i = 0; i < pin_count; i++)
-        if (pins[i].start == (uintptr_t)p) {
+        if (pins[i].start == (uintptr_t)p && pins[i].allocated == allocated) {
+            *base = pins[i].base;
             pins[i] = pins[--pin_count];
             r = OK;
             break;
         }
-    pthread_mutex_unlock(&pinned_lock);
+    pthread_mutex_unlock(&registry_lock);
     return r;
 }
 
@@ -94,7 +284,7 @@ static CUresult pin_remove(void *p)
 typedef struct event {
     pthread_mutex_t lock;
     pthread_cond_t  cond;
-    bool            done;
+    bool            done, recorded;
     double          ms;
     int             refs; /* the handle and each queued record or wait: as in
                              CUDA, destroying an event that queued work still
@@ -146,8 +336,71 @@ static void event_wait(event *e)
     pthread_mutex_unlock(&e->lock);
 }
 
-/* ---- streams: a worker thread each; stream 0 runs work inline ---- */
-typedef enum { OP_COPY, OP_SET, OP_HOST_FN, OP_RECORD, OP_WAIT, OP_KERNEL, OP_SAXPY } op_kind;
+/* ---- the host-function thread: host functions of every stream, in turn ---- */
+static pthread_mutex_t hostfn_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t  hostfn_cond = PTHREAD_COND_INITIALIZER;
+static pthread_once_t  hostfn_once = PTHREAD_ONCE_INIT;
+static host_fn         hostfn_fn;
+static void           *hostfn_user;
+static bool            hostfn_pending, hostfn_finished;
+
+static void *hostfn_thread(void *arg)
+{
+    (void)arg;
+    in_host_fn = true;
+    pthread_mutex_lock(&hostfn_lock);
+    for (;;) {
+        while (!hostfn_pending)
+            pthread_cond_wait(&hostfn_cond, &hostfn_lock);
+        host_fn fn = hostfn_fn;
+        void *user = hostfn_user;
+        pthread_mutex_unlock(&hostfn_lock);
+        fn(user);
+        pthread_mutex_lock(&hostfn_lock);
+        hostfn_pending = false;
+        hostfn_finished = true;
+        pthread_cond_broadcast(&hostfn_cond);
+    }
+    return NULL;
+}
+
+static void hostfn_start(void)
+{
+    pthread_t t;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_create(&t, &attr, hostfn_thread, NULL);
+    pthread_attr_destroy(&attr);
+}
+
+/* Runs fn(user) on the driver's one host-function thread (strict), else on
+ * the stream's own thread. */
+static void run_host_fn(host_fn fn, void *user)
+{
+    if (!strict) {
+        in_host_fn = true;
+        fn(user);
+        in_host_fn = false;
+        return;
+    }
+    pthread_once(&hostfn_once, hostfn_start);
+    pthread_mutex_lock(&hostfn_lock);
+    while (hostfn_pending || hostfn_finished) /* another stream's turn */
+        pthread_cond_wait(&hostfn_cond, &hostfn_lock);
+    hostfn_fn = fn;
+    hostfn_user = user;
+    hostfn_pending = true;
+    pthread_cond_broadcast(&hostfn_cond);
+    while (!hostfn_finished)
+        pthread_cond_wait(&hostfn_cond, &hostfn_lock);
+    hostfn_finished = false;
+    pthread_cond_broadcast(&hostfn_cond);
+    pthread_mutex_unlock(&hostfn_lock);
+}
+
+/* ---- streams: a worker thread each, the legacy stream too ---- */
+typedef enum { OP_COPY, OP_SET, OP_HOST_FN, OP_RECORD, OP_WAIT, OP_KERNEL, OP_SAXPY, OP_FAULT } op_kind;
 typedef struct op {
     struct op  *next;
     op_kind     kind;
@@ -158,6 +411,7 @@ typedef struct op {
     host_fn     fn;
     void       *user;
     event      *ev;
+    void       *owned; /* freed after the op ran (a pageable source copied at submit) */
 } op;
 
 typedef struct stream {
@@ -166,9 +420,21 @@ typedef struct stream {
     op             *head, *tail;
     bool            busy, quit;
     pthread_t       thread;
+    struct stream  *next_live;
+    int             visitors; /* under registry_lock: threads waiting for it in synchronize_all_streams */
 } stream;
 
+static stream *live_streams; /* under registry_lock; the legacy stream included */
+static pthread_cond_t visitors_gone = PTHREAD_COND_INITIALIZER;
+static stream *legacy;       /* created with the context */
+
 typedef struct { unsigned long long staging_offset, buffer_offset, bytes; } entry;
+
+static void set_sticky(int code)
+{
+    int none = 0;
+    __atomic_compare_exchange_n(&sticky, &none, code, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+}
 
 /* The back end's mapping_copy_entries kernel: dst = buffer, src = staging,
  * user = the table (read when the kernel runs, as on a GPU), bytes = count,
@@ -176,9 +442,17 @@ typedef struct { unsigned long long staging_offset, buffer_offset, bytes; } entr
 static void run_copy_entries(op *o)
 {
     const entry *table = o->user;
+    if (!dev_valid(table, o->bytes * sizeof *table)) {
+        set_sticky(ILLEGAL_ADDRESS);
+        return;
+    }
     for (size_t i = 0; i < o->bytes; i++) {
         unsigned char *at_staging = (unsigned char *)o->src + table[i].staging_offset;
         unsigned char *at_buffer = (unsigned char *)o->dst + table[i].buffer_offset;
+        if (!dev_valid(at_staging, table[i].bytes) || !dev_valid(at_buffer, table[i].bytes)) {
+            set_sticky(ILLEGAL_ADDRESS);
+            return;
+        }
         if (o->value)
             memmove(at_staging, at_buffer, table[i].bytes);
         else
@@ -188,22 +462,23 @@ static void run_copy_entries(op *o)
 
 static void run_op(op *o)
 {
+    bool skip = __atomic_load_n(&sticky, __ATOMIC_SEQ_CST) != 0; /* the context is broken: nothing runs */
     switch (o->kind) {
-    case OP_COPY: memmove(o->dst, o->src, o->bytes); break;
-    case OP_SET: memset(o->dst, o->value, o->bytes); break;
-    case OP_HOST_FN:
-        in_host_fn = true;
-        o->fn(o->user);
-        in_host_fn = false;
-        break;
+    case OP_COPY: if (!skip) memmove(o->dst, o->src, o->bytes); break;
+    case OP_SET: if (!skip) memset(o->dst, o->value, o->bytes); break;
+    case OP_HOST_FN: if (!skip) run_host_fn(o->fn, o->user); break;
     case OP_RECORD: event_complete(o->ev); event_release(o->ev); break;
     case OP_WAIT: event_wait(o->ev); event_release(o->ev); break;
-    case OP_KERNEL: run_copy_entries(o); break;
+    case OP_KERNEL: if (!skip) run_copy_entries(o); break;
     case OP_SAXPY: /* examples/kernels/scale.cu: y = a*x + y; value = a, src = x, dst = y, bytes = n */
+        if (skip)
+            break;
         for (size_t i = 0; i < o->bytes; i++)
             ((float *)o->dst)[i] = (float)o->value * ((const float *)o->src)[i] + ((float *)o->dst)[i];
         break;
+    case OP_FAULT: set_sticky(ILLEGAL_ADDRESS); break;
     }
+    free(o->owned);
 }
 
 static void *worker(void *arg)
@@ -231,15 +506,62 @@ static void *worker(void *arg)
     return NULL;
 }
 
+static stream *stream_new(void)
+{
+    stream *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->cond, NULL);
+    pthread_create(&s->thread, NULL, worker, s);
+    pthread_mutex_lock(&registry_lock);
+    s->next_live = live_streams;
+    live_streams = s;
+    pthread_mutex_unlock(&registry_lock);
+    return s;
+}
+
+static bool stream_live(stream *s)
+{
+    pthread_mutex_lock(&registry_lock);
+    stream *l = live_streams;
+    while (l && l != s)
+        l = l->next_live;
+    pthread_mutex_unlock(&registry_lock);
+    return l != NULL;
+}
+
+/* Stops the worker after its queued work and frees the stream. */
+static void stream_end(stream *s)
+{
+    pthread_mutex_lock(&registry_lock);
+    for (stream **p = &live_streams; *p; p = &(*p)->next_live)
+        if (*p == s) {
+            *p = s->next_live;
+            break;
+        }
+    while (s->visitors > 0) /* another thread waits for it: let it finish */
+        pthread_cond_wait(&visitors_gone, &registry_lock);
+    pthread_mutex_unlock(&registry_lock);
+    pthread_mutex_lock(&s->lock);
+    s->quit = true;
+    pthread_cond_broadcast(&s->cond);
+    pthread_mutex_unlock(&s->lock);
+    pthread_join(s->thread, NULL);
+    pthread_mutex_destroy(&s->lock);
+    pthread_cond_destroy(&s->cond);
+    free(s);
+}
+
 static CUresult submit(stream *s, op o)
 {
-    if (!s) { /* the legacy stream: everything before is done */
-        run_op(&o);
-        return OK;
-    }
+    if (!s)
+        s = legacy;
     op *p = malloc(sizeof *p);
-    if (!p)
-        return INVALID_VALUE;
+    if (!p) {
+        free(o.owned);
+        return OUT_OF_MEMORY;
+    }
     *p = o;
     p->next = NULL;
     pthread_mutex_lock(&s->lock);
@@ -253,27 +575,144 @@ static CUresult submit(stream *s, op o)
     return OK;
 }
 
-static void drain(stream *s)
+/* Waits until the stream is idle; false when that took longer than `limit`
+ * seconds (limit <= 0: no limit). */
+static bool drain_within(stream *s, double limit)
 {
     if (!s)
-        return;
+        s = legacy;
+    double until = now_ms() + limit * 1e3;
+    bool idle = true;
     pthread_mutex_lock(&s->lock);
-    while (s->head || s->busy)
-        pthread_cond_wait(&s->cond, &s->lock);
+    while ((s->head || s->busy) && idle) {
+        if (limit <= 0) {
+            pthread_cond_wait(&s->cond, &s->lock);
+            continue;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        if (pthread_cond_timedwait(&s->cond, &s->lock, &ts) == ETIMEDOUT && now_ms() > until)
+            idle = false;
+    }
     pthread_mutex_unlock(&s->lock);
+    return idle;
+}
+
+static void drain(stream *s)
+{
+    drain_within(s, 0);
+}
+
+/* What a real driver does in a free (and may do in an allocation): wait for
+ * all work of the context. A wait that does not end is a hang on a GPU: abort. */
+static void synchronize_all_streams(const char *call)
+{
+    if (!strict)
+        return;
+    pthread_mutex_lock(&registry_lock);
+    size_t n = 0;
+    for (stream *s = live_streams; s; s = s->next_live)
+        n++;
+    stream **all = malloc((n ? n : 1) * sizeof *all);
+    n = 0;
+    for (stream *s = live_streams; s && all; s = s->next_live) {
+        s->visitors++; /* kept alive until we are done with it */
+        all[n++] = s;
+    }
+    pthread_mutex_unlock(&registry_lock);
+    for (size_t i = 0; i < n; i++) {
+        if (!drain_within(all[i], deadlock_seconds)) {
+            fprintf(stderr,
+                    "fake libcuda: %s waited %.0f s for a stream that does not finish (a host function waiting for "
+                    "the caller?): a real driver, which synchronizes allocations and frees with every stream, "
+                    "hangs here\n",
+                    call, deadlock_seconds);
+            abort();
+        }
+    }
+    pthread_mutex_lock(&registry_lock);
+    for (size_t i = 0; i < n; i++)
+        all[i]->visitors--;
+    pthread_cond_broadcast(&visitors_gone);
+    pthread_mutex_unlock(&registry_lock);
+    free(all);
+}
+
+/* The start of every allocation (is_free false) and free. */
+#define ALLOCATION(name, is_free)                                                            \
+    do {                                                                                     \
+        NEED_CONTEXT();                                                                      \
+        count(COUNT_##name);                                                                 \
+        if (__atomic_load_n(&forbid_alloc, __ATOMIC_SEQ_CST)) {                              \
+            count(COUNT_forbidden);                                                          \
+            fprintf(stderr, "fake libcuda: %s called where the test forbids allocations\n", #name); \
+            return NOT_PERMITTED;                                                            \
+        }                                                                                    \
+        if ((is_free) || sync_alloc)                                                         \
+            synchronize_all_streams(#name);                                                  \
+    } while (0)
+
+/* ---- the primary context's life ---- */
+
+static void context_create(void)
+{
+    __atomic_store_n(&sticky, 0, __ATOMIC_SEQ_CST);
+    legacy = stream_new();
+}
+
+/* Refcount 0: everything the context owned goes. */
+static void context_reset(void)
+{
+    count(COUNT_context_resets);
+    long long leaked = 0;
+    for (;;) {
+        pthread_mutex_lock(&registry_lock);
+        stream *s = live_streams;
+        pthread_mutex_unlock(&registry_lock);
+        if (!s)
+            break;
+        if (s != legacy)
+            leaked++;
+        drain(s);
+        stream_end(s);
+    }
+    legacy = NULL;
+    pthread_mutex_lock(&registry_lock);
+    leaked += (long long)dev_count;
+    for (size_t i = 0; i < dev_count; i++)
+        free((void *)dev_allocs[i].start);
+    dev_count = 0;
+    for (int i = 0; i < pin_count; i++) {
+        leaked++;
+        if (pins[i].allocated)
+            free(pins[i].base);
+    }
+    pin_count = 0;
+    pthread_mutex_unlock(&registry_lock);
+    if (leaked) {
+        __atomic_add_fetch(&counters[COUNT_leaked_at_reset], leaked, __ATOMIC_RELAXED);
+        fprintf(stderr, "fake libcuda: the primary context reset with %lld streams, allocations or registrations "
+                        "still live (now gone)\n", leaked);
+    }
+    __atomic_store_n(&sticky, 0, __ATOMIC_SEQ_CST);
 }
 
 /* ---- the API ---- */
 
 API CUresult cuInit(unsigned flags) { (void)flags; initialized = true; return OK; }
-API CUresult cuDriverGetVersion(int *v) { *v = 12080; return OK; }
+API CUresult cuDriverGetVersion(int *v) { *v = FAKE_CUDA_VERSION; return OK; }
 API CUresult cuDeviceGetCount(int *n) { if (!initialized) return NOT_INITIALIZED; *n = 1; return OK; }
-API CUresult cuDeviceGet(int *d, int i) { if (i != 0) return 101; *d = 0; return OK; }
+API CUresult cuDeviceGet(int *d, int i) { if (i != 0) return INVALID_DEVICE; *d = 0; return OK; }
 API CUresult cuDeviceGetName(char *name, int len, int d)
 {
     (void)d;
-    strncpy(name, "Fake CUDA device (tests/fake/fake_libcuda.c)", (size_t)len - 1);
-    name[len - 1] = '\0';
+    snprintf(name, (size_t)len, "Fake CUDA %d.%d device (tests/fake/fake_libcuda.c)", FAKE_CUDA_VERSION / 1000,
+             FAKE_CUDA_VERSION % 1000 / 10);
     return OK;
 }
 API CUresult cuDeviceTotalMem_v2(size_t *bytes, int d) { (void)d; *bytes = (size_t)1 << 30; return OK; }
@@ -288,12 +727,37 @@ API CUresult cuDeviceGetAttribute(int *v, int attr, int d)
     }
     return OK;
 }
-API CUresult cuDevicePrimaryCtxRetain(void **ctx, int d) { (void)d; __atomic_add_fetch(&primary.refs, 1, __ATOMIC_SEQ_CST); *ctx = &primary; return OK; }
-API CUresult cuDevicePrimaryCtxRelease_v2(int d) { (void)d; return __atomic_sub_fetch(&primary.refs, 1, __ATOMIC_SEQ_CST) >= 0 ? OK : INVALID_CONTEXT; }
+
+static pthread_mutex_t primary_lock = PTHREAD_MUTEX_INITIALIZER;
+API CUresult cuDevicePrimaryCtxRetain(void **ctx, int d)
+{
+    if (!initialized)
+        return NOT_INITIALIZED;
+    if (d != 0)
+        return INVALID_DEVICE;
+    pthread_mutex_lock(&primary_lock);
+    if (primary_refs == 0)
+        context_create();
+    __atomic_add_fetch(&primary_refs, 1, __ATOMIC_SEQ_CST);
+    pthread_mutex_unlock(&primary_lock);
+    *ctx = &primary_token;
+    return OK;
+}
+API CUresult cuDevicePrimaryCtxRelease_v2(int d)
+{
+    if (d != 0)
+        return INVALID_DEVICE;
+    pthread_mutex_lock(&primary_lock);
+    CUresult r = primary_refs > 0 ? OK : INVALID_CONTEXT;
+    if (r == OK && __atomic_sub_fetch(&primary_refs, 1, __ATOMIC_SEQ_CST) == 0)
+        context_reset();
+    pthread_mutex_unlock(&primary_lock);
+    return r;
+}
 API CUresult cuCtxGetCurrent(void **ctx) { *ctx = ctx_depth ? ctx_stack[ctx_depth - 1] : NULL; return OK; }
 API CUresult cuCtxPushCurrent_v2(void *ctx)
 {
-    if (ctx != &primary || ctx_depth == 16)
+    if (ctx != &primary_token || ctx_depth == 16)
         return INVALID_CONTEXT;
     ctx_stack[ctx_depth++] = ctx;
     return OK;
@@ -306,84 +770,211 @@ API CUresult cuCtxPopCurrent_v2(void **ctx)
     return OK;
 }
 
-API CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) { NEED_CONTEXT(); void *m = malloc(n); if (!m) return 2; *p = (uintptr_t)m; return OK; }
-API CUresult cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned f) { (void)f; return cuMemAlloc_v2(p, n); }
-API CUresult cuMemFree_v2(CUdeviceptr p) { NEED_CONTEXT(); free((void *)(uintptr_t)p); return OK; }
+API CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n)
+{
+    ALLOCATION(cuMemAlloc, false);
+    void *m = malloc(n ? n : 1);
+    if (!m)
+        return OUT_OF_MEMORY;
+    if (!dev_add(m, n)) {
+        free(m);
+        return OUT_OF_MEMORY;
+    }
+    *p = (uintptr_t)m;
+    return OK;
+}
+API CUresult cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned f)
+{
+    (void)f;
+    ALLOCATION(cuMemAllocManaged, false);
+    void *m = malloc(n ? n : 1);
+    if (!m)
+        return OUT_OF_MEMORY;
+    if (!dev_add(m, n)) {
+        free(m);
+        return OUT_OF_MEMORY;
+    }
+    *p = (uintptr_t)m;
+    return OK;
+}
+API CUresult cuMemFree_v2(CUdeviceptr p)
+{
+    ALLOCATION(cuMemFree, true);
+    if (!dev_remove((uintptr_t)p))
+        return INVALID_VALUE;
+    free((void *)(uintptr_t)p);
+    return OK;
+}
 API CUresult cuMemHostAlloc(void **p, size_t n, unsigned flags)
 {
     (void)flags;
-    NEED_CONTEXT();
-    /* FAKE_LIBCUDA_MISALIGN_HOST=1: blocks 64 bytes past a page boundary, to
-     * test the back end's page-alignment fallback. */
-    size_t skew = getenv("FAKE_LIBCUDA_MISALIGN_HOST") ? 64 : 0;
+    ALLOCATION(cuMemHostAlloc, false);
+    /* Blocks 64 bytes past a page boundary: every second one when strict,
+     * all with FAKE_LIBCUDA_MISALIGN_HOST=1. */
+    static unsigned long calls;
+    bool misalign = getenv("FAKE_LIBCUDA_MISALIGN_HOST") ||
+                    (strict && __atomic_fetch_add(&calls, 1, __ATOMIC_RELAXED) % 2 == 1);
+    size_t skew = misalign ? 64 : 0;
     void *base;
     if (posix_memalign(&base, 4096, n + skew))
-        return 2;
+        return OUT_OF_MEMORY;
     *p = (char *)base + skew;
-    return pin_add(*p, n, true);
+    CUresult r = pin_add(*p, n, true, base);
+    if (r != OK)
+        free(base);
+    return r;
 }
 API CUresult cuMemFreeHost(void *p)
 {
-    NEED_CONTEXT();
-    CUresult r = pin_remove(p);
+    ALLOCATION(cuMemFreeHost, true);
+    void *base = NULL;
+    CUresult r = pin_remove(p, true, &base);
     if (r == OK)
-        free((char *)p - ((uintptr_t)p % 4096));
+        free(base);
     return r;
 }
-API CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned f) { (void)f; NEED_CONTEXT(); return pin_add(p, n, false); }
-API CUresult cuMemHostUnregister(void *p) { NEED_CONTEXT(); return pin_remove(p); }
+API CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned f)
+{
+    (void)f;
+    ALLOCATION(cuMemHostRegister, false);
+    if (!p || !n)
+        return INVALID_VALUE;
+    return pin_add(p, n, false, NULL);
+}
+API CUresult cuMemHostUnregister(void *p)
+{
+    ALLOCATION(cuMemHostUnregister, true);
+    void *base;
+    return pin_remove(p, false, &base);
+}
 
 #define D(p) ((void *)(uintptr_t)(p))
-API CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *s, size_t n) { NEED_CONTEXT(); memcpy(D(d), s, n); return OK; }
-API CUresult cuMemcpyDtoH_v2(void *d, CUdeviceptr s, size_t n) { NEED_CONTEXT(); memcpy(d, D(s), n); return OK; }
-API CUresult cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n) { NEED_CONTEXT(); memmove(D(d), D(s), n); return OK; }
-API CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n) { NEED_CONTEXT(); memset(D(d), v, n); return OK; }
+
+/* A device range the work touches; false makes the context's error sticky. */
+static bool device_ok(CUdeviceptr p, size_t n)
+{
+    if (dev_valid(D(p), n))
+        return true;
+    set_sticky(ILLEGAL_ADDRESS);
+    return false;
+}
+
+/* A queued access of [p, +n): checked when the stream gets there. */
+static CUresult submit_checked(stream *s, op o, CUdeviceptr a, size_t an, CUdeviceptr b, size_t bn)
+{
+    if (!dev_valid(D(a), an) || (bn && !dev_valid(D(b), bn))) {
+        free(o.owned);
+        return submit(s, (op){.kind = OP_FAULT});
+    }
+    return submit(s, o);
+}
+
+/* Blocking calls ("API synchronization behavior"). */
+API CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *s, size_t n)
+{
+    NEED_CONTEXT();
+    drain(NULL);
+    if (!device_ok(d, n))
+        return ILLEGAL_ADDRESS;
+    if (is_pinned(s, n)) { /* synchronous */
+        memcpy(D(d), s, n);
+        return OK;
+    }
+    /* Pageable: returns once the source is staged; the DMA may go on. */
+    void *staged = malloc(n);
+    if (!staged)
+        return OUT_OF_MEMORY;
+    memcpy(staged, s, n);
+    return submit(NULL, (op){.kind = OP_COPY, .dst = D(d), .src = staged, .bytes = n, .owned = staged});
+}
+API CUresult cuMemcpyDtoH_v2(void *d, CUdeviceptr s, size_t n)
+{
+    NEED_CONTEXT();
+    drain(NULL);
+    if (!device_ok(s, n))
+        return ILLEGAL_ADDRESS;
+    memcpy(d, D(s), n); /* returns once done */
+    return OK;
+}
+API CUresult cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n)
+{
+    NEED_CONTEXT(); /* asynchronous to the host */
+    return submit_checked(NULL, (op){.kind = OP_COPY, .dst = D(d), .src = D(s), .bytes = n}, d, n, s, n);
+}
+API CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n)
+{
+    NEED_CONTEXT(); /* asynchronous to the host for device memory */
+    return submit_checked(NULL, (op){.kind = OP_SET, .dst = D(d), .value = v, .bytes = n}, d, n, 0, 0);
+}
 
 /* Pageable memory: like the real driver, wait for the stream, then copy. */
-static CUresult host_copy_async(void *dst, const void *src, size_t n, stream *s, const void *host)
+static CUresult host_copy_async(void *dst, const void *src, size_t n, stream *s, const void *host, CUdeviceptr dev)
 {
     if (!is_pinned(host, n)) {
         drain(s);
+        if (!device_ok(dev, n))
+            return ILLEGAL_ADDRESS;
         memcpy(dst, src, n);
         return OK;
     }
-    return submit(s, (op){.kind = OP_COPY, .dst = dst, .src = src, .bytes = n});
+    return submit_checked(s, (op){.kind = OP_COPY, .dst = dst, .src = src, .bytes = n}, dev, n, 0, 0);
 }
-API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *s, size_t n, stream *st) { NEED_CONTEXT(); return host_copy_async(D(d), s, n, st, s); }
-API CUresult cuMemcpyDtoHAsync_v2(void *d, CUdeviceptr s, size_t n, stream *st) { NEED_CONTEXT(); return host_copy_async(d, D(s), n, st, d); }
-API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, stream *st) { NEED_CONTEXT(); return submit(st, (op){.kind = OP_COPY, .dst = D(d), .src = D(s), .bytes = n}); }
-API CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, stream *st) { NEED_CONTEXT(); return submit(st, (op){.kind = OP_SET, .dst = D(d), .value = v, .bytes = n}); }
+API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *s, size_t n, stream *st) { NEED_CONTEXT(); return host_copy_async(D(d), s, n, st, s, d); }
+API CUresult cuMemcpyDtoHAsync_v2(void *d, CUdeviceptr s, size_t n, stream *st) { NEED_CONTEXT(); return host_copy_async(d, D(s), n, st, d, s); }
+API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, stream *st)
+{
+    NEED_CONTEXT();
+    return submit_checked(st, (op){.kind = OP_COPY, .dst = D(d), .src = D(s), .bytes = n}, d, n, s, n);
+}
+API CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, stream *st)
+{
+    NEED_CONTEXT();
+    return submit_checked(st, (op){.kind = OP_SET, .dst = D(d), .value = v, .bytes = n}, d, n, 0, 0);
+}
 
 API CUresult cuStreamCreate(stream **out, unsigned flags)
 {
     (void)flags;
     NEED_CONTEXT();
-    stream *s = calloc(1, sizeof *s);
-    pthread_mutex_init(&s->lock, NULL);
-    pthread_cond_init(&s->cond, NULL);
-    pthread_create(&s->thread, NULL, worker, s);
+    count(COUNT_cuStreamCreate);
+    stream *s = stream_new();
+    if (!s)
+        return OUT_OF_MEMORY;
     *out = s;
     return OK;
 }
-API CUresult cuStreamSynchronize(stream *s) { NEED_CONTEXT(); drain(s); return OK; }
+API CUresult cuStreamSynchronize(stream *s)
+{
+    NEED_CONTEXT();
+    count(COUNT_cuStreamSynchronize);
+    if (s && !stream_live(s))
+        return INVALID_HANDLE;
+    drain(s);
+    int e = __atomic_load_n(&sticky, __ATOMIC_SEQ_CST);
+    return e ? e : OK;
+}
 API CUresult cuStreamDestroy_v2(stream *s)
 {
     NEED_CONTEXT();
-    pthread_mutex_lock(&s->lock);
-    s->quit = true;
-    pthread_cond_broadcast(&s->cond);
-    pthread_mutex_unlock(&s->lock);
-    pthread_join(s->thread, NULL);
-    free(s);
+    if (!s || s == legacy || !stream_live(s))
+        return INVALID_HANDLE;
+    stream_end(s); /* like CUDA: queued work still completes */
     return OK;
 }
-API CUresult cuLaunchHostFunc(stream *s, host_fn fn, void *user) { NEED_CONTEXT(); return submit(s, (op){.kind = OP_HOST_FN, .fn = fn, .user = user}); }
+API CUresult cuLaunchHostFunc(stream *s, host_fn fn, void *user)
+{
+    NEED_CONTEXT();
+    count(COUNT_cuLaunchHostFunc);
+    return submit(s, (op){.kind = OP_HOST_FN, .fn = fn, .user = user});
+}
 
 API CUresult cuEventCreate(event **out, unsigned flags)
 {
     (void)flags;
     NEED_CONTEXT();
     event *e = calloc(1, sizeof *e);
+    if (!e)
+        return OUT_OF_MEMORY;
     pthread_mutex_init(&e->lock, NULL);
     pthread_cond_init(&e->cond, NULL);
     e->done = true; /* an event never recorded counts as complete */
@@ -397,6 +988,7 @@ API CUresult cuEventRecord(event *e, stream *s)
     NEED_CONTEXT();
     pthread_mutex_lock(&e->lock);
     e->done = false;
+    e->recorded = true;
     e->refs++;
     pthread_mutex_unlock(&e->lock);
     CUresult r = submit(s, (op){.kind = OP_RECORD, .ev = e});
@@ -412,7 +1004,13 @@ API CUresult cuEventQuery(event *e)
     pthread_mutex_unlock(&e->lock);
     return done ? OK : NOT_READY;
 }
-API CUresult cuEventSynchronize(event *e) { NEED_CONTEXT(); event_wait(e); return OK; }
+API CUresult cuEventSynchronize(event *e)
+{
+    NEED_CONTEXT();
+    event_wait(e);
+    int s = __atomic_load_n(&sticky, __ATOMIC_SEQ_CST);
+    return s ? s : OK;
+}
 /* FAKE_CUDA_WITHOUT_STREAM_WAIT builds a driver that lacks one required
  * entry point (tests: the back end must refuse it, naming the symbol). */
 #ifndef FAKE_CUDA_WITHOUT_STREAM_WAIT
@@ -427,37 +1025,97 @@ API CUresult cuStreamWaitEvent(stream *s, event *e, unsigned f)
     return r;
 }
 #endif
-API CUresult cuEventElapsedTime(float *ms, event *a, event *b)
+
+static CUresult elapsed(float *ms, event *a, event *b)
 {
     NEED_CONTEXT();
+    pthread_mutex_lock(&a->lock);
+    bool a_recorded = a->recorded;
+    pthread_mutex_unlock(&a->lock);
+    pthread_mutex_lock(&b->lock);
+    bool b_recorded = b->recorded;
+    pthread_mutex_unlock(&b->lock);
+    if (!a_recorded || !b_recorded)
+        return INVALID_HANDLE; /* as the driver: cuEventRecord never called on one */
     if (cuEventQuery(a) != OK || cuEventQuery(b) != OK)
         return NOT_READY;
     *ms = (float)(b->ms - a->ms);
     return OK;
 }
-
-typedef struct { int type, id; } location;
-API CUresult cuMemPrefetchAsync_v2(CUdeviceptr p, size_t n, location to, unsigned f, stream *s)
+API CUresult cuEventElapsedTime(float *ms, event *a, event *b)
 {
-    (void)p, (void)n, (void)to, (void)f, (void)s;
-    NEED_CONTEXT();
-    return OK;
+    count(COUNT_cuEventElapsedTime);
+    return elapsed(ms, a, b);
 }
 
+typedef struct { int type, id; } location;
 typedef struct { int order; location src, dst; unsigned flags; } copy_attrs;
-API CUresult cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,
-                                   copy_attrs *attrs, size_t *idxs, size_t nattrs, stream *s)
+
+/* The batch copy, shared by both signatures. */
+static CUresult batch_copy(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count_, copy_attrs *attrs,
+                           size_t *idxs, size_t nattrs, size_t *fail_idx, stream *s)
 {
     NEED_CONTEXT();
-    if (!s || !attrs || !idxs || nattrs == 0 || attrs[0].order != 1)
+    if (!s || !attrs || !idxs || nattrs == 0 || idxs[0] != 0 || attrs[0].order != 1) {
+        if (fail_idx)
+            *fail_idx = SIZE_MAX; /* an error not tied to one copy */
         return INVALID_VALUE; /* the real call refuses the legacy stream, and needs an order */
-    for (size_t i = 0; i < count; i++) {
-        CUresult r = submit(s, (op){.kind = OP_COPY, .dst = D(dsts[i]), .src = D(srcs[i]), .bytes = sizes[i]});
-        if (r != OK)
+    }
+    for (size_t i = 0; i < count_; i++) {
+        CUresult r = submit_checked(s, (op){.kind = OP_COPY, .dst = D(dsts[i]), .src = D(srcs[i]), .bytes = sizes[i]},
+                                    dsts[i], sizes[i], srcs[i], sizes[i]);
+        if (r != OK) {
+            if (fail_idx)
+                *fail_idx = i;
             return r;
+        }
     }
     return OK;
 }
+
+/* CUDA 12.8: with failIdx. A CUDA 13 driver still exports it. */
+API CUresult cuMemcpyBatchAsync(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count_,
+                                copy_attrs *attrs, size_t *idxs, size_t nattrs, size_t *fail_idx, stream *s)
+{
+    count(COUNT_cuMemcpyBatchAsync);
+    if (!fail_idx)
+        return INVALID_VALUE;
+    return batch_copy(dsts, srcs, sizes, count_, attrs, idxs, nattrs, fail_idx, s);
+}
+
+/* The CUDA 8 prefetch (its 12.x name; CUDA 13 maps the name to _v2). */
+API CUresult cuMemPrefetchAsync(CUdeviceptr p, size_t n, int to, stream *s)
+{
+    NEED_CONTEXT();
+    count(COUNT_cuMemPrefetchAsync);
+    if (to != -1 && to != 0)
+        return INVALID_DEVICE;
+    return submit_checked(s, (op){.kind = OP_SET, .bytes = 0, .dst = D(p)}, p, n, 0, 0);
+}
+
+#if FAKE_CUDA_VERSION >= 13000
+API CUresult cuEventElapsedTime_v2(float *ms, event *a, event *b)
+{
+    count(COUNT_cuEventElapsedTime_v2);
+    return elapsed(ms, a, b);
+}
+
+API CUresult cuMemPrefetchAsync_v2(CUdeviceptr p, size_t n, location to, unsigned f, stream *s)
+{
+    NEED_CONTEXT();
+    count(COUNT_cuMemPrefetchAsync_v2);
+    if (f != 0 || (to.type != 1 && to.type != 2) || (to.type == 1 && to.id != 0))
+        return INVALID_VALUE;
+    return submit_checked(s, (op){.kind = OP_SET, .bytes = 0, .dst = D(p)}, p, n, 0, 0);
+}
+
+API CUresult cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count_,
+                                   copy_attrs *attrs, size_t *idxs, size_t nattrs, stream *s)
+{
+    count(COUNT_cuMemcpyBatchAsync_v2);
+    return batch_copy(dsts, srcs, sizes, count_, attrs, idxs, nattrs, NULL, s);
+}
+#endif
 
 /* Modules: the back end's kernel and the example's saxpy, emulated on the stream. */
 static int module_token, function_token, saxpy_token;
@@ -469,7 +1127,7 @@ API CUresult cuModuleLoadData(void **module, const void *image)
     *module = &module_token;
     return OK;
 }
-API CUresult cuModuleUnload(void *module) { NEED_CONTEXT(); return module == &module_token ? OK : 400; }
+API CUresult cuModuleUnload(void *module) { NEED_CONTEXT(); return module == &module_token ? OK : INVALID_HANDLE; }
 API CUresult cuModuleGetFunction(void **fn, void *module, const char *name)
 {
     NEED_CONTEXT();
@@ -491,9 +1149,13 @@ API CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, uns
     NEED_CONTEXT();
     if ((fn != &function_token && fn != &saxpy_token) || gx == 0 || bx == 0 || bx > 1024)
         return INVALID_VALUE;
-    if (fn == &saxpy_token) /* whole numbers only: the example's a is 2 */
-        return submit(s, (op){.kind = OP_SAXPY, .value = (int)*(float *)params[0], .src = D(*(CUdeviceptr *)params[1]),
-                              .dst = D(*(CUdeviceptr *)params[2]), .bytes = *(unsigned *)params[3]});
+    if (fn == &saxpy_token) { /* whole numbers only: the example's a is 2 */
+        CUdeviceptr x = *(CUdeviceptr *)params[1], y = *(CUdeviceptr *)params[2];
+        size_t n = *(unsigned *)params[3];
+        return submit_checked(s, (op){.kind = OP_SAXPY, .value = (int)*(float *)params[0], .src = D(x), .dst = D(y),
+                                      .bytes = n},
+                              x, n * sizeof(float), y, n * sizeof(float));
+    }
     CUdeviceptr table = *(CUdeviceptr *)params[1];
     if (table % 8)
         return 716; /* CUDA_ERROR_MISALIGNED_ADDRESS */

@@ -12,7 +12,11 @@
  *   memory, cuMemcpyDtoD and cuMemsetD8 may return before that, so those are
  *   followed by a synchronize of the legacy stream.
  * - Calls on a stream return once queued; copies of pageable memory go
- *   through cuda_staging.c so they never wait for the stream.
+ *   through the staging arena of cuda_staging.c so they never wait for the
+ *   stream.
+ * - No driver allocation or free on a path that may run while the caller's
+ *   streams hold work (copies, synchronizes, host functions): a real driver
+ *   may synchronize them with every stream. The arena is made at open.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -165,7 +169,12 @@ static mapping_status cuda_device_open(int index, const mapping_device_desc *des
         free(d);
         return st;
     }
-    IN_CONTEXT(d, st = cuda_check(cu->cuStreamCreate(&d->internal, CU_STREAM_NON_BLOCKING_), "cuStreamCreate"));
+    IN_CONTEXT(d, {
+        st = cuda_check(cu->cuStreamCreate(&d->internal, CU_STREAM_NON_BLOCKING_), "cuStreamCreate");
+        /* The staging arena's first chunk: no page-locked allocation per copy. */
+        if (st == MAPPING_OK && (st = cuda_staging_init(d)) != MAPPING_OK)
+            cu->cuStreamDestroy_v2(d->internal);
+    });
     if (st != MAPPING_OK) {
         cu->cuDevicePrimaryCtxRelease_v2(d->device);
         free(d);
@@ -174,7 +183,6 @@ static mapping_status cuda_device_open(int index, const mapping_device_desc *des
     d->managed = cu->cuMemAllocManaged && attribute(cu, d->device, CU_ATTR_MANAGED_MEMORY);
     d->concurrent_managed = d->managed && attribute(cu, d->device, CU_ATTR_CONCURRENT_MANAGED_ACCESS);
     d->scatter_mode = scatter_mode_from_env();
-    cuda_staging_init(&d->staging);
     pthread_mutex_init(&d->kernels_lock, NULL);
     *out = d;
     return MAPPING_OK;
@@ -223,7 +231,10 @@ static void cuda_buffer_free(void *dev, void *mem)
 {
     cuda_device *d = dev;
     mapping_status st;
-    IN_CONTEXT(d, st = cuda_check(d->cu->cuMemFree_v2(cuda_ptr(mem)), "cuMemFree_v2"));
+    IN_CONTEXT(d, {
+        st = cuda_check(d->cu->cuMemFree_v2(cuda_ptr(mem)), "cuMemFree_v2");
+        cuda_staging_trim(d); /* a free already: trimming here adds no new wait */
+    });
     (void)st;
 }
 
@@ -343,6 +354,7 @@ static void cuda_host_free(void *dev, void *ptr, void *cookie)
     } else {
         IN_CONTEXT(d, st = cuda_check(d->cu->cuMemFreeHost(ptr), "cuMemFreeHost"));
     }
+    IN_CONTEXT(d, cuda_staging_trim(d));
     (void)st;
     free(b);
 }
@@ -384,7 +396,10 @@ static void cuda_stream_destroy(void *dev, void *stream)
 {
     cuda_device *d = dev;
     mapping_status st;
-    IN_CONTEXT(d, st = cuda_check(d->cu->cuStreamDestroy_v2(stream), "cuStreamDestroy_v2"));
+    IN_CONTEXT(d, {
+        st = cuda_check(d->cu->cuStreamDestroy_v2(stream), "cuStreamDestroy_v2");
+        cuda_staging_trim(d);
+    });
     (void)st;
 }
 
@@ -392,10 +407,9 @@ static mapping_status cuda_stream_synchronize(void *dev, void *stream)
 {
     cuda_device *d = dev;
     mapping_status st;
-    IN_CONTEXT(d, {
-        st = cuda_check(d->cu->cuStreamSynchronize(stream), "cuStreamSynchronize");
-        cuda_staging_trim(d); /* blocks the stream returned are idle now */
-    });
+    /* No allocation or free here: the arena is trimmed where memory is
+     * freed anyway (cuda_staging.c). */
+    IN_CONTEXT(d, st = cuda_check(d->cu->cuStreamSynchronize(stream), "cuStreamSynchronize"));
     return st;
 }
 

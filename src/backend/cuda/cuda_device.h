@@ -1,7 +1,7 @@
 /*
  * The cuda back end's device and the helpers its files share: entering the
  * device's context on whatever thread calls, turning CUresults into statuses,
- * and the pool of page-locked staging blocks for asynchronous copies of
+ * and the arena of page-locked memory that stages asynchronous copies of
  * pageable memory.
  */
 #ifndef MAPPING_CUDA_DEVICE_H
@@ -11,23 +11,34 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_driver.h"
 
-/* A page-locked block lent to one queued copy; returned to the pool by a
- * host function when the stream has passed the copy. */
-typedef struct cuda_stage_block {
-    struct cuda_stage_block *next;
-    struct cuda_staging     *pool;
-    void                    *ptr;
-    size_t                   capacity;
-    void                    *copy_out;       /* device-to-host: the caller's pageable destination */
-    size_t                   copy_out_bytes;
-} cuda_stage_block;
+/* The staging arena (cuda_staging.c): page-locked chunks, each used as a
+ * ring of blocks lent to queued copies of pageable memory. A block's header
+ * lies in the chunk just before its data; a host function gives the block
+ * back when the stream has passed the copy. */
+typedef struct cuda_stage_chunk {
+    struct cuda_stage_chunk *next;
+    char                    *base;
+    size_t                   size;
+    size_t                   head, tail; /* next block at head; oldest lent (or not yet reclaimed) at tail */
+    size_t                   wrap_end;   /* when wrapped: where the blocks before the wrap end */
+    size_t                   blocks;     /* between tail and head */
+    bool                     wrapped;
+} cuda_stage_chunk;
 
-enum { CUDA_STAGE_CLASSES = 48 }; /* capacity = 2^class bytes */
+typedef struct cuda_stage_block {
+    cuda_stage_chunk   *chunk;
+    struct cuda_staging *arena;
+    size_t              size;      /* of the whole block, header included */
+    bool                returned;
+    void               *copy_out;  /* device-to-host: the caller's pageable destination */
+    size_t              copy_out_bytes;
+} cuda_stage_block;
 
 typedef struct cuda_staging {
     pthread_mutex_t   lock;
-    cuda_stage_block *free_blocks[CUDA_STAGE_CLASSES];
-    size_t            free_bytes;
+    cuda_stage_chunk *chunks; /* the first, made at open, stays until close */
+    size_t            total;  /* bytes in all chunks */
+    unsigned long     grows;  /* chunks added after open */
 } cuda_staging;
 
 /* How scatter/gather run (MAPPING_CUDA_SCATTER=auto|batch|kernel|copies). */
@@ -67,13 +78,14 @@ mapping_status cuda_check(cu_result r, const char *call);
 mapping_status cuda_enter(cuda_device *d, bool *pushed);
 void           cuda_leave(cuda_device *d, bool pushed);
 
-/* ---- staging pool (cuda_staging.c); the context must be current for get,
- * trim and destroy; put makes no driver call, so host functions may use it. */
-void              cuda_staging_init(cuda_staging *pool);
-cuda_stage_block *cuda_stage_get(cuda_device *d, size_t bytes, mapping_status *st);
-void              cuda_stage_put(cuda_stage_block *block);
-void              cuda_staging_trim(cuda_device *d);
-void              cuda_staging_destroy(cuda_device *d);
+/* ---- staging arena (cuda_staging.c) ----
+ * init makes the first chunk (at open); trim frees idle chunks above the
+ * high-water mark, and is called only where the back end frees driver memory
+ * anyway (never from a synchronize, a copy or a host function); destroy
+ * frees everything. The context must be current for all three. */
+mapping_status cuda_staging_init(cuda_device *d);
+void           cuda_staging_trim(cuda_device *d);
+void           cuda_staging_destroy(cuda_device *d);
 
 /* Asynchronous copies of pageable host memory through a staging block: they
  * return once queued, never waiting for the stream (cuda_staging.c). */

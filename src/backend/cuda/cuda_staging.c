@@ -5,126 +5,232 @@
  * stream held by earlier work (a host function waiting for the caller, say)
  * would hang the caller. The library promises that a call on a stream returns
  * once the work is queued, so the back end stages such copies itself through
- * page-locked blocks from a per-device pool:
+ * blocks of a per-device page-locked arena:
  *   write: memcpy into a block now, cuMemcpyHtoDAsync from it, and a host
- *          function returns the block when the stream gets there;
+ *          function gives the block back when the stream gets there;
  *   read:  cuMemcpyDtoHAsync into a block, then a host function copies it to
- *          the caller's memory and returns the block.
- * Blocks are never waited for: an empty pool allocates a new block. Idle
- * blocks beyond a small cache are freed from library calls (host functions
- * must not call the driver).
+ *          the caller's memory and gives the block back.
+ *
+ * Page-locked allocations and frees are slow (tens to hundreds of us) and a
+ * real driver may synchronize them with every stream, which hangs a caller
+ * whose stream waits for it. So the arena is one chunk of cuMemHostAlloc
+ * memory made at open and used as a ring: a block is carved at the ring's
+ * head, and the tail moves past blocks as they come back (blocks of several
+ * streams may come back out of order; the tail waits for the oldest). Blocks
+ * are never waited for: when no chunk has room, the arena grows by a chunk at
+ * least as large as all the others together, so growing is rare. Idle chunks
+ * beyond the high-water mark are freed only where the back end frees driver
+ * memory anyway (buffer and host-memory frees, stream destruction), never in
+ * a synchronize, a copy or a host function (which may not call the driver).
  */
 #include <stdlib.h>
 #include <string.h>
 #include "backend/cuda/cuda_device.h"
 #include "os/status.h"
 
-enum { STAGE_MIN_CLASS = 16 };                        /* 64 KiB */
-static const size_t STAGE_CACHE_BYTES = (size_t)64 << 20; /* idle blocks kept */
+enum { STAGE_ALIGN = 64 };
+static const size_t STAGE_FIRST_BYTES = (size_t)16 << 20; /* made at open */
+static const size_t STAGE_KEEP_BYTES = (size_t)64 << 20;  /* the high-water mark trim keeps */
+static const size_t STAGE_GROW_STEP = (size_t)2 << 20;
 
-void cuda_staging_init(cuda_staging *pool)
+static size_t align_up(size_t n, size_t a)
 {
-    memset(pool, 0, sizeof *pool);
-    pthread_mutex_init(&pool->lock, NULL);
+    return (n + a - 1) / a * a;
 }
 
-static int class_of(size_t bytes)
+static size_t header_bytes(void)
 {
-    int c = STAGE_MIN_CLASS;
-    while (c < CUDA_STAGE_CLASSES - 1 && ((size_t)1 << c) < bytes)
-        c++;
-    return c;
+    return align_up(sizeof(cuda_stage_block), STAGE_ALIGN);
 }
 
-cuda_stage_block *cuda_stage_get(cuda_device *d, size_t bytes, mapping_status *st)
+static cuda_stage_chunk *chunk_new(cuda_device *d, size_t size, mapping_status *st)
 {
-    cuda_staging *pool = &d->staging;
-    int c = class_of(bytes);
-    pthread_mutex_lock(&pool->lock);
-    cuda_stage_block *b = pool->free_blocks[c];
-    if (b) {
-        pool->free_blocks[c] = b->next;
-        pool->free_bytes -= b->capacity;
-    }
-    pthread_mutex_unlock(&pool->lock);
-    if (b)
-        return b;
-    b = calloc(1, sizeof *b);
-    if (!b) {
+    cuda_stage_chunk *c = calloc(1, sizeof *c);
+    if (!c) {
         *st = mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "cuda: out of memory");
         return NULL;
     }
-    b->pool = pool;
-    b->capacity = (size_t)1 << c;
-    if (b->capacity < bytes) /* larger than the largest class: exact size */
-        b->capacity = bytes;
-    *st = cuda_check(d->cu->cuMemHostAlloc(&b->ptr, b->capacity, CU_MEMHOSTALLOC_PORTABLE_), "cuMemHostAlloc");
+    void *p = NULL;
+    *st = cuda_check(d->cu->cuMemHostAlloc(&p, size, CU_MEMHOSTALLOC_PORTABLE_), "cuMemHostAlloc");
     if (*st != MAPPING_OK) {
         if (*st == MAPPING_ERR_OUT_OF_DEVICE_MEMORY)
             *st = MAPPING_ERR_OUT_OF_HOST_MEMORY;
-        free(b);
+        free(c);
         return NULL;
     }
+    c->base = p;
+    c->size = size;
+    return c;
+}
+
+static void chunk_free(cuda_device *d, cuda_stage_chunk *c)
+{
+    d->cu->cuMemFreeHost(c->base);
+    free(c);
+}
+
+mapping_status cuda_staging_init(cuda_device *d)
+{
+    cuda_staging *arena = &d->staging;
+    memset(arena, 0, sizeof *arena);
+    pthread_mutex_init(&arena->lock, NULL);
+    mapping_status st;
+    arena->chunks = chunk_new(d, STAGE_FIRST_BYTES, &st);
+    if (!arena->chunks) {
+        pthread_mutex_destroy(&arena->lock);
+        return st;
+    }
+    arena->total = STAGE_FIRST_BYTES;
+    return MAPPING_OK;
+}
+
+/* A block of `size` bytes (header included) from the chunk's ring, or NULL.
+ * The arena's lock is held. */
+static cuda_stage_block *ring_take(cuda_stage_chunk *c, size_t size)
+{
+    if (c->blocks == 0)
+        c->head = c->tail = 0, c->wrapped = false;
+    size_t at;
+    if (!c->wrapped) {
+        if (c->head + size <= c->size) {
+            at = c->head;
+        } else if (size <= c->tail) { /* wrap: the blocks before the wrap end at head */
+            c->wrap_end = c->head;
+            c->wrapped = true;
+            at = 0;
+        } else {
+            return NULL;
+        }
+    } else if (c->head + size <= c->tail) {
+        at = c->head;
+    } else {
+        return NULL;
+    }
+    c->head = at + size;
+    c->blocks++;
+    cuda_stage_block *b = (cuda_stage_block *)(void *)(c->base + at);
+    memset(b, 0, sizeof *b);
+    b->chunk = c;
+    b->size = size;
     return b;
 }
 
-void cuda_stage_put(cuda_stage_block *b)
+/* Moves the tail past blocks that came back. The arena's lock is held. */
+static void ring_reclaim(cuda_stage_chunk *c)
 {
-    cuda_staging *pool = b->pool;
-    int c = class_of(b->capacity);
-    pthread_mutex_lock(&pool->lock);
-    b->next = pool->free_blocks[c];
-    pool->free_blocks[c] = b;
-    pool->free_bytes += b->capacity;
-    pthread_mutex_unlock(&pool->lock);
+    while (c->blocks > 0) {
+        cuda_stage_block *b = (cuda_stage_block *)(void *)(c->base + c->tail);
+        if (!b->returned)
+            break;
+        c->tail += b->size;
+        c->blocks--;
+        if (c->wrapped && c->tail == c->wrap_end)
+            c->tail = 0, c->wrapped = false;
+    }
+    if (c->blocks == 0)
+        c->head = c->tail = 0, c->wrapped = false;
 }
 
-/* Frees idle blocks down to `keep` bytes, largest first. */
-static void trim_to(cuda_device *d, size_t keep)
+/* A block for `bytes` of data; the context is current. Never waits: grows
+ * the arena when no chunk has room. */
+static cuda_stage_block *stage_get(cuda_device *d, size_t bytes, mapping_status *st)
 {
-    cuda_staging *pool = &d->staging;
-    cuda_stage_block *doomed = NULL;
-    pthread_mutex_lock(&pool->lock);
-    for (int c = CUDA_STAGE_CLASSES - 1; c >= 0 && pool->free_bytes > keep; c--)
-        while (pool->free_blocks[c] && pool->free_bytes > keep) {
-            cuda_stage_block *b = pool->free_blocks[c];
-            pool->free_blocks[c] = b->next;
-            pool->free_bytes -= b->capacity;
-            b->next = doomed;
-            doomed = b;
-        }
-    pthread_mutex_unlock(&pool->lock);
-    while (doomed) {
-        cuda_stage_block *next = doomed->next;
-        d->cu->cuMemFreeHost(doomed->ptr);
-        free(doomed);
-        doomed = next;
+    cuda_staging *arena = &d->staging;
+    size_t size = header_bytes() + align_up(bytes ? bytes : 1, STAGE_ALIGN);
+    pthread_mutex_lock(&arena->lock);
+    cuda_stage_block *b = NULL;
+    for (cuda_stage_chunk *c = arena->chunks; c && !b; c = c->next)
+        b = ring_take(c, size);
+    size_t grow = align_up(size, STAGE_GROW_STEP);
+    if (grow < arena->total)
+        grow = arena->total;
+    pthread_mutex_unlock(&arena->lock);
+    if (b) {
+        b->arena = arena;
+        return b;
     }
+    cuda_stage_chunk *c = chunk_new(d, grow, st);
+    if (!c)
+        return NULL;
+    mapping__log(2, "cuda: the staging arena grows by %zu bytes (a queued copy of %zu bytes found no room)", grow,
+                 bytes);
+    pthread_mutex_lock(&arena->lock);
+    b = ring_take(c, size);
+    cuda_stage_chunk **last = &arena->chunks;
+    while (*last)
+        last = &(*last)->next;
+    *last = c;
+    arena->total += c->size;
+    arena->grows++;
+    pthread_mutex_unlock(&arena->lock);
+    b->arena = arena;
+    return b;
+}
+
+/* Gives a block back; no driver call, so host functions may use it. */
+static void stage_put(cuda_stage_block *b)
+{
+    cuda_staging *arena = b->arena;
+    pthread_mutex_lock(&arena->lock);
+    b->returned = true;
+    ring_reclaim(b->chunk);
+    pthread_mutex_unlock(&arena->lock);
+}
+
+static void *block_data(cuda_stage_block *b)
+{
+    return (char *)b + header_bytes();
 }
 
 void cuda_staging_trim(cuda_device *d)
 {
-    trim_to(d, STAGE_CACHE_BYTES);
+    cuda_staging *arena = &d->staging;
+    cuda_stage_chunk *doomed = NULL;
+    pthread_mutex_lock(&arena->lock);
+    if (arena->chunks) /* the first chunk stays */
+        for (cuda_stage_chunk **p = &arena->chunks->next; *p && arena->total > STAGE_KEEP_BYTES;) {
+            cuda_stage_chunk *c = *p;
+            if (c->blocks != 0) {
+                p = &c->next;
+                continue;
+            }
+            *p = c->next;
+            arena->total -= c->size;
+            c->next = doomed;
+            doomed = c;
+        }
+    pthread_mutex_unlock(&arena->lock);
+    while (doomed) {
+        cuda_stage_chunk *next = doomed->next;
+        chunk_free(d, doomed);
+        doomed = next;
+    }
 }
 
 void cuda_staging_destroy(cuda_device *d)
 {
-    trim_to(d, 0);
-    pthread_mutex_destroy(&d->staging.lock);
+    cuda_staging *arena = &d->staging;
+    while (arena->chunks) {
+        cuda_stage_chunk *next = arena->chunks->next;
+        chunk_free(d, arena->chunks);
+        arena->chunks = next;
+    }
+    arena->total = 0;
+    pthread_mutex_destroy(&arena->lock);
 }
 
 /* ---- the two staged copies ---- */
 
 static void write_done(void *arg)
 {
-    cuda_stage_put(arg);
+    stage_put(arg);
 }
 
 static void read_done(void *arg)
 {
     cuda_stage_block *b = arg;
-    memcpy(b->copy_out, b->ptr, b->copy_out_bytes);
-    cuda_stage_put(b);
+    memcpy(b->copy_out, block_data(b), b->copy_out_bytes);
+    stage_put(b);
 }
 
 /* After the copy is queued: queue `done`, or, if the driver refuses, wait
@@ -141,13 +247,13 @@ static mapping_status queue_done(cuda_device *d, cu_stream s, cu_host_fn done, c
 mapping_status cuda_staged_write(cuda_device *d, cu_stream s, const void *src, cu_deviceptr dst, size_t bytes)
 {
     mapping_status st;
-    cuda_stage_block *b = cuda_stage_get(d, bytes, &st);
+    cuda_stage_block *b = stage_get(d, bytes, &st);
     if (!b)
         return st;
-    memcpy(b->ptr, src, bytes);
-    st = cuda_check(d->cu->cuMemcpyHtoDAsync_v2(dst, b->ptr, bytes, s), "cuMemcpyHtoDAsync_v2");
+    memcpy(block_data(b), src, bytes);
+    st = cuda_check(d->cu->cuMemcpyHtoDAsync_v2(dst, block_data(b), bytes, s), "cuMemcpyHtoDAsync_v2");
     if (st != MAPPING_OK) {
-        cuda_stage_put(b);
+        stage_put(b);
         return st;
     }
     return queue_done(d, s, write_done, b);
@@ -156,14 +262,14 @@ mapping_status cuda_staged_write(cuda_device *d, cu_stream s, const void *src, c
 mapping_status cuda_staged_read(cuda_device *d, cu_stream s, cu_deviceptr src, void *dst, size_t bytes)
 {
     mapping_status st;
-    cuda_stage_block *b = cuda_stage_get(d, bytes, &st);
+    cuda_stage_block *b = stage_get(d, bytes, &st);
     if (!b)
         return st;
     b->copy_out = dst;
     b->copy_out_bytes = bytes;
-    st = cuda_check(d->cu->cuMemcpyDtoHAsync_v2(b->ptr, src, bytes, s), "cuMemcpyDtoHAsync_v2");
+    st = cuda_check(d->cu->cuMemcpyDtoHAsync_v2(block_data(b), src, bytes, s), "cuMemcpyDtoHAsync_v2");
     if (st != MAPPING_OK) {
-        cuda_stage_put(b);
+        stage_put(b);
         return st;
     }
     return queue_done(d, s, read_done, b);
