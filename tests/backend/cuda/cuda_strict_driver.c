@@ -1,0 +1,357 @@
+/*
+ * The cuda back end against the strict fake driver (tests/fake/fake_libcuda.c),
+ * which counts its calls and can refuse every allocation and free. These
+ * tests need the fake's test entry points (fake_cuda_count,
+ * fake_cuda_forbid_alloc) and SKIP on a real driver.
+ *
+ * - No driver allocation or free runs inside a batch flush, a mirror sync, a
+ *   pipeline run, a stream synchronize or a staged copy (once the objects
+ *   exist and have done their first round): on a real driver a free waits for
+ *   every stream, and the caller's stream may be waiting for the caller.
+ * - Copies of pageable memory on a stream take no page-locked allocation
+ *   after open (the staging arena is made at open).
+ * - An illegal address on a stream is reported by its synchronize, breaks the
+ *   context as on a GPU, and the device still closes; a new open works.
+ * - Closing the last device resets the primary context with nothing left.
+ * - Each driver profile's entry points are the ones called.
+ */
+#include <dlfcn.h>
+#include <stdbool.h>
+#include "harness.h"
+
+typedef struct fake_driver {
+    long long (*count)(const char *name);
+    void (*forbid_alloc)(int on);
+    int (*version)(int *v);
+    int (*ctx_push)(void *ctx);
+    int (*ctx_pop)(void **ctx);
+    int (*memset_async)(unsigned long long dst, unsigned char value, size_t bytes, void *stream);
+} fake_driver;
+
+/* The driver the library loaded, if it is the fake; else SKIP. */
+static fake_driver fake(void)
+{
+    const char *path = getenv("MAPPING_CUDA_LIBRARY");
+    void *lib = path && *path ? dlopen(path, RTLD_NOW | RTLD_NOLOAD) : NULL;
+    fake_driver f = {0};
+    if (lib) {
+        *(void **)&f.count = dlsym(lib, "fake_cuda_count");
+        *(void **)&f.forbid_alloc = dlsym(lib, "fake_cuda_forbid_alloc");
+        *(void **)&f.version = dlsym(lib, "cuDriverGetVersion");
+        *(void **)&f.ctx_push = dlsym(lib, "cuCtxPushCurrent_v2");
+        *(void **)&f.ctx_pop = dlsym(lib, "cuCtxPopCurrent_v2");
+        *(void **)&f.memset_async = dlsym(lib, "cuMemsetD8Async");
+    }
+    if (!f.count || !f.forbid_alloc || !f.version || !f.ctx_push || !f.ctx_pop || !f.memset_async)
+        test_skip("the loaded libcuda is not tests/fake/fake_libcuda.c (its counters are needed)");
+    return f;
+}
+
+static mapping_device *open_cuda(void)
+{
+    mapping_device *dev = test_device();
+    if (strcmp(mapping_backend_name(dev), "cuda") != 0)
+        test_skip("for the cuda back end; this is %s", mapping_backend_name(dev));
+    return dev;
+}
+
+/* ---- one round of every path that must not allocate ---- */
+
+enum { N = 64 * 1024, RANGES = 200, SPACING = 256, PIECE = 100 };
+
+typedef struct round_state {
+    mapping_device   *dev;
+    mapping_stream   *s;
+    mapping_buffer   *buf;
+    mapping_batch    *batch;
+    mapping_mirror   *mirror;
+    unsigned char    *mirrored; /* pageable, wrapped by the mirror */
+    mapping_pipeline *pipe;
+    unsigned char    *host, *back; /* pageable */
+} round_state;
+
+static mapping_status copy_step(mapping_stream *stream, const mapping_pipeline_chunk *c, void *user)
+{
+    (void)user;
+    return mapping_copy_gpu(stream, c->input, c->input_offset, c->output, c->output_offset, c->bytes);
+}
+
+static void one_round(round_state *r, unsigned seed)
+{
+    /* A batch of scattered pageable copies, both ways, on a stream and blocking. */
+    test_pattern(r->host, N, seed);
+    for (int i = 0; i < RANGES; i++)
+        CHECK_OK(mapping_batch_sync_to_gpu(r->batch, r->host + i * SPACING, r->buf, (size_t)i * SPACING, PIECE));
+    CHECK_OK(mapping_batch_flush(r->s, r->batch));
+    memset(r->back, 0, N);
+    for (int i = 0; i < RANGES; i++)
+        CHECK_OK(mapping_batch_sync_to_cpu(r->batch, r->buf, (size_t)i * SPACING, r->back + i * SPACING, PIECE));
+    CHECK_OK(mapping_batch_flush(r->s, r->batch));
+    CHECK_OK(mapping_stream_synchronize(r->s));
+    for (int i = 0; i < RANGES; i++)
+        CHECK_BYTES(r->back + i * SPACING, r->host + i * SPACING, PIECE);
+    for (int i = 0; i < RANGES; i++)
+        CHECK_OK(mapping_batch_sync_to_gpu(r->batch, r->host + i * SPACING, r->buf, (size_t)i * SPACING, PIECE));
+    CHECK_OK(mapping_batch_flush(NULL, r->batch));
+
+    /* Staged pageable copies on a stream. */
+    CHECK_OK(mapping_sync_to_gpu_range(r->s, r->host, r->buf, 0, N));
+    CHECK_OK(mapping_sync_to_cpu_range(r->s, r->buf, 0, r->back, N));
+    CHECK_OK(mapping_stream_synchronize(r->s));
+    CHECK_BYTES(r->back, r->host, N);
+
+    /* A mirror of pageable memory, scattered ranges both ways. */
+    for (int i = 0; i < RANGES; i++) {
+        r->mirrored[i * SPACING] = (unsigned char)(seed + (unsigned)i);
+        CHECK_OK(mapping_mirror_mark_cpu_modified(r->mirror, (size_t)i * SPACING, 1));
+    }
+    CHECK_OK(mapping_mirror_sync_to_gpu(r->s, r->mirror));
+    CHECK_OK(mapping_stream_synchronize(r->s));
+    for (int i = 0; i < RANGES; i++) {
+        r->mirrored[i * SPACING] = 0;
+        CHECK_OK(mapping_mirror_mark_gpu_modified(r->mirror, (size_t)i * SPACING, 1));
+    }
+    CHECK_OK(mapping_mirror_sync_to_cpu(r->s, r->mirror));
+    CHECK_OK(mapping_stream_synchronize(r->s));
+    for (int i = 0; i < RANGES; i++)
+        CHECK(r->mirrored[i * SPACING] == (unsigned char)(seed + (unsigned)i));
+
+    /* A pipeline over pageable arrays. */
+    memset(r->back, 0, N);
+    CHECK_OK(mapping_pipeline_run(r->pipe, r->host, r->back, N, copy_step, NULL));
+    CHECK_BYTES(r->back, r->host, N);
+}
+
+TEST(cuda_flush_sync_pipeline_and_stream_synchronize_allocate_and_free_nothing)
+{
+    mapping_device *dev = open_cuda();
+    fake_driver f = fake();
+    round_state r = {.dev = dev};
+    r.host = malloc(N);
+    r.back = malloc(N);
+    r.mirrored = calloc(1, N);
+    CHECK(r.host && r.back && r.mirrored);
+    CHECK_OK(mapping_stream_create(dev, &r.s));
+    CHECK_OK(mapping_allocate_gpu(dev, N, &r.buf));
+    CHECK_OK(mapping_batch_create(dev, &r.batch));
+    CHECK_OK(mapping_mirror_wrap(dev, r.mirrored, N, 0, &r.mirror));
+    CHECK_OK(mapping_pipeline_create(dev, &(mapping_pipeline_desc){.chunk_bytes = 8192, .depth = 2}, &r.pipe));
+    one_round(&r, 1); /* first use: batch and pipeline staging, the mirror's batch */
+
+    long long before = f.count("forbidden");
+    f.forbid_alloc(1);
+    /* The link re-measured inside a flush uses the probe kept since open. */
+    CHECK_OK(mapping_device_set_link(dev, &(mapping_link){0, 0}));
+    for (unsigned round = 2; round < 5; round++)
+        one_round(&r, round);
+    mapping_link link;
+    CHECK_OK(mapping_device_link(dev, &link));
+    f.forbid_alloc(0);
+    CHECK(link.latency > 0 && link.bandwidth > 0);
+    CHECK(f.count("forbidden") == before);
+
+    mapping_pipeline_destroy(r.pipe);
+    mapping_mirror_destroy(r.mirror);
+    mapping_batch_destroy(r.batch);
+    mapping_free_gpu(r.buf);
+    mapping_stream_destroy(r.s);
+    free(r.host);
+    free(r.back);
+    free(r.mirrored);
+}
+
+/* A held stream: queued staged copies must neither wait nor allocate. */
+TEST(cuda_staged_copies_after_open_take_no_page_locked_allocation)
+{
+    mapping_device *dev = open_cuda();
+    fake_driver f = fake();
+    enum { BIG = 256 << 10, COPIES = 2000 };
+    unsigned char *host = malloc(BIG), *back = malloc(BIG);
+    CHECK(host && back);
+    mapping_stream *s, *s2;
+    CHECK_OK(mapping_stream_create(dev, &s));
+    CHECK_OK(mapping_stream_create(dev, &s2));
+    mapping_buffer *buf;
+    CHECK_OK(mapping_allocate_gpu(dev, BIG, &buf));
+    long long allocs = f.count("cuMemHostAlloc"), frees = f.count("cuMemFreeHost");
+
+    test_gate g = TEST_GATE_INIT;
+    CHECK_OK(mapping_launch_host(s, test_gate_wait, &g));
+    for (int i = 0; i < 100; i++) /* 100 x 64 KiB queued behind the gate */
+        CHECK_OK(mapping_sync_to_gpu_range(s, host + (i % 4) * 65536, buf, (size_t)(i % 4) * 65536, 65536));
+    test_gate_open(&g);
+    CHECK_OK(mapping_stream_synchronize(s));
+
+    mapping_buffer *buf2; /* s2's, so the two streams never share bytes */
+    CHECK_OK(mapping_allocate_gpu(dev, BIG, &buf2));
+    allocs = f.count("cuMemHostAlloc");
+    frees = f.count("cuMemFreeHost");
+    for (int i = 0; i < COPIES; i++) {
+        size_t bytes = (size_t)1 << (i % 19); /* 1 B to 256 KiB */
+        mapping_stream *on = i % 2 ? s : s2;
+        mapping_buffer *to = i % 2 ? buf : buf2;
+        test_pattern(host, bytes, (unsigned)i);
+        CHECK_OK(mapping_sync_to_gpu_range(on, host, to, 0, bytes));
+        unsigned char *into = i % 2 ? back : back + BIG / 2; /* each stream its own */
+        CHECK_OK(mapping_sync_to_cpu_range(on, to, 0, into, bytes > BIG / 2 ? BIG / 2 : bytes));
+        if (i % 50 == 49) {
+            CHECK_OK(mapping_stream_synchronize(s));
+            CHECK_OK(mapping_stream_synchronize(s2));
+        }
+        if (i % 2 == 0) {
+            CHECK_OK(mapping_stream_synchronize(on));
+            CHECK_BYTES(into, host, bytes > BIG / 2 ? BIG / 2 : bytes);
+        }
+    }
+    CHECK_OK(mapping_stream_synchronize(s));
+    CHECK_OK(mapping_stream_synchronize(s2));
+    CHECK(f.count("cuMemHostAlloc") == allocs);
+    CHECK(f.count("cuMemFreeHost") == frees);
+    mapping_free_gpu(buf);
+    mapping_free_gpu(buf2);
+    mapping_stream_destroy(s);
+    mapping_stream_destroy(s2);
+    free(host);
+    free(back);
+}
+
+TEST(cuda_illegal_address_on_a_stream_is_reported_and_the_device_still_closes)
+{
+    mapping_device *dev = open_cuda();
+    fake_driver f = fake();
+    mapping_stream *s;
+    CHECK_OK(mapping_stream_create(dev, &s));
+    mapping_buffer *buf;
+    CHECK_OK(mapping_allocate_gpu(dev, 4096, &buf));
+    unsigned char host[4096], back[4096];
+    test_pattern(host, sizeof host, 3);
+    CHECK_OK(mapping_sync_to_gpu(host, buf));
+    memset(back, 0xAA, sizeof back);
+
+    /* The caller's own work on the library's stream touches a bad address. */
+    mapping_native_device native;
+    void *native_stream = NULL;
+    CHECK_OK(mapping_native_device_handles(dev, &native));
+    CHECK_OK(mapping_native_stream(s, &native_stream));
+    CHECK(f.ctx_push(native.context) == 0);
+    CHECK(f.memset_async(64, 0, 256, native_stream) == 0); /* queued; fails when it runs */
+    void *popped;
+    f.ctx_pop(&popped);
+
+    mapping_status read = mapping_sync_to_cpu_range(s, buf, 0, back, sizeof back);
+    CHECK(read == MAPPING_OK || read == MAPPING_ERR_DRIVER);
+    CHECK_STATUS(mapping_stream_synchronize(s), MAPPING_ERR_DRIVER);
+    CHECK(strstr(mapping_last_error_message(), "CUDA_ERROR_ILLEGAL_ADDRESS") != NULL);
+    for (size_t i = 0; i < sizeof back; i++) /* the staged read's host function was skipped */
+        CHECK(back[i] == 0xAA);
+    /* The error is the context's now, as on a GPU. */
+    CHECK_STATUS(mapping_sync_to_gpu(host, buf), MAPPING_ERR_DRIVER);
+
+    mapping_free_gpu(buf);
+    mapping_stream_destroy(s);
+    mapping_close(dev); /* returns: nothing waits for the skipped work */
+
+    /* The last device closed: the primary context reset, a new one works. */
+    mapping_device *again;
+    CHECK_OK(mapping_open(&(mapping_device_desc){.backend = "cuda"}, &again));
+    CHECK_OK(mapping_allocate_gpu(again, 4096, &buf));
+    CHECK_OK(mapping_sync_to_gpu(host, buf));
+    CHECK_OK(mapping_sync_to_cpu(buf, back));
+    CHECK_BYTES(back, host, sizeof back);
+    mapping_free_gpu(buf);
+    mapping_close(again);
+    exit(0); /* test_device()'s device is closed: the harness must not use it */
+}
+
+TEST(cuda_closing_the_last_device_leaves_the_driver_nothing)
+{
+    mapping_device *dev = open_cuda(); /* the harness's: not closed here */
+    fake_driver f = fake();
+    (void)dev;
+    long long resets = f.count("context_resets"), leaked = f.count("leaked_at_reset");
+    mapping_device *second;
+    CHECK_OK(mapping_open(&(mapping_device_desc){.backend = "cuda"}, &second));
+    round_state r = {.dev = second};
+    r.host = malloc(N);
+    r.back = malloc(N);
+    r.mirrored = calloc(1, N);
+    CHECK(r.host && r.back && r.mirrored);
+    CHECK_OK(mapping_stream_create(second, &r.s));
+    CHECK_OK(mapping_allocate_gpu(second, N, &r.buf));
+    CHECK_OK(mapping_batch_create(second, &r.batch));
+    CHECK_OK(mapping_mirror_wrap(second, r.mirrored, N, 0, &r.mirror));
+    CHECK_OK(mapping_pipeline_create(second, NULL, &r.pipe));
+    one_round(&r, 7);
+    mapping_pipeline_destroy(r.pipe);
+    mapping_mirror_destroy(r.mirror);
+    mapping_batch_destroy(r.batch);
+    mapping_free_gpu(r.buf);
+    mapping_stream_destroy(r.s);
+    mapping_close(second);
+    CHECK(f.count("context_resets") == resets); /* the harness's device still holds it */
+    mapping_close(dev);
+    CHECK(f.count("context_resets") == resets + 1);
+    CHECK(f.count("leaked_at_reset") == leaked);
+    free(r.host);
+    free(r.back);
+    free(r.mirrored);
+    exit(0); /* test_device()'s device is closed */
+}
+
+TEST(cuda_calls_the_entry_points_of_the_driver_version_it_finds)
+{
+    mapping_device *dev = open_cuda();
+    fake_driver f = fake();
+    int version = 0;
+    CHECK(f.version(&version) == 0);
+    bool v13 = version >= 13000;
+
+    /* A batch of small scattered copies: scatter by the driver's batch copy. */
+    mapping_buffer *buf;
+    CHECK_OK(mapping_allocate_gpu(dev, N, &buf));
+    unsigned char *host = malloc(N);
+    CHECK(host != NULL);
+    test_pattern(host, N, 5);
+    mapping_batch *batch;
+    CHECK_OK(mapping_batch_create(dev, &batch));
+    for (int i = 0; i < RANGES; i++)
+        CHECK_OK(mapping_batch_sync_to_gpu(batch, host + i * SPACING, buf, (size_t)i * SPACING, 8));
+    CHECK_OK(mapping_batch_flush(NULL, batch));
+
+    /* Timing. */
+    mapping_stream *s;
+    CHECK_OK(mapping_stream_create(dev, &s));
+    mapping_event *a, *b;
+    CHECK_OK(mapping_event_record(s, &a));
+    CHECK_OK(mapping_fill_gpu(s, buf, 0, N, 1));
+    CHECK_OK(mapping_event_record(s, &b));
+    CHECK_OK(mapping_stream_synchronize(s));
+    double seconds = -1;
+    CHECK_OK(mapping_event_elapsed(a, b, &seconds));
+    CHECK(seconds >= 0);
+
+    /* A prefetch, through a unified mirror. */
+    mapping_mirror *m;
+    CHECK_OK(mapping_mirror_create(dev, 4096, MAPPING_MIRROR_UNIFIED, &m));
+    CHECK_OK(mapping_mirror_mark_cpu_modified(m, 0, 4096));
+    CHECK_OK(mapping_mirror_sync_to_gpu(s, m));
+    CHECK_OK(mapping_stream_synchronize(s));
+
+    const char *batch_new = "cuMemcpyBatchAsync_v2", *batch_old = "cuMemcpyBatchAsync";
+    const char *elapsed_new = "cuEventElapsedTime_v2", *elapsed_old = "cuEventElapsedTime";
+    const char *prefetch_new = "cuMemPrefetchAsync_v2", *prefetch_old = "cuMemPrefetchAsync";
+    CHECK(f.count(v13 ? batch_new : batch_old) > 0);
+    CHECK(f.count(v13 ? batch_old : batch_new) == 0);
+    CHECK(f.count(v13 ? elapsed_new : elapsed_old) > 0);
+    CHECK(f.count(v13 ? elapsed_old : elapsed_new) == 0);
+    CHECK(f.count(v13 ? prefetch_new : prefetch_old) > 0);
+    CHECK(f.count(v13 ? prefetch_old : prefetch_new) == 0);
+
+    mapping_mirror_destroy(m);
+    mapping_event_destroy(a);
+    mapping_event_destroy(b);
+    mapping_stream_destroy(s);
+    mapping_batch_destroy(batch);
+    mapping_free_gpu(buf);
+    free(host);
+}
