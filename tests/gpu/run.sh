@@ -1,130 +1,198 @@
 #!/usr/bin/env bash
 # The CUDA check, for a machine with an NVIDIA GPU and driver (no toolkit
 # needed: the library loads libcuda at run time and ships its kernels as PTX).
-# From a fresh copy of the repository, with gcc and cmake:
+# From a clean copy of the repository, with gcc and cmake, no network:
 #
-#   tests/gpu/run.sh
+#   OUT=/some/dir tests/gpu/run.sh
 #
-# 1. builds (Release, with tests) into build-gpu/
-# 2. runs the tests on cuda (ctest label cuda: conformance.cuda.*, internal.cuda.*,
-#    backend.cuda.*) and the examples
-#    (their default back end is cuda when a GPU is present)
-# 3. runs `mapping info`, `mapping bench --backend cuda` (full) and the cuda
-#    example (a real kernel from the shipped PTX, on the library's stream)
-# 4. prints a summary last: card, driver, pass/fail/skip counts, bench figures.
+# Steps, all under one deadline (DEADLINE seconds, default 480; each step gets
+# what is left, minus a few seconds kept for the summary):
+#   1. build (Release, tests on) into build-gpu/
+#   2. mapping info, nvidia-smi, where libcuda is
+#   3. ctest: labels cuda and example (conformance.cuda.*, internal.cuda.*,
+#      backend.cuda.*, examples), -j8, no cli.* and no fake-driver tests
+#   4. the CUDA example (a real kernel from the shipped PTX)
+#   5. mapping bench --backend cuda --only cuda-raw (every figure a ratio
+#      against direct driver calls in the same run), then, with time left,
+#      the other sections (--quick)
+#   6. the Python package's tests (PyTorch/CuPy interop), once it exists
+# $OUT/summary.txt is appended line by line as steps finish, so a run killed
+# at any point still leaves the figures so far. At most 6 files in $OUT:
+# summary.txt, build.log, ctest.log, bench.txt, bench.json, misc.log.
 #
-# Every step has a time limit; the whole script stays well under 10 minutes.
-# Logs and the bench JSON go to $RESULTS (default: $OUT if set, else
-# build-gpu/gpu-results). Exit status: 0 all passed on a GPU, 1 something
-# failed, 77 CUDA is unavailable here (everything on cuda skipped).
+# MAPPING_GPU_REHEARSAL=1 runs the same steps on the fake driver built with
+# the tests (tests/fake/fake_libcuda.c), on a machine without a GPU.
+# Exit status: 0 all passed on CUDA, 1 something failed, 77 CUDA unavailable.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
 build=${BUILD_DIR:-build-gpu}
-RESULTS=${RESULTS:-${OUT:-$build/gpu-results}}
-mkdir -p "$RESULTS"
-# Results of an earlier run must not show up in this one's summary.
-rm -f "$RESULTS"/{cmake.log,build.log,info.txt,nvidia-smi.txt,ctest.log,example_cuda_kernel.txt,bench.txt,bench.json}
-jobs=$(nproc 2>/dev/null || echo 4)
+OUT=${OUT:-$build/gpu-results}
+mkdir -p "$OUT"
 t_start=$(date +%s)
+deadline=$((t_start + ${DEADLINE:-480}))
+summary=$OUT/summary.txt
+rm -f "$OUT"/{summary.txt,build.log,ctest.log,bench.txt,bench.json,misc.log}
 failures=()
 
-step() { printf '\n==== %s (%ds)\n' "$*" $(($(date +%s) - t_start)); }
+# Appends one line to the summary (and prints it).
+say() { printf '%s\n' "$*" | tee -a "$summary"; }
+# Seconds left for a step, keeping `reserve` for what follows it.
+left() { local l=$((deadline - $(date +%s) - ${1:-10})); echo $((l > 0 ? l : 0)); }
+elapsed() { echo $(($(date +%s) - t_start)); }
+misc() { printf '\n==== %s (%ds)\n' "$*" "$(elapsed)" >>"$OUT/misc.log"; }
 
-# ---- 1. build -----------------------------------------------------------------
-step "build ($build, Release, -j$jobs)"
-if ! timeout 300 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DMAPPING_BUILD_TESTS=ON >"$RESULTS/cmake.log" 2>&1 ||
-   ! timeout 300 cmake --build "$build" -j"$jobs" >"$RESULTS/build.log" 2>&1; then
-    tail -30 "$RESULTS/cmake.log" "$RESULTS/build.log"
-    echo "SUMMARY: build failed (logs in $RESULTS)"
+say "tests/gpu/run.sh $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown), deadline ${DEADLINE:-480} s, $(nproc) cores"
+
+# ---- the driver: nvidia-smi, where libcuda is ----------------------------------
+if command -v nvidia-smi >/dev/null 2>&1; then
+    smi=$(timeout 20 nvidia-smi --query-gpu=name,driver_version,compute_mode --format=csv,noheader 2>&1 | head -4)
+    say "nvidia-smi: ${smi//$'\n'/; }"
+else
+    say "nvidia-smi: not found"
+fi
+libcuda=""
+if [ -n "${MAPPING_CUDA_LIBRARY:-}" ]; then
+    libcuda="$MAPPING_CUDA_LIBRARY (MAPPING_CUDA_LIBRARY)"
+elif path=$(ldconfig -p 2>/dev/null | awk '/libcuda\.so\.1 .*x86-64|libcuda\.so\.1 / {print $NF; exit}') && [ -n "$path" ]; then
+    libcuda="$path (ldconfig -p)"
+else
+    for dir in /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/lib/x86_64-linux-gnu /usr/lib64; do
+        if [ -e "$dir/libcuda.so.1" ]; then
+            export MAPPING_CUDA_LIBRARY="$dir/libcuda.so.1"
+            export LD_LIBRARY_PATH="$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+            libcuda="$dir/libcuda.so.1 (found there; MAPPING_CUDA_LIBRARY set)"
+            break
+        fi
+    done
+fi
+[ -z "$libcuda" ] && [ "${MAPPING_GPU_REHEARSAL:-0}" != 1 ] && libcuda="not found (ldconfig -p, /usr/local/nvidia/lib64)"
+
+# ---- 1. build --------------------------------------------------------------------
+jobs=$(nproc 2>/dev/null || echo 4)
+t0=$(date +%s)
+if timeout "$(left 300)" cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DMAPPING_BUILD_TESTS=ON >"$OUT/build.log" 2>&1 &&
+   timeout "$(left 240)" cmake --build "$build" -j"$jobs" >>"$OUT/build.log" 2>&1; then
+    warnings=$(grep -c -i "warning:" "$OUT/build.log")
+    say "build: ok in $(($(date +%s) - t0)) s, $warnings warnings"
+else
+    say "build: FAILED after $(($(date +%s) - t0)) s (tail of build.log:)"
+    tail -15 "$OUT/build.log" | sed 's/^/  /' | tee -a "$summary"
+    say "result: FAILED (build), $(elapsed) s"
     exit 1
 fi
-grep -iE "warning" "$RESULTS/build.log" | head -20
-
-# ---- 2. mapping info ----------------------------------------------------------
-step "mapping info"
-timeout 60 "$build/mapping" info | tee "$RESULTS/info.txt"
-cuda_line=$(grep -E '^  cuda ' "$RESULTS/info.txt" || echo "  cuda    (not listed)")
-card=$(awk '/^  cuda +available/{f=1;next} f && /^    \[0\]/{sub(/^    \[0\] /,""); print; exit}' "$RESULTS/info.txt")
-driver=$(awk '/^  cuda +available/{f=1;next} f && /driver:/{sub(/^ *driver: /,""); print; exit}' "$RESULTS/info.txt")
-if command -v nvidia-smi >/dev/null 2>&1; then
-    nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current,memory.total \
-        --format=csv >"$RESULTS/nvidia-smi.txt" 2>&1 && cat "$RESULTS/nvidia-smi.txt"
+if [ "${MAPPING_GPU_REHEARSAL:-0}" = 1 ]; then
+    export MAPPING_CUDA_LIBRARY="$root/$build/tests/libfake_libcuda.so"
+    libcuda="$MAPPING_CUDA_LIBRARY (rehearsal: the fake driver)"
 fi
-cuda_available=$(awk '$1 == "cuda" && $2 == "available" {print 1; exit}' "$RESULTS/info.txt")
+say "libcuda: $libcuda"
+
+# ---- 2. mapping info -------------------------------------------------------------
+misc "mapping info"
+timeout "$(left 60)" "$build/mapping" info >>"$OUT/misc.log" 2>&1
+cuda_line=$(grep -E '^  cuda ' "$OUT/misc.log" | head -1)
+cuda_available=$(awk '$1 == "cuda" && $2 == "available" {print 1; exit}' "$OUT/misc.log")
 cuda_available=${cuda_available:-0}
-
-# ---- 3. the tests on cuda, and the examples -----------------------------------
-step "ctest: label cuda (conformance, internal, backend) and examples"
-timeout 300 ctest --test-dir "$build" -L '^(cuda|example)$' -LE fakecuda -j"$jobs" --timeout 60 --output-on-failure \
-    >"$RESULTS/ctest.log" 2>&1
-ctest_rc=$?
-grep -E "Test +#|tests passed|tests failed" "$RESULTS/ctest.log" | sed 's/^ *//' | tail -80
-total=$(sed -n 's/.*tests failed out of \([0-9]*\).*/\1/p' "$RESULTS/ctest.log" | tail -1)
-failed=$(sed -n 's/.*, \([0-9]*\) tests failed out of.*/\1/p' "$RESULTS/ctest.log" | tail -1)
-skipped=$(grep -c "(Skipped)" "$RESULTS/ctest.log")
-total=${total:-0}
-failed=${failed:-$total}
-passed=$((total - failed - skipped))
-if [ "$ctest_rc" -ne 0 ]; then
-    failures+=("ctest ($failed failed)")
-    grep -E "\((Failed|Timeout|SEGFAULT|Subprocess aborted|Exception)" "$RESULTS/ctest.log" | head -40
+card=$(awk '/^  cuda +available/{f=1;next} f && /^    \[0\]/{sub(/^    \[0\] /,""); print; exit}' "$OUT/misc.log")
+driver=$(awk '/^  cuda +available/{f=1;next} f && /driver:/{sub(/^ *driver: /,""); print; exit}' "$OUT/misc.log")
+if [ "$cuda_available" = 1 ]; then
+    say "info: cuda available: ${card:-?}; ${driver:-?}"
+else
+    cuda_line=$(echo "${cuda_line:-cuda not listed}" | sed 's/^ *//; s/  */ /g')
+    say "info: $cuda_line"
 fi
 
-# ---- 4. the cuda example -------------------------------------------------------
-step "examples/cuda_kernel.c"
-timeout 60 "$build/example_cuda_kernel" 2>&1 | tee "$RESULTS/example_cuda_kernel.txt"
-example_rc=${PIPESTATUS[0]}
-case $example_rc in
-0) example="passed" ;;
-77) example="skipped" ;;
-*) example="FAILED (exit $example_rc)"; failures+=("cuda example") ;;
+# ---- 3. ctest: cuda and the examples ---------------------------------------------
+labels=(-L '^(cuda|example)$' -LE '^(fakecuda|fakecuda128|cli)$')
+total=$(ctest --test-dir "$build" -N "${labels[@]}" 2>/dev/null | sed -n 's/^Total Tests: *//p')
+t0=$(date +%s)
+budget=$(left 150) # keeps time for the example and the bench's headline figures
+stop=$(date -d "@$(($(date +%s) + budget))" +%H:%M:%S)
+timeout "$((budget + 15))" ctest --test-dir "$build" "${labels[@]}" -j8 --stop-time "$stop" --output-on-failure \
+    >"$OUT/ctest.log" 2>&1
+ctest_rc=$?
+passed=$(grep -cE "Test +#[0-9]+: .* +Passed" "$OUT/ctest.log")
+skipped=$(grep -cE "Test +#[0-9]+: .*\*\*\*Skipped" "$OUT/ctest.log")
+failed=$(($(grep -cE "Test +#[0-9]+: .*\*\*\*" "$OUT/ctest.log") - skipped))
+ran=$((passed + failed + skipped))
+line="ctest (labels cuda, example; -j8): $passed passed, $failed failed, $skipped skipped of ${total:-?} in $(($(date +%s) - t0)) s"
+[ -n "$total" ] && [ "$ran" -lt "$total" ] && line="$line; $((total - ran)) NOT RUN (out of time)"
+say "$line"
+if [ "$ctest_rc" -ne 0 ] || [ "$failed" -ne 0 ] || { [ -n "$total" ] && [ "$ran" -lt "$total" ]; }; then
+    failures+=("ctest")
+    grep -E "Test +#[0-9]+: .*\*\*\*" "$OUT/ctest.log" | grep -v "\*\*\*Skipped" |
+        head -20 | sed 's/^ */  /' | tee -a "$summary"
+fi
+if [ "$cuda_available" = 1 ] && [ "$skipped" -gt 0 ]; then
+    grep -E "^SKIP" "$OUT/ctest.log" | sort | uniq -c | head -5 | sed 's/^ */  skip: /' | tee -a "$summary"
+fi
+
+# ---- 4. the CUDA example -----------------------------------------------------------
+misc "example_cuda_kernel"
+timeout "$(left 120)" "$build/example_cuda_kernel" >>"$OUT/misc.log" 2>&1
+case $? in
+0) say "example cuda_kernel: passed" ;;
+77) say "example cuda_kernel: skipped ($(grep -m1 SKIP "$OUT/misc.log" || echo no reason))" ;;
+124) say "example cuda_kernel: TIMED OUT"; failures+=("example") ;;
+*) say "example cuda_kernel: FAILED (misc.log)"; failures+=("example") ;;
 esac
 
-# ---- 5. mapping bench --backend cuda (full) --------------------------------------
-bench="not run"
+# ---- 5. the bench: cuda-raw first, the rest with the time left -----------------------
 if [ "$cuda_available" = 1 ]; then
-    step "mapping bench --backend cuda (full; text in bench.txt, JSON in bench.json)"
-    timeout "${BENCH_TIMEOUT:-300}" "$build/mapping" bench --backend cuda --json \
-        >"$RESULTS/bench.json" 2> >(tee "$RESULTS/bench.txt" >&2)
-    bench_rc=$?
-    sleep 1 # let tee finish
-    case $bench_rc in
-    0) bench="completed" ;;
-    124) bench="TIMED OUT after ${BENCH_TIMEOUT:-300}s (partial tables in bench.txt)"; failures+=("bench timeout") ;;
-    *) bench="FAILED (exit $bench_rc)"; failures+=("bench") ;;
+    t0=$(date +%s)
+    timeout "$(left 30)" "$build/mapping" bench --backend cuda --only cuda-raw --json >"$OUT/bench.json" \
+        2>"$OUT/bench.txt"
+    rc=$?
+    case $rc in
+    0) say "bench cuda-raw: completed in $(($(date +%s) - t0)) s (speed ratio = driver time / mapping time)" ;;
+    124) say "bench cuda-raw: TIMED OUT after $(($(date +%s) - t0)) s (partial figures below)"; failures+=("bench") ;;
+    *) say "bench cuda-raw: FAILED (exit $rc)"; failures+=("bench") ;;
     esac
+    grep -E "^  => " "$OUT/bench.txt" | sed 's/^  => /  /' | tee -a "$summary"
+    rest=$(left 20)
+    if [ "$rest" -ge 40 ]; then
+        t0=$(date +%s)
+        echo >>"$OUT/bench.txt"
+        timeout "$rest" "$build/mapping" bench --backend cuda --quick \
+            --only bandwidth,latency,batch,mirror,mirror_mark,pipeline >>"$OUT/bench.txt" 2>&1
+        rc=$?
+        say "bench other sections (--quick): $([ $rc = 0 ] && echo completed || echo "stopped (exit $rc)") in $(($(date +%s) - t0)) s"
+        awk 'f && /^  => /; /^Scattered 64-byte copies \(stride/{f=1}' "$OUT/bench.txt" | sed 's/^  => /  /' |
+            head -8 | tee -a "$summary"
+    else
+        say "bench other sections: skipped (${rest} s left)"
+    fi
 else
-    step "mapping bench --backend cuda: skipped, cuda is unavailable"
+    say "bench: skipped, cuda is unavailable"
 fi
 
-# ---- summary ---------------------------------------------------------------------
-elapsed=$(($(date +%s) - t_start))
-echo
-echo "==================== SUMMARY (tests/gpu/run.sh, $(date -u '+%Y-%m-%d %H:%M UTC'), ${elapsed}s) ===================="
-echo "commit:   $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
-if [ "$cuda_available" = 1 ]; then
-    echo "card:     ${card:-?}"
-    echo "driver:   ${driver:-?}"
-    [ -s "$RESULTS/nvidia-smi.txt" ] && echo "nvidia-smi: $(tail -1 "$RESULTS/nvidia-smi.txt")"
+# ---- 6. the Python package (PyTorch / CuPy interop), once it exists ------------------
+pytests=""
+for dir in python/tests bindings/python/tests; do
+    [ -d "$dir" ] && pytests=$dir && break
+done
+if [ -z "$pytests" ]; then
+    say "python: no Python package in this tree yet"
+elif ! python3 -c "import pytest" >/dev/null 2>&1; then
+    say "python: pytest is not installed"
 else
-    echo "CUDA:     $(echo "$cuda_line" | sed 's/^ *cuda *//')"
-    echo "          nothing on cuda was verified; the cuda tests below are skips"
+    misc "pytest $pytests"
+    t0=$(date +%s)
+    MAPPING_LIBRARY_DIR="$root/$build" PYTHONPATH="$root/${pytests%/tests}${PYTHONPATH:+:$PYTHONPATH}" \
+        timeout "$(left 5)" python3 -m pytest -q "$pytests" >>"$OUT/misc.log" 2>&1
+    rc=$?
+    say "python ($pytests): $(tail -1 "$OUT/misc.log") [exit $rc, $(($(date +%s) - t0)) s]"
+    [ $rc -ne 0 ] && [ $rc -ne 5 ] && failures+=("python")
 fi
-echo "ctest (label cuda + examples): $passed passed, $failed failed, $skipped skipped of $total"
-echo "cuda example: $example"
-echo "bench:    $bench"
-if [ -s "$RESULTS/bench.txt" ]; then
-    grep -E "^  => " "$RESULTS/bench.txt" | sed 's/^  => /  /'
-fi
-echo "results:  $RESULTS"
+
+# ---- the result -----------------------------------------------------------------------
 if [ ${#failures[@]} -gt 0 ]; then
-    echo "RESULT:   FAILED: ${failures[*]}"
+    say "result: FAILED (${failures[*]}), $(elapsed) s"
     exit 1
 fi
 if [ "$cuda_available" != 1 ]; then
-    echo "RESULT:   SKIPPED (no usable CUDA device)"
+    say "result: SKIPPED (no usable CUDA device), $(elapsed) s"
     exit 77
 fi
-echo "RESULT:   PASSED"
+say "result: PASSED, $(elapsed) s"
 exit 0
