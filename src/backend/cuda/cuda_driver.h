@@ -78,7 +78,8 @@ typedef struct cu_memcpy_attributes {
  * cu_result. These lists generate the table below and the loader's symbol
  * list (cuda_loader.c), so the two cannot disagree. */
 
-/* Every one must resolve, or the back end is unavailable (CUDA 10.0+). */
+/* Every one must resolve, or the back end is unavailable. The newest is
+ * cuDevicePrimaryCtxRelease_v2 (CUDA 11.0, driver R450): the minimum. */
 #define CUDA_REQUIRED_ENTRY_POINTS(X)                                                                      \
     X(cuInit, (unsigned flags))                                                                             \
     X(cuDriverGetVersion, (int *version))                                                                   \
@@ -88,7 +89,7 @@ typedef struct cu_memcpy_attributes {
     X(cuDeviceTotalMem_v2, (size_t *bytes, cu_device dev))                                                  \
     X(cuDeviceGetAttribute, (int *value, int attribute, cu_device dev))                                     \
     X(cuDevicePrimaryCtxRetain, (cu_context *ctx, cu_device dev))                                           \
-    X(cuDevicePrimaryCtxRelease_v2, (cu_device dev))                                                        \
+    X(cuDevicePrimaryCtxRelease_v2, (cu_device dev)) /* CUDA 11.0 */                                       \
     X(cuCtxGetCurrent, (cu_context *ctx))                                                                   \
     X(cuCtxPushCurrent_v2, (cu_context ctx))                                                                \
     X(cuCtxPopCurrent_v2, (cu_context *ctx))                                                                \

@@ -28,7 +28,6 @@ static const struct {
     {3, "CUDA_ERROR_NOT_INITIALIZED"},
     {4, "CUDA_ERROR_DEINITIALIZED"},
     {34, "CUDA_ERROR_STUB_LIBRARY"},
-    {35, "CUDA_ERROR_INSUFFICIENT_DRIVER"},
     {36, "CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER"},
     {46, "CUDA_ERROR_DEVICE_UNAVAILABLE"},
     {100, "CUDA_ERROR_NO_DEVICE"},
@@ -105,7 +104,7 @@ static bool resolve(char *why, size_t why_size)
             *sym->slot = mapping_os_dlsym(driver.lib, sym->name);
         if (!*sym->slot && sym->required) {
             snprintf(why, why_size,
-                     "the CUDA driver is too old: libcuda lacks %s (a driver for CUDA 10.0 or later is needed)",
+                     "the CUDA driver is too old: libcuda lacks %s (a driver for CUDA 11.0 or later, R450+, is needed)",
                      sym->name);
             return false;
         }
