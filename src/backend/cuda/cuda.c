@@ -292,69 +292,47 @@ static mapping_status cuda_unified_prefetch(void *dev, void *stream, void *mem, 
 /* ---- host memory ---- */
 
 /* mapping_allocate_cpu promises page alignment, which cuMemHostAlloc does
- * not document: an unaligned block is traded for mmap + cuMemHostRegister.
- * The cookie says which of the two to undo. */
+ * not document. So the block is one page larger than asked and the pointer
+ * handed out is the first page boundary in it: no second allocation, and no
+ * free (which would wait for every stream) when a block is not aligned. The
+ * cookie keeps what cuMemHostAlloc returned. */
 typedef struct cuda_host_block {
-    size_t bytes;
-    bool   registered; /* mmap + cuMemHostRegister rather than cuMemHostAlloc */
+    void *base;
 } cuda_host_block;
-
-static mapping_status host_alloc_registered(cuda_device *d, size_t bytes, void **ptr)
-{
-    bool locked; /* mlock is beside the point: registering page-locks it */
-    void *p = mapping_os_alloc_locked(bytes, &locked);
-    if (!p)
-        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "cuda: cannot map %zu bytes of host memory", bytes);
-    mapping_status st = cuda_check(d->cu->cuMemHostRegister_v2(p, bytes, CU_MEMHOSTREGISTER_PORTABLE_),
-                                   "cuMemHostRegister_v2");
-    if (st != MAPPING_OK) {
-        mapping_os_free_locked(p, bytes, locked);
-        return st;
-    }
-    *ptr = p;
-    return MAPPING_OK;
-}
 
 static mapping_status cuda_host_alloc(void *dev, size_t bytes, void **ptr, void **cookie)
 {
     cuda_device *d = dev;
+    size_t page = mapping_os_page_size();
+    if (bytes > SIZE_MAX - page)
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "cuda: %zu bytes of host memory is too many", bytes);
     cuda_host_block *b = calloc(1, sizeof *b);
     if (!b)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "cuda: out of memory");
-    b->bytes = bytes;
-    void *p = NULL;
     mapping_status st;
-    IN_CONTEXT(d, {
-        st = cuda_check(d->cu->cuMemHostAlloc(&p, bytes, CU_MEMHOSTALLOC_PORTABLE_), "cuMemHostAlloc");
-        if (st == MAPPING_OK && (uintptr_t)p % mapping_os_page_size() != 0) {
-            d->cu->cuMemFreeHost(p);
-            b->registered = true;
-            st = host_alloc_registered(d, bytes, &p);
-        }
-    });
+    IN_CONTEXT(d, st = cuda_check(d->cu->cuMemHostAlloc(&b->base, bytes + page, CU_MEMHOSTALLOC_PORTABLE_),
+                                  "cuMemHostAlloc"));
     if (st == MAPPING_ERR_OUT_OF_DEVICE_MEMORY)
         st = MAPPING_ERR_OUT_OF_HOST_MEMORY;
     if (st != MAPPING_OK) {
         free(b);
         return st;
     }
-    *ptr = p;
+    *ptr = (void *)(((uintptr_t)b->base + page - 1) / page * page);
     *cookie = b;
     return MAPPING_OK;
 }
 
 static void cuda_host_free(void *dev, void *ptr, void *cookie)
 {
+    (void)ptr;
     cuda_device *d = dev;
     cuda_host_block *b = cookie;
     mapping_status st;
-    if (b->registered) {
-        IN_CONTEXT(d, st = cuda_check(d->cu->cuMemHostUnregister(ptr), "cuMemHostUnregister"));
-        mapping_os_free_locked(ptr, b->bytes, false);
-    } else {
-        IN_CONTEXT(d, st = cuda_check(d->cu->cuMemFreeHost(ptr), "cuMemFreeHost"));
-    }
-    IN_CONTEXT(d, cuda_staging_trim(d));
+    IN_CONTEXT(d, {
+        st = cuda_check(d->cu->cuMemFreeHost(b->base), "cuMemFreeHost");
+        cuda_staging_trim(d); /* a free already: trimming here adds no new wait */
+    });
     (void)st;
     free(b);
 }
