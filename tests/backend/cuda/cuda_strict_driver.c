@@ -14,6 +14,8 @@
  *   context as on a GPU, and the device still closes; a new open works.
  * - Closing the last device resets the primary context with nothing left.
  * - Each driver profile's entry points are the ones called.
+ * - Pinned wraps of memory already page-locked work (the driver refuses to
+ *   register it again: 712).
  */
 #include <dlfcn.h>
 #include <stdbool.h>
@@ -360,4 +362,43 @@ TEST(cuda_calls_the_entry_points_of_the_driver_version_it_finds)
     mapping_batch_destroy(batch);
     mapping_free_gpu(buf);
     free(host);
+}
+
+/* The driver refuses to page-lock memory that overlaps page-locked memory
+ * (CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED): wrapping such memory with
+ * MAPPING_MIRROR_PIN must still give working mirrors. */
+TEST(cuda_pinned_wraps_of_memory_already_page_locked_still_work)
+{
+    mapping_device *dev = open_cuda(); /* any driver: a real one refuses the same */
+    enum { BYTES = 3 * 4096 };
+    void *locked = NULL;
+    CHECK_OK(mapping_allocate_cpu(dev, BYTES, &locked));
+    unsigned char *user = malloc(BYTES);
+    CHECK(user != NULL);
+    mapping_mirror *m[3] = {NULL, NULL, NULL};
+    mapping_status st = mapping_mirror_wrap(dev, locked, BYTES, MAPPING_MIRROR_PIN, &m[0]);
+    CHECK(st == MAPPING_OK || st == MAPPING_ERR_INVALID_ARGUMENT);
+    CHECK_OK(mapping_mirror_wrap(dev, user, BYTES, MAPPING_MIRROR_PIN, &m[1]));
+    st = mapping_mirror_wrap(dev, user + 100, 4096, MAPPING_MIRROR_PIN, &m[2]); /* overlaps m[1]'s */
+    CHECK(st == MAPPING_OK || st == MAPPING_ERR_INVALID_ARGUMENT);
+    for (int i = 0; i < 3; i++) {
+        if (!m[i])
+            continue;
+        unsigned char *cpu = mapping_mirror_cpu(m[i]);
+        size_t n = mapping_mirror_size(m[i]);
+        test_pattern(cpu, n, (unsigned)i + 20);
+        CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m[i]));
+        memset(cpu, 0, n);
+        CHECK_OK(mapping_mirror_mark_gpu_modified(m[i], 0, n));
+        CHECK_OK(mapping_mirror_sync_to_cpu(NULL, m[i]));
+        unsigned char *expect = malloc(n);
+        CHECK(expect != NULL);
+        test_pattern(expect, n, (unsigned)i + 20);
+        CHECK_BYTES(cpu, expect, n);
+        free(expect);
+    }
+    for (int i = 2; i >= 0; i--)
+        mapping_mirror_destroy(m[i]);
+    mapping_free_cpu(dev, locked);
+    free(user);
 }
