@@ -168,7 +168,7 @@ fi
 
 # ---- 6. the Python package (PyTorch / CuPy interop), once it exists ------------------
 pytests=""
-for dir in python/tests bindings/python/tests; do
+for dir in python/tests bindings/python/tests tests/python; do
     [ -d "$dir" ] && pytests=$dir && break
 done
 if [ -z "$pytests" ]; then
