@@ -234,13 +234,18 @@ static void read_done(void *arg)
 }
 
 /* After the copy is queued: queue `done`, or, if the driver refuses, wait
- * for the copy and run `done` here so the block is never lost in flight. */
+ * for the copy and finish here so the block is never lost in flight. When
+ * the wait fails (the copy may not have run: a sticky error, say), the block
+ * only goes back: a read must not hand its stale bytes to the caller. */
 static mapping_status queue_done(cuda_device *d, cu_stream s, cu_host_fn done, cuda_stage_block *b)
 {
     if (d->cu->cuLaunchHostFunc(s, done, b) == CU_SUCCESS)
         return MAPPING_OK;
     mapping_status st = cuda_check(d->cu->cuStreamSynchronize(s), "cuStreamSynchronize");
-    done(b);
+    if (st == MAPPING_OK)
+        done(b);
+    else
+        stage_put(b);
     return st;
 }
 
