@@ -9,14 +9,14 @@
  * - Calls that need a context fail with CUDA_ERROR_INVALID_CONTEXT when none
  *   is current on the calling thread (contexts are per thread); driver calls
  *   from a host function fail (CUDA_ERROR_NOT_PERMITTED).
- * - Frees of device and page-locked memory (cuMemFree, cuMemFreeHost,
- *   cuMemHostUnregister) first wait for every stream, as a real driver does;
- *   with FAKE_LIBCUDA_SYNC_ALLOC=1 allocations (cuMemAlloc,
- *   cuMemAllocManaged, cuMemHostAlloc, cuMemHostRegister) do too, as the
- *   programming guide allows ("implicit synchronization"). One that waits
- *   longer than FAKE_LIBCUDA_DEADLOCK_SECONDS (default 5) for a stream whose
- *   host function never returns aborts, naming the call: on a GPU it would
- *   hang.
+ * - Allocations and frees of device and page-locked memory (cuMemAlloc,
+ *   cuMemAllocManaged, cuMemFree, cuMemHostAlloc, cuMemFreeHost,
+ *   cuMemHostRegister, cuMemHostUnregister) first wait for every stream: a
+ *   real driver does so for frees, and may for allocations ("implicit
+ *   synchronization"); FAKE_LIBCUDA_SYNC_ALLOC=0 spares allocations. One
+ *   that waits longer than FAKE_LIBCUDA_DEADLOCK_SECONDS (default 5) for a
+ *   stream whose host function never returns aborts, naming the call: on a
+ *   GPU it would hang.
  * - Host functions of all streams run one at a time on one driver thread.
  * - The legacy stream (0) runs asynchronously on its own thread; the blocking
  *   calls behave as documented ("API synchronization behavior"): cuMemcpyHtoD
@@ -36,8 +36,8 @@
  *   of them with FAKE_LIBCUDA_MISALIGN_HOST=1), as the driver does not
  *   promise page alignment.
  * - cuGetErrorName is not exported (the back end names errors itself).
- * FAKE_LIBCUDA_STRICT=0 turns off the waiting of allocations, the single
- * host-function thread and the misaligned blocks.
+ * FAKE_LIBCUDA_STRICT=0 turns off the waiting of allocations and frees, the
+ * single host-function thread and the misaligned blocks.
  *
  * Driver profiles (compile-time, since a driver's exports are what the back
  * end looks up): FAKE_CUDA_VERSION=13000 (the default) exports the CUDA 13
@@ -80,7 +80,7 @@ enum {
 
 static bool initialized;
 static bool strict = true;
-static bool sync_alloc; /* allocations wait for every stream too */
+static bool sync_alloc; /* allocations wait for every stream too (strict) */
 static double deadlock_seconds = 5;
 static _Thread_local bool in_host_fn;
 static int sticky; /* the context's sticky error, 0 when none */
@@ -128,7 +128,7 @@ __attribute__((constructor)) static void configure(void)
     const char *s = getenv("FAKE_LIBCUDA_STRICT");
     strict = !(s && strcmp(s, "0") == 0);
     const char *a = getenv("FAKE_LIBCUDA_SYNC_ALLOC");
-    sync_alloc = a && strcmp(a, "1") == 0;
+    sync_alloc = strict && !(a && strcmp(a, "0") == 0);
     const char *d = getenv("FAKE_LIBCUDA_DEADLOCK_SECONDS");
     if (d && atof(d) > 0)
         deadlock_seconds = atof(d);
@@ -608,7 +608,7 @@ static void drain(stream *s)
     drain_within(s, 0);
 }
 
-/* What a real driver does in a free (and may do in an allocation): wait for
+/* What a real driver does in a free, and may do in an allocation: wait for
  * all work of the context. A wait that does not end is a hang on a GPU: abort. */
 static void synchronize_all_streams(const char *call)
 {

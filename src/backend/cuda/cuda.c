@@ -174,6 +174,8 @@ static mapping_status cuda_device_open(int index, const mapping_device_desc *des
         /* The staging arena's first chunk: no page-locked allocation per copy. */
         if (st == MAPPING_OK && (st = cuda_staging_init(d)) != MAPPING_OK)
             cu->cuStreamDestroy_v2(d->internal);
+        if (st == MAPPING_OK) /* best effort: without them, the driver serves every allocation */
+            cuda_pools_init(d);
     });
     if (st != MAPPING_OK) {
         cu->cuDevicePrimaryCtxRelease_v2(d->device);
@@ -197,6 +199,7 @@ static void cuda_device_close(void *dev)
         d->cu->cuStreamDestroy_v2(d->internal);
         cuda_kernels_unload(d);
         cuda_staging_destroy(d);
+        cuda_pools_destroy(d);
     });
     (void)st;
     pthread_mutex_destroy(&d->kernels_lock);
@@ -219,6 +222,11 @@ static mapping_status cuda_device_native(void *dev, mapping_native_device *out)
 static mapping_status cuda_buffer_alloc(void *dev, size_t bytes, void **mem)
 {
     cuda_device *d = dev;
+    uintptr_t pooled;
+    if (cuda_suballoc_take(&d->device_pool, bytes, &pooled)) { /* no driver call */
+        *mem = (void *)pooled;
+        return MAPPING_OK;
+    }
     cu_deviceptr p = 0;
     mapping_status st;
     IN_CONTEXT(d, st = cuda_check(d->cu->cuMemAlloc_v2(&p, bytes), "cuMemAlloc_v2"));
@@ -230,6 +238,8 @@ static mapping_status cuda_buffer_alloc(void *dev, size_t bytes, void **mem)
 static void cuda_buffer_free(void *dev, void *mem)
 {
     cuda_device *d = dev;
+    if (cuda_suballoc_give(&d->device_pool, (uintptr_t)mem))
+        return;
     mapping_status st;
     IN_CONTEXT(d, {
         st = cuda_check(d->cu->cuMemFree_v2(cuda_ptr(mem)), "cuMemFree_v2");
@@ -297,7 +307,7 @@ static mapping_status cuda_unified_prefetch(void *dev, void *stream, void *mem, 
  * free (which would wait for every stream) when a block is not aligned. The
  * cookie keeps what cuMemHostAlloc returned. */
 typedef struct cuda_host_block {
-    void *base;
+    void *base; /* NULL: from the host pool */
 } cuda_host_block;
 
 static mapping_status cuda_host_alloc(void *dev, size_t bytes, void **ptr, void **cookie)
@@ -309,6 +319,12 @@ static mapping_status cuda_host_alloc(void *dev, size_t bytes, void **ptr, void 
     cuda_host_block *b = calloc(1, sizeof *b);
     if (!b)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "cuda: out of memory");
+    uintptr_t pooled;
+    if (page == CUDA_POOL_UNIT && cuda_suballoc_take(&d->host_pool, bytes, &pooled)) { /* no driver call */
+        *ptr = (void *)pooled;
+        *cookie = b;
+        return MAPPING_OK;
+    }
     mapping_status st;
     IN_CONTEXT(d, st = cuda_check(d->cu->cuMemHostAlloc(&b->base, bytes + page, CU_MEMHOSTALLOC_PORTABLE_),
                                   "cuMemHostAlloc"));
@@ -325,9 +341,13 @@ static mapping_status cuda_host_alloc(void *dev, size_t bytes, void **ptr, void 
 
 static void cuda_host_free(void *dev, void *ptr, void *cookie)
 {
-    (void)ptr;
     cuda_device *d = dev;
     cuda_host_block *b = cookie;
+    if (!b->base) {
+        cuda_suballoc_give(&d->host_pool, (uintptr_t)ptr);
+        free(b);
+        return;
+    }
     mapping_status st;
     IN_CONTEXT(d, {
         st = cuda_check(d->cu->cuMemFreeHost(b->base), "cuMemFreeHost");

@@ -41,6 +41,18 @@ typedef struct cuda_staging {
     unsigned long     grows;  /* chunks added after open */
 } cuda_staging;
 
+/* A region carved into allocations of 4 KiB units, first fit
+ * (cuda_pool.c). `base` is a device address or a host pointer. */
+enum { CUDA_POOL_UNIT = 4096 };
+#define CUDA_POOL_MAX_BYTES ((size_t)1 << 20) /* larger requests go to the driver */
+typedef struct cuda_suballoc {
+    pthread_mutex_t lock;
+    uintptr_t       base;
+    size_t          units;
+    uint64_t       *used;   /* a bit per unit */
+    uint32_t       *length; /* at an allocation's first unit: its units */
+} cuda_suballoc;
+
 /* How scatter/gather run (MAPPING_CUDA_SCATTER=auto|batch|kernel|copies). */
 typedef enum cuda_scatter_mode {
     CUDA_SCATTER_AUTO,   /* batch copy if the driver has it, else the kernel */
@@ -57,6 +69,10 @@ typedef struct cuda_device {
     cu_stream          internal; /* non-blocking; for blocking work that needs a real stream */
     bool               managed, concurrent_managed;
     cuda_staging       staging;
+    /* Small allocations without driver calls (cuda_pool.c). */
+    cuda_suballoc      device_pool, host_pool;
+    cu_deviceptr       device_pool_mem;
+    void              *host_pool_mem;
     cuda_scatter_mode  scatter_mode;
 
     pthread_mutex_t kernels_lock;
@@ -86,6 +102,17 @@ void           cuda_leave(cuda_device *d, bool pushed);
 mapping_status cuda_staging_init(cuda_device *d);
 void           cuda_staging_trim(cuda_device *d);
 void           cuda_staging_destroy(cuda_device *d);
+
+/* ---- small allocations from regions made at open (cuda_pool.c) ----
+ * take fails (false) when the request is over CUDA_POOL_MAX_BYTES or finds
+ * no room; give returns false for an address outside the region. The
+ * context must be current for init and destroy. */
+bool cuda_suballoc_init(cuda_suballoc *a, uintptr_t base, size_t bytes);
+void cuda_suballoc_destroy(cuda_suballoc *a);
+bool cuda_suballoc_take(cuda_suballoc *a, size_t bytes, uintptr_t *out);
+bool cuda_suballoc_give(cuda_suballoc *a, uintptr_t p);
+void cuda_pools_init(cuda_device *d);
+void cuda_pools_destroy(cuda_device *d);
 
 /* Asynchronous copies of pageable host memory through a staging block: they
  * return once queued, never waiting for the stream (cuda_staging.c). */
