@@ -145,7 +145,7 @@ if [ "$cuda_available" = 1 ]; then
     rc=$?
     case $rc in
     0) say "bench cuda-raw: completed in $(($(date +%s) - t0)) s (speed ratio = driver time / mapping time)" ;;
-    124) say "bench cuda-raw: TIMED OUT after $(($(date +%s) - t0)) s (partial figures below)"; failures+=("bench") ;;
+    124) say "bench cuda-raw: TIMED OUT after $(($(date +%s) - t0)) s (the tables it finished are in bench.txt)"; failures+=("bench") ;;
     *) say "bench cuda-raw: FAILED (exit $rc)"; failures+=("bench") ;;
     esac
     grep -E "^  => " "$OUT/bench.txt" | sed 's/^  => /  /' | tee -a "$summary"
