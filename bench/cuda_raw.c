@@ -318,6 +318,12 @@ BENCH_SECTION(bench_cuda_raw, 90, "cuda-raw",
                         (double[]){lat[i][0] * 1e6, lat[i][1] * 1e6, (lat[i][1] - lat[i][0]) * 1e6,
                                    lat[i][0] / lat[i][1]});
     bench_table_end(&t);
+    /* Figures follow each table, so a run stopped midway still has some. */
+    bench_note(ctx, "speed ratio = driver time / mapping time (1 = the same, > 1 = mapping faster)");
+    bench_figure(ctx, "cuda_h2d_64B_over_driver", lat[0][0] / lat[0][1], "x", "H2D 64 B, mapping speed / driver");
+    bench_figure(ctx, "cuda_d2h_64B_over_driver", lat[1][0] / lat[1][1], "x", "D2H 64 B, mapping speed / driver");
+    bench_figure(ctx, "cuda_h2d_64B_extra_us", (lat[0][1] - lat[0][0]) * 1e6, "us", "H2D 64 B, mapping - driver");
+    bench_figure(ctx, "cuda_d2h_64B_extra_us", (lat[1][1] - lat[1][0]) * 1e6, "us", "D2H 64 B, mapping - driver");
 
     /* Bandwidth: H2D, D2H page-locked and pageable, D2D. */
     struct {
@@ -344,6 +350,11 @@ BENCH_SECTION(bench_cuda_raw, 90, "cuda-raw",
         bench_table_row(&t, bw[i].label, (double[]){raw_bw, lib_bw, lib_bw / raw_bw});
     }
     bench_table_end(&t);
+    for (int i = 0; i < BW_ROWS; i++) {
+        char what[96];
+        snprintf(what, sizeof what, "%s %s, mapping / driver", bw[i].what, size_name);
+        bench_figure(ctx, bw[i].id, bw[i].t[0] / bw[i].t[1], "x", what);
+    }
 
     /* Many small copies: a batch, a mirror sync. */
     double batch[2][2], mirror[2];
@@ -360,17 +371,7 @@ BENCH_SECTION(bench_cuda_raw, 90, "cuda-raw",
     bench_table_row(&t, "mirror 1k H2D", (double[]){mirror[0] * 1e3, mirror[1] * 1e3, mirror[0] / mirror[1]});
     bench_table_end(&t);
 
-    bench_note(ctx, "speed ratio = driver time / mapping time (1 = the same, > 1 = mapping faster)");
     bench_note(ctx, "goals: large copies >= 0.95x the driver; 64 B copies within 1 us of it");
-    bench_figure(ctx, "cuda_h2d_64B_over_driver", lat[0][0] / lat[0][1], "x", "H2D 64 B, mapping speed / driver");
-    bench_figure(ctx, "cuda_d2h_64B_over_driver", lat[1][0] / lat[1][1], "x", "D2H 64 B, mapping speed / driver");
-    bench_figure(ctx, "cuda_h2d_64B_extra_us", (lat[0][1] - lat[0][0]) * 1e6, "us", "H2D 64 B, mapping - driver");
-    bench_figure(ctx, "cuda_d2h_64B_extra_us", (lat[1][1] - lat[1][0]) * 1e6, "us", "D2H 64 B, mapping - driver");
-    for (int i = 0; i < BW_ROWS; i++) {
-        char what[96];
-        snprintf(what, sizeof what, "%s %s, mapping / driver", bw[i].what, size_name);
-        bench_figure(ctx, bw[i].id, bw[i].t[0] / bw[i].t[1], "x", what);
-    }
     bench_figure(ctx, "cuda_batch_10k_h2d_over_driver", batch[0][0] / batch[0][1], "x",
                  "batch 10k x 64 B H2D, mapping / driver");
     bench_figure(ctx, "cuda_batch_10k_d2h_over_driver", batch[1][0] / batch[1][1], "x",
