@@ -14,9 +14,9 @@
  *   cuMemHostRegister, cuMemHostUnregister) first wait for every stream: a
  *   real driver does so for frees, and may for allocations ("implicit
  *   synchronization"); FAKE_LIBCUDA_SYNC_ALLOC=0 spares allocations. One
- *   that waits longer than FAKE_LIBCUDA_DEADLOCK_SECONDS (default 8, under the 10 s of the tests' gates) for a
- *   stream whose host function never returns aborts, naming the call: on a
- *   GPU it would hang.
+ *   that waits longer than FAKE_LIBCUDA_DEADLOCK_SECONDS (default 8, under
+ *   the 10 s of the tests' gates) for a stream whose host function never
+ *   returns aborts, naming the call: on a GPU it would hang.
  * - Host functions of all streams run one at a time on one driver thread.
  * - The legacy stream (0) runs asynchronously on its own thread; the blocking
  *   calls behave as documented ("API synchronization behavior"): cuMemcpyHtoD
