@@ -404,3 +404,39 @@ TEST(cuda_pinned_wraps_of_memory_already_page_locked_still_work)
     mapping_free_cpu(dev, locked);
     free(user);
 }
+
+/* More queued pageable copies than the staging arena holds: it grows (once,
+ * by a chunk as large as itself) instead of waiting, and the next round of
+ * the same size needs nothing more. The fake is told to let allocations
+ * through while the stream is held: the growth is the one allocation a copy
+ * may make, and a rare one. */
+TEST(cuda_staging_arena_grows_rarely_when_queued_copies_outgrow_it)
+{
+    setenv("FAKE_LIBCUDA_SYNC_ALLOC", "0", 1); /* read when the fake loads, below */
+    mapping_device *dev = open_cuda();
+    fake_driver f = fake();
+    enum { PIECE = 4 << 20, PIECES = 6 }; /* 24 MiB queued; the arena starts at 16 */
+    unsigned char *host = malloc((size_t)PIECE * PIECES), *back = malloc((size_t)PIECE * PIECES);
+    CHECK(host && back);
+    mapping_stream *s;
+    CHECK_OK(mapping_stream_create(dev, &s));
+    mapping_buffer *buf;
+    CHECK_OK(mapping_allocate_gpu(dev, (size_t)PIECE * PIECES, &buf));
+    long long allocs = f.count("cuMemHostAlloc");
+    for (unsigned round = 0; round < 2; round++) {
+        test_pattern(host, (size_t)PIECE * PIECES, 30 + round);
+        test_gate g = TEST_GATE_INIT;
+        CHECK_OK(mapping_launch_host(s, test_gate_wait, &g));
+        for (int i = 0; i < PIECES; i++)
+            CHECK_OK(mapping_sync_to_gpu_range(s, host + (size_t)i * PIECE, buf, (size_t)i * PIECE, PIECE));
+        test_gate_open(&g);
+        CHECK_OK(mapping_stream_synchronize(s));
+        CHECK_OK(mapping_sync_to_cpu(buf, back));
+        CHECK_BYTES(back, host, (size_t)PIECE * PIECES);
+        CHECK(f.count("cuMemHostAlloc") == allocs + 1); /* grown in round 0 only */
+    }
+    mapping_free_gpu(buf);
+    mapping_stream_destroy(s);
+    free(host);
+    free(back);
+}
