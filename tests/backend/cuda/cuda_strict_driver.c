@@ -17,6 +17,7 @@
  * - Each driver profile's entry points are the ones called.
  * - Pinned wraps of memory already page-locked work (the driver refuses to
  *   register it again: 712).
+ * - The staging arena grows once when queued copies outgrow it, then holds.
  */
 #include <dlfcn.h>
 #include <stdbool.h>
