@@ -321,6 +321,40 @@ MAPPING_API mapping_status mapping_fill_gpu(mapping_stream *stream, mapping_buff
                                             size_t bytes, unsigned char value);
 
 /* ===========================================================================
+ * Several devices
+ * ======================================================================== */
+
+/* Devices of one process: each mapping_open of another device index gives a
+ * device with its own memory (the host back end exposes
+ * $MAPPING_HOST_DEVICES = N virtual devices, read once when it loads, so
+ * multi-device code runs anywhere; PoCL exposes several with
+ * POCL_DEVICES="pthread pthread"). mapping_list_devices lists them.
+ *
+ * Peer copy: src[src_offset, +bytes), a buffer of one device, to
+ * dst[dst_offset, +bytes), a buffer of another (or the same: then it is
+ * mapping_copy_gpu). Source before destination, as in every copy (and the
+ * same arguments as mapping_copy_gpu). The stream belongs to the DESTINATION's device
+ * (MAPPING_ERR_DEVICE_MISMATCH otherwise); NULL = blocking.
+ *
+ * Ordering across the two devices: the copy runs when `stream` reaches it
+ * and reads src then. Work of src's device is not ordered with it: work
+ * that writes src must have completed before the call (synchronize the src
+ * device's stream or an event of it), and src must not be written again
+ * until the copy has completed (synchronize `stream`, or an event recorded
+ * on it after the copy). Work queued on `stream` after the copy sees dst
+ * written.
+ *
+ * How: devices of one back end copy directly (CUDA cuMemcpyPeerAsync; OpenCL
+ * clEnqueueCopyBuffer between devices of one platform, which share a
+ * context, else staged through page-locked host memory in pipelined chunks;
+ * host: memcpy on the stream). Devices of different back ends: staged
+ * through page-locked host memory, blocking (the call first waits for
+ * `stream`'s earlier work and returns when the copy is done). Counted in the
+ * destination device's mapping_stats.peer_bytes / peer_copies. Thread-safe. */
+MAPPING_API mapping_status mapping_copy_peer(mapping_stream *stream, const mapping_buffer *src, size_t src_offset,
+                                             mapping_buffer *dst, size_t dst_offset, size_t bytes);
+
+/* ===========================================================================
  * Streams and events
  * ======================================================================== */
 
@@ -380,6 +414,8 @@ MAPPING_API void           mapping_event_destroy(mapping_event *event); /* NULL:
     X(conflicts)                           /* marks refused as conflicts */                         \
     X(batch_flushes)                       /* mapping_batch_flush calls that moved data */          \
     X(batch_copies)                        /* copies queued in batches */                           \
+    X(peer_bytes) X(peer_copies)           /* copies from another device into this one               \
+                                              (mapping_copy_peer), counted on the destination */    \
     X(blocking_ns)                         /* nanoseconds spent in blocking host<->device transfers \
                                               of 64 KiB or more (smaller ones are not timed:        \
                                               reading the clock would cost more than they do) */
