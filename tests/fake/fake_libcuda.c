@@ -352,6 +352,16 @@ static CUresult host_copy_async(void *dst, const void *src, size_t n, stream *s,
 API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *s, size_t n, stream *st) { NEED_CONTEXT(); return host_copy_async(D(d), s, n, st, s); }
 API CUresult cuMemcpyDtoHAsync_v2(void *d, CUdeviceptr s, size_t n, stream *st) { NEED_CONTEXT(); return host_copy_async(d, D(s), n, st, d); }
 API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, stream *st) { NEED_CONTEXT(); return submit(st, (op){.kind = OP_COPY, .dst = D(d), .src = D(s), .bytes = n}); }
+/* One device: peer access to itself is refused, as the driver does. */
+API CUresult cuDeviceCanAccessPeer(int *can, int d, int peer) { (void)d; (void)peer; *can = 0; return OK; }
+API CUresult cuCtxEnablePeerAccess(void *peer, unsigned f) { (void)peer; (void)f; NEED_CONTEXT(); return 1; }
+API CUresult cuMemcpyPeerAsync(CUdeviceptr d, void *dctx, CUdeviceptr s, void *sctx, size_t n, stream *st)
+{
+    NEED_CONTEXT();
+    if (dctx != &primary || sctx != &primary)
+        return INVALID_CONTEXT;
+    return submit(st, (op){.kind = OP_COPY, .dst = D(d), .src = D(s), .bytes = n});
+}
 API CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, stream *st) { NEED_CONTEXT(); return submit(st, (op){.kind = OP_SET, .dst = D(d), .value = v, .bytes = n}); }
 
 API CUresult cuStreamCreate(stream **out, unsigned flags)
