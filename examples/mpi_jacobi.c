@@ -11,7 +11,6 @@
  * built from source, on the library's stream) or host (a host function on
  * the stream). Other back ends: SKIP (exit 77).
  */
-#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,129 +28,7 @@
 
 static int rank;
 
-/* The one formula, in one order, for the device kernels and the reference. */
-static float initial(size_t i, size_t j, size_t rows)
-{
-    if (i == 0)
-        return 1.0f; /* a hot edge */
-    if (i == rows - 1)
-        return 0.5f;
-    return (float)((i * 7 + j * 13) % 17) / 16.0f;
-}
-
-static void serial_reference(float *u, size_t rows, size_t cols, int steps)
-{
-    float *v = malloc(rows * cols * sizeof *v);
-    memcpy(v, u, rows * cols * sizeof *v);
-    for (int s = 0; s < steps; s++) {
-        for (size_t i = 1; i + 1 < rows; i++)
-            for (size_t j = 1; j + 1 < cols; j++) {
-                size_t k = i * cols + j;
-                v[k] = 0.25f * (((u[k - cols] + u[k + cols]) + u[k - 1]) + u[k + 1]);
-            }
-        memcpy(u, v, rows * cols * sizeof *u); /* keeps the boundary: v holds it too */
-    }
-    free(v);
-}
-
-/* ---- the kernel on the host back end: a host function on the stream ---- */
-
-typedef struct step_args {
-    const float *u;
-    float       *v;
-    size_t       cols, first_row, rows, owned, halo;
-} step_args;
-
-static void host_step(void *arg)
-{
-    const step_args *a = arg;
-    for (size_t i = 0; i < a->owned; i++) {
-        size_t g = a->first_row + i;
-        if (g == 0 || g + 1 == a->rows)
-            continue;
-        for (size_t j = 1; j + 1 < a->cols; j++) {
-            size_t k = (i + a->halo) * a->cols + j;
-            a->v[k] = 0.25f * (((a->u[k - a->cols] + a->u[k + a->cols]) + a->u[k - 1]) + a->u[k + 1]);
-        }
-    }
-}
-
-/* ---- the kernel on OpenCL, loaded at run time like the library does ---- */
-
-#if defined(__has_include)
-#if __has_include(<CL/cl.h>)
-#define HAVE_CL 1
-#define CL_TARGET_OPENCL_VERSION 120
-#include <CL/cl.h>
-#endif
-#endif
-
-#ifdef HAVE_CL
-#define ENTRY_POINTS(X)                                                                        \
-    X(clCreateProgramWithSource) X(clBuildProgram) X(clGetProgramBuildInfo) X(clCreateKernel) \
-    X(clSetKernelArg) X(clEnqueueNDRangeKernel) X(clReleaseKernel) X(clReleaseProgram)
-static struct {
-#define FIELD_(name) __typeof__(&name) name;
-    ENTRY_POINTS(FIELD_)
-#undef FIELD_
-} cl;
-static cl_program program;
-static cl_kernel  kernel;
-
-static const char *kernel_source =
-    "__kernel void jacobi(__global const float *u, __global float *v, uint cols, uint first_row,\n"
-    "                     uint rows, uint halo)\n"
-    "{\n"
-    "    size_t j = get_global_id(0), i = get_global_id(1), g = first_row + i;\n"
-    "    if (g == 0 || g + 1 == rows || j == 0 || j + 1 >= cols) return;\n"
-    "    size_t k = (i + halo) * cols + j;\n"
-    "    v[k] = 0.25f * (((u[k - cols] + u[k + cols]) + u[k - 1]) + u[k + 1]);\n"
-    "}\n";
-
-static int opencl_setup(mapping_device *dev)
-{
-    const char *path = getenv("MAPPING_OPENCL_LIBRARY");
-    void *lib = dlopen(path && *path ? path : "libOpenCL.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!lib)
-        return 0;
-#define RESOLVE_(name)                      \
-    {                                       \
-        void *sym = dlsym(lib, #name);      \
-        if (!sym)                           \
-            return 0;                       \
-        memcpy(&cl.name, &sym, sizeof sym); \
-    }
-    ENTRY_POINTS(RESOLVE_)
-#undef RESOLVE_
-    mapping_native_device native;
-    if (mapping_native_device_handles(dev, &native) != MAPPING_OK)
-        return 0;
-    cl_int err = CL_SUCCESS;
-    cl_device_id device = native.device;
-    program = cl.clCreateProgramWithSource(native.context, 1, &kernel_source, NULL, &err);
-    if (err != CL_SUCCESS || cl.clBuildProgram(program, 1, &device, "", NULL, NULL) != CL_SUCCESS)
-        return 0;
-    kernel = cl.clCreateKernel(program, "jacobi", &err);
-    return err == CL_SUCCESS;
-}
-
-static int opencl_step(mapping_stream *stream, mapping_buffer *u, mapping_buffer *v, const step_args *a)
-{
-    void *queue, *mu, *mv;
-    if (mapping_native_stream(stream, &queue) || mapping_native_buffer(u, &mu) || mapping_native_buffer(v, &mv))
-        return 0;
-    cl_mem cu = mu, cv = mv;
-    cl_uint cols = (cl_uint)a->cols, first = (cl_uint)a->first_row, rows = (cl_uint)a->rows, halo = (cl_uint)a->halo;
-    cl_int err = cl.clSetKernelArg(kernel, 0, sizeof cu, &cu);
-    err |= cl.clSetKernelArg(kernel, 1, sizeof cv, &cv);
-    err |= cl.clSetKernelArg(kernel, 2, sizeof cols, &cols);
-    err |= cl.clSetKernelArg(kernel, 3, sizeof first, &first);
-    err |= cl.clSetKernelArg(kernel, 4, sizeof rows, &rows);
-    err |= cl.clSetKernelArg(kernel, 5, sizeof halo, &halo);
-    size_t global[2] = {a->cols, a->owned};
-    return err == CL_SUCCESS && cl.clEnqueueNDRangeKernel(queue, kernel, 2, NULL, global, NULL, 0, NULL, NULL) == CL_SUCCESS;
-}
-#endif
+#include "jacobi_kernel.h"
 
 int main(int argc, char **argv)
 {
@@ -176,15 +53,15 @@ int main(int argc, char **argv)
     mapping_device_info info;
     CHECK(mapping_device_get_info(dev, &info));
     int on_host = strcmp(info.backend, "host") == 0, ok = on_host;
-#ifdef HAVE_CL
+    jacobi_cl kernel = {NULL, NULL};
     if (strcmp(info.backend, "opencl") == 0)
-        ok = opencl_setup(dev);
-#endif
+        ok = jacobi_cl_build(dev, &kernel);
     int all_ok = 0;
     MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     if (!all_ok) {
         if (rank == 0)
             printf("SKIP: no Jacobi kernel for back end %s here (host and OpenCL have one)\n", info.backend);
+        jacobi_cl_release(&kernel);
         mapping_mpi_darray_destroy(grid[1]);
         mapping_mpi_darray_destroy(grid[0]);
         MPI_Finalize();
@@ -203,7 +80,7 @@ int main(int argc, char **argv)
         reference = malloc(rows * cols * sizeof *reference);
         for (size_t i = 0; i < rows; i++)
             for (size_t j = 0; j < cols; j++)
-                reference[i * cols + j] = initial(i, j, rows);
+                reference[i * cols + j] = jacobi_initial(i, j, rows);
         memcpy(global, reference, rows * cols * sizeof *global);
     }
     CHECK(mapping_mpi_scatter(grid[0], global, 0));
@@ -229,13 +106,10 @@ int main(int argc, char **argv)
             a->u = pu;
             a->v = pv;
             CHECK(mapping_launch_host(stream, host_step, a));
-        }
-#ifdef HAVE_CL
-        else if (!opencl_step(stream, bu, bv, a)) {
+        } else if (!jacobi_cl_step(&kernel, stream, bu, bv, a)) {
             fprintf(stderr, "rank %d: the OpenCL kernel could not be queued\n", rank);
             MPI_Abort(MPI_COMM_WORLD, 1);
         }
-#endif
         CHECK(mapping_mirror_release_gpu(stream, mapping_mpi_darray_owned(v)));
     }
     CHECK(mapping_mpi_gather(stream, grid[steps % 2], global, 0));
@@ -247,7 +121,7 @@ int main(int argc, char **argv)
 
     int result = 0;
     if (rank == 0) {
-        serial_reference(reference, rows, cols, steps);
+        jacobi_serial_reference(reference, rows, cols, steps);
         size_t differ = 0;
         for (size_t k = 0; k < rows * cols; k++)
             differ += memcmp(&global[k], &reference[k], sizeof(float)) != 0;
@@ -259,12 +133,7 @@ int main(int argc, char **argv)
     }
     MPI_Bcast(&result, 1, MPI_INT, 0, MPI_COMM_WORLD);
     mapping_stream_destroy(stream);
-#ifdef HAVE_CL
-    if (kernel) {
-        cl.clReleaseKernel(kernel);
-        cl.clReleaseProgram(program);
-    }
-#endif
+    jacobi_cl_release(&kernel);
     mapping_mpi_darray_destroy(grid[1]);
     mapping_mpi_darray_destroy(grid[0]);
     MPI_Finalize();
