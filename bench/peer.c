@@ -72,6 +72,54 @@ static int load_cl(peer_job *j)
 }
 #endif
 
+/* A multimirror on two devices (k = 2): device 0 modifies 1000 scattered
+ * ranges of a 64 MiB array, device 1 syncs. The bytes moved (peer and host
+ * copies into device 1) against the bytes modified, and the time. */
+static int bench_multimirror(bench_ctx *ctx, mapping_device *other)
+{
+    const size_t n = (size_t)64 << 20, ranges = 1000;
+    mapping_device *devs[2] = {ctx->dev, other};
+    mapping_multimirror *m;
+    if (bench_check(mapping_multimirror_create(devs, 2, n, &m), "mapping_multimirror_create"))
+        return 1;
+    int failed = bench_check(mapping_multimirror_mark_cpu_modified(m, 0, n), "mark") ||
+                 bench_check(mapping_multimirror_sync_to_gpu(NULL, m, 0), "sync") ||
+                 bench_check(mapping_multimirror_sync_to_gpu(NULL, m, 1), "sync");
+    double t[64];
+    int runs = ctx->runs < 64 ? ctx->runs : 64;
+    uint64_t modified = 0, moved = 0;
+    for (int r = 0; r < runs && !failed; r++) {
+        modified = 0;
+        for (size_t i = 0; i < ranges && !failed; i++) {
+            size_t len = 64 + (i * 97) % 4000, off = i * (n / ranges) + (i * 31 + (size_t)r) % 1000;
+            failed = bench_check(mapping_fill_gpu(NULL, mapping_multimirror_gpu(m, 0), off, len, (unsigned char)r),
+                                 "mapping_fill_gpu") ||
+                     bench_check(mapping_multimirror_mark_gpu_modified(m, 0, off, len), "mark");
+            modified += len;
+        }
+        mapping_stats before, after;
+        mapping_device_stats(other, &before);
+        double t0 = bench_now();
+        failed = failed || bench_check(mapping_multimirror_sync_to_gpu(NULL, m, 1), "mapping_multimirror_sync_to_gpu");
+        t[r] = bench_now() - t0;
+        mapping_device_stats(other, &after);
+        moved = (after.peer_bytes - before.peer_bytes) + (after.h2d_bytes - before.h2d_bytes);
+        failed = failed || bench_check(mapping_multimirror_sync_to_cpu(m), "mapping_multimirror_sync_to_cpu");
+    }
+    if (!failed) {
+        bench_table tb;
+        const char *cols[] = {"modified KiB", "moved KiB", "moved/modified", "sync ms"};
+        bench_table_begin(ctx, &tb, "multimirror_k2", "Multimirror, k = 2: device 0 modifies 1000 ranges, device 1 syncs",
+                          "array", 3, 4, cols);
+        double v[4] = {modified / 1024.0, moved / 1024.0, (double)moved / (double)modified,
+                       bench_median(t, runs) * 1e3};
+        bench_table_row(&tb, "64 MiB", v);
+        bench_table_end(&tb);
+    }
+    mapping_multimirror_destroy(m);
+    return failed;
+}
+
 BENCH_SECTION(bench_peer, 60, "peer", "peer copy between two devices, 256 MiB, against memcpy / clEnqueueCopyBuffer")
 {
     const char *backend = ctx->info.backend;
@@ -140,6 +188,8 @@ BENCH_SECTION(bench_peer, 60, "peer", "peer copy between two devices, 256 MiB, a
     }
     mapping_free_gpu(j.src);
     mapping_free_gpu(j.dst);
+    if (!failed)
+        failed = bench_multimirror(ctx, other);
     mapping_close(other);
     return failed;
 }

@@ -354,6 +354,51 @@ MAPPING_API mapping_status mapping_fill_gpu(mapping_stream *stream, mapping_buff
 MAPPING_API mapping_status mapping_copy_peer(mapping_stream *stream, const mapping_buffer *src, size_t src_offset,
                                              mapping_buffer *dst, size_t dst_offset, size_t bytes);
 
+/* Mirrors with several device sides (replicas): one host array and a replica
+ * on each of `count` devices (1 to MAPPING_MULTIMIRROR_MAX_DEVICES). Sides:
+ * the CPU, and device sides 0 .. count-1 (in the order of `devices`).
+ *
+ * Validity is tracked per byte range for every side, as in a mirror:
+ * - create: the CPU side is valid (zeroed), every device side stale.
+ * - mark (CPU or device j, a range): that side becomes valid there and every
+ *   other side stale; the range counts as that side's modification.
+ *   MAPPING_ERR_CONFLICT (nothing changes; counted in the marking device's
+ *   mapping_stats.conflicts, the first device's for the CPU) when the
+ *   marking side is stale somewhere in the range where another side holds
+ *   unsynced modifications: it would overwrite a version it has not seen.
+ * - sync to device j copies exactly j's stale ranges, each part from the
+ *   cheapest side valid there: the CPU (device j's link) or another device
+ *   (a direct peer copy, its link measured once per pair; a staged peer copy
+ *   costs both devices' links). So a replica is refreshed from a peer when
+ *   that link is faster, from the host otherwise. sync to the CPU copies
+ *   the CPU's stale ranges from the device with the cheapest link to the
+ *   host, blocking.
+ * - Copies are queued on `stream` (of device j; NULL: blocking) and their
+ *   ranges count as valid once queued: later work that reads the replica
+ *   must be ordered after `stream`. A peer copy reads the source replica when
+ *   the stream reaches it (see mapping_copy_peer): work that wrote it must
+ *   have completed, as for mapping_copy_peer.
+ * A byte is never stale on every side. Not locked: one thread at a time per
+ * multimirror. Destroy it before closing its devices. */
+typedef struct mapping_multimirror mapping_multimirror;
+enum { MAPPING_MULTIMIRROR_MAX_DEVICES = 16 };
+MAPPING_API mapping_status mapping_multimirror_create(mapping_device *const *devices, int count, size_t bytes,
+                                                      mapping_multimirror **out);
+MAPPING_API void            mapping_multimirror_destroy(mapping_multimirror *m); /* NULL: no-op */
+MAPPING_API size_t          mapping_multimirror_size(const mapping_multimirror *m);   /* 0 for NULL */
+/* The host array (page-locked on the first device), and device j's replica;
+ * NULL for a bad handle or index. */
+MAPPING_API void           *mapping_multimirror_cpu(mapping_multimirror *m);
+MAPPING_API mapping_buffer *mapping_multimirror_gpu(mapping_multimirror *m, int device);
+MAPPING_API mapping_status  mapping_multimirror_mark_cpu_modified(mapping_multimirror *m, size_t offset, size_t bytes);
+MAPPING_API mapping_status  mapping_multimirror_mark_gpu_modified(mapping_multimirror *m, int device, size_t offset,
+                                                                  size_t bytes);
+MAPPING_API mapping_status  mapping_multimirror_sync_to_gpu(mapping_stream *stream, mapping_multimirror *m, int device);
+MAPPING_API mapping_status  mapping_multimirror_sync_to_cpu(mapping_multimirror *m);
+/* Stale bytes of the CPU side (device = -1) or of device side `device`;
+ * 0 for a bad handle or index (error recorded). */
+MAPPING_API size_t          mapping_multimirror_stale_bytes(const mapping_multimirror *m, int device);
+
 /* ===========================================================================
  * Streams and events
  * ======================================================================== */

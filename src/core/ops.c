@@ -344,3 +344,11 @@ mapping_status mapping__copy_peer(mapping_stream *stream, const mapping_buffer *
     mapping__count(&dev->counters.peer_copies, 1);
     return MAPPING_OK;
 }
+
+mapping_status mapping__op_peer_copy_uncounted(mapping_device *dst_dev, mapping_device *src_dev, void *src_mem,
+                                               void *dst_mem, size_t bytes)
+{
+    if (src_dev == dst_dev)
+        return dst_dev->be->copy(dst_dev->state, NULL, src_mem, 0, dst_mem, 0, bytes);
+    return dst_dev->be->peer_copy(dst_dev->state, NULL, src_dev->state, src_mem, 0, dst_mem, 0, bytes);
+}

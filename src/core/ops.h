@@ -88,6 +88,11 @@ void           mapping__op_stream_destroy(mapping_device *dev, void *state);
 mapping_status mapping__op_stream_native(mapping_device *dev, void *state, void **native);
 mapping_status mapping__op_event_record(mapping_device *dev, void *stream_state, void **event_state);
 void           mapping__op_event_destroy(mapping_device *dev, void *event_state);
+/* A blocking device-to-device copy from src_dev's memory to dst_dev's,
+ * not counted (for measuring a peer link); only where
+ * mapping__can_copy_peer_direct(src_dev, dst_dev). */
+mapping_status mapping__op_peer_copy_uncounted(mapping_device *dst_dev, mapping_device *src_dev, void *src_mem,
+                                               void *dst_mem, size_t bytes);
 /* A blocking write of raw back-end memory, not counted in the statistics
  * (for measuring the link). */
 mapping_status mapping__op_write_uncounted(mapping_device *dev, const void *src, const mapping_host_ref *pinned,
