@@ -213,7 +213,7 @@ static void test_bad_input_fails_on_every_rank(void)
     CHECK_OK(mapping_mpi_darray_create(MPI_COMM_WORLD, &desc, &a));
     unsigned char *g = calloc(64, 32);
     check_failed_everywhere(mapping_mpi_scatter(a, g, size), MAPPING_ERR_INVALID_ARGUMENT, "not a rank");
-    check_failed_everywhere(mapping_mpi_scatter(a, g, rank == 3 ? 1 : 0), MAPPING_ERR_INVALID_ARGUMENT, NULL);
+    check_failed_everywhere(mapping_mpi_scatter(a, g, rank == size - 1 ? 1 : 0), MAPPING_ERR_INVALID_ARGUMENT, NULL);
     check_failed_everywhere(mapping_mpi_gather(NULL, a, rank == 0 ? NULL : g, 0),
                             rank == 0 ? MAPPING_ERR_NULL_ARGUMENT : MAPPING_ERR_NULL_ARGUMENT, NULL);
     CHECK(mapping_mpi_halo_exchange(NULL, NULL) == MAPPING_ERR_NULL_ARGUMENT);
