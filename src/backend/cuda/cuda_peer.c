@@ -7,10 +7,33 @@
  * copy is a cuMemcpyDtoDAsync, which unified addressing routes between
  * devices.
  */
+#include <pthread.h>
 #include "backend/cuda/cuda_device.h"
 #include "os/status.h"
 
 enum { CU_ERROR_PEER_ACCESS_ALREADY_ENABLED_ = 704 };
+
+/* Context pairs already tried (enabled or refused): the driver is asked once
+ * per pair and process. Primary contexts live as long as the process uses
+ * the device, so the pointers stay meaningful. */
+enum { TRIED_MAX = 256 };
+static struct {
+    cu_context from, to;
+} tried[TRIED_MAX];
+static int tried_count;
+static pthread_mutex_t tried_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static bool first_try(cu_context from, cu_context to)
+{
+    bool first = true;
+    pthread_mutex_lock(&tried_lock);
+    for (int i = 0; i < tried_count && first; i++)
+        first = !(tried[i].from == from && tried[i].to == to);
+    if (first && tried_count < TRIED_MAX)
+        tried[tried_count++] = (__typeof__(tried[0])){from, to};
+    pthread_mutex_unlock(&tried_lock);
+    return first;
+}
 
 /* Best effort: a refusal leaves the driver's staged path. With dst's context
  * current. */
@@ -18,7 +41,7 @@ static void enable_peer_access(cuda_device *d, cuda_device *s)
 {
     const cuda_driver *cu = d->cu;
     int can = 0;
-    if (d->ctx == s->ctx || !cu->cuDeviceCanAccessPeer || !cu->cuCtxEnablePeerAccess ||
+    if (d->ctx == s->ctx || !cu->cuDeviceCanAccessPeer || !cu->cuCtxEnablePeerAccess || !first_try(d->ctx, s->ctx) ||
         cu->cuDeviceCanAccessPeer(&can, d->device, s->device) != CU_SUCCESS || !can)
         return;
     cu_result r = cu->cuCtxEnablePeerAccess(s->ctx, 0);
