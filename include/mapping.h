@@ -399,6 +399,7 @@ MAPPING_API mapping_status  mapping_multimirror_sync_to_cpu(mapping_multimirror 
  * 0 for a bad handle or index (error recorded). */
 MAPPING_API size_t          mapping_multimirror_stale_bytes(const mapping_multimirror *m, int device);
 
+
 /* ===========================================================================
  * Streams and events
  * ======================================================================== */
@@ -627,6 +628,20 @@ MAPPING_API mapping_status  mapping_mirror_acquire_cpu(mapping_mirror *m, unsign
 MAPPING_API mapping_status  mapping_mirror_acquire_gpu(mapping_stream *stream, mapping_mirror *m, unsigned access,
                                                        mapping_buffer **buf);
 MAPPING_API mapping_status  mapping_mirror_release_gpu(mapping_stream *stream, mapping_mirror *m);
+
+/* Several devices (see also mapping_copy_peer, mapping_multimirror_*).
+ * A sharded layout, for the data-parallel case: the caller's host array
+ * cpu_ptr[0, bytes) cut into `count` consecutive slices, slice i a mirror of
+ * it on devices[i] (as mapping_mirror_wrap with `flags`: the memory is not
+ * copied and must outlive the shards). bytes is a multiple of `granule`
+ * (an element's or row's bytes, > 0), never split: of n = bytes / granule
+ * granules, the first n % count slices get one more than the others.
+ * shards[0 .. count-1] receive the mirrors (count >= 1, n >= count); each is
+ * an ordinary mirror (mark, sync, views, access intents), destroyed with
+ * mapping_mirror_destroy. On failure none is left. */
+MAPPING_API mapping_status mapping_mirror_create_sharded(mapping_device *const *devices, int count, void *cpu_ptr,
+                                                         size_t bytes, size_t granule, unsigned flags,
+                                                         mapping_mirror **shards);
 
 
 /* ==== Batches and pipelines (src/transfer/) ==== */

@@ -221,3 +221,54 @@ TEST(multimirror_refuses_bad_input)
     mapping_multimirror_destroy(m);
     mapping_multimirror_destroy(NULL);
 }
+
+TEST(sharded_mirror_places_consecutive_slices_on_the_devices)
+{
+    mapping_device *devs[3], *extra;
+    int k = open_devices(devs, &extra);
+    enum { GRANULE = 8, N = 125 * GRANULE };
+    unsigned char *host = malloc(N), *back = malloc(N);
+    test_pattern(host, N, 5);
+    mapping_mirror *shards[3] = {NULL, NULL, NULL};
+    CHECK_OK(mapping_mirror_create_sharded(devs, k, host, N, GRANULE, 0, shards));
+    size_t at = 0;
+    for (int i = 0; i < k; i++) {
+        size_t want = (125 / (size_t)k + ((size_t)i < 125 % (size_t)k)) * GRANULE;
+        CHECK(mapping_mirror_size(shards[i]) == want);
+        CHECK(mapping_mirror_cpu(shards[i]) == host + at);
+        CHECK(mapping_buffer_device(mapping_mirror_gpu(shards[i])) == devs[i]);
+        /* Each device works on its shard: sync, the device's own change, back. */
+        CHECK_OK(mapping_mirror_sync_to_gpu(NULL, shards[i]));
+        CHECK_OK(mapping_fill_gpu(NULL, mapping_mirror_gpu(shards[i]), mapping_mirror_gpu_offset(shards[i]), GRANULE,
+                                  (unsigned char)(0xa0 + i)));
+        CHECK_OK(mapping_mirror_mark_gpu_modified(shards[i], 0, GRANULE));
+        at += want;
+    }
+    CHECK(at == N);
+    memcpy(back, host, N);
+    for (int i = 0; i < k; i++) {
+        CHECK_OK(mapping_mirror_sync_to_cpu(NULL, shards[i]));
+        unsigned char *p = mapping_mirror_cpu(shards[i]);
+        for (size_t b = 0; b < GRANULE; b++) {
+            CHECK(p[b] == (unsigned char)(0xa0 + i));
+            back[(size_t)(p - host) + b] = (unsigned char)(0xa0 + i);
+        }
+    }
+    CHECK_BYTES(host, back, N); /* nothing else changed */
+    for (int i = 0; i < k; i++)
+        mapping_mirror_destroy(shards[i]);
+
+    mapping_mirror *none[3] = {NULL, NULL, NULL};
+    CHECK_REFUSED(mapping_mirror_create_sharded(devs, k, host, N - 1, GRANULE, 0, none), MAPPING_ERR_INVALID_ARGUMENT);
+    CHECK_REFUSED(mapping_mirror_create_sharded(devs, k, host, N, 0, 0, none), MAPPING_ERR_ZERO_SIZE);
+    CHECK_REFUSED(mapping_mirror_create_sharded(devs, 0, host, N, GRANULE, 0, none), MAPPING_ERR_INVALID_ARGUMENT);
+    CHECK_REFUSED(mapping_mirror_create_sharded(devs, k, host, 2 * GRANULE, GRANULE * 2, 0, none),
+                  MAPPING_ERR_INVALID_ARGUMENT);
+    CHECK_REFUSED(mapping_mirror_create_sharded(devs, k, NULL, N, GRANULE, 0, none), MAPPING_ERR_NULL_ARGUMENT);
+    mapping_device *bad[2] = {devs[0], NULL};
+    CHECK_REFUSED(mapping_mirror_create_sharded(bad, 2, host, N, GRANULE, 0, none), MAPPING_ERR_NULL_ARGUMENT);
+    CHECK(none[0] == NULL && none[1] == NULL);
+    free(host);
+    free(back);
+    mapping_close(extra);
+}
