@@ -73,11 +73,11 @@ static int load_cl(peer_job *j)
 #endif
 
 /* A multimirror on two devices (k = 2): device 0 modifies 1000 scattered
- * ranges of a 64 MiB array, device 1 syncs. The bytes moved (peer and host
+ * ranges of a 64 MiB array (16 MiB with --quick), device 1 syncs. The bytes moved (peer and host
  * copies into device 1) against the bytes modified, and the time. */
 static int bench_multimirror(bench_ctx *ctx, mapping_device *other)
 {
-    const size_t n = (size_t)64 << 20, ranges = 1000;
+    const size_t n = (size_t)(ctx->quick ? 16 : 64) << 20, ranges = 1000;
     mapping_device *devs[2] = {ctx->dev, other};
     mapping_multimirror *m;
     if (bench_check(mapping_multimirror_create(devs, 2, n, &m), "mapping_multimirror_create"))
@@ -113,7 +113,8 @@ static int bench_multimirror(bench_ctx *ctx, mapping_device *other)
                           "array", 3, 4, cols);
         double v[4] = {modified / 1024.0, moved / 1024.0, (double)moved / (double)modified,
                        bench_median(t, runs) * 1e3};
-        bench_table_row(&tb, "64 MiB", v);
+        char size[32];
+        bench_table_row(&tb, bench_size_name(n, size, sizeof size), v);
         bench_table_end(&tb);
     }
     mapping_multimirror_destroy(m);
