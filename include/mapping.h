@@ -373,11 +373,14 @@ MAPPING_API mapping_status mapping_copy_peer(mapping_stream *stream, const mappi
  *   that link is faster, from the host otherwise. sync to the CPU copies
  *   the CPU's stale ranges from the device with the cheapest link to the
  *   host, blocking.
- * - Copies are queued on `stream` (of device j; NULL: blocking) and their
- *   ranges count as valid once queued: later work that reads the replica
- *   must be ordered after `stream`. A peer copy reads the source replica when
- *   the stream reaches it (see mapping_copy_peer): work that wrote it must
- *   have completed, as for mapping_copy_peer.
+ * - Copies are queued on `stream` (of device j; NULL: blocking). The
+ *   multimirror orders itself after them: a mark, a stale count, destroy,
+ *   and a sync to another side or on another stream first wait for the
+ *   syncs queued earlier, so copies land before anything reads or
+ *   overwrites their bytes. Your own work that reads the replica goes on
+ *   `stream` after the sync (or waits for it). A peer copy reads the source
+ *   replica when the stream reaches it (see mapping_copy_peer): your work
+ *   that wrote that replica must have completed, as for mapping_copy_peer.
  * A byte is never stale on every side. Not locked: one thread at a time per
  * multimirror. Destroy it before closing its devices. */
 typedef struct mapping_multimirror mapping_multimirror;

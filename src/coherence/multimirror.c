@@ -24,6 +24,14 @@ struct mapping_multimirror {
     mapping_device  *dev[MAPPING_MULTIMIRROR_MAX_DEVICES];
     mapping_buffer  *buf[MAPPING_MULTIMIRROR_MAX_DEVICES];
     mapping_span_set stale[MAX_SIDES], modified[MAX_SIDES];
+    /* Syncs queued on a stream and not known to be complete: each is waited
+     * for before anything observes or reads what it writes. */
+    struct queued_sync {
+        mapping_event  *event;
+        mapping_stream *stream; /* compared, never dereferenced */
+        int             side;
+    } *queued;
+    size_t n_queued, cap_queued;
     /* Direct peer links, measured on first need; 0 bandwidth: not yet. */
     mapping_link peer[MAPPING_MULTIMIRROR_MAX_DEVICES][MAPPING_MULTIMIRROR_MAX_DEVICES];
 };
@@ -50,8 +58,32 @@ static mapping_status oom(const char *fn)
     return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of host memory for the range sets", fn);
 }
 
+/* Waits for the queued syncs, except those to side `keep_side` on
+ * `keep_stream` (ordered already by that stream); -1 / NULL keeps none. */
+static mapping_status settle(mapping_multimirror *m, int keep_side, const mapping_stream *keep_stream)
+{
+    mapping_status first = MAPPING_OK;
+    size_t kept = 0;
+    for (size_t i = 0; i < m->n_queued; i++) {
+        struct queued_sync *q = &m->queued[i];
+        if (keep_stream && q->side == keep_side && q->stream == keep_stream &&
+            mapping__event_query(q->event) == MAPPING_ERR_NOT_READY) {
+            m->queued[kept++] = *q; /* still running, and ordered by the stream */
+            continue;
+        }
+        mapping_status st = mapping__event_synchronize(q->event);
+        if (first == MAPPING_OK)
+            first = st;
+        mapping__event_destroy(q->event);
+    }
+    m->n_queued = kept;
+    return first;
+}
+
 static void release(mapping_multimirror *m)
 {
+    settle(m, -1, NULL);
+    free(m->queued);
     for (int j = 0; j < m->count; j++)
         mapping__free_gpu(m->buf[j]);
     if (m->cpu)
@@ -140,6 +172,7 @@ size_t mapping_multimirror_stale_bytes(const mapping_multimirror *m, int device)
         return 0;
     if (device != -1 && check_device_index(fn, m, device) != MAPPING_OK)
         return 0;
+    settle((mapping_multimirror *)m, -1, NULL); /* so the answer is exact: state follows completion */
     return m->stale[1 + device].bytes;
 }
 
@@ -162,6 +195,9 @@ static bool no_modification_elsewhere(size_t start, size_t end, void *user)
 
 static mapping_status mark(const char *fn, mapping_multimirror *m, int side, size_t offset, size_t bytes)
 {
+    mapping_status st = settle(m, -1, NULL); /* a queued copy must not land after the caller's write */
+    if (st != MAPPING_OK)
+        return st;
     conflict_probe probe = {m, side};
     if (!mapping__span_set_each_in(&m->stale[side], offset, offset + bytes, no_modification_elsewhere, &probe)) {
         mapping_device *dev = m->dev[side > 0 ? side - 1 : 0];
@@ -306,9 +342,32 @@ static int by_cost(const void *a, const void *b)
     return (x->seconds > y->seconds) - (x->seconds < y->seconds);
 }
 
+static mapping_status record_queued(const char *fn, mapping_multimirror *m, mapping_stream *stream, int target)
+{
+    if (m->n_queued == m->cap_queued) {
+        size_t cap = m->cap_queued ? 2 * m->cap_queued : 4;
+        struct queued_sync *q = realloc(m->queued, cap * sizeof *q);
+        if (!q)
+            return oom(fn);
+        m->queued = q;
+        m->cap_queued = cap;
+    }
+    mapping_event *ev;
+    mapping_status st = mapping__event_record(stream, &ev);
+    if (st != MAPPING_OK)
+        return st;
+    m->queued[m->n_queued++] = (struct queued_sync){ev, stream, target};
+    return MAPPING_OK;
+}
+
 static mapping_status sync_side(const char *fn, mapping_multimirror *m, mapping_stream *stream, int target)
 {
     mapping_span_set *stale = &m->stale[target];
+    /* Sources must hold their bytes before a copy reads them: wait for syncs
+     * queued elsewhere (those to this side on this stream are ordered). */
+    mapping_status settled = settle(m, target, stream);
+    if (settled != MAPPING_OK)
+        return settled;
     if (stale->n == 0)
         return MAPPING_OK;
     /* The spans to fill, copied: the set changes as they are filled. */
@@ -340,6 +399,11 @@ static mapping_status sync_side(const char *fn, mapping_multimirror *m, mapping_
             job.st = oom(fn);
     }
     free(spans);
+    if (stream) { /* also after a failure: what was queued is tracked */
+        mapping_status recorded = record_queued(fn, m, stream, target);
+        if (job.st == MAPPING_OK)
+            job.st = recorded;
+    }
     return job.st;
 }
 

@@ -1,6 +1,7 @@
 /* Mirrors with several device sides: a model-based random test, the bytes a
  * sync moves after scattered modifications, conflicts, and bad input. CTest
  * runs these with two host devices and two PoCL devices (tests/CMakeLists.txt). */
+#include <time.h>
 #include "harness.h"
 
 /* The devices of the test: device 0 and another object of it, plus device 1
@@ -271,4 +272,43 @@ TEST(sharded_mirror_places_consecutive_slices_on_the_devices)
     free(host);
     free(back);
     mapping_close(extra);
+}
+
+static void *open_gate_later(void *gate)
+{
+    struct timespec pause = {0, 30 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+    test_gate_open(gate);
+    return NULL;
+}
+
+TEST(multimirror_state_follows_stream_completion)
+{
+    mapping_device *devs[2] = {test_device(), test_device2()};
+    mapping_multimirror *m;
+    CHECK_OK(mapping_multimirror_create(devs, 2, 1 << 16, &m));
+    test_pattern(mapping_multimirror_cpu(m), 1 << 16, 9);
+    CHECK_OK(mapping_multimirror_mark_cpu_modified(m, 0, 1 << 16));
+    mapping_stream *s;
+    CHECK_OK(mapping_stream_create(devs[0], &s));
+    test_gate gate = TEST_GATE_INIT;
+    CHECK_OK(mapping_launch_host(s, test_gate_wait, &gate));
+    CHECK_OK(mapping_multimirror_sync_to_gpu(s, m, 0)); /* queued behind the gate */
+    pthread_t opener;
+    CHECK(pthread_create(&opener, NULL, open_gate_later, &gate) == 0);
+    /* The count waits for the queued copies: when it answers, the stream
+     * has passed the gate and the replica holds the data. */
+    CHECK(mapping_multimirror_stale_bytes(m, 0) == 0);
+    CHECK(test_gate_passed(&gate) == 1);
+    unsigned char *back = malloc(1 << 16);
+    CHECK_OK(mapping_sync_to_cpu(mapping_multimirror_gpu(m, 0), back));
+    CHECK_BYTES(back, mapping_multimirror_cpu(m), 1 << 16);
+    pthread_join(opener, NULL);
+    /* Device 1 may now be filled from device 0 (which holds the bytes). */
+    CHECK_OK(mapping_multimirror_sync_to_gpu(NULL, m, 1));
+    CHECK_OK(mapping_sync_to_cpu(mapping_multimirror_gpu(m, 1), back));
+    CHECK_BYTES(back, mapping_multimirror_cpu(m), 1 << 16);
+    free(back);
+    mapping_stream_destroy(s);
+    mapping_multimirror_destroy(m);
 }
