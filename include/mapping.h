@@ -321,6 +321,89 @@ MAPPING_API mapping_status mapping_fill_gpu(mapping_stream *stream, mapping_buff
                                             size_t bytes, unsigned char value);
 
 /* ===========================================================================
+ * Several devices
+ * ======================================================================== */
+
+/* Devices of one process: each mapping_open of another device index gives a
+ * device with its own memory (the host back end exposes
+ * $MAPPING_HOST_DEVICES = N virtual devices, read once when it loads, so
+ * multi-device code runs anywhere; PoCL exposes several with
+ * POCL_DEVICES="pthread pthread"). mapping_list_devices lists them.
+ *
+ * Peer copy: src[src_offset, +bytes), a buffer of one device, to
+ * dst[dst_offset, +bytes), a buffer of another (or the same: then it is
+ * mapping_copy_gpu). Source before destination, as in every copy (and the
+ * same arguments as mapping_copy_gpu). The stream belongs to the DESTINATION's device
+ * (MAPPING_ERR_DEVICE_MISMATCH otherwise); NULL = blocking.
+ *
+ * Ordering across the two devices: the copy runs when `stream` reaches it
+ * and reads src then. Work of src's device is not ordered with it: work
+ * that writes src must have completed before the call (synchronize the src
+ * device's stream or an event of it), and src must not be written again
+ * until the copy has completed (synchronize `stream`, or an event recorded
+ * on it after the copy). Work queued on `stream` after the copy sees dst
+ * written.
+ *
+ * How: devices of one back end copy directly (CUDA cuMemcpyPeerAsync; OpenCL
+ * clEnqueueCopyBuffer between devices of one platform, which share a
+ * context, else staged through page-locked host memory in pipelined chunks;
+ * host: memcpy on the stream). Devices of different back ends: staged
+ * through page-locked host memory, blocking (the call first waits for
+ * `stream`'s earlier work and returns when the copy is done). Counted in the
+ * destination device's mapping_stats.peer_bytes / peer_copies. Thread-safe. */
+MAPPING_API mapping_status mapping_copy_peer(mapping_stream *stream, const mapping_buffer *src, size_t src_offset,
+                                             mapping_buffer *dst, size_t dst_offset, size_t bytes);
+
+/* Mirrors with several device sides (replicas): one host array and a replica
+ * on each of `count` devices (1 to MAPPING_MULTIMIRROR_MAX_DEVICES). Sides:
+ * the CPU, and device sides 0 .. count-1 (in the order of `devices`).
+ *
+ * Validity is tracked per byte range for every side, as in a mirror:
+ * - create: the CPU side is valid (zeroed), every device side stale.
+ * - mark (CPU or device j, a range): that side becomes valid there and every
+ *   other side stale; the range counts as that side's modification.
+ *   MAPPING_ERR_CONFLICT (nothing changes; counted in the marking device's
+ *   mapping_stats.conflicts, the first device's for the CPU) when the
+ *   marking side is stale somewhere in the range where another side holds
+ *   unsynced modifications: it would overwrite a version it has not seen.
+ * - sync to device j copies exactly j's stale ranges, each part from the
+ *   cheapest side valid there: the CPU (device j's link) or another device
+ *   (a direct peer copy, its link measured once per pair; a staged peer copy
+ *   costs both devices' links). So a replica is refreshed from a peer when
+ *   that link is faster, from the host otherwise. sync to the CPU copies
+ *   the CPU's stale ranges from the device with the cheapest link to the
+ *   host, blocking.
+ * - Copies are queued on `stream` (of device j; NULL: blocking). The
+ *   multimirror orders itself after them: a mark, a stale count, destroy,
+ *   and a sync to another side or on another stream first wait for the
+ *   syncs queued earlier, so copies land before anything reads or
+ *   overwrites their bytes. Your own work that reads the replica goes on
+ *   `stream` after the sync (or waits for it). A peer copy reads the source
+ *   replica when the stream reaches it (see mapping_copy_peer): your work
+ *   that wrote that replica must have completed, as for mapping_copy_peer.
+ * A byte is never stale on every side. Not locked: one thread at a time per
+ * multimirror. Destroy it before closing its devices. */
+typedef struct mapping_multimirror mapping_multimirror;
+enum { MAPPING_MULTIMIRROR_MAX_DEVICES = 16 };
+MAPPING_API mapping_status mapping_multimirror_create(mapping_device *const *devices, int count, size_t bytes,
+                                                      mapping_multimirror **out);
+MAPPING_API void            mapping_multimirror_destroy(mapping_multimirror *m); /* NULL: no-op */
+MAPPING_API size_t          mapping_multimirror_size(const mapping_multimirror *m);   /* 0 for NULL */
+/* The host array (page-locked on the first device), and device j's replica;
+ * NULL for a bad handle or index. */
+MAPPING_API void           *mapping_multimirror_cpu(mapping_multimirror *m);
+MAPPING_API mapping_buffer *mapping_multimirror_gpu(mapping_multimirror *m, int device);
+MAPPING_API mapping_status  mapping_multimirror_mark_cpu_modified(mapping_multimirror *m, size_t offset, size_t bytes);
+MAPPING_API mapping_status  mapping_multimirror_mark_gpu_modified(mapping_multimirror *m, int device, size_t offset,
+                                                                  size_t bytes);
+MAPPING_API mapping_status  mapping_multimirror_sync_to_gpu(mapping_stream *stream, mapping_multimirror *m, int device);
+MAPPING_API mapping_status  mapping_multimirror_sync_to_cpu(mapping_multimirror *m);
+/* Stale bytes of the CPU side (device = -1) or of device side `device`;
+ * 0 for a bad handle or index (error recorded). */
+MAPPING_API size_t          mapping_multimirror_stale_bytes(const mapping_multimirror *m, int device);
+
+
+/* ===========================================================================
  * Streams and events
  * ======================================================================== */
 
@@ -380,6 +463,8 @@ MAPPING_API void           mapping_event_destroy(mapping_event *event); /* NULL:
     X(conflicts)                           /* marks refused as conflicts */                         \
     X(batch_flushes)                       /* mapping_batch_flush calls that moved data */          \
     X(batch_copies)                        /* copies queued in batches */                           \
+    X(peer_bytes) X(peer_copies)           /* copies from another device into this one               \
+                                              (mapping_copy_peer), counted on the destination */    \
     X(blocking_ns)                         /* nanoseconds spent in blocking host<->device transfers \
                                               of 64 KiB or more (smaller ones are not timed:        \
                                               reading the clock would cost more than they do) */
@@ -546,6 +631,20 @@ MAPPING_API mapping_status  mapping_mirror_acquire_cpu(mapping_mirror *m, unsign
 MAPPING_API mapping_status  mapping_mirror_acquire_gpu(mapping_stream *stream, mapping_mirror *m, unsigned access,
                                                        mapping_buffer **buf);
 MAPPING_API mapping_status  mapping_mirror_release_gpu(mapping_stream *stream, mapping_mirror *m);
+
+/* Several devices (see also mapping_copy_peer, mapping_multimirror_*).
+ * A sharded layout, for the data-parallel case: the caller's host array
+ * cpu_ptr[0, bytes) cut into `count` consecutive slices, slice i a mirror of
+ * it on devices[i] (as mapping_mirror_wrap with `flags`: the memory is not
+ * copied and must outlive the shards). bytes is a multiple of `granule`
+ * (an element's or row's bytes, > 0), never split: of n = bytes / granule
+ * granules, the first n % count slices get one more than the others.
+ * shards[0 .. count-1] receive the mirrors (count >= 1, n >= count); each is
+ * an ordinary mirror (mark, sync, views, access intents), destroyed with
+ * mapping_mirror_destroy. On failure none is left. */
+MAPPING_API mapping_status mapping_mirror_create_sharded(mapping_device *const *devices, int count, void *cpu_ptr,
+                                                         size_t bytes, size_t granule, unsigned flags,
+                                                         mapping_mirror **shards);
 
 
 /* ==== Batches and pipelines (src/transfer/) ==== */

@@ -45,6 +45,16 @@ for dir in src/backend/*/; do
   done < <(grep -rn --include='*.c' --include='*.h' '#include "' "$dir" | sed -E 's/^([^:]+):[0-9]+:/\1:/')
 done
 
+# The optional libmapping_mpi (src/mpi/) is a user of the public API: it
+# includes mapping.h, mapping_mpi.h and its own folder only.
+if [ -d src/mpi ]; then
+  while IFS= read -r hit; do
+    file=${hit%%:*}
+    inc=$(sed -E 's/.*#include "([^"]+)".*/\1/' <<<"$hit")
+    case "$inc" in mapping.h|mapping_mpi.h|mpi/*) ;; *) fail "$file includes $inc (src/mpi/ uses the public API only: mapping.h, mapping_mpi.h, mpi/)";; esac
+  done < <(grep -rn --include='*.c' --include='*.h' '#include "' src/mpi | sed -E 's/^([^:]+):[0-9]+:/\1:/')
+fi
+
 # 2. calls through the back-end table
 while IFS= read -r hit; do
   fail "calls through the back-end table outside src/core/ops.c: $hit"

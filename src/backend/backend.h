@@ -115,6 +115,14 @@ typedef struct mapping_backend {
     mapping_status (*event_query)(void *dev, void *event);
     mapping_status (*event_elapsed)(void *dev, void *start, void *end, double *seconds);
     void (*event_destroy)(void *dev, void *event);
+
+    /* Optional, several devices: copy src_mem[src_offset, +bytes) of src_dev
+     * (another device of this back end) to dst_mem[dst_offset, ..) of dev,
+     * ordered on `stream`, a stream of dev (the destination's device); NULL:
+     * blocking. Core falls back to a copy staged through host memory where
+     * this is NULL or the devices' back ends differ. */
+    mapping_status (*peer_copy)(void *dev, void *stream, void *src_dev, void *src_mem, size_t src_offset,
+                                void *dst_mem, size_t dst_offset, size_t bytes);
 } mapping_backend;
 
 /* Each back end defines `const mapping_backend mapping_backend_<name>`; the

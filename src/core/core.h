@@ -128,6 +128,10 @@ mapping_status mapping__event_record(mapping_stream *stream, mapping_event **out
 void           mapping__event_destroy(mapping_event *event);
 /* Measured on first use (or as set); see mapping_device_link. */
 mapping_status mapping__device_link(mapping_device *dev, mapping_link *out);
+/* The link of direct copies from src's memory to dst's (core/peer.c),
+ * measured now with uncounted copies (a few milliseconds): latency and
+ * bandwidth as in mapping_link. Only where mapping__can_copy_peer_direct. */
+mapping_status mapping__peer_link_measure(mapping_device *src, mapping_device *dst, mapping_link *out);
 /* Stream and event operations, and transfers: src/core/ops.h. */
 
 /* ---- unified memory as a buffer (src/core/buffer.c), for unified mirrors:

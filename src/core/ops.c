@@ -291,3 +291,64 @@ mapping_status mapping__op_write_uncounted(mapping_device *dev, const void *src,
 {
     return dev->be->write(dev->state, NULL, src, pinned, dst_mem, 0, bytes);
 }
+
+/* ---- several devices: peer copies ---- */
+
+bool mapping__can_copy_peer_direct(const mapping_device *src, const mapping_device *dst)
+{
+    return src == dst || (src->be == dst->be && dst->be->peer_copy != NULL);
+}
+
+/* Between back ends (or without peer_copy): through src's page-locked host
+ * memory, chunk by chunk, blocking; not counted as host transfers. */
+static mapping_status copy_peer_staged(mapping_stream *stream, const mapping_buffer *src, size_t src_offset,
+                                       mapping_buffer *dst, size_t dst_offset, size_t bytes)
+{
+    enum { STAGING_CHUNK = 4 << 20 };
+    mapping_device *sdev = src->dev, *ddev = dst->dev;
+    mapping_status st = stream ? mapping__stream_synchronize(stream) : MAPPING_OK;
+    if (st != MAPPING_OK)
+        return st;
+    size_t chunk = bytes < STAGING_CHUNK ? bytes : STAGING_CHUNK;
+    void *host = NULL, *cookie = NULL;
+    if ((st = sdev->be->host_alloc(sdev->state, chunk, &host, &cookie)) != MAPPING_OK)
+        return st;
+    mapping_host_ref ref = {cookie, 0};
+    for (size_t done = 0; done < bytes && st == MAPPING_OK; done += chunk) {
+        size_t n = bytes - done < chunk ? bytes - done : chunk;
+        st = sdev->be->read(sdev->state, NULL, src->mem, src_offset + done, host, &ref, n);
+        if (st == MAPPING_OK)
+            st = ddev->be->write(ddev->state, NULL, host, NULL, dst->mem, dst_offset + done, n);
+    }
+    sdev->be->host_free(sdev->state, host, cookie);
+    return st;
+}
+
+mapping_status mapping__copy_peer(mapping_stream *stream, const mapping_buffer *src, size_t src_offset,
+                                  mapping_buffer *dst, size_t dst_offset, size_t bytes)
+{
+    mapping_device *dev = dst->dev;
+    if (src->dev == dev)
+        return mapping__copy(stream, src, src_offset, dst, dst_offset, bytes);
+    mapping_status st = mapping__fault_check(dev, "peer copy");
+    if (st != MAPPING_OK)
+        return st;
+    if (mapping__can_copy_peer_direct(src->dev, dev))
+        st = dev->be->peer_copy(dev->state, mapping__stream_state(stream), src->dev->state, src->mem, src_offset,
+                                dst->mem, dst_offset, bytes);
+    else
+        st = copy_peer_staged(stream, src, src_offset, dst, dst_offset, bytes);
+    if (st != MAPPING_OK)
+        return st;
+    mapping__count(&dev->counters.peer_bytes, bytes);
+    mapping__count(&dev->counters.peer_copies, 1);
+    return MAPPING_OK;
+}
+
+mapping_status mapping__op_peer_copy_uncounted(mapping_device *dst_dev, mapping_device *src_dev, void *src_mem,
+                                               void *dst_mem, size_t bytes)
+{
+    if (src_dev == dst_dev)
+        return dst_dev->be->copy(dst_dev->state, NULL, src_mem, 0, dst_mem, 0, bytes);
+    return dst_dev->be->peer_copy(dst_dev->state, NULL, src_dev->state, src_mem, 0, dst_mem, 0, bytes);
+}

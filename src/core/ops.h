@@ -41,6 +41,17 @@ mapping_status mapping__gather(mapping_stream *stream, const mapping_buffer *src
 mapping_status mapping__prefetch(mapping_stream *stream, mapping_buffer *buf, size_t offset, size_t bytes,
                                  bool to_device);
 
+/* A copy between buffers of two devices (src->dev != dst->dev), ordered on
+ * `stream` (of dst's device; NULL: blocking): the back end's peer_copy where
+ * both devices have the same back end and it has one, else staged through
+ * page-locked host memory in chunks (after the stream's earlier work; done
+ * on return). Counted on dst's device as peer_bytes / peer_copies. */
+mapping_status mapping__copy_peer(mapping_stream *stream, const mapping_buffer *src, size_t src_offset,
+                                  mapping_buffer *dst, size_t dst_offset, size_t bytes);
+/* Whether a copy from src's device to dst's goes straight device to device
+ * (the back end's peer_copy) rather than staged through the host. */
+bool mapping__can_copy_peer_direct(const mapping_device *src, const mapping_device *dst);
+
 /* ---- what the device's back end can do (optional table entries) ---- */
 bool mapping__can_scatter(const mapping_device *dev);
 bool mapping__can_gather(const mapping_device *dev);
@@ -77,6 +88,11 @@ void           mapping__op_stream_destroy(mapping_device *dev, void *state);
 mapping_status mapping__op_stream_native(mapping_device *dev, void *state, void **native);
 mapping_status mapping__op_event_record(mapping_device *dev, void *stream_state, void **event_state);
 void           mapping__op_event_destroy(mapping_device *dev, void *event_state);
+/* A blocking device-to-device copy from src_dev's memory to dst_dev's,
+ * not counted (for measuring a peer link); only where
+ * mapping__can_copy_peer_direct(src_dev, dst_dev). */
+mapping_status mapping__op_peer_copy_uncounted(mapping_device *dst_dev, mapping_device *src_dev, void *src_mem,
+                                               void *dst_mem, size_t bytes);
 /* A blocking write of raw back-end memory, not counted in the statistics
  * (for measuring the link). */
 mapping_status mapping__op_write_uncounted(mapping_device *dev, const void *src, const mapping_host_ref *pinned,

@@ -931,6 +931,16 @@ API CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, stream *s
     NEED_CONTEXT();
     return submit_checked(st, (op){.kind = OP_SET, .dst = D(d), .value = v, .bytes = n}, d, n, 0, 0);
 }
+/* One device: peer access to itself is refused, as the driver does. */
+API CUresult cuDeviceCanAccessPeer(int *can, int d, int peer) { (void)d; (void)peer; *can = 0; return OK; }
+API CUresult cuCtxEnablePeerAccess(void *peer, unsigned f) { (void)peer; (void)f; NEED_CONTEXT(); return 1; }
+API CUresult cuMemcpyPeerAsync(CUdeviceptr d, void *dctx, CUdeviceptr s, void *sctx, size_t n, stream *st)
+{
+    NEED_CONTEXT();
+    if (dctx != &primary_token || sctx != &primary_token)
+        return INVALID_CONTEXT;
+    return submit_checked(st, (op){.kind = OP_COPY, .dst = D(d), .src = D(s), .bytes = n}, d, n, s, n);
+}
 
 API CUresult cuStreamCreate(stream **out, unsigned flags)
 {

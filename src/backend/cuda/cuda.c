@@ -593,4 +593,5 @@ const mapping_backend mapping_backend_cuda = {
     .event_query = cuda_event_query,
     .event_elapsed = cuda_event_elapsed,
     .event_destroy = cuda_event_destroy,
+    .peer_copy = cuda_peer_copy,
 };

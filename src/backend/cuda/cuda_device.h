@@ -93,6 +93,9 @@ mapping_status cuda_check(cu_result r, const char *call);
  * one is current); *pushed says whether cuda_leave must pop it. */
 mapping_status cuda_enter(cuda_device *d, bool *pushed);
 void           cuda_leave(cuda_device *d, bool pushed);
+/* cuda_peer.c: mapping_backend.peer_copy. */
+mapping_status cuda_peer_copy(void *dev, void *stream, void *src_dev, void *src_mem, size_t src_offset,
+                              void *dst_mem, size_t dst_offset, size_t bytes);
 
 /* ---- staging arena (cuda_staging.c) ----
  * init makes the first chunk (at open); trim frees idle chunks above the

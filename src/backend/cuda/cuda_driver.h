@@ -142,7 +142,12 @@ typedef struct cu_memcpy_attributes {
     X(cuModuleUnload, (cu_module module))                                                                   \
     X(cuModuleGetFunction, (cu_function *fn, cu_module module, const char *name))                           \
     X(cuLaunchKernel, (cu_function fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,     \
-                       unsigned bz, unsigned shared_bytes, cu_stream s, void **params, void **extra))
+                       unsigned bz, unsigned shared_bytes, cu_stream s, void **params, void **extra))        \
+    /* Several devices (cuda_peer.c) */                                                                    \
+    X(cuDeviceCanAccessPeer, (int *can, cu_device dev, cu_device peer))                                     \
+    X(cuCtxEnablePeerAccess, (cu_context peer, unsigned flags))                                             \
+    X(cuMemcpyPeerAsync, (cu_deviceptr dst, cu_context dst_ctx, cu_deviceptr src, cu_context src_ctx,       \
+                          size_t bytes, cu_stream s))
 
 typedef struct cuda_driver {
     void *lib;

@@ -19,11 +19,27 @@
 #endif
 enum { HOST_POISON_BYTE = 0xCD };
 
+/* $MAPPING_HOST_DEVICES = N (1 to HOST_MAX_DEVICES) virtual devices, each
+ * with its own memory, so every multi-device path runs without hardware.
+ * Read once, when the back end loads. */
+enum { HOST_MAX_DEVICES = 64 };
+static int host_device_count = 1;
+
 static mapping_status host_load(char *why, size_t why_size, int *device_count)
 {
     (void)why;
     (void)why_size;
-    *device_count = 1;
+    const char *env = getenv("MAPPING_HOST_DEVICES");
+    if (env && *env) {
+        char *end;
+        long n = strtol(env, &end, 10);
+        if (*end || n < 1 || n > HOST_MAX_DEVICES)
+            mapping__log(1, "host: MAPPING_HOST_DEVICES=\"%s\" is not a count from 1 to %d; using 1 device", env,
+                         HOST_MAX_DEVICES);
+        else
+            host_device_count = (int)n;
+    }
+    *device_count = host_device_count;
     return MAPPING_OK;
 }
 
@@ -33,7 +49,10 @@ static mapping_status host_device_info(int index, mapping_device_info *info)
     strcpy(info->backend, "host");
     info->index = index;
     strcpy(info->kind, "host");
-    strcpy(info->name, "host memory (built-in back end)");
+    if (host_device_count > 1)
+        snprintf(info->name, sizeof info->name, "host memory (built-in back end), virtual device %d", index);
+    else
+        strcpy(info->name, "host memory (built-in back end)");
     strcpy(info->vendor, "mapping");
     snprintf(info->driver, sizeof info->driver, "mapping %s", mapping_version());
     info->memory_bytes = mapping_os_physical_memory();
@@ -197,6 +216,15 @@ static mapping_status host_launch_host(void *dev, void *stream, void (*fn)(void 
     return host_submit(dev, stream, &op);
 }
 
+/* Virtual devices share the process's memory: a peer copy is a memcpy on
+ * the destination's stream (no link modelled between devices). */
+static mapping_status host_peer_copy(void *dev, void *stream, void *src_dev, void *src_mem, size_t src_offset,
+                                     void *dst_mem, size_t dst_offset, size_t bytes)
+{
+    (void)src_dev;
+    return host_copy(dev, stream, src_mem, src_offset, dst_mem, dst_offset, bytes);
+}
+
 const mapping_backend mapping_backend_host = {
     .name = "host",
     .load = host_load,
@@ -226,4 +254,5 @@ const mapping_backend mapping_backend_host = {
     .event_query = host_event_query,
     .event_elapsed = host_event_elapsed,
     .event_destroy = host_event_destroy,
+    .peer_copy = host_peer_copy,
 };

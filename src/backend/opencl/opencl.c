@@ -142,7 +142,7 @@ static void opencl_device_close(void *dev)
         opencl_driver.clReleaseCommandQueue(d->queue);
     }
     if (d->context)
-        opencl_driver.clReleaseContext(d->context);
+        opencl_context_release(d->context);
     pthread_mutex_destroy(&d->kernel_lock);
     free(d);
 }
@@ -158,9 +158,8 @@ static mapping_status opencl_device_open(int index, const mapping_device_desc *d
     d->device = devices[index].device;
     d->svm_fine = devices[index].svm_fine;
     d->sliced_lanes = !strcmp(devices[index].info.kind, "cpu");
-    cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)d->platform, 0};
     cl_int err = CL_SUCCESS;
-    d->context = opencl_driver.clCreateContext(props, 1, &d->device, NULL, NULL, &err);
+    d->context = opencl_context_acquire(d->platform, d->device, &err); /* shared by the platform's devices */
     if (err != CL_SUCCESS) {
         d->context = NULL;
         opencl_device_close(d);
@@ -221,5 +220,6 @@ const mapping_backend mapping_backend_opencl = {
     .event_query = opencl_event_query,
     .event_elapsed = opencl_event_elapsed,
     .event_destroy = opencl_event_destroy,
+    .peer_copy = opencl_peer_copy,
 };
 #endif /* MAPPING_OPENCL_HEADERS */

@@ -38,7 +38,8 @@
     X(clCreateUserEvent) X(clSetUserEventStatus) X(clWaitForEvents) X(clGetEventInfo)                       \
     X(clGetEventProfilingInfo) X(clReleaseEvent) X(clCreateProgramWithSource) X(clBuildProgram)            \
     X(clGetProgramBuildInfo) X(clReleaseProgram) X(clCreateKernel) X(clReleaseKernel) X(clSetKernelArg)     \
-    X(clGetKernelWorkGroupInfo) X(clEnqueueNDRangeKernel)
+    X(clGetKernelWorkGroupInfo) X(clEnqueueNDRangeKernel)                                                  \
+    X(clRetainContext) /* several devices share a platform's context */
 
 /* OpenCL 2.0+ entry points: NULL when the loader lacks them (then no SVM). */
 #define OPENCL_OPTIONAL_ENTRY_POINTS(X) X(clSVMAlloc) X(clSVMFree)

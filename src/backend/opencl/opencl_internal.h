@@ -103,5 +103,12 @@ mapping_status opencl_gather(void *dev, void *stream, void *src_mem, void *stagi
                           const mapping_scatter_entry *table, size_t count);
 void           opencl_kernels_release(opencl_device *d);
 
+/* opencl_peer.c: one context per platform shared by its open devices (a
+ * reference each), and copies between devices. */
+cl_context     opencl_context_acquire(cl_platform_id platform, cl_device_id device, cl_int *err);
+void           opencl_context_release(cl_context context);
+mapping_status opencl_peer_copy(void *dev, void *stream, void *src_dev, void *src_mem, size_t src_offset,
+                                void *dst_mem, size_t dst_offset, size_t bytes);
+
 #endif /* MAPPING_OPENCL_HEADERS */
 #endif

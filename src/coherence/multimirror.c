@@ -1,0 +1,427 @@
+/*
+ * Mirrors with several device sides (mapping_multimirror_*): one host array
+ * and a replica per device, validity per byte range for every side, syncs
+ * from the cheapest valid side. Sides: 0 = CPU, 1 + j = device j.
+ *
+ * State per side s: stale[s] (bytes whose content is not the latest) and
+ * modified[s] (bytes s wrote that some other side has not seen yet).
+ * Invariants: no byte is stale on every side; modified[s] and stale[s] are
+ * disjoint. Separate from the two-sided mirrors (mirror*.c), which it does
+ * not touch.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include "coherence/span_set.h"
+#include "core/ops.h"
+
+enum { MAPPING_MAGIC_MULTIMIRROR = 0x6d4d756c /* "mMul" */, MAX_SIDES = MAPPING_MULTIMIRROR_MAX_DEVICES + 1 };
+
+struct mapping_multimirror {
+    uint32_t         magic;
+    int              count; /* devices */
+    size_t           size;
+    unsigned char   *cpu; /* mapping__allocate_cpu of dev[0] */
+    mapping_device  *dev[MAPPING_MULTIMIRROR_MAX_DEVICES];
+    mapping_buffer  *buf[MAPPING_MULTIMIRROR_MAX_DEVICES];
+    mapping_span_set stale[MAX_SIDES], modified[MAX_SIDES];
+    /* Syncs queued on a stream and not known to be complete: each is waited
+     * for before anything observes or reads what it writes. */
+    struct queued_sync {
+        mapping_event  *event;
+        mapping_stream *stream; /* compared, never dereferenced */
+        int             side;
+    } *queued;
+    size_t n_queued, cap_queued;
+    /* Direct peer links, measured on first need; 0 bandwidth: not yet. */
+    mapping_link peer[MAPPING_MULTIMIRROR_MAX_DEVICES][MAPPING_MULTIMIRROR_MAX_DEVICES];
+};
+
+static mapping_status check_handle(const char *fn, const mapping_multimirror *m)
+{
+    if (!m)
+        return mapping__fail(MAPPING_ERR_NULL_ARGUMENT, "%s: the multimirror is NULL", fn);
+    if (m->magic != MAPPING_MAGIC_MULTIMIRROR)
+        return mapping__fail(MAPPING_ERR_INVALID_HANDLE, "%s: %p is not a live multimirror", fn, (const void *)m);
+    return MAPPING_OK;
+}
+
+static mapping_status check_device_index(const char *fn, const mapping_multimirror *m, int device)
+{
+    if (device < 0 || device >= m->count)
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: device side %d is not one of 0..%d", fn, device,
+                             m->count - 1);
+    return MAPPING_OK;
+}
+
+static mapping_status oom(const char *fn)
+{
+    return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of host memory for the range sets", fn);
+}
+
+/* Waits for the queued syncs, except those to side `keep_side` on
+ * `keep_stream` (ordered already by that stream); -1 / NULL keeps none. */
+static mapping_status settle(mapping_multimirror *m, int keep_side, const mapping_stream *keep_stream)
+{
+    mapping_status first = MAPPING_OK;
+    size_t kept = 0;
+    for (size_t i = 0; i < m->n_queued; i++) {
+        struct queued_sync *q = &m->queued[i];
+        if (keep_stream && q->side == keep_side && q->stream == keep_stream &&
+            mapping__event_query(q->event) == MAPPING_ERR_NOT_READY) {
+            m->queued[kept++] = *q; /* still running, and ordered by the stream */
+            continue;
+        }
+        mapping_status st = mapping__event_synchronize(q->event);
+        if (first == MAPPING_OK)
+            first = st;
+        mapping__event_destroy(q->event);
+    }
+    m->n_queued = kept;
+    return first;
+}
+
+static void release(mapping_multimirror *m)
+{
+    settle(m, -1, NULL);
+    free(m->queued);
+    for (int j = 0; j < m->count; j++)
+        mapping__free_gpu(m->buf[j]);
+    if (m->cpu)
+        mapping__free_cpu(m->dev[0], m->cpu);
+    for (int s = 0; s < MAX_SIDES; s++) {
+        mapping__span_set_free(&m->stale[s]);
+        mapping__span_set_free(&m->modified[s]);
+    }
+    m->magic = MAPPING_MAGIC_DEAD;
+    free(m);
+}
+
+mapping_status mapping_multimirror_create(mapping_device *const *devices, int count, size_t bytes,
+                                          mapping_multimirror **out)
+{
+    static const char fn[] = "mapping_multimirror_create";
+    mapping_status st;
+    if ((st = mapping__check_ptr(fn, "out", out)) || (st = mapping__check_ptr(fn, "devices", devices)))
+        return st;
+    *out = NULL;
+    if (count < 1 || count > MAPPING_MULTIMIRROR_MAX_DEVICES)
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: count %d is not 1 to %d", fn, count,
+                             MAPPING_MULTIMIRROR_MAX_DEVICES);
+    if (bytes == 0)
+        return mapping__fail(MAPPING_ERR_ZERO_SIZE, "%s: bytes is 0", fn);
+    for (int j = 0; j < count; j++) {
+        if ((st = mapping__check_device(fn, devices[j])))
+            return st;
+        for (int i = 0; i < j; i++)
+            if (devices[i] == devices[j])
+                return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: devices %d and %d are the same device", fn,
+                                     i, j);
+    }
+    mapping_multimirror *m = calloc(1, sizeof *m);
+    if (!m)
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
+    m->count = count;
+    m->size = bytes;
+    memcpy(m->dev, devices, (size_t)count * sizeof *devices);
+    void *cpu = NULL;
+    st = mapping__allocate_cpu(devices[0], bytes, &cpu);
+    m->cpu = cpu;
+    for (int j = 0; j < count && st == MAPPING_OK; j++) {
+        st = mapping__allocate_gpu(devices[j], bytes, &m->buf[j]);
+        if (st == MAPPING_OK && !mapping__span_set_add(&m->stale[1 + j], 0, bytes))
+            st = oom(fn);
+    }
+    if (st != MAPPING_OK) {
+        release(m);
+        return st;
+    }
+    memset(m->cpu, 0, bytes);
+    m->magic = MAPPING_MAGIC_MULTIMIRROR;
+    *out = m;
+    return MAPPING_OK;
+}
+
+void mapping_multimirror_destroy(mapping_multimirror *m)
+{
+    if (!m || check_handle("mapping_multimirror_destroy", m) != MAPPING_OK)
+        return;
+    release(m);
+}
+
+size_t mapping_multimirror_size(const mapping_multimirror *m)
+{
+    return m && m->magic == MAPPING_MAGIC_MULTIMIRROR ? m->size : 0;
+}
+
+void *mapping_multimirror_cpu(mapping_multimirror *m)
+{
+    return m && m->magic == MAPPING_MAGIC_MULTIMIRROR ? m->cpu : NULL;
+}
+
+mapping_buffer *mapping_multimirror_gpu(mapping_multimirror *m, int device)
+{
+    if (!m || m->magic != MAPPING_MAGIC_MULTIMIRROR || device < 0 || device >= m->count)
+        return NULL;
+    return m->buf[device];
+}
+
+size_t mapping_multimirror_stale_bytes(const mapping_multimirror *m, int device)
+{
+    static const char fn[] = "mapping_multimirror_stale_bytes";
+    if (check_handle(fn, m) != MAPPING_OK)
+        return 0;
+    if (device != -1 && check_device_index(fn, m, device) != MAPPING_OK)
+        return 0;
+    settle((mapping_multimirror *)m, -1, NULL); /* so the answer is exact: state follows completion */
+    return m->stale[1 + device].bytes;
+}
+
+/* ---- marking ---- */
+
+typedef struct conflict_probe {
+    const mapping_multimirror *m;
+    int                        side;
+} conflict_probe;
+
+/* A stale part of the marking side: does another side hold modifications there? */
+static bool no_modification_elsewhere(size_t start, size_t end, void *user)
+{
+    conflict_probe *p = user;
+    for (int s = 0; s <= p->m->count; s++)
+        if (s != p->side && mapping__span_set_intersects(&p->m->modified[s], start, end))
+            return false;
+    return true;
+}
+
+static mapping_status mark(const char *fn, mapping_multimirror *m, int side, size_t offset, size_t bytes)
+{
+    mapping_status st = settle(m, -1, NULL); /* a queued copy must not land after the caller's write */
+    if (st != MAPPING_OK)
+        return st;
+    conflict_probe probe = {m, side};
+    if (!mapping__span_set_each_in(&m->stale[side], offset, offset + bytes, no_modification_elsewhere, &probe)) {
+        mapping_device *dev = m->dev[side > 0 ? side - 1 : 0];
+        mapping__count(&dev->counters.conflicts, 1);
+        return mapping__fail(MAPPING_ERR_CONFLICT,
+                             "%s: [%zu, +%zu) holds modifications of another side that %s has not synced", fn, offset,
+                             bytes, side ? "this device side" : "the CPU side");
+    }
+    bool ok = mapping__span_set_remove(&m->stale[side], offset, offset + bytes) &&
+              mapping__span_set_add(&m->modified[side], offset, offset + bytes);
+    for (int s = 0; s <= m->count && ok; s++)
+        if (s != side)
+            ok = mapping__span_set_add(&m->stale[s], offset, offset + bytes) &&
+                 mapping__span_set_remove(&m->modified[s], offset, offset + bytes);
+    return ok ? MAPPING_OK : oom(fn);
+}
+
+mapping_status mapping_multimirror_mark_cpu_modified(mapping_multimirror *m, size_t offset, size_t bytes)
+{
+    static const char fn[] = "mapping_multimirror_mark_cpu_modified";
+    mapping_status st;
+    if ((st = check_handle(fn, m)) || (st = mapping__check_range(fn, "the multimirror", offset, bytes, m->size)))
+        return st;
+    return mark(fn, m, 0, offset, bytes);
+}
+
+mapping_status mapping_multimirror_mark_gpu_modified(mapping_multimirror *m, int device, size_t offset, size_t bytes)
+{
+    static const char fn[] = "mapping_multimirror_mark_gpu_modified";
+    mapping_status st;
+    if ((st = check_handle(fn, m)) || (st = check_device_index(fn, m, device)) ||
+        (st = mapping__check_range(fn, "the multimirror", offset, bytes, m->size)))
+        return st;
+    return mark(fn, m, 1 + device, offset, bytes);
+}
+
+/* ---- syncing: each stale part from the cheapest side valid there ---- */
+
+static double link_cost(const mapping_link *l, size_t bytes)
+{
+    return l->latency + (double)bytes / (l->bandwidth > 0 ? l->bandwidth : 1e9);
+}
+
+/* Seconds to move `bytes` from side `from` to side `to` (one of them may be
+ * the CPU, side 0); HUGE for an impossible pair. */
+static mapping_status cost(mapping_multimirror *m, int from, int to, size_t bytes, double *out)
+{
+    mapping_link a, b;
+    mapping_status st;
+    if (from == 0 || to == 0) { /* the device's link to the host */
+        if ((st = mapping__device_link(m->dev[(from ? from : to) - 1], &a)) != MAPPING_OK)
+            return st;
+        *out = link_cost(&a, bytes);
+        return MAPPING_OK;
+    }
+    mapping_device *src = m->dev[from - 1], *dst = m->dev[to - 1];
+    if (mapping__can_copy_peer_direct(src, dst)) {
+        mapping_link *l = &m->peer[from - 1][to - 1];
+        if (l->bandwidth <= 0 && (st = mapping__peer_link_measure(src, dst, l)) != MAPPING_OK)
+            return st;
+        *out = link_cost(l, bytes);
+        return MAPPING_OK;
+    }
+    if ((st = mapping__device_link(src, &a)) != MAPPING_OK || (st = mapping__device_link(dst, &b)) != MAPPING_OK)
+        return st;
+    *out = link_cost(&a, bytes) + link_cost(&b, bytes); /* staged through the host */
+    return MAPPING_OK;
+}
+
+typedef struct sync_job {
+    mapping_multimirror *m;
+    mapping_stream      *stream;
+    int                  target;
+    int                  order[MAX_SIDES]; /* candidate sources, cheapest first */
+    int                  n_order;
+    int                  at; /* the candidate being tried */
+    mapping_status       st;
+} sync_job;
+
+static mapping_status copy_part(sync_job *job, int from, size_t start, size_t end)
+{
+    mapping_multimirror *m = job->m;
+    size_t n = end - start;
+    if (job->target == 0)
+        return mapping__read(NULL, m->buf[from - 1], start, m->cpu + start, n);
+    mapping_buffer *dst = m->buf[job->target - 1];
+    if (from == 0)
+        return mapping__write(job->stream, m->cpu + start, dst, start, n);
+    return mapping__copy_peer(job->stream, m->buf[from - 1], start, dst, start, n);
+}
+
+static bool fill_from_candidates(size_t start, size_t end, void *user);
+
+/* [start, end) is stale on the current candidate: try the next ones. */
+static bool try_next(sync_job *job, size_t start, size_t end)
+{
+    int saved = job->at;
+    job->at++;
+    bool ok = fill_from_candidates(start, end, job);
+    job->at = saved;
+    return ok;
+}
+
+/* Copies the parts of [start, end) valid on the current candidate from it,
+ * and hands the rest to the next candidates. */
+static bool fill_from_candidates(size_t start, size_t end, void *user)
+{
+    sync_job *job = user;
+    if (job->at >= job->n_order) {
+        job->st = mapping__fail(MAPPING_ERR_INTERNAL, "multimirror: [%zu, %zu) is stale on every side", start, end);
+        return false;
+    }
+    int from = job->order[job->at];
+    const mapping_span_set *stale = &job->m->stale[from];
+    size_t pos = start;
+    for (size_t i = mapping__span_set_first_after(stale, start); i < stale->n && pos < end; i++) {
+        const mapping_span *s = &stale->v[i];
+        if (s->end <= pos)
+            continue;
+        if (s->start >= end)
+            break;
+        if (s->start > pos && (job->st = copy_part(job, from, pos, s->start)) != MAPPING_OK)
+            return false;
+        size_t stale_end = s->end < end ? s->end : end;
+        if (!try_next(job, s->start > pos ? s->start : pos, stale_end))
+            return false;
+        pos = stale_end;
+    }
+    if (pos < end && (job->st = copy_part(job, from, pos, end)) != MAPPING_OK)
+        return false;
+    return true;
+}
+
+typedef struct candidate {
+    int    side;
+    double seconds;
+} candidate;
+
+static int by_cost(const void *a, const void *b)
+{
+    const candidate *x = a, *y = b;
+    return (x->seconds > y->seconds) - (x->seconds < y->seconds);
+}
+
+static mapping_status record_queued(const char *fn, mapping_multimirror *m, mapping_stream *stream, int target)
+{
+    if (m->n_queued == m->cap_queued) {
+        size_t cap = m->cap_queued ? 2 * m->cap_queued : 4;
+        struct queued_sync *q = realloc(m->queued, cap * sizeof *q);
+        if (!q)
+            return oom(fn);
+        m->queued = q;
+        m->cap_queued = cap;
+    }
+    mapping_event *ev;
+    mapping_status st = mapping__event_record(stream, &ev);
+    if (st != MAPPING_OK)
+        return st;
+    m->queued[m->n_queued++] = (struct queued_sync){ev, stream, target};
+    return MAPPING_OK;
+}
+
+static mapping_status sync_side(const char *fn, mapping_multimirror *m, mapping_stream *stream, int target)
+{
+    mapping_span_set *stale = &m->stale[target];
+    /* Sources must hold their bytes before a copy reads them: wait for syncs
+     * queued elsewhere (those to this side on this stream are ordered). */
+    mapping_status settled = settle(m, target, stream);
+    if (settled != MAPPING_OK)
+        return settled;
+    if (stale->n == 0)
+        return MAPPING_OK;
+    /* The spans to fill, copied: the set changes as they are filled. */
+    size_t n = stale->n;
+    mapping_span *spans = malloc(n * sizeof *spans);
+    if (!spans)
+        return oom(fn);
+    memcpy(spans, stale->v, n * sizeof *spans);
+    sync_job job = {.m = m, .stream = stream, .target = target, .st = MAPPING_OK};
+    for (size_t k = 0; k < n && job.st == MAPPING_OK; k++) {
+        size_t bytes = spans[k].end - spans[k].start;
+        candidate c[MAX_SIDES];
+        int nc = 0;
+        for (int s = 0; s <= m->count && job.st == MAPPING_OK; s++)
+            if (s != target && mapping__span_set_bytes_in(&m->stale[s], spans[k].start, spans[k].end) < bytes) {
+                c[nc].side = s;
+                job.st = cost(m, s, target, bytes, &c[nc].seconds);
+                nc++;
+            }
+        if (job.st != MAPPING_OK)
+            break;
+        qsort(c, (size_t)nc, sizeof *c, by_cost);
+        for (int i = 0; i < nc; i++)
+            job.order[i] = c[i].side;
+        job.n_order = nc;
+        job.at = 0;
+        if (fill_from_candidates(spans[k].start, spans[k].end, &job) &&
+            !mapping__span_set_remove(stale, spans[k].start, spans[k].end))
+            job.st = oom(fn);
+    }
+    free(spans);
+    if (stream) { /* also after a failure: what was queued is tracked */
+        mapping_status recorded = record_queued(fn, m, stream, target);
+        if (job.st == MAPPING_OK)
+            job.st = recorded;
+    }
+    return job.st;
+}
+
+mapping_status mapping_multimirror_sync_to_gpu(mapping_stream *stream, mapping_multimirror *m, int device)
+{
+    static const char fn[] = "mapping_multimirror_sync_to_gpu";
+    mapping_status st;
+    if ((st = check_handle(fn, m)) || (st = check_device_index(fn, m, device)) ||
+        (st = mapping__check_stream(fn, stream)) || (st = mapping__check_same_device(fn, m->dev[device], stream)))
+        return st;
+    return sync_side(fn, m, stream, 1 + device);
+}
+
+mapping_status mapping_multimirror_sync_to_cpu(mapping_multimirror *m)
+{
+    static const char fn[] = "mapping_multimirror_sync_to_cpu";
+    mapping_status st;
+    if ((st = check_handle(fn, m)))
+        return st;
+    return sync_side(fn, m, NULL, 0);
+}
