@@ -37,6 +37,7 @@ typedef struct mirror_inflight {
 
 typedef struct mirror_state {
     mapping_device *dev;
+    uint64_t        dev_serial; /* dev->serial when created */
     size_t          size;
     unsigned char  *cpu;
     mapping_buffer *gpu;

@@ -86,14 +86,25 @@ mapping_status mapping_open(const mapping_device_desc *desc, mapping_device **ou
     dev->buffers.next = dev->buffers.prev = &dev->buffers;
     dev->streams.next = dev->streams.prev = &dev->streams;
     dev->events.next = dev->events.prev = &dev->events;
+    static _Atomic uint64_t serials;
+    dev->serial = atomic_fetch_add(&serials, 1) + 1;
     dev->magic = MAPPING_MAGIC_DEVICE;
+    if (mapping__handle_add(MAPPING_HANDLE_DEVICE, dev) != MAPPING_OK) {
+        mapping__host_registry_destroy(dev);
+        pthread_mutex_destroy(&dev->objects_lock);
+        pthread_mutex_destroy(&dev->link_lock);
+        mapping__op_device_close(dev);
+        free(dev);
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
+    }
     *out = dev;
     return MAPPING_OK;
 }
 
 void mapping_close(mapping_device *dev)
 {
-    if (!dev || mapping__check_device("mapping_close", dev) != MAPPING_OK)
+    if (!dev || mapping__check_device("mapping_close", dev) != MAPPING_OK ||
+        !mapping__handle_remove(MAPPING_HANDLE_DEVICE, dev))
         return;
     /* Streams first (they wait for their work), then the memory it used. */
     while (dev->streams.next != &dev->streams) {
@@ -121,7 +132,7 @@ void mapping_close(mapping_device *dev)
 
 const char *mapping_backend_name(const mapping_device *dev)
 {
-    if (!dev || dev->magic != MAPPING_MAGIC_DEVICE)
+    if (!mapping__handle_live(MAPPING_HANDLE_DEVICE, dev))
         return "";
     return dev->be->name;
 }
