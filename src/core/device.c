@@ -44,17 +44,23 @@ mapping_status mapping_open(const mapping_device_desc *desc, mapping_device **ou
     if (!d.backend)
         d.backend = env_or_null("MAPPING_BACKEND");
     if (d.device == 0 && env_or_null("MAPPING_DEVICE")) {
-        char *end;
-        long index = strtol(getenv("MAPPING_DEVICE"), &end, 10);
-        if (*end || index < 0 || index > 1000000)
-            return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: MAPPING_DEVICE=\"%s\" is not a device index", fn,
-                                 getenv("MAPPING_DEVICE"));
+        /* Decimal digits only (no sign, space or suffix), at most 1000000. */
+        const char *env = getenv("MAPPING_DEVICE");
+        long index = 0;
+        for (const char *c = env; *c && index <= 1000000; c++)
+            index = *c >= '0' && *c <= '9' ? index * 10 + (*c - '0') : 1000001;
+        if (index > 1000000)
+            return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT,
+                                 "%s: MAPPING_DEVICE=\"%s\" is not a device index (decimal digits, 0 to 1000000)", fn,
+                                 env);
         d.device = (int)index;
     }
     if (d.device < 0)
         return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: device index %d is negative", fn, d.device);
-    if (d.link_bandwidth < 0 || d.link_latency < 0)
-        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: link bandwidth and latency must not be negative", fn);
+    const char *why = mapping_os_link_check(d.link_bandwidth, d.link_latency);
+    if (why)
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: link_bandwidth %g, link_latency %g: %s", fn,
+                             d.link_bandwidth, d.link_latency, why);
 
     int which = d.backend ? mapping__backend_index(d.backend) : mapping__backend_default();
     if (which < 0 && !d.backend)
@@ -235,8 +241,10 @@ mapping_status mapping_device_set_link(mapping_device *dev, const mapping_link *
     mapping_status st;
     if ((st = mapping__check_device(fn, dev)) || (st = mapping__check_ptr(fn, "link", link)))
         return st;
-    if (!(link->latency >= 0) || !(link->bandwidth >= 0))
-        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: latency and bandwidth must be >= 0", fn);
+    const char *why = mapping_os_link_check(link->bandwidth, link->latency);
+    if (why)
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: bandwidth %g, latency %g: %s", fn, link->bandwidth,
+                             link->latency, why);
     pthread_mutex_lock(&dev->link_lock);
     dev->link = *link;
     pthread_mutex_unlock(&dev->link_lock);
