@@ -121,6 +121,9 @@ mapping_status mapping__check_stream(const char *fn, const mapping_stream *strea
 mapping_status mapping__check_event(const char *fn, const char *what, const mapping_event *ev);
 mapping_status mapping__check_range(const char *fn, const char *what, size_t offset, size_t bytes, size_t size);
 mapping_status mapping__check_ptr(const char *fn, const char *what, const void *ptr);
+/* MAPPING_ERR_BUSY when called from a host function running on `stream`
+ * (waiting for or destroying it there would deadlock); NULL is fine. */
+mapping_status mapping__check_not_in_host_fn(const char *fn, const mapping_stream *stream);
 /* stream (may be NULL) and object must be of dev. */
 mapping_status mapping__check_same_device(const char *fn, const mapping_device *dev, const mapping_stream *stream);
 

@@ -109,7 +109,18 @@ mapping_status mapping_open(const mapping_device_desc *desc, mapping_device **ou
 
 void mapping_close(mapping_device *dev)
 {
-    if (!dev || mapping__check_device("mapping_close", dev) != MAPPING_OK ||
+    if (!dev || mapping__check_device("mapping_close", dev) != MAPPING_OK)
+        return;
+    /* From a host function on one of its streams, close would wait for itself. */
+    const void *worker = mapping_os_worker_stream();
+    const mapping_stream *own = NULL;
+    pthread_mutex_lock(&dev->objects_lock);
+    for (mapping_list_node *n = dev->streams.next; worker && n != &dev->streams && !own; n = n->next) {
+        const mapping_stream *s = (const mapping_stream *)((const char *)n - offsetof(mapping_stream, node));
+        own = s->state == worker ? s : NULL;
+    }
+    pthread_mutex_unlock(&dev->objects_lock);
+    if ((own && mapping__check_not_in_host_fn("mapping_close", own) != MAPPING_OK) ||
         !mapping__handle_remove(MAPPING_HANDLE_DEVICE, dev))
         return;
     /* Streams first (they wait for their work), then the memory it used. */

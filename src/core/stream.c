@@ -87,7 +87,9 @@ mapping_status mapping_stream_create(mapping_device *dev, mapping_stream **out)
 
 void mapping_stream_destroy(mapping_stream *stream)
 {
-    if (!stream || mapping__check_stream("mapping_stream_destroy", stream) != MAPPING_OK)
+    static const char fn[] = "mapping_stream_destroy";
+    if (!stream || mapping__check_stream(fn, stream) != MAPPING_OK ||
+        mapping__check_not_in_host_fn(fn, stream) != MAPPING_OK)
         return;
     mapping__stream_destroy(stream);
 }
@@ -96,7 +98,8 @@ mapping_status mapping_stream_synchronize(mapping_stream *stream)
 {
     static const char fn[] = "mapping_stream_synchronize";
     mapping_status st;
-    if ((st = mapping__check_ptr(fn, "stream", stream)) || (st = mapping__check_stream(fn, stream)))
+    if ((st = mapping__check_ptr(fn, "stream", stream)) || (st = mapping__check_stream(fn, stream)) ||
+        (st = mapping__check_not_in_host_fn(fn, stream)))
         return st;
     return mapping__stream_synchronize(stream);
 }

@@ -1,6 +1,7 @@
 /* Argument checks of the public functions. Handles are looked up in the
  * registry of live objects (handles.c) before any field is read. */
 #include "core/core.h"
+#include "os/os.h"
 
 bool mapping__device_alive(const mapping_device *dev, uint64_t serial)
 {
@@ -63,5 +64,15 @@ mapping_status mapping__check_same_device(const char *fn, const mapping_device *
 {
     if (stream && stream->dev != dev)
         return mapping__fail(MAPPING_ERR_DEVICE_MISMATCH, "%s: the stream belongs to another device", fn);
+    return MAPPING_OK;
+}
+
+mapping_status mapping__check_not_in_host_fn(const char *fn, const mapping_stream *stream)
+{
+    const void *worker = mapping_os_worker_stream();
+    if (worker && stream && worker == stream->state)
+        return mapping__fail(MAPPING_ERR_BUSY,
+                             "%s: called from a host function running on stream %p, which would wait for itself", fn,
+                             (const void *)stream);
     return MAPPING_OK;
 }

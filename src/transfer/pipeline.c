@@ -143,7 +143,12 @@ void mapping_pipeline_destroy(mapping_pipeline *p)
         free(p);
         return;
     }
-    if (st != MAPPING_OK || check_idle(fn, p) != MAPPING_OK || !mapping__handle_remove(MAPPING_HANDLE_PIPELINE, p))
+    if (st != MAPPING_OK || check_idle(fn, p) != MAPPING_OK)
+        return;
+    for (int i = 0; i < p->desc.depth; i++)
+        if (mapping__check_not_in_host_fn(fn, p->slots[i].stream) != MAPPING_OK)
+            return;
+    if (!mapping__handle_remove(MAPPING_HANDLE_PIPELINE, p))
         return;
     pipeline_free(p);
 }

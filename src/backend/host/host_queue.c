@@ -201,6 +201,7 @@ mapping_status host_submit(void *dev_, void *stream_, const host_op *op)
 static void *stream_worker(void *arg)
 {
     host_stream *s = arg;
+    mapping_os_set_worker_stream(s); /* host functions run here: see os/worker.c */
     pthread_mutex_lock(&s->lock);
     for (;;) {
         while (!s->head && !s->stop)

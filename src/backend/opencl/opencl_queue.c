@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "backend/opencl/opencl_internal.h"
+#include "os/os.h"
 #include "os/status.h"
 #ifdef MAPPING_OPENCL_HEADERS
 
@@ -106,9 +107,13 @@ mapping_status opencl_stream_synchronize(void *dev, void *stream)
     char message[sizeof s->error_message];
     memcpy(message, s->error_message, sizeof message);
     s->first_error = MAPPING_OK;
+    bool failed = s->failed;
     pthread_mutex_unlock(&s->lock);
     if (first != MAPPING_OK)
         return mapping__fail(first, "%s", message); /* the earlier failure explains a later one */
+    if (failed)
+        return mapping__fail(MAPPING_ERR_DRIVER, "opencl: the stream failed earlier (clWaitForEvents before a host "
+                                                 "function failed) and runs nothing more: destroy it");
     return st;
 }
 
@@ -175,6 +180,7 @@ mapping_status opencl_fill(void *dev, void *stream, void *mem, size_t offset, si
 static void *host_worker(void *arg)
 {
     opencl_stream *s = arg;
+    mapping_os_set_worker_stream(s); /* host functions run here: see os/worker.c */
     for (;;) {
         pthread_mutex_lock(&s->lock);
         while (!s->head && !s->stopping)
@@ -189,16 +195,30 @@ static void *host_worker(void *arg)
         if (!job)
             return NULL; /* stopping, and nothing left */
         cl_int err = opencl_driver.clWaitForEvents(1, &job->reached);
-        if (err != CL_SUCCESS) {
-            /* Earlier work failed. fn still runs (later work waits for it,
-             * and the caller may count on it); synchronize reports the error. */
-            char message[160];
-            snprintf(message, sizeof message, "opencl: work before a host function failed: %s (%d)",
-                     opencl_error_name(err), err);
-            opencl_stream_record_error(s, MAPPING_ERR_DRIVER, message);
+        if (err != CL_SUCCESS || s->failed) {
+            /* The work queued before fn failed, or could not be waited for:
+             * fn must not run against unfinished data, and neither may the
+             * work queued after it (it may read what fn was to write). So
+             * fn is skipped, the barrier behind it fails (the driver drops
+             * the commands that wait on it), and the stream stays failed:
+             * its later host functions are skipped too, and every
+             * stream_synchronize reports the error. */
+            if (!s->failed) {
+                char message[200];
+                snprintf(message, sizeof message,
+                         "opencl: clWaitForEvents failed: %s (%d): the work before a host function failed; the "
+                         "function and the work queued after it were not run",
+                         opencl_error_name(err), err);
+                opencl_stream_record_error(s, MAPPING_ERR_DRIVER, message);
+                pthread_mutex_lock(&s->lock);
+                s->failed = true;
+                pthread_mutex_unlock(&s->lock);
+            }
+            opencl_driver.clSetUserEventStatus(job->done, CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST);
+        } else {
+            job->fn(job->user);
+            opencl_driver.clSetUserEventStatus(job->done, CL_COMPLETE);
         }
-        job->fn(job->user);
-        opencl_driver.clSetUserEventStatus(job->done, CL_COMPLETE);
         opencl_driver.clReleaseEvent(job->reached);
         opencl_driver.clReleaseEvent(job->done);
         free(job);
