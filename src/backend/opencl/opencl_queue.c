@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "backend/opencl/opencl_internal.h"
 #include "os/os.h"
 #include "os/status.h"
@@ -113,7 +114,7 @@ mapping_status opencl_stream_synchronize(void *dev, void *stream)
         return mapping__fail(first, "%s", message); /* the earlier failure explains a later one */
     if (failed)
         return mapping__fail(MAPPING_ERR_DRIVER, "opencl: the stream failed earlier (clWaitForEvents before a host "
-                                                 "function failed) and runs nothing more: destroy it");
+                                                 "function failed) and runs no host function any more: destroy it");
     return st;
 }
 
@@ -177,6 +178,21 @@ mapping_status opencl_fill(void *dev, void *stream, void *mem, size_t offset, si
 
 /* ---- host functions ---- */
 
+/* Waits, without clWaitForEvents, until the marker is no longer queued or
+ * running (complete, or failed), or its status cannot be read. */
+static void settle(cl_event marker)
+{
+    for (;;) {
+        cl_int status = CL_COMPLETE;
+        if (opencl_driver.clGetEventInfo(marker, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL) !=
+                CL_SUCCESS ||
+            status <= CL_COMPLETE)
+            return;
+        struct timespec ts = {0, 100000}; /* 100 us */
+        nanosleep(&ts, NULL);
+    }
+}
+
 static void *host_worker(void *arg)
 {
     opencl_stream *s = arg;
@@ -197,28 +213,30 @@ static void *host_worker(void *arg)
         cl_int err = opencl_driver.clWaitForEvents(1, &job->reached);
         if (err != CL_SUCCESS || s->failed) {
             /* The work queued before fn failed, or could not be waited for:
-             * fn must not run against unfinished data, and neither may the
-             * work queued after it (it may read what fn was to write). So
-             * fn is skipped, the barrier behind it fails (the driver drops
-             * the commands that wait on it), and the stream stays failed:
-             * its later host functions are skipped too, and every
-             * stream_synchronize reports the error. */
+             * fn must not run against unfinished data. It is skipped, and
+             * the stream is failed for good: its later host functions are
+             * skipped too, and every stream_synchronize reports the error.
+             * The barrier behind fn is released only once the marker has
+             * settled, so that later work still runs in order (failing it
+             * through a negative user-event status would be the clean way,
+             * but PoCL aborts on it). */
+            if (err != CL_SUCCESS)
+                settle(job->reached);
             if (!s->failed) {
                 char message[200];
                 snprintf(message, sizeof message,
                          "opencl: clWaitForEvents failed: %s (%d): the work before a host function failed; the "
-                         "function and the work queued after it were not run",
+                         "function was not run and the stream runs no host function any more",
                          opencl_error_name(err), err);
                 opencl_stream_record_error(s, MAPPING_ERR_DRIVER, message);
                 pthread_mutex_lock(&s->lock);
                 s->failed = true;
                 pthread_mutex_unlock(&s->lock);
             }
-            opencl_driver.clSetUserEventStatus(job->done, CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST);
         } else {
             job->fn(job->user);
-            opencl_driver.clSetUserEventStatus(job->done, CL_COMPLETE);
         }
+        opencl_driver.clSetUserEventStatus(job->done, CL_COMPLETE);
         opencl_driver.clReleaseEvent(job->reached);
         opencl_driver.clReleaseEvent(job->done);
         free(job);
