@@ -43,6 +43,11 @@ const char *mapping_status_name(mapping_status status)
     return "UNKNOWN";
 }
 
+const char *mapping__status_name(mapping_status status)
+{
+    return mapping_status_name(status);
+}
+
 mapping_status mapping_last_error(void)
 {
     return last_status;

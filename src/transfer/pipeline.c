@@ -239,11 +239,11 @@ static mapping_status enqueue_chunk(pipeline_slot *s, size_t lap, const mapping_
         /* The step's own error: say so, with the step's message if it recorded one. */
         if (mapping__error_count() == errors)
             return mapping__fail(st, "mapping_pipeline_run: the step returned %s for chunk %zu (offset %zu, %zu bytes)",
-                                 mapping_status_name(st), chunk->index, chunk->offset, chunk->bytes);
+                                 mapping__status_name(st), chunk->index, chunk->offset, chunk->bytes);
         char inner[384];
         snprintf(inner, sizeof inner, "%s", mapping__last_message());
         return mapping__fail(st, "mapping_pipeline_run: the step returned %s for chunk %zu (offset %zu, %zu bytes): %s",
-                             mapping_status_name(st), chunk->index, chunk->offset, chunk->bytes, inner);
+                             mapping__status_name(st), chunk->index, chunk->offset, chunk->bytes, inner);
     }
     if (!dst)
         return MAPPING_OK;
