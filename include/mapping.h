@@ -478,6 +478,8 @@ MAPPING_API mapping_status mapping_device_stats_json(const mapping_device *dev, 
  *
  * Thread safety: none inside a family. One thread at a time per mirror family
  * (the root and all its views); different families may be used concurrently.
+ * A call on the family from inside one of its syncs (a log callback) gets
+ * MAPPING_ERR_BUSY.
  */
 typedef struct mapping_mirror mapping_mirror;
 typedef enum mapping_side { MAPPING_CPU = 1, MAPPING_GPU = 2 } mapping_side;

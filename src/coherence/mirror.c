@@ -12,6 +12,9 @@ mapping_status mapping__mirror_check(const char *fn, const mapping_mirror *m)
     if (!mapping__device_alive(m->st->dev, m->st->dev_serial))
         return mapping__fail(MAPPING_ERR_INVALID_HANDLE, "%s: the device of mirror %p was closed before it", fn,
                              (const void *)m);
+    if (m->st->busy)
+        return mapping__fail(MAPPING_ERR_BUSY, "%s: mirror %p's family is being synced (called from a callback of "
+                                               "that sync)", fn, (const void *)m);
     return MAPPING_OK;
 }
 

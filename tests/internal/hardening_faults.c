@@ -118,3 +118,44 @@ TEST(a_failed_mirror_sync_writes_only_source_data_into_stale_bytes)
     free(expect);
     free(gpu);
 }
+
+typedef struct mirror_reentry {
+    mapping_mirror *m;
+    mapping_status sync, mark, destroy;
+    int calls;
+} mirror_reentry;
+
+static void mirror_reentering_log(int level, const char *message, void *user)
+{
+    (void)level, (void)message;
+    mirror_reentry *r = user;
+    if (r->calls++)
+        return;
+    r->sync = mapping_mirror_sync_to_gpu(NULL, r->m);
+    r->mark = mapping_mirror_mark_cpu_modified(r->m, 0, 8);
+    mapping_clear_last_error();
+    mapping_mirror_destroy(r->m);
+    r->destroy = mapping_last_error();
+}
+
+TEST(a_log_callback_cannot_reenter_the_mirror_being_synced)
+{
+    mapping_device *dev = test_device();
+    enum { SIZE = 4096 };
+    mirror_reentry r = {0};
+    CHECK_OK(mapping_mirror_create(dev, SIZE, 0, &r.m));
+    test_pattern(mapping_mirror_cpu(r.m), SIZE, 12);
+    mapping_set_log(mirror_reentering_log, &r);
+    mapping__inject_fault(dev, 0);
+    mapping_status st = mapping_mirror_sync_to_gpu(NULL, r.m);
+    mapping__inject_fault(dev, -1);
+    mapping_set_log(NULL, NULL);
+    CHECK(st != MAPPING_OK && r.calls >= 1);
+    CHECK_STATUS(r.sync, MAPPING_ERR_BUSY);
+    CHECK_STATUS(r.mark, MAPPING_ERR_BUSY);
+    CHECK_STATUS(r.destroy, MAPPING_ERR_BUSY);
+    CHECK(mapping_mirror_stale_bytes(r.m, MAPPING_GPU) == SIZE); /* the failed sync changed nothing */
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, r.m));
+    test_check_mirror_sides_equal(r.m);
+    mapping_mirror_destroy(r.m);
+}
