@@ -39,6 +39,13 @@
  *   as a no-op. A void function that detects misuse (say, freeing a pointer
  *   it does not own) changes nothing, and records the error for
  *   mapping_last_error() on the calling thread.
+ * - A handle that is not a live object of its kind (freed, destroyed twice,
+ *   of another kind, misaligned, made up, or a mirror, batch or pipeline
+ *   whose device was closed) is refused with MAPPING_ERR_INVALID_HANDLE
+ *   without being read; getters return 0 / NULL / "" for it. (Destroying a
+ *   mirror, batch or pipeline after its device was closed frees its own host
+ *   memory and records that error.) A call that races with the destruction
+ *   of the same handle on another thread stays undefined.
  * - An operation that can run on a stream takes `mapping_stream *stream`
  *   first. stream == NULL means blocking: the call returns when the work is
  *   done. Non-NULL: the call returns once the work is queued; host memory the
@@ -48,8 +55,13 @@
  * - Source comes before destination in every copy.
  * - Zero sizes are errors (MAPPING_ERR_ZERO_SIZE) everywhere: an empty copy
  *   or allocation is nearly always a bug in the caller's arithmetic.
- * - A failed call leaves every byte where it was: a copy that is refused
- *   touched nothing, and the source of any copy is never modified.
+ * - A refused call (bad arguments) touches nothing, and the source of any
+ *   copy is never modified. A call that fails part-way changes only what its
+ *   own documentation says: a batch flush keeps the copies it did
+ *   (mapping_batch_flush), and a mirror sync may already have written
+ *   correct source data into some of the target's stale bytes, which stay
+ *   stale (mapping_mirror_sync_to_gpu). Bytes valid on the target, and
+ *   bytes outside the call's ranges, are never written.
  *
  * Thread safety (per function below, summarised here):
  * - A device and everything made from it may be used from several threads at
@@ -129,7 +141,10 @@ MAPPING_API const char    *mapping_last_error_message(void);
 MAPPING_API void           mapping_clear_last_error(void);
 
 /* Optional log callback; the library is silent without one. level: 0 error,
- * 1 warning, 2 info. Process-wide; set it before opening devices. */
+ * 1 warning, 2 info. Process-wide; set it before opening devices. The
+ * callback may call the library: the thread's last error is saved before
+ * and restored after it, and failures inside it are not logged (the
+ * callback is never re-entered on one thread). */
 typedef void (*mapping_log_fn)(int level, const char *message, void *user);
 MAPPING_API void mapping_set_log(mapping_log_fn fn, void *user);
 
@@ -154,7 +169,15 @@ typedef struct mapping_device_desc {
     int device;
     /* Host back end only: model a link (PCIe, say) so copies between host and
      * device memory take latency + bytes / bandwidth. 0 = no model, or
-     * $MAPPING_HOST_LINK ("25e9,5e-6": bytes/s,seconds) when set. */
+     * $MAPPING_HOST_LINK ("25e9,5e-6": bytes/s,seconds) when set. Checked
+     * on every back end: finite, bandwidth 0 or 1e3..1e15 bytes/s, latency
+     * 0..1 s (MAPPING_ERR_INVALID_ARGUMENT otherwise).
+     * Environment variables are parsed strictly, and anything else makes
+     * mapping_open fail with MAPPING_ERR_INVALID_ARGUMENT naming the variable:
+     * $MAPPING_DEVICE decimal digits; $MAPPING_HOST_LINK "BANDWIDTH[,LATENCY]"
+     * as plain numbers (no units: "25GB/s" is refused), in the ranges above;
+     * $MAPPING_HOST_POISON "0" or "1"; $MAPPING_CUDA_SCATTER auto, batch,
+     * kernel or copies. An empty variable counts as unset. */
     double link_bandwidth; /* bytes per second */
     double link_latency;   /* seconds per transfer */
 } mapping_device_desc;
@@ -243,7 +266,9 @@ MAPPING_API mapping_status mapping_device_get_info(const mapping_device *dev, ma
  * per-transfer cost and the bandwidth used to decide when merging two ranges
  * into one copy beats two copies, and to size pipeline chunks. Measured on
  * the device the first time it is asked for (a few milliseconds), unless set.
- * mapping_device_set_link with 0 fields re-measures them on next use. */
+ * mapping_device_set_link with 0 fields re-measures them on next use; other
+ * values must be finite, bandwidth 1e3..1e15 bytes/s, latency 0..1 s
+ * (MAPPING_ERR_INVALID_ARGUMENT). */
 typedef struct mapping_link {
     double latency;   /* seconds per blocking transfer */
     double bandwidth; /* bytes per second, host to device, page-locked */
@@ -420,8 +445,10 @@ MAPPING_API mapping_status mapping_stream_synchronize(mapping_stream *stream);
  * the same stream. Portable code does not call the library from fn at all:
  * CUDA runs fn as a driver host function (cuLaunchHostFunc), in which driver
  * calls are forbidden (host and OpenCL run fn on a thread of their own,
- * where calls on other streams are fine). stream NULL: runs fn now, on this
- * thread. */
+ * where calls on other streams are fine). On host and OpenCL, fn calling
+ * mapping_stream_synchronize or mapping_stream_destroy on its own stream,
+ * or mapping_close on its device, gets MAPPING_ERR_BUSY instead of waiting
+ * for itself. stream NULL: runs fn now, on this thread. */
 MAPPING_API mapping_status mapping_launch_host(mapping_stream *stream, void (*fn)(void *user), void *user);
 
 /* Creates an event that completes when the stream reaches this point, and
@@ -536,6 +563,8 @@ MAPPING_API mapping_status mapping_device_stats_json(const mapping_device *dev, 
  *
  * Thread safety: none inside a family. One thread at a time per mirror family
  * (the root and all its views); different families may be used concurrently.
+ * A call on the family from inside one of its syncs (a log callback) gets
+ * MAPPING_ERR_BUSY.
  */
 typedef struct mapping_mirror mapping_mirror;
 typedef enum mapping_side { MAPPING_CPU = 1, MAPPING_GPU = 2 } mapping_side;
@@ -600,7 +629,12 @@ MAPPING_API mapping_status  mapping_mirror_mark_gpu_modified(mapping_mirror *m, 
  * mapping_batch_flush does). stream NULL:
  * complete on return. Otherwise queued; the ranges become valid when the
  * stream reaches the end of the copies. The stream must belong to the
- * mirror's device (MAPPING_ERR_DEVICE_MISMATCH). */
+ * mirror's device (MAPPING_ERR_DEVICE_MISMATCH).
+ * On failure no range becomes valid: every byte stale on the target stays
+ * stale, and the next sync copies it again. Copies done (or queued) before
+ * the failure may already have written the source's current bytes into
+ * some of those stale target bytes; nothing else is written (bytes valid on
+ * the target, and the source, are untouched), so no data is lost. */
 MAPPING_API mapping_status  mapping_mirror_sync_to_gpu(mapping_stream *stream, mapping_mirror *m);
 MAPPING_API mapping_status  mapping_mirror_sync_to_cpu(mapping_stream *stream, mapping_mirror *m);
 /* Stale bytes of `side` within this mirror or view. Waits for queued copies
@@ -682,7 +716,9 @@ MAPPING_API mapping_status mapping_mirror_create_sharded(mapping_device *const *
  * often as wanted: a successful flush empties the batch) -> mapping_batch_destroy.
  * The buffers a queued copy names must stay allocated until it is flushed.
  *
- * Thread safety: a batch is not locked: one thread at a time per batch.
+ * Thread safety: a batch is not locked: one thread at a time per batch. A
+ * call on a batch from inside its own flush (a log callback) gets
+ * MAPPING_ERR_BUSY.
  * Different batches (of one device) may be used from different threads. */
 typedef struct mapping_batch mapping_batch;
 
@@ -741,7 +777,8 @@ MAPPING_API mapping_status mapping_batch_flush(mapping_stream *stream, mapping_b
  *
  * Lifetime: mapping_pipeline_create -> mapping_pipeline_run (any number of
  * times, any sizes) -> mapping_pipeline_destroy. Not locked: one thread at a
- * time per pipeline. */
+ * time per pipeline; mapping_pipeline_run or _destroy called from the
+ * pipeline's own step gets MAPPING_ERR_BUSY. */
 typedef struct mapping_pipeline mapping_pipeline;
 
 typedef struct mapping_pipeline_desc {
@@ -798,7 +835,9 @@ MAPPING_API mapping_status mapping_pipeline_get_desc(const mapping_pipeline *p, 
  * chunk's output into cpu_dst at the same offset (cpu_dst may equal cpu_src;
  * NULL = no download, for steps that keep their results on the device).
  * Blocking: returns when every chunk is done. On failure returns the first
- * error (of the step, a transfer, or queued work); chunks already downloaded
+ * error (of the step, a transfer, or queued work; a step's own error is
+ * recorded as "the step returned ... for chunk i", with the step's message
+ * if it recorded one); chunks already downloaded
  * stay in cpu_dst, others are unspecified there. Reads cpu_src and writes
  * cpu_dst only in chunks as the pipeline reaches them. */
 MAPPING_API mapping_status mapping_pipeline_run(mapping_pipeline *p, const void *cpu_src, void *cpu_dst,

@@ -7,9 +7,32 @@ mapping_status mapping__mirror_check(const char *fn, const mapping_mirror *m)
 {
     if (!m)
         return mapping__fail(MAPPING_ERR_NULL_ARGUMENT, "%s: mirror is NULL", fn);
-    if (m->magic != MAPPING_MAGIC_MIRROR)
+    if (!mapping__handle_live(MAPPING_HANDLE_MIRROR, m))
         return mapping__fail(MAPPING_ERR_INVALID_HANDLE, "%s: mirror %p is not a live mirror", fn, (const void *)m);
+    if (!mapping__device_alive(m->st->dev, m->st->dev_serial))
+        return mapping__fail(MAPPING_ERR_INVALID_HANDLE, "%s: the device of mirror %p was closed before it", fn,
+                             (const void *)m);
+    if (m->st->busy)
+        return mapping__fail(MAPPING_ERR_BUSY, "%s: mirror %p's family is being synced (called from a callback of "
+                                               "that sync)", fn, (const void *)m);
     return MAPPING_OK;
+}
+
+/* Its device was closed first and took the buffers, events and page-locked
+ * memory with it: free what is the state's own host memory only. */
+static void state_forget(mirror_state *st)
+{
+    for (size_t i = 0; i < st->n_inflight; i++)
+        free(st->inflight[i].ranges);
+    free(st->inflight);
+    if (st->batch)
+        mapping__batch_forget(st->batch);
+    for (int s = 0; s < 2; s++) {
+        mapping__rs_free(&st->stale[s]);
+        mapping__rs_free(&st->modified[s]);
+        mapping__rs_free(&st->pending[s]);
+    }
+    free(st);
 }
 
 static void state_free(mirror_state *st)
@@ -35,8 +58,10 @@ static void state_free(mirror_state *st)
 static mapping_status handle_new(const char *fn, mirror_state *st, size_t offset, size_t size, mapping_mirror **out)
 {
     mapping_mirror *m = calloc(1, sizeof *m);
-    if (!m)
+    if (!m || mapping__handle_add(MAPPING_HANDLE_MIRROR, m) != MAPPING_OK) {
+        free(m);
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
+    }
     m->magic = MAPPING_MAGIC_MIRROR;
     m->st = st;
     m->offset = offset;
@@ -53,6 +78,7 @@ static mapping_status state_new(const char *fn, mapping_device *dev, size_t byte
     if (!st)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
     st->dev = dev;
+    st->dev_serial = dev->serial;
     st->size = bytes;
     for (int s = 0; s < 2; s++) {
         mapping__rs_init(&st->stale[s]);
@@ -131,13 +157,17 @@ mapping_status mapping_mirror_wrap(mapping_device *dev, void *cpu_ptr, size_t by
 
 void mapping_mirror_destroy(mapping_mirror *m)
 {
-    if (!m || mapping__mirror_check("mapping_mirror_destroy", m) != MAPPING_OK)
+    if (!m)
+        return;
+    mapping_status status = mapping__mirror_check("mapping_mirror_destroy", m);
+    bool device_closed = status == MAPPING_ERR_INVALID_HANDLE && mapping__handle_live(MAPPING_HANDLE_MIRROR, m);
+    if ((status != MAPPING_OK && !device_closed) || !mapping__handle_remove(MAPPING_HANDLE_MIRROR, m))
         return;
     mirror_state *st = m->st;
     m->magic = MAPPING_MAGIC_DEAD;
     free(m);
     if (--st->refs == 0)
-        state_free(st);
+        (device_closed ? state_forget : state_free)(st); /* device closed: the error stays recorded */
 }
 
 mapping_status mapping_mirror_view(mapping_mirror *parent, size_t offset, size_t bytes, mapping_mirror **out)
@@ -152,34 +182,41 @@ mapping_status mapping_mirror_view(mapping_mirror *parent, size_t offset, size_t
     return handle_new(fn, parent->st, parent->offset + offset, bytes, out);
 }
 
+/* For the getters that return 0 / NULL on a bad handle: a live handle of an
+ * open device (its buffer is gone with a closed device). */
+static bool mirror_readable(const mapping_mirror *m)
+{
+    return mapping__handle_live(MAPPING_HANDLE_MIRROR, m) && mapping__device_alive(m->st->dev, m->st->dev_serial);
+}
+
 size_t mapping_mirror_size(const mapping_mirror *m)
 {
-    return m && m->magic == MAPPING_MAGIC_MIRROR ? m->size : 0;
+    return mirror_readable(m) ? m->size : 0;
 }
 
 void *mapping_mirror_cpu(mapping_mirror *m)
 {
-    return m && m->magic == MAPPING_MAGIC_MIRROR ? m->st->cpu + m->offset : NULL;
+    return mirror_readable(m) ? m->st->cpu + m->offset : NULL;
 }
 
 mapping_buffer *mapping_mirror_gpu(mapping_mirror *m)
 {
-    return m && m->magic == MAPPING_MAGIC_MIRROR ? m->st->gpu : NULL;
+    return mirror_readable(m) ? m->st->gpu : NULL;
 }
 
 size_t mapping_mirror_gpu_offset(const mapping_mirror *m)
 {
-    return m && m->magic == MAPPING_MAGIC_MIRROR ? m->offset : 0;
+    return mirror_readable(m) ? m->offset : 0;
 }
 
 int mapping_mirror_is_unified(const mapping_mirror *m)
 {
-    return m && m->magic == MAPPING_MAGIC_MIRROR && m->st->unified;
+    return mirror_readable(m) && m->st->unified;
 }
 
 int mapping_mirror_is_pinned(const mapping_mirror *m)
 {
-    return m && m->magic == MAPPING_MAGIC_MIRROR && m->st->pinned;
+    return mirror_readable(m) && m->st->pinned;
 }
 
 /* Does [lo, hi) hold modifications of side y that are not already queued to

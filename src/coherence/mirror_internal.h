@@ -37,6 +37,7 @@ typedef struct mirror_inflight {
 
 typedef struct mirror_state {
     mapping_device *dev;
+    uint64_t        dev_serial; /* dev->serial when created */
     size_t          size;
     unsigned char  *cpu;
     mapping_buffer *gpu;
@@ -44,6 +45,7 @@ typedef struct mirror_state {
     bool            unified;  /* cpu is the host address of gpu's unified memory */
     bool            pinned;   /* wrapped memory registered with mapping__host_register */
     int             refs;     /* handles of the family */
+    bool            busy;     /* a sync is running: re-entry (from the log callback) is refused */
 
     mapping_range_set stale[2], modified[2], pending[2];
 

@@ -349,14 +349,24 @@ static mapping_status sync_record(mapping_stream *stream, mirror_state *st, int 
     return MAPPING_OK;
 }
 
+static mapping_status sync_checked(const char *fn, mapping_stream *stream, mapping_mirror *m, int t);
+
 mapping_status mapping__mirror_sync(const char *fn, mapping_stream *stream, mapping_mirror *m, int t)
 {
     mapping_status status;
-    if ((status = mapping__mirror_check(fn, m)) || (status = mapping__check_stream(fn, stream)))
+    if ((status = mapping__mirror_check(fn, m)) || (status = mapping__check_stream(fn, stream)) ||
+        (status = mapping__check_same_device(fn, m->st->dev, stream)))
         return status;
+    m->st->busy = true; /* a callback (the log) must not re-enter the family */
+    status = sync_checked(fn, stream, m, t);
+    m->st->busy = false;
+    return status;
+}
+
+static mapping_status sync_checked(const char *fn, mapping_stream *stream, mapping_mirror *m, int t)
+{
+    mapping_status status;
     mirror_state *st = m->st;
-    if ((status = mapping__check_same_device(fn, st->dev, stream)))
-        return status;
     size_t lo = m->offset, hi = lo + m->size;
     if (st->n_inflight)
         mapping__mirror_fold_completed(st);

@@ -14,6 +14,10 @@ static mapping_status buffer_new(const char *fn, mapping_device *dev, size_t byt
     if (st == MAPPING_OK)
         st = host ? mapping__op_buffer_alloc_unified(dev, bytes, &buf->mem, host)
                   : mapping__op_buffer_alloc(dev, bytes, &buf->mem);
+    if (st == MAPPING_OK && mapping__handle_add(MAPPING_HANDLE_BUFFER, buf) != MAPPING_OK) {
+        mapping__op_buffer_free(dev, buf->mem);
+        st = mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
+    }
     if (st != MAPPING_OK) {
         free(buf);
         return st;
@@ -35,6 +39,7 @@ mapping_status mapping__allocate_gpu(mapping_device *dev, size_t bytes, mapping_
 void mapping__free_gpu(mapping_buffer *buf)
 {
     mapping_device *dev = buf->dev;
+    mapping__handle_remove(MAPPING_HANDLE_BUFFER, buf);
     mapping__list_remove(dev, &buf->node);
     buf->magic = MAPPING_MAGIC_DEAD;
     mapping__op_buffer_free(dev, buf->mem);
@@ -62,12 +67,12 @@ void mapping_free_gpu(mapping_buffer *buf)
 
 size_t mapping_buffer_size(const mapping_buffer *buf)
 {
-    return buf && buf->magic == MAPPING_MAGIC_BUFFER ? buf->size : 0;
+    return mapping__handle_live(MAPPING_HANDLE_BUFFER, buf) ? buf->size : 0;
 }
 
 mapping_device *mapping_buffer_device(const mapping_buffer *buf)
 {
-    return buf && buf->magic == MAPPING_MAGIC_BUFFER ? buf->dev : NULL;
+    return mapping__handle_live(MAPPING_HANDLE_BUFFER, buf) ? buf->dev : NULL;
 }
 
 mapping_status mapping_native_buffer(const mapping_buffer *buf, void **out)

@@ -52,6 +52,7 @@ typedef struct mapping_list_node {
 
 struct mapping_device {
     uint32_t               magic;
+    uint64_t               serial; /* unique per mapping_open in this process */
     const mapping_backend *be;
     void                  *state; /* the back end's device */
     mapping_device_info    info;
@@ -94,6 +95,28 @@ struct mapping_event {
     mapping_list_node node;
 };
 
+/* ---- the registry of live handles (src/core/handles.c) ----
+ * Every object a public function accepts is added when created and removed
+ * before it is freed; a handle is looked up (never dereferenced) before any
+ * of its fields is read. Lookups take no lock. */
+#define MAPPING_HANDLE_KIND_LIST(X) X(DEVICE) X(BUFFER) X(STREAM) X(EVENT) X(MIRROR) X(BATCH) X(PIPELINE)
+typedef enum mapping_handle_kind {
+#define MAPPING_HANDLE_KIND_ENUM_(kind) MAPPING_HANDLE_##kind,
+    MAPPING_HANDLE_KIND_LIST(MAPPING_HANDLE_KIND_ENUM_)
+#undef MAPPING_HANDLE_KIND_ENUM_
+    MAPPING_HANDLE_KINDS
+} mapping_handle_kind;
+/* MAPPING_ERR_OUT_OF_HOST_MEMORY (not recorded) when the set cannot grow. */
+mapping_status mapping__handle_add(mapping_handle_kind kind, const void *handle);
+bool           mapping__handle_live(mapping_handle_kind kind, const void *handle);
+/* false when it was not live (nothing changes): lets exactly one of two
+ * destroys of the same handle go ahead. */
+bool           mapping__handle_remove(mapping_handle_kind kind, const void *handle);
+/* dev is a live device and the one a dependent object (mirror, batch,
+ * pipeline) was made on: not closed since, nor another device opened at the
+ * same address. */
+bool           mapping__device_alive(const mapping_device *dev, uint64_t serial);
+
 /* ---- validation (src/core/validate.c) ---- */
 mapping_status mapping__check_device(const char *fn, const mapping_device *dev);
 mapping_status mapping__check_buffer(const char *fn, const char *what, const mapping_buffer *buf);
@@ -101,6 +124,9 @@ mapping_status mapping__check_stream(const char *fn, const mapping_stream *strea
 mapping_status mapping__check_event(const char *fn, const char *what, const mapping_event *ev);
 mapping_status mapping__check_range(const char *fn, const char *what, size_t offset, size_t bytes, size_t size);
 mapping_status mapping__check_ptr(const char *fn, const char *what, const void *ptr);
+/* MAPPING_ERR_BUSY when called from a host function running on `stream`
+ * (waiting for or destroying it there would deadlock); NULL is fine. */
+mapping_status mapping__check_not_in_host_fn(const char *fn, const mapping_stream *stream);
 /* stream (may be NULL) and object must be of dev. */
 mapping_status mapping__check_same_device(const char *fn, const mapping_device *dev, const mapping_stream *stream);
 

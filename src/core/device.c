@@ -74,17 +74,23 @@ mapping_status mapping_open(const mapping_device_desc *desc, mapping_device **ou
     if (!d.backend)
         d.backend = env_or_null("MAPPING_BACKEND");
     if (d.device == 0 && env_or_null("MAPPING_DEVICE")) {
-        char *end;
-        long index = strtol(getenv("MAPPING_DEVICE"), &end, 10);
-        if (*end || index < 0 || index > 1000000)
-            return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: MAPPING_DEVICE=\"%s\" is not a device index", fn,
-                                 getenv("MAPPING_DEVICE"));
+        /* Decimal digits only (no sign, space or suffix), at most 1000000. */
+        const char *env = getenv("MAPPING_DEVICE");
+        long index = 0;
+        for (const char *c = env; *c && index <= 1000000; c++)
+            index = *c >= '0' && *c <= '9' ? index * 10 + (*c - '0') : 1000001;
+        if (index > 1000000)
+            return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT,
+                                 "%s: MAPPING_DEVICE=\"%s\" is not a device index (decimal digits, 0 to 1000000)", fn,
+                                 env);
         d.device = (int)index;
     }
     if (d.device < 0)
         return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: device index %d is negative", fn, d.device);
-    if (d.link_bandwidth < 0 || d.link_latency < 0)
-        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: link bandwidth and latency must not be negative", fn);
+    const char *why = mapping_os_link_check(d.link_bandwidth, d.link_latency);
+    if (why)
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: link_bandwidth %g, link_latency %g: %s", fn,
+                             d.link_bandwidth, d.link_latency, why);
 
     int which = d.backend ? mapping__backend_index(d.backend) : mapping__backend_default();
     if (which < 0 && !d.backend)
@@ -117,7 +123,17 @@ mapping_status mapping_open(const mapping_device_desc *desc, mapping_device **ou
     dev->buffers.next = dev->buffers.prev = &dev->buffers;
     dev->streams.next = dev->streams.prev = &dev->streams;
     dev->events.next = dev->events.prev = &dev->events;
+    static _Atomic uint64_t serials;
+    dev->serial = atomic_fetch_add(&serials, 1) + 1;
     dev->magic = MAPPING_MAGIC_DEVICE;
+    if (mapping__handle_add(MAPPING_HANDLE_DEVICE, dev) != MAPPING_OK) {
+        mapping__host_registry_destroy(dev);
+        pthread_mutex_destroy(&dev->objects_lock);
+        pthread_mutex_destroy(&dev->link_lock);
+        mapping__op_device_close(dev);
+        free(dev);
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
+    }
     *out = dev;
     return MAPPING_OK;
 }
@@ -125,6 +141,18 @@ mapping_status mapping_open(const mapping_device_desc *desc, mapping_device **ou
 void mapping_close(mapping_device *dev)
 {
     if (!dev || mapping__check_device("mapping_close", dev) != MAPPING_OK)
+        return;
+    /* From a host function on one of its streams, close would wait for itself. */
+    const void *worker = mapping_os_worker_stream();
+    const mapping_stream *own = NULL;
+    pthread_mutex_lock(&dev->objects_lock);
+    for (mapping_list_node *n = dev->streams.next; worker && n != &dev->streams && !own; n = n->next) {
+        const mapping_stream *s = (const mapping_stream *)((const char *)n - offsetof(mapping_stream, node));
+        own = s->state == worker ? s : NULL;
+    }
+    pthread_mutex_unlock(&dev->objects_lock);
+    if ((own && mapping__check_not_in_host_fn("mapping_close", own) != MAPPING_OK) ||
+        !mapping__handle_remove(MAPPING_HANDLE_DEVICE, dev))
         return;
     /* Streams first (they wait for their work), then the memory it used. */
     while (dev->streams.next != &dev->streams) {
@@ -153,7 +181,7 @@ void mapping_close(mapping_device *dev)
 
 const char *mapping_backend_name(const mapping_device *dev)
 {
-    if (!dev || dev->magic != MAPPING_MAGIC_DEVICE)
+    if (!mapping__handle_live(MAPPING_HANDLE_DEVICE, dev))
         return "";
     return dev->be->name;
 }
@@ -257,8 +285,10 @@ mapping_status mapping_device_set_link(mapping_device *dev, const mapping_link *
     mapping_status st;
     if ((st = mapping__check_device(fn, dev)) || (st = mapping__check_ptr(fn, "link", link)))
         return st;
-    if (!(link->latency >= 0) || !(link->bandwidth >= 0))
-        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: latency and bandwidth must be >= 0", fn);
+    const char *why = mapping_os_link_check(link->bandwidth, link->latency);
+    if (why)
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: bandwidth %g, latency %g: %s", fn, link->bandwidth,
+                             link->latency, why);
     pthread_mutex_lock(&dev->link_lock);
     dev->link = *link;
     pthread_mutex_unlock(&dev->link_lock);

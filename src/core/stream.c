@@ -14,6 +14,10 @@ mapping_status mapping__stream_create(mapping_device *dev, mapping_stream **out)
     if (!s)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mapping_stream_create: out of memory");
     mapping_status st = mapping__op_stream_create(dev, &s->state);
+    if (st == MAPPING_OK && mapping__handle_add(MAPPING_HANDLE_STREAM, s) != MAPPING_OK) {
+        mapping__op_stream_destroy(dev, s->state);
+        st = mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mapping_stream_create: out of memory");
+    }
     if (st != MAPPING_OK) {
         free(s);
         return st;
@@ -31,6 +35,7 @@ void mapping__stream_destroy(mapping_stream *stream)
     mapping_status st = mapping__stream_synchronize(stream);
     if (st != MAPPING_OK)
         mapping__log(1, "mapping_stream_destroy: queued work failed: %s", mapping_status_string(st));
+    mapping__handle_remove(MAPPING_HANDLE_STREAM, stream);
     mapping__list_remove(dev, &stream->node);
     stream->magic = MAPPING_MAGIC_DEAD;
     mapping__op_stream_destroy(dev, stream->state);
@@ -45,6 +50,10 @@ mapping_status mapping__event_record(mapping_stream *stream, mapping_event **out
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mapping_event_record: out of memory");
     mapping_device *dev = stream->dev;
     mapping_status st = mapping__op_event_record(dev, stream->state, &ev->state);
+    if (st == MAPPING_OK && mapping__handle_add(MAPPING_HANDLE_EVENT, ev) != MAPPING_OK) {
+        mapping__op_event_destroy(dev, ev->state);
+        st = mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mapping_event_record: out of memory");
+    }
     if (st != MAPPING_OK) {
         free(ev);
         return st;
@@ -58,6 +67,7 @@ mapping_status mapping__event_record(mapping_stream *stream, mapping_event **out
 
 void mapping__event_destroy(mapping_event *event)
 {
+    mapping__handle_remove(MAPPING_HANDLE_EVENT, event);
     mapping__list_remove(event->dev, &event->node);
     event->magic = MAPPING_MAGIC_DEAD;
     mapping__op_event_destroy(event->dev, event->state);
@@ -77,7 +87,9 @@ mapping_status mapping_stream_create(mapping_device *dev, mapping_stream **out)
 
 void mapping_stream_destroy(mapping_stream *stream)
 {
-    if (!stream || mapping__check_stream("mapping_stream_destroy", stream) != MAPPING_OK)
+    static const char fn[] = "mapping_stream_destroy";
+    if (!stream || mapping__check_stream(fn, stream) != MAPPING_OK ||
+        mapping__check_not_in_host_fn(fn, stream) != MAPPING_OK)
         return;
     mapping__stream_destroy(stream);
 }
@@ -86,7 +98,8 @@ mapping_status mapping_stream_synchronize(mapping_stream *stream)
 {
     static const char fn[] = "mapping_stream_synchronize";
     mapping_status st;
-    if ((st = mapping__check_ptr(fn, "stream", stream)) || (st = mapping__check_stream(fn, stream)))
+    if ((st = mapping__check_ptr(fn, "stream", stream)) || (st = mapping__check_stream(fn, stream)) ||
+        (st = mapping__check_not_in_host_fn(fn, stream)))
         return st;
     return mapping__stream_synchronize(stream);
 }

@@ -1,10 +1,10 @@
 /* The public copies: validate every argument, then call src/core/ops.c. */
 #include "core/ops.h"
 
-mapping_status mapping_sync_to_gpu_range(mapping_stream *stream, const void *cpu_src, mapping_buffer *gpu_dst,
-                                         size_t gpu_offset, size_t bytes)
+/* The checks and the copy, under the name of the public function called. */
+static mapping_status write_range(const char *fn, mapping_stream *stream, const void *cpu_src, mapping_buffer *gpu_dst,
+                                  size_t gpu_offset, size_t bytes)
 {
-    static const char fn[] = "mapping_sync_to_gpu_range";
     mapping_status st;
     if ((st = mapping__check_stream(fn, stream)) || (st = mapping__check_ptr(fn, "cpu_src", cpu_src)) ||
         (st = mapping__check_buffer(fn, "gpu_dst", gpu_dst)) ||
@@ -14,10 +14,9 @@ mapping_status mapping_sync_to_gpu_range(mapping_stream *stream, const void *cpu
     return mapping__write(stream, cpu_src, gpu_dst, gpu_offset, bytes);
 }
 
-mapping_status mapping_sync_to_cpu_range(mapping_stream *stream, const mapping_buffer *gpu_src, size_t gpu_offset,
-                                         void *cpu_dst, size_t bytes)
+static mapping_status read_range(const char *fn, mapping_stream *stream, const mapping_buffer *gpu_src,
+                                 size_t gpu_offset, void *cpu_dst, size_t bytes)
 {
-    static const char fn[] = "mapping_sync_to_cpu_range";
     mapping_status st;
     if ((st = mapping__check_stream(fn, stream)) || (st = mapping__check_buffer(fn, "gpu_src", gpu_src)) ||
         (st = mapping__check_ptr(fn, "cpu_dst", cpu_dst)) ||
@@ -27,16 +26,30 @@ mapping_status mapping_sync_to_cpu_range(mapping_stream *stream, const mapping_b
     return mapping__read(stream, gpu_src, gpu_offset, cpu_dst, bytes);
 }
 
+mapping_status mapping_sync_to_gpu_range(mapping_stream *stream, const void *cpu_src, mapping_buffer *gpu_dst,
+                                         size_t gpu_offset, size_t bytes)
+{
+    return write_range("mapping_sync_to_gpu_range", stream, cpu_src, gpu_dst, gpu_offset, bytes);
+}
+
+mapping_status mapping_sync_to_cpu_range(mapping_stream *stream, const mapping_buffer *gpu_src, size_t gpu_offset,
+                                         void *cpu_dst, size_t bytes)
+{
+    return read_range("mapping_sync_to_cpu_range", stream, gpu_src, gpu_offset, cpu_dst, bytes);
+}
+
 mapping_status mapping_sync_to_gpu(const void *cpu_src, mapping_buffer *gpu_dst)
 {
-    mapping_status st = mapping__check_buffer("mapping_sync_to_gpu", "gpu_dst", gpu_dst);
-    return st ? st : mapping_sync_to_gpu_range(NULL, cpu_src, gpu_dst, 0, gpu_dst->size);
+    static const char fn[] = "mapping_sync_to_gpu";
+    mapping_status st = mapping__check_buffer(fn, "gpu_dst", gpu_dst);
+    return st ? st : write_range(fn, NULL, cpu_src, gpu_dst, 0, gpu_dst->size);
 }
 
 mapping_status mapping_sync_to_cpu(const mapping_buffer *gpu_src, void *cpu_dst)
 {
-    mapping_status st = mapping__check_buffer("mapping_sync_to_cpu", "gpu_src", gpu_src);
-    return st ? st : mapping_sync_to_cpu_range(NULL, gpu_src, 0, cpu_dst, gpu_src->size);
+    static const char fn[] = "mapping_sync_to_cpu";
+    mapping_status st = mapping__check_buffer(fn, "gpu_src", gpu_src);
+    return st ? st : read_range(fn, NULL, gpu_src, 0, cpu_dst, gpu_src->size);
 }
 
 mapping_status mapping_copy_gpu(mapping_stream *stream, const mapping_buffer *src, size_t src_offset,

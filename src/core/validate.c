@@ -1,4 +1,12 @@
+/* Argument checks of the public functions. Handles are looked up in the
+ * registry of live objects (handles.c) before any field is read. */
 #include "core/core.h"
+#include "os/os.h"
+
+bool mapping__device_alive(const mapping_device *dev, uint64_t serial)
+{
+    return mapping__handle_live(MAPPING_HANDLE_DEVICE, dev) && dev->serial == serial;
+}
 
 mapping_status mapping__check_ptr(const char *fn, const char *what, const void *ptr)
 {
@@ -11,7 +19,7 @@ mapping_status mapping__check_device(const char *fn, const mapping_device *dev)
 {
     if (!dev)
         return mapping__fail(MAPPING_ERR_NULL_ARGUMENT, "%s: device is NULL", fn);
-    if (dev->magic != MAPPING_MAGIC_DEVICE)
+    if (!mapping__handle_live(MAPPING_HANDLE_DEVICE, dev))
         return mapping__fail(MAPPING_ERR_INVALID_HANDLE, "%s: device %p is not an open device", fn, (const void *)dev);
     return MAPPING_OK;
 }
@@ -20,14 +28,14 @@ mapping_status mapping__check_buffer(const char *fn, const char *what, const map
 {
     if (!buf)
         return mapping__fail(MAPPING_ERR_NULL_ARGUMENT, "%s: %s is NULL", fn, what);
-    if (buf->magic != MAPPING_MAGIC_BUFFER)
+    if (!mapping__handle_live(MAPPING_HANDLE_BUFFER, buf))
         return mapping__fail(MAPPING_ERR_INVALID_HANDLE, "%s: %s %p is not a live buffer", fn, what, (const void *)buf);
     return MAPPING_OK;
 }
 
 mapping_status mapping__check_stream(const char *fn, const mapping_stream *stream)
 {
-    if (stream && stream->magic != MAPPING_MAGIC_STREAM)
+    if (stream && !mapping__handle_live(MAPPING_HANDLE_STREAM, stream))
         return mapping__fail(MAPPING_ERR_INVALID_HANDLE, "%s: stream %p is not a live stream", fn,
                              (const void *)stream);
     return MAPPING_OK;
@@ -37,7 +45,7 @@ mapping_status mapping__check_event(const char *fn, const char *what, const mapp
 {
     if (!ev)
         return mapping__fail(MAPPING_ERR_NULL_ARGUMENT, "%s: %s is NULL", fn, what);
-    if (ev->magic != MAPPING_MAGIC_EVENT)
+    if (!mapping__handle_live(MAPPING_HANDLE_EVENT, ev))
         return mapping__fail(MAPPING_ERR_INVALID_HANDLE, "%s: %s %p is not a live event", fn, what, (const void *)ev);
     return MAPPING_OK;
 }
@@ -56,5 +64,15 @@ mapping_status mapping__check_same_device(const char *fn, const mapping_device *
 {
     if (stream && stream->dev != dev)
         return mapping__fail(MAPPING_ERR_DEVICE_MISMATCH, "%s: the stream belongs to another device", fn);
+    return MAPPING_OK;
+}
+
+mapping_status mapping__check_not_in_host_fn(const char *fn, const mapping_stream *stream)
+{
+    const void *worker = mapping_os_worker_stream();
+    if (worker && stream && worker == stream->state)
+        return mapping__fail(MAPPING_ERR_BUSY,
+                             "%s: called from a host function running on stream %p, which would wait for itself", fn,
+                             (const void *)stream);
     return MAPPING_OK;
 }

@@ -39,4 +39,22 @@ void mapping_os_copy_streaming(void *dst, const void *src, size_t bytes);
 void *mapping_os_dlopen_first(const char *env_override, const char *const *names, char *why, size_t why_size);
 void *mapping_os_dlsym(void *lib, const char *name);
 
+/* The stream (a back end's stream state) whose worker thread this is, or
+ * NULL: set once by a back end's worker thread that runs host functions
+ * (os/worker.c). */
+void        mapping_os_set_worker_stream(const void *stream_state);
+const void *mapping_os_worker_stream(void);
+
+/* Link values, os/link.c. Bandwidth in bytes per second: 0 (default) or
+ * 1e3..1e15; latency in seconds: 0..1; both finite. NULL when valid, else a
+ * sentence saying which rule is broken. */
+#define MAPPING_OS_LINK_MIN_BANDWIDTH 1e3
+#define MAPPING_OS_LINK_MAX_BANDWIDTH 1e15
+#define MAPPING_OS_LINK_MAX_LATENCY 1.0
+const char *mapping_os_link_check(double bandwidth, double latency);
+/* A plain non-negative number as strtod reads it ("25e9", "5e-6", "0.5"; no
+ * sign, space, hex, inf or nan), finite, followed by the end of the text or
+ * one of end_chars (*end then points there). */
+bool mapping_os_parse_double(const char *text, const char *end_chars, const char **end, double *out);
+
 #endif

@@ -1,9 +1,11 @@
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include "os/status.h"
 
 static _Thread_local mapping_status last_status = MAPPING_OK;
 static _Thread_local char last_message[512];
+static _Thread_local unsigned long long error_count; /* failures recorded on this thread */
 
 static mapping_log_fn log_fn;
 static void *log_user;
@@ -41,6 +43,11 @@ const char *mapping_status_name(mapping_status status)
     return "UNKNOWN";
 }
 
+const char *mapping__status_name(mapping_status status)
+{
+    return mapping_status_name(status);
+}
+
 mapping_status mapping_last_error(void)
 {
     return last_status;
@@ -68,27 +75,57 @@ void mapping_set_log(mapping_log_fn fn, void *user)
     log_user = user;
 }
 
+/* Calls the user's callback with the thread's last error saved and restored
+ * around it (a callback that calls the library must not change what the
+ * caller will read), and never re-entered on one thread (a callback whose
+ * own calls fail is not called again from inside itself). */
+static _Thread_local int in_log;
+
+static void call_log(int level, const char *message)
+{
+    mapping_log_fn fn = log_fn;
+    if (!fn || in_log)
+        return;
+    mapping_status saved_status = last_status;
+    char saved_message[sizeof last_message];
+    memcpy(saved_message, last_message, sizeof saved_message);
+    in_log = 1;
+    fn(level, message, log_user);
+    in_log = 0;
+    last_status = saved_status;
+    memcpy(last_message, saved_message, sizeof last_message);
+}
+
 void mapping__log(int level, const char *fmt, ...)
 {
-    if (!log_fn)
+    if (!log_fn || in_log)
         return;
     char message[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(message, sizeof message, fmt, ap);
     va_end(ap);
-    log_fn(level, message, log_user);
+    call_log(level, message);
+}
+
+unsigned long long mapping__error_count(void)
+{
+    return error_count;
 }
 
 mapping_status mapping__fail(mapping_status status, const char *fmt, ...)
 {
+    error_count++;
     last_status = status;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(last_message, sizeof last_message, fmt, ap);
     va_end(ap);
-    if (log_fn)
-        log_fn(0, last_message, log_user);
+    if (log_fn && !in_log) {
+        char message[sizeof last_message];
+        memcpy(message, last_message, sizeof message);
+        call_log(0, message);
+    }
     return status;
 }
 

@@ -22,8 +22,13 @@ mapping_status mapping__fail(mapping_status status, const char *fmt, ...) MAPPIN
 /* For back ends: a driver call failed with a raw code. */
 mapping_status mapping__fail_driver(mapping_status status, const char *backend, const char *call, long long code,
                                     const char *code_name);
+/* mapping_status_name, for the layers that may not call the public one. */
+const char *mapping__status_name(mapping_status status);
 /* The calling thread's last recorded message (as mapping_last_error_message). */
 const char *mapping__last_message(void);
+/* How many failures this thread has recorded: tells whether a callback
+ * (a pipeline step) recorded its own error. */
+unsigned long long mapping__error_count(void);
 /* Through the user's log callback, if any. */
 void mapping__log(int level, const char *fmt, ...) MAPPING_PRINTF(2, 3);
 

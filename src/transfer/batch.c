@@ -4,12 +4,18 @@
 #include "core/ops.h"
 #include "transfer/transfer.h"
 
-static mapping_status check_batch(const char *fn, const mapping_batch *b)
+mapping_status mapping__batch_check(const char *fn, const mapping_batch *b)
 {
     if (!b)
         return mapping__fail(MAPPING_ERR_NULL_ARGUMENT, "%s: batch is NULL", fn);
-    if (b->magic != MAPPING_MAGIC_BATCH)
+    if (!mapping__handle_live(MAPPING_HANDLE_BATCH, b))
         return mapping__fail(MAPPING_ERR_INVALID_HANDLE, "%s: batch %p is not a live batch", fn, (const void *)b);
+    if (!mapping__device_alive(b->dev, b->dev_serial))
+        return mapping__fail(MAPPING_ERR_INVALID_HANDLE, "%s: the device of batch %p was closed before it", fn,
+                             (const void *)b);
+    if (b->busy)
+        return mapping__fail(MAPPING_ERR_BUSY, "%s: batch %p is being flushed (called from a callback of its own flush)",
+                             fn, (const void *)b);
     return MAPPING_OK;
 }
 
@@ -21,6 +27,7 @@ mapping_status mapping__batch_create(mapping_device *dev, mapping_batch **out)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mapping_batch_create: out of memory");
     b->magic = MAPPING_MAGIC_BATCH;
     b->dev = dev;
+    b->dev_serial = dev->serial;
     *out = b;
     return MAPPING_OK;
 }
@@ -44,30 +51,56 @@ void mapping__batch_destroy(mapping_batch *b)
     free(b);
 }
 
+void mapping__batch_forget(mapping_batch *b)
+{
+    mapping__batch_plan_free(&b->plan);
+    free(b->copies);
+    b->magic = MAPPING_MAGIC_DEAD;
+    free(b);
+}
+
 mapping_status mapping_batch_create(mapping_device *dev, mapping_batch **out)
 {
     static const char fn[] = "mapping_batch_create";
     mapping_status st;
-    if ((st = mapping__check_device(fn, dev)) || (st = mapping__check_ptr(fn, "out", out)))
+    if ((st = mapping__check_device(fn, dev)) || (st = mapping__check_ptr(fn, "out", out)) ||
+        (st = mapping__batch_create(dev, out)))
         return st;
-    return mapping__batch_create(dev, out);
+    /* Only batches handed to the caller are registered (a mirror's are not). */
+    if (mapping__handle_add(MAPPING_HANDLE_BATCH, *out) != MAPPING_OK) {
+        mapping__batch_destroy(*out);
+        *out = NULL;
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
+    }
+    return MAPPING_OK;
 }
 
 void mapping_batch_destroy(mapping_batch *b)
 {
-    if (!b || check_batch("mapping_batch_destroy", b) != MAPPING_OK)
+    static const char fn[] = "mapping_batch_destroy";
+    if (!b)
+        return;
+    mapping_status st = mapping__batch_check(fn, b);
+    if (st == MAPPING_ERR_INVALID_HANDLE && mapping__handle_live(MAPPING_HANDLE_BATCH, b)) {
+        /* Its device was closed first, and took the batch's staging and
+         * event with it: free what is the batch's own, and keep the error. */
+        mapping__handle_remove(MAPPING_HANDLE_BATCH, b);
+        mapping__batch_forget(b);
+        return;
+    }
+    if (st != MAPPING_OK || !mapping__handle_remove(MAPPING_HANDLE_BATCH, b))
         return;
     mapping__batch_destroy(b);
 }
 
 size_t mapping_batch_count(const mapping_batch *b)
 {
-    return b && b->magic == MAPPING_MAGIC_BATCH ? b->count : 0;
+    return mapping__handle_live(MAPPING_HANDLE_BATCH, b) ? b->count : 0;
 }
 
 void mapping_batch_clear(mapping_batch *b)
 {
-    if (b && check_batch("mapping_batch_clear", b) == MAPPING_OK)
+    if (b && mapping__batch_check("mapping_batch_clear", b) == MAPPING_OK)
         b->count = 0;
 }
 
@@ -90,7 +123,7 @@ static mapping_status check_copy(const char *fn, const mapping_batch *b, const v
                                  const mapping_buffer *buf, const char *buf_name, size_t offset, size_t bytes)
 {
     mapping_status st;
-    if ((st = check_batch(fn, b)) || (st = mapping__check_ptr(fn, host_name, host)) ||
+    if ((st = mapping__batch_check(fn, b)) || (st = mapping__check_ptr(fn, host_name, host)) ||
         (st = mapping__check_buffer(fn, buf_name, buf)) ||
         (st = mapping__check_range(fn, buf_name, offset, bytes, buf->size)))
         return st;

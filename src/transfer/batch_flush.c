@@ -140,6 +140,8 @@ static mapping_status scatter_or_gather(mapping_stream *stream, mapping_batch *b
     mapping_device *dev = b->dev;
     bool native = to_gpu ? mapping__can_scatter(dev) : mapping__can_gather(dev);
     size_t begin = to_gpu ? 0 : p->h2d_groups, end = to_gpu ? p->h2d_groups : p->group_count;
+    if ((to_gpu ? p->h2d_staged : p->d2h_staged) == 0)
+        return MAPPING_OK; /* nothing staged: no staging buffer either (host_staging may be NULL) */
     size_t table_offset = to_gpu ? p->h2d_table_offset : p->d2h_table_offset;
     const mapping_scatter_entry *table = (const mapping_scatter_entry *)(void *)(p->host_staging + table_offset);
     size_t entry = 0; /* staged groups of this direction before group i */
@@ -275,7 +277,9 @@ mapping_status mapping__batch_flush(mapping_stream *stream, mapping_batch *b)
     if (st != MAPPING_OK)
         return st;
     batch_plan *p = &b->plan;
+    b->busy = true; /* a callback (the log) must not re-enter this batch */
     mapping_status run = run_plan(stream, b, p);
+    b->busy = false;
     if (stream && (st = mapping__event_record(stream, &b->pending)) != MAPPING_OK) {
         /* Without an event we cannot tell when the plan is free: wait now. */
         mapping__stream_synchronize(stream);
@@ -292,10 +296,8 @@ mapping_status mapping_batch_flush(mapping_stream *stream, mapping_batch *b)
 {
     static const char fn[] = "mapping_batch_flush";
     mapping_status st;
-    if ((st = mapping__check_stream(fn, stream)) || (st = mapping__check_ptr(fn, "batch", b)))
+    if ((st = mapping__check_stream(fn, stream)) || (st = mapping__batch_check(fn, b)))
         return st;
-    if (b->magic != MAPPING_MAGIC_BATCH)
-        return mapping__fail(MAPPING_ERR_INVALID_HANDLE, "%s: batch %p is not a live batch", fn, (void *)b);
     if ((st = mapping__check_same_device(fn, b->dev, stream)))
         return st;
     return mapping__batch_flush(stream, b);

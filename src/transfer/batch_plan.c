@@ -137,15 +137,20 @@ static mapping_status reserve(batch_plan *plan, size_t n)
     return MAPPING_OK;
 fail:
     mapping__batch_plan_free(plan);
-    return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mapping_batch_flush: out of memory planning %zu copies", n);
+    return MAPPING_ERR_OUT_OF_HOST_MEMORY; /* recorded by the caller, which knows the copies */
 }
 
 mapping_status mapping__batch_plan(mapping_batch *b, batch_plan *plan, size_t large_bytes)
 {
     size_t n = b->count;
     mapping_status st = reserve(plan, n);
-    if (st != MAPPING_OK)
-        return st;
+    if (st != MAPPING_OK) {
+        const batch_copy *c = &b->copies[0]; /* n > 0: an empty batch is not planned */
+        return mapping__fail(st,
+                             "mapping_batch_flush: copy 0 of %zu (%s, %zu bytes at offset %zu of buffer %p) was not "
+                             "done: out of memory planning the flush; 0 copies done, %zu not done and still queued",
+                             n, c->to_gpu ? "host-to-device" : "device-to-host", c->bytes, c->offset, (void *)c->buf, n);
+    }
     /* Swap arrays: the queued copies become the plan's, the plan's spare
      * array becomes the batch's (empty) queue. No copy of the queue. */
     batch_copy *spare = plan->copies;

@@ -12,6 +12,7 @@
  * i the caller waits for the slot's chunk i - LAPS * depth (an event), which
  * bounds the work in flight and frees the staging-copy records it used.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "core/ops.h"
@@ -38,6 +39,8 @@ typedef struct pipeline_slot {
 struct mapping_pipeline {
     uint32_t              magic;
     mapping_device       *dev;
+    uint64_t              dev_serial; /* dev->serial when created */
+    bool                  running;    /* in mapping_pipeline_run: a step must not re-enter it */
     mapping_pipeline_desc desc; /* resolved: no zero fields */
     bool                  chunk_from_link;
     pipeline_slot         slots[MAX_DEPTH];
@@ -91,8 +94,20 @@ static mapping_status check_pipeline(const char *fn, const mapping_pipeline *p)
 {
     if (!p)
         return mapping__fail(MAPPING_ERR_NULL_ARGUMENT, "%s: pipeline is NULL", fn);
-    if (p->magic != MAPPING_MAGIC_PIPELINE)
+    if (!mapping__handle_live(MAPPING_HANDLE_PIPELINE, p))
         return mapping__fail(MAPPING_ERR_INVALID_HANDLE, "%s: pipeline %p is not a live pipeline", fn,
+                             (const void *)p);
+    if (!mapping__device_alive(p->dev, p->dev_serial))
+        return mapping__fail(MAPPING_ERR_INVALID_HANDLE, "%s: the device of pipeline %p was closed before it", fn,
+                             (const void *)p);
+    return MAPPING_OK;
+}
+
+static mapping_status check_idle(const char *fn, const mapping_pipeline *p)
+{
+    if (p->running)
+        return mapping__fail(MAPPING_ERR_BUSY,
+                             "%s: pipeline %p is running (called from its own step): one run at a time", fn,
                              (const void *)p);
     return MAPPING_OK;
 }
@@ -118,7 +133,22 @@ static void pipeline_free(mapping_pipeline *p)
 
 void mapping_pipeline_destroy(mapping_pipeline *p)
 {
-    if (!p || check_pipeline("mapping_pipeline_destroy", p) != MAPPING_OK)
+    static const char fn[] = "mapping_pipeline_destroy";
+    if (!p)
+        return;
+    mapping_status st = check_pipeline(fn, p);
+    if (st == MAPPING_ERR_INVALID_HANDLE && mapping__handle_live(MAPPING_HANDLE_PIPELINE, p)) {
+        /* Its device was closed first and took the streams and buffers. */
+        mapping__handle_remove(MAPPING_HANDLE_PIPELINE, p);
+        free(p);
+        return;
+    }
+    if (st != MAPPING_OK || check_idle(fn, p) != MAPPING_OK)
+        return;
+    for (int i = 0; i < p->desc.depth; i++)
+        if (mapping__check_not_in_host_fn(fn, p->slots[i].stream) != MAPPING_OK)
+            return;
+    if (!mapping__handle_remove(MAPPING_HANDLE_PIPELINE, p))
         return;
     pipeline_free(p);
 }
@@ -138,6 +168,7 @@ mapping_status mapping_pipeline_create(mapping_device *dev, const mapping_pipeli
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
     p->magic = MAPPING_MAGIC_PIPELINE;
     p->dev = dev;
+    p->dev_serial = dev->serial;
     if (!d.depth)
         d.depth = MAX_DEPTH;
     if (!d.element_bytes)
@@ -155,6 +186,8 @@ mapping_status mapping_pipeline_create(mapping_device *dev, const mapping_pipeli
             (st = mapping__allocate_gpu(dev, d.chunk_bytes, &s->input)) == MAPPING_OK)
             st = mapping__allocate_gpu(dev, d.chunk_bytes, &s->output);
     }
+    if (st == MAPPING_OK && mapping__handle_add(MAPPING_HANDLE_PIPELINE, p) != MAPPING_OK)
+        st = mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
     if (st != MAPPING_OK) {
         pipeline_free(p);
         return st;
@@ -199,9 +232,19 @@ static mapping_status enqueue_chunk(pipeline_slot *s, size_t lap, const mapping_
             return st;
         from = s->stage_in;
     }
-    if ((st = mapping__write(s->stream, from, s->input, 0, chunk->bytes)) != MAPPING_OK ||
-        (st = step(s->stream, chunk, user)) != MAPPING_OK)
+    if ((st = mapping__write(s->stream, from, s->input, 0, chunk->bytes)) != MAPPING_OK)
         return st;
+    unsigned long long errors = mapping__error_count();
+    if ((st = step(s->stream, chunk, user)) != MAPPING_OK) {
+        /* The step's own error: say so, with the step's message if it recorded one. */
+        if (mapping__error_count() == errors)
+            return mapping__fail(st, "mapping_pipeline_run: the step returned %s for chunk %zu (offset %zu, %zu bytes)",
+                                 mapping__status_name(st), chunk->index, chunk->offset, chunk->bytes);
+        char inner[384];
+        snprintf(inner, sizeof inner, "%s", mapping__last_message());
+        return mapping__fail(st, "mapping_pipeline_run: the step returned %s for chunk %zu (offset %zu, %zu bytes): %s",
+                             mapping__status_name(st), chunk->index, chunk->offset, chunk->bytes, inner);
+    }
     if (!dst)
         return MAPPING_OK;
     char *to = dst_locked ? dst + chunk->offset : s->stage_out;
@@ -219,7 +262,7 @@ mapping_status mapping_pipeline_run(mapping_pipeline *p, const void *cpu_src, vo
 {
     static const char fn[] = "mapping_pipeline_run";
     mapping_status st;
-    if ((st = check_pipeline(fn, p)) || (st = mapping__check_ptr(fn, "cpu_src", cpu_src)) ||
+    if ((st = check_pipeline(fn, p)) || (st = check_idle(fn, p)) || (st = mapping__check_ptr(fn, "cpu_src", cpu_src)) ||
         (st = mapping__check_ptr(fn, "step", (const void *)(uintptr_t)step)))
         return st;
     if (bytes == 0)
@@ -243,6 +286,7 @@ mapping_status mapping_pipeline_run(mapping_pipeline *p, const void *cpu_src, vo
     }
     mapping_status first = MAPPING_OK;
     size_t index = 0;
+    p->running = true;
     for (size_t offset = 0; offset < bytes && first == MAPPING_OK; offset += chunk_bytes, index++) {
         size_t depth = (size_t)p->desc.depth, lap = index / depth % LAPS;
         pipeline_slot *s = &p->slots[index % depth];
@@ -267,5 +311,6 @@ mapping_status mapping_pipeline_run(mapping_pipeline *p, const void *cpu_src, vo
             p->slots[i].done[lap] = NULL;
         }
     }
+    p->running = false;
     return first;
 }

@@ -61,6 +61,8 @@ typedef struct batch_plan {
 struct mapping_batch {
     uint32_t        magic;
     mapping_device *dev;
+    uint64_t        dev_serial; /* dev->serial when created */
+    bool            busy;       /* a flush is running (re-entry from a callback is refused) */
     batch_copy     *copies;
     size_t          count, capacity;
 
@@ -75,8 +77,14 @@ struct mapping_batch {
 };
 
 /* ---- internal twins of the public batch functions (validated arguments) ---- */
+/* b is a live batch (public ones only: a mirror's batch is not registered)
+ * of an open device, and not being flushed. */
+mapping_status mapping__batch_check(const char *fn, const mapping_batch *b);
 mapping_status mapping__batch_create(mapping_device *dev, mapping_batch **out);
 void           mapping__batch_destroy(mapping_batch *b);
+/* Frees the batch's own host memory only: for a batch whose device was
+ * closed first (the device took its staging and event). */
+void           mapping__batch_forget(mapping_batch *b);
 mapping_status mapping__batch_flush(mapping_stream *stream, mapping_batch *b);
 /* Empties the queue (as mapping_batch_clear). */
 static inline void mapping__batch_clear(mapping_batch *b)

@@ -138,31 +138,40 @@ static mapping_status cuda_device_info(int index, mapping_device_info *info)
     return MAPPING_OK;
 }
 
-static cuda_scatter_mode scatter_mode_from_env(void)
+/* $MAPPING_CUDA_SCATTER: auto (or unset / empty), batch, kernel or copies;
+ * anything else fails mapping_open. */
+static mapping_status scatter_mode_from_env(cuda_scatter_mode *mode)
 {
     const char *v = getenv("MAPPING_CUDA_SCATTER");
+    *mode = CUDA_SCATTER_AUTO;
     if (!v || !*v || !strcmp(v, "auto"))
-        return CUDA_SCATTER_AUTO;
+        return MAPPING_OK;
     if (!strcmp(v, "batch"))
-        return CUDA_SCATTER_BATCH;
-    if (!strcmp(v, "kernel"))
-        return CUDA_SCATTER_KERNEL;
-    if (!strcmp(v, "copies"))
-        return CUDA_SCATTER_COPIES;
-    mapping__log(1, "cuda: MAPPING_CUDA_SCATTER=%s is not auto, batch, kernel or copies; using auto", v);
-    return CUDA_SCATTER_AUTO;
+        *mode = CUDA_SCATTER_BATCH;
+    else if (!strcmp(v, "kernel"))
+        *mode = CUDA_SCATTER_KERNEL;
+    else if (!strcmp(v, "copies"))
+        *mode = CUDA_SCATTER_COPIES;
+    else
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT,
+                             "mapping_open: MAPPING_CUDA_SCATTER=\"%s\" is not auto, batch, kernel or copies", v);
+    return MAPPING_OK;
 }
 
 static mapping_status cuda_device_open(int index, const mapping_device_desc *desc, void **out)
 {
     (void)desc;
     const cuda_driver *cu = cuda_driver_get();
+    cuda_scatter_mode scatter_mode;
+    mapping_status st = scatter_mode_from_env(&scatter_mode);
+    if (st != MAPPING_OK)
+        return st;
     cuda_device *d = calloc(1, sizeof *d);
     if (!d)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "cuda: out of memory");
     d->cu = cu;
     d->ordinal = index;
-    mapping_status st = cuda_check(cu->cuDeviceGet(&d->device, index), "cuDeviceGet");
+    st = cuda_check(cu->cuDeviceGet(&d->device, index), "cuDeviceGet");
     if (st == MAPPING_OK)
         st = cuda_check(cu->cuDevicePrimaryCtxRetain(&d->ctx, d->device), "cuDevicePrimaryCtxRetain");
     if (st != MAPPING_OK) {
@@ -184,7 +193,7 @@ static mapping_status cuda_device_open(int index, const mapping_device_desc *des
     }
     d->managed = cu->cuMemAllocManaged && attribute(cu, d->device, CU_ATTR_MANAGED_MEMORY);
     d->concurrent_managed = d->managed && attribute(cu, d->device, CU_ATTR_CONCURRENT_MANAGED_ACCESS);
-    d->scatter_mode = scatter_mode_from_env();
+    d->scatter_mode = scatter_mode;
     pthread_mutex_init(&d->kernels_lock, NULL);
     *out = d;
     return MAPPING_OK;

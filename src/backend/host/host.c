@@ -62,15 +62,40 @@ static mapping_status host_device_info(int index, mapping_device_info *info)
     return MAPPING_OK;
 }
 
-/* $MAPPING_HOST_LINK = "bandwidth,latency", e.g. "25e9,5e-6". */
-static void link_from_env(host_link *link)
+/* $MAPPING_HOST_LINK = "BANDWIDTH[,LATENCY]", bytes per second and seconds
+ * as plain numbers, e.g. "25e9,5e-6"; unset or empty: no model. Anything else
+ * (units such as "25GB/s", a missing number, nan, values out of range) fails
+ * mapping_open. */
+static mapping_status link_from_env(host_link *link)
 {
     const char *env = getenv("MAPPING_HOST_LINK");
+    if (!env || !*env)
+        return MAPPING_OK;
     double bandwidth = 0, latency = 0;
-    if (env && sscanf(env, "%lf,%lf", &bandwidth, &latency) >= 1) {
-        link->bandwidth = bandwidth > 0 ? bandwidth : 0;
-        link->latency = latency > 0 ? latency : 0;
-    }
+    const char *end, *why = NULL;
+    if (!mapping_os_parse_double(env, ",", &end, &bandwidth) ||
+        (*end == ',' && !mapping_os_parse_double(end + 1, NULL, NULL, &latency)))
+        why = "expected BANDWIDTH[,LATENCY] as plain numbers in bytes per second and seconds, e.g. 25e9,5e-6";
+    else
+        why = mapping_os_link_check(bandwidth, latency);
+    if (why)
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "mapping_open: MAPPING_HOST_LINK=\"%s\": %s", env, why);
+    link->bandwidth = bandwidth;
+    link->latency = latency;
+    return MAPPING_OK;
+}
+
+/* $MAPPING_HOST_POISON: "1" fills new device memory with 0xCD, "0" does not;
+ * unset or empty: the build's default. Anything else fails mapping_open. */
+static mapping_status poison_from_env(bool *poison)
+{
+    const char *env = getenv("MAPPING_HOST_POISON");
+    if (!env || !*env)
+        return MAPPING_OK;
+    if (strcmp(env, "0") && strcmp(env, "1"))
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "mapping_open: MAPPING_HOST_POISON=\"%s\" is not 0 or 1", env);
+    *poison = env[0] == '1';
+    return MAPPING_OK;
 }
 
 static mapping_status host_device_open(int index, const mapping_device_desc *desc, void **out)
@@ -79,13 +104,17 @@ static mapping_status host_device_open(int index, const mapping_device_desc *des
     host_device *d = calloc(1, sizeof *d);
     if (!d)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "host: out of memory");
-    const char *poison = getenv("MAPPING_HOST_POISON");
-    d->poison = poison && *poison ? atoi(poison) != 0 : MAPPING_HOST_POISON_DEFAULT;
-    if (desc->link_bandwidth > 0 || desc->link_latency > 0) {
-        d->link.bandwidth = desc->link_bandwidth;
+    d->poison = MAPPING_HOST_POISON_DEFAULT;
+    mapping_status st = poison_from_env(&d->poison);
+    if (st == MAPPING_OK && (desc->link_bandwidth > 0 || desc->link_latency > 0)) {
+        d->link.bandwidth = desc->link_bandwidth; /* checked by mapping_open */
         d->link.latency = desc->link_latency;
-    } else {
-        link_from_env(&d->link);
+    } else if (st == MAPPING_OK) {
+        st = link_from_env(&d->link);
+    }
+    if (st != MAPPING_OK) {
+        free(d);
+        return st;
     }
     pthread_mutex_init(&d->link.engine[HOST_LINK_H2D], NULL);
     pthread_mutex_init(&d->link.engine[HOST_LINK_D2H], NULL);

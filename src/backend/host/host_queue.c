@@ -106,7 +106,8 @@ static void link_copy(host_device *dev, host_link_direction dir, void *dst, cons
     pthread_mutex_lock(engine);
     uint64_t start = mapping_os_now_ns();
     copy_bytes(dev, dir, dst, src, bytes);
-    uint64_t deadline = start + (uint64_t)(seconds * 1e9);
+    double ns = seconds * 1e9; /* the link's values are checked (os/link.c); the size is not bounded */
+    uint64_t deadline = start + (ns < 1e18 ? (uint64_t)ns : (uint64_t)1e18);
     if (mapping_os_now_ns() < deadline)
         link_wait_until(deadline);
     pthread_mutex_unlock(engine);
@@ -200,6 +201,7 @@ mapping_status host_submit(void *dev_, void *stream_, const host_op *op)
 static void *stream_worker(void *arg)
 {
     host_stream *s = arg;
+    mapping_os_set_worker_stream(s); /* host functions run here: see os/worker.c */
     pthread_mutex_lock(&s->lock);
     for (;;) {
         while (!s->head && !s->stop)

@@ -56,6 +56,7 @@ typedef struct opencl_stream {
     opencl_host_job   *head, *tail;
     mapping_status  first_error; /* of queued work, until stream_synchronize reports it */
     char            error_message[256];
+    bool            failed; /* a host function's wait failed: no more host functions run */
 } opencl_stream;
 
 /* Records the first asynchronous error of a stream (thread-safe). */

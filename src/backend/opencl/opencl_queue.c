@@ -17,7 +17,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "backend/opencl/opencl_internal.h"
+#include "os/os.h"
 #include "os/status.h"
 #ifdef MAPPING_OPENCL_HEADERS
 
@@ -106,9 +108,13 @@ mapping_status opencl_stream_synchronize(void *dev, void *stream)
     char message[sizeof s->error_message];
     memcpy(message, s->error_message, sizeof message);
     s->first_error = MAPPING_OK;
+    bool failed = s->failed;
     pthread_mutex_unlock(&s->lock);
     if (first != MAPPING_OK)
         return mapping__fail(first, "%s", message); /* the earlier failure explains a later one */
+    if (failed)
+        return mapping__fail(MAPPING_ERR_DRIVER, "opencl: the stream failed earlier (clWaitForEvents before a host "
+                                                 "function failed) and runs no host function any more: destroy it");
     return st;
 }
 
@@ -172,9 +178,25 @@ mapping_status opencl_fill(void *dev, void *stream, void *mem, size_t offset, si
 
 /* ---- host functions ---- */
 
+/* Waits, without clWaitForEvents, until the marker is no longer queued or
+ * running (complete, or failed), or its status cannot be read. */
+static void settle(cl_event marker)
+{
+    for (;;) {
+        cl_int status = CL_COMPLETE;
+        if (opencl_driver.clGetEventInfo(marker, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL) !=
+                CL_SUCCESS ||
+            status <= CL_COMPLETE)
+            return;
+        struct timespec ts = {0, 100000}; /* 100 us */
+        nanosleep(&ts, NULL);
+    }
+}
+
 static void *host_worker(void *arg)
 {
     opencl_stream *s = arg;
+    mapping_os_set_worker_stream(s); /* host functions run here: see os/worker.c */
     for (;;) {
         pthread_mutex_lock(&s->lock);
         while (!s->head && !s->stopping)
@@ -189,15 +211,31 @@ static void *host_worker(void *arg)
         if (!job)
             return NULL; /* stopping, and nothing left */
         cl_int err = opencl_driver.clWaitForEvents(1, &job->reached);
-        if (err != CL_SUCCESS) {
-            /* Earlier work failed. fn still runs (later work waits for it,
-             * and the caller may count on it); synchronize reports the error. */
-            char message[160];
-            snprintf(message, sizeof message, "opencl: work before a host function failed: %s (%d)",
-                     opencl_error_name(err), err);
-            opencl_stream_record_error(s, MAPPING_ERR_DRIVER, message);
+        if (err != CL_SUCCESS || s->failed) {
+            /* The work queued before fn failed, or could not be waited for:
+             * fn must not run against unfinished data. It is skipped, and
+             * the stream is failed for good: its later host functions are
+             * skipped too, and every stream_synchronize reports the error.
+             * The barrier behind fn is released only once the marker has
+             * settled, so that later work still runs in order (failing it
+             * through a negative user-event status would be the clean way,
+             * but PoCL aborts on it). */
+            if (err != CL_SUCCESS)
+                settle(job->reached);
+            if (!s->failed) {
+                char message[200];
+                snprintf(message, sizeof message,
+                         "opencl: clWaitForEvents failed: %s (%d): the work before a host function failed; the "
+                         "function was not run and the stream runs no host function any more",
+                         opencl_error_name(err), err);
+                opencl_stream_record_error(s, MAPPING_ERR_DRIVER, message);
+                pthread_mutex_lock(&s->lock);
+                s->failed = true;
+                pthread_mutex_unlock(&s->lock);
+            }
+        } else {
+            job->fn(job->user);
         }
-        job->fn(job->user);
         opencl_driver.clSetUserEventStatus(job->done, CL_COMPLETE);
         opencl_driver.clReleaseEvent(job->reached);
         opencl_driver.clReleaseEvent(job->done);

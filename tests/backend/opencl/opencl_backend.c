@@ -6,6 +6,7 @@
  * that may call the library.
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include "harness.h"
 
 #ifdef MAPPING_WITH_OPENCL
@@ -413,4 +414,76 @@ UNIT_TEST(opencl_host_functions_run_on_a_library_thread_and_may_call_the_library
 UNIT_TEST(opencl_threads_share_a_device_and_its_scatter_kernel)
 {
     OPENCL_RUN(opencl_threads_share_a_device_and_its_scatter_kernel_body);
+}
+
+/* ---- a failed wait before a host function (issue 10) ---- */
+#ifdef MAPPING_OPENCL_HEADERS
+/* clWaitForEvents failing at once on the stream's host-function thread
+ * while armed, as a driver's does when the work before the marker failed:
+ * the function behind it must not run against unfinished data. */
+static cl_int (*real_wait)(cl_uint, const cl_event *);
+static pthread_t main_thread;
+static _Atomic int wait_failures_armed;
+
+static cl_int failing_wait(cl_uint n, const cl_event *events)
+{
+    if (!pthread_equal(pthread_self(), main_thread) && atomic_load(&wait_failures_armed) > 0) {
+        atomic_fetch_sub(&wait_failures_armed, 1);
+        return CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST;
+    }
+    return real_wait(n, events);
+}
+
+static void opencl_a_failed_wait_skips_the_host_function_and_fails_the_stream_body(void)
+{
+    mapping_device *dev = open_opencl();
+    enum { COPIES = 500, SIZE = 64, STRIDE = 128, HALF = COPIES * STRIDE, SENTINEL = 0xEE };
+    static unsigned char pattern[2 * HALF], out1[COPIES * SIZE], out2[COPIES * SIZE], sentinel[COPIES * SIZE];
+    mapping_stream *s;
+    mapping_buffer *buf;
+    mapping_batch *b;
+    CHECK_OK(mapping_stream_create(dev, &s));
+    CHECK_OK(mapping_allocate_gpu(dev, sizeof pattern, &buf));
+    CHECK_OK(mapping_batch_create(dev, &b));
+    test_pattern(pattern, sizeof pattern, 3);
+    CHECK_OK(mapping_sync_to_gpu(pattern, buf));
+    memset(sentinel, SENTINEL, sizeof sentinel);
+    memcpy(out2, sentinel, sizeof out2);
+    /* Flush 1 (device-to-host, staged) from the first half: completes. */
+    for (int i = 0; i < COPIES; i++)
+        CHECK_OK(mapping_batch_sync_to_cpu(b, buf, (size_t)i * STRIDE, out1 + i * SIZE, SIZE));
+    CHECK_OK(mapping_batch_flush(s, b));
+    CHECK_OK(mapping_stream_synchronize(s));
+
+    /* Flush 2 from the second half, with the wait before its unpacking
+     * function failing at once: run anyway, that function would copy
+     * flush 1's staged bytes into out2. */
+    real_wait = opencl_driver.clWaitForEvents;
+    main_thread = pthread_self();
+    atomic_store(&wait_failures_armed, 1);
+    opencl_driver.clWaitForEvents = failing_wait;
+    for (int i = 0; i < COPIES; i++)
+        CHECK_OK(mapping_batch_sync_to_cpu(b, buf, HALF + (size_t)i * STRIDE, out2 + i * SIZE, SIZE));
+    mapping_status flushed = mapping_batch_flush(s, b);
+    mapping_status synced = mapping_stream_synchronize(s);
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", mapping_last_error_message());
+    opencl_driver.clWaitForEvents = real_wait;
+    CHECK(atomic_load(&wait_failures_armed) == 0); /* the fault happened */
+    CHECK_BYTES(out2, sentinel, sizeof out2); /* untouched */
+    CHECK_OK(flushed); /* queued: the failure shows at synchronize */
+    CHECK_STATUS(synced, MAPPING_ERR_DRIVER);
+    if (!strstr(msg, "clWaitForEvents"))
+        test_fail(__FILE__, __LINE__, "message \"%s\" does not name clWaitForEvents", msg);
+    CHECK_STATUS(mapping_stream_synchronize(s), MAPPING_ERR_DRIVER); /* the stream stays failed */
+    mapping_batch_destroy(b);
+    mapping_free_gpu(buf);
+    mapping_stream_destroy(s);
+    mapping_close(dev);
+}
+#endif
+
+UNIT_TEST(opencl_a_failed_wait_skips_the_host_function_and_fails_the_stream)
+{
+    OPENCL_RUN(opencl_a_failed_wait_skips_the_host_function_and_fails_the_stream_body);
 }
