@@ -14,14 +14,14 @@
 #include "coherence/span_set.h"
 #include "core/ops.h"
 
-enum { MAPPING_MAGIC_MULTIMIRROR = 0x6d4d756c /* "mMul" */, MAX_SIDES = MAPPING_MULTIMIRROR_MAX_DEVICES + 1 };
+enum { MAX_SIDES = MAPPING_MULTIMIRROR_MAX_DEVICES + 1 };
 
 struct mapping_multimirror {
-    uint32_t         magic;
     int              count; /* devices */
     size_t           size;
     unsigned char   *cpu; /* mapping__allocate_cpu of dev[0] */
     mapping_device  *dev[MAPPING_MULTIMIRROR_MAX_DEVICES];
+    uint64_t         dev_serial[MAPPING_MULTIMIRROR_MAX_DEVICES]; /* which open of dev[j] */
     mapping_buffer  *buf[MAPPING_MULTIMIRROR_MAX_DEVICES];
     mapping_span_set stale[MAX_SIDES], modified[MAX_SIDES];
     /* Syncs queued on a stream and not known to be complete: each is waited
@@ -40,8 +40,12 @@ static mapping_status check_handle(const char *fn, const mapping_multimirror *m)
 {
     if (!m)
         return mapping__fail(MAPPING_ERR_NULL_ARGUMENT, "%s: the multimirror is NULL", fn);
-    if (m->magic != MAPPING_MAGIC_MULTIMIRROR)
+    if (!mapping__handle_live(MAPPING_HANDLE_MULTIMIRROR, m))
         return mapping__fail(MAPPING_ERR_INVALID_HANDLE, "%s: %p is not a live multimirror", fn, (const void *)m);
+    for (int j = 0; j < m->count; j++)
+        if (!mapping__device_alive(m->dev[j], m->dev_serial[j]))
+            return mapping__fail(MAPPING_ERR_INVALID_HANDLE, "%s: device %d of multimirror %p was closed", fn, j,
+                                 (const void *)m);
     return MAPPING_OK;
 }
 
@@ -80,19 +84,25 @@ static mapping_status settle(mapping_multimirror *m, int keep_side, const mappin
     return first;
 }
 
+/* A device closed before the multimirror took its buffers and events (and,
+ * for device 0, the host array) with it: only what is still alive is freed. */
 static void release(mapping_multimirror *m)
 {
-    settle(m, -1, NULL);
+    bool all_alive = true, alive[MAPPING_MULTIMIRROR_MAX_DEVICES];
+    for (int j = 0; j < m->count; j++)
+        all_alive &= alive[j] = m->dev_serial[j] == 0 || mapping__device_alive(m->dev[j], m->dev_serial[j]);
+    if (all_alive)
+        settle(m, -1, NULL);
     free(m->queued);
     for (int j = 0; j < m->count; j++)
-        mapping__free_gpu(m->buf[j]);
-    if (m->cpu)
+        if (alive[j])
+            mapping__free_gpu(m->buf[j]);
+    if (m->cpu && alive[0])
         mapping__free_cpu(m->dev[0], m->cpu);
     for (int s = 0; s < MAX_SIDES; s++) {
         mapping__span_set_free(&m->stale[s]);
         mapping__span_set_free(&m->modified[s]);
     }
-    m->magic = MAPPING_MAGIC_DEAD;
     free(m);
 }
 
@@ -123,6 +133,8 @@ mapping_status mapping_multimirror_create(mapping_device *const *devices, int co
     m->count = count;
     m->size = bytes;
     memcpy(m->dev, devices, (size_t)count * sizeof *devices);
+    for (int j = 0; j < count; j++)
+        m->dev_serial[j] = devices[j]->serial;
     void *cpu = NULL;
     st = mapping__allocate_cpu(devices[0], bytes, &cpu);
     m->cpu = cpu;
@@ -136,31 +148,39 @@ mapping_status mapping_multimirror_create(mapping_device *const *devices, int co
         return st;
     }
     memset(m->cpu, 0, bytes);
-    m->magic = MAPPING_MAGIC_MULTIMIRROR;
+    if (mapping__handle_add(MAPPING_HANDLE_MULTIMIRROR, m) != MAPPING_OK) {
+        release(m);
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory for the handle registry", fn);
+    }
     *out = m;
     return MAPPING_OK;
 }
 
 void mapping_multimirror_destroy(mapping_multimirror *m)
 {
-    if (!m || check_handle("mapping_multimirror_destroy", m) != MAPPING_OK)
+    if (!m)
         return;
+    if (!mapping__handle_remove(MAPPING_HANDLE_MULTIMIRROR, m)) {
+        mapping__fail(MAPPING_ERR_INVALID_HANDLE, "mapping_multimirror_destroy: %p is not a live multimirror",
+                      (const void *)m);
+        return;
+    }
     release(m);
 }
 
 size_t mapping_multimirror_size(const mapping_multimirror *m)
 {
-    return m && m->magic == MAPPING_MAGIC_MULTIMIRROR ? m->size : 0;
+    return mapping__handle_live(MAPPING_HANDLE_MULTIMIRROR, m) ? m->size : 0;
 }
 
 void *mapping_multimirror_cpu(mapping_multimirror *m)
 {
-    return m && m->magic == MAPPING_MAGIC_MULTIMIRROR ? m->cpu : NULL;
+    return mapping__handle_live(MAPPING_HANDLE_MULTIMIRROR, m) ? m->cpu : NULL;
 }
 
 mapping_buffer *mapping_multimirror_gpu(mapping_multimirror *m, int device)
 {
-    if (!m || m->magic != MAPPING_MAGIC_MULTIMIRROR || device < 0 || device >= m->count)
+    if (!mapping__handle_live(MAPPING_HANDLE_MULTIMIRROR, m) || device < 0 || device >= m->count)
         return NULL;
     return m->buf[device];
 }

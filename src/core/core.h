@@ -99,7 +99,7 @@ struct mapping_event {
  * Every object a public function accepts is added when created and removed
  * before it is freed; a handle is looked up (never dereferenced) before any
  * of its fields is read. Lookups take no lock. */
-#define MAPPING_HANDLE_KIND_LIST(X) X(DEVICE) X(BUFFER) X(STREAM) X(EVENT) X(MIRROR) X(BATCH) X(PIPELINE)
+#define MAPPING_HANDLE_KIND_LIST(X) X(DEVICE) X(BUFFER) X(STREAM) X(EVENT) X(MIRROR) X(BATCH) X(PIPELINE) X(MULTIMIRROR)
 typedef enum mapping_handle_kind {
 #define MAPPING_HANDLE_KIND_ENUM_(kind) MAPPING_HANDLE_##kind,
     MAPPING_HANDLE_KIND_LIST(MAPPING_HANDLE_KIND_ENUM_)
