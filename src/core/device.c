@@ -79,6 +79,11 @@ mapping_status mapping_open(const mapping_device_desc *desc, mapping_device **ou
         free(dev);
         return st;
     }
+    return mapping__device_finish(dev, out);
+}
+
+mapping_status mapping__device_finish(mapping_device *dev, mapping_device **out)
+{
     dev->info.caps |= mapping__op_device_open_caps(dev); /* e.g. a modelled link */
     mapping__host_registry_init(&dev->host_blocks);
     pthread_mutex_init(&dev->objects_lock, NULL);

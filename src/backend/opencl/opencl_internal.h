@@ -103,5 +103,13 @@ mapping_status opencl_gather(void *dev, void *stream, void *src_mem, void *stagi
                           const mapping_scatter_entry *table, size_t count);
 void           opencl_kernels_release(opencl_device *d);
 
+/* Adopting objects made elsewhere (opencl_import.c). */
+bool           opencl_can_import(void); /* the entry points are there */
+mapping_status opencl_device_synchronize(void *dev);
+mapping_status opencl_buffer_import(void *dev, void *native, size_t offset, size_t bytes, void **mem);
+void           opencl_buffer_unimport(void *dev, void *mem);
+mapping_status opencl_stream_import(void *dev, void *native, void **stream);
+void           opencl_stream_unimport(void *dev, void *stream);
+
 #endif /* MAPPING_OPENCL_HEADERS */
 #endif
