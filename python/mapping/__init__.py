@@ -309,6 +309,8 @@ class Buffer(_Owned):
     def fill(self, value, offset=0, nbytes=None, stream=None):
         """Sets bytes to `value` (0..255)."""
         n = self.nbytes - offset if nbytes is None else nbytes
+        if not isinstance(value, int) or not 0 <= value <= 255:
+            raise _ERR["ERR_INVALID_ARGUMENT"]("fill: value %r is not a byte (0..255)" % (value,), -2)
         if n == 0:
             return
         _core.fill_gpu(_stream_ptr(stream, self.device), self._ptr(), offset, n, value)
