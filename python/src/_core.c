@@ -1120,6 +1120,37 @@ static PyObject *core_import_dlpack(PyObject *self, PyObject *const *args, Py_ss
                          (int)t->dtype.code, (int)t->dtype.bits, (Py_ssize_t)n);
 }
 
+/* ---- the C baseline for python/bench.py: bench_copies(buf, obj, iters, to_gpu)
+ * makes `iters` blocking copies of obj's bytes in a C loop and returns the
+ * seconds they took, so Python's per-call cost is measured against the C
+ * call in the same process. ---- */
+#include <time.h>
+static PyObject *core_bench_copies(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    NEED(4);
+    mapping_buffer *b = PTR(0);
+    long iters = PyLong_AsLong(args[2]);
+    int to_gpu = PyObject_IsTrue(args[3]);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_buffer view;
+    if (get_view(args[1], &view, !to_gpu, "array") < 0)
+        return NULL;
+    mapping_status st = MAPPING_OK;
+    struct timespec t0, t1;
+    Py_BEGIN_ALLOW_THREADS
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (long i = 0; i < iters && st == MAPPING_OK; i++)
+        st = to_gpu ? mapping_sync_to_gpu_range(NULL, view.buf, b, 0, (size_t)view.len)
+                    : mapping_sync_to_cpu_range(NULL, b, 0, view.buf, (size_t)view.len);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    CHECK_ST(st);
+    return PyFloat_FromDouble((double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
+}
+
 static PyObject *core_version(PyObject *self, PyObject *unused)
 {
     (void)self;
@@ -1146,7 +1177,7 @@ static PyMethodDef core_methods[] = {
     FAST(mirror_acquire_gpu, NULL), FAST(mirror_release_gpu, NULL), ONE(batch_create, NULL),
     ONE(batch_destroy, NULL), FAST(batch_add, NULL), FAST(batch_flush, NULL), ONE(batch_count, NULL),
     ONE(batch_clear, NULL), FAST(pipeline_create, NULL), ONE(pipeline_destroy, NULL), FAST(pipeline_run, NULL),
-    VAR(to_dlpack, NULL), FAST(import_dlpack, NULL), {NULL, NULL, 0, NULL}};
+    VAR(to_dlpack, NULL), FAST(import_dlpack, NULL), FAST(bench_copies, NULL), {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef core_module = {PyModuleDef_HEAD_INIT, "mapping._core",
                                          "libmapping's C API for the mapping package", -1, core_methods,
