@@ -81,6 +81,17 @@ case $example_rc in
 *) example="FAILED (exit $example_rc)"; failures+=("cuda example") ;;
 esac
 
+# ---- 4b. Python: torch / CuPy interop (DLPack, CUDA array interface) -------------
+step "python: tests/python/test_gpu_interop.py (torch, CuPy; skipped where absent)"
+python_gpu="not run (no Python extension in $build/python)"
+if [ -d "$build/python/mapping" ]; then
+    PYTHONPATH="$build/python" timeout 120 python3 -m pytest -q -rs -p no:cacheprovider \
+        tests/python/test_gpu_interop.py 2>&1 | tee "$RESULTS/python_gpu.txt"
+    py_rc=${PIPESTATUS[0]}
+    python_gpu=$(tail -1 "$RESULTS/python_gpu.txt")
+    [ "$py_rc" -ne 0 ] && [ "$py_rc" -ne 5 ] && failures+=("python gpu interop")
+fi
+
 # ---- 5. mapping bench --backend cuda (full) --------------------------------------
 bench="not run"
 if [ "$cuda_available" = 1 ]; then
@@ -113,6 +124,7 @@ else
 fi
 echo "ctest (label cuda + examples): $passed passed, $failed failed, $skipped skipped of $total"
 echo "cuda example: $example"
+echo "python (torch/CuPy): $python_gpu"
 echo "bench:    $bench"
 if [ -s "$RESULTS/bench.txt" ]; then
     grep -E "^  => " "$RESULTS/bench.txt" | sed 's/^  => /  /'
