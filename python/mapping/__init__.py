@@ -35,22 +35,57 @@ _DL_KIND = {0: "i", 1: "u", 2: "f", 5: "c", 6: "b"}
 class _Handle:
     """Owns one C object; destroys it when the last Python reference goes
     (a numpy view of host memory holds one, so memory never dangles). `parent`
-    keeps what the object needs alive (its device's handle) until then."""
+    (its device's handle, or a mirror's) stays alive until then.
 
-    __slots__ = ("ptr", "destroy", "parent", "__weakref__")
+    The garbage collector may finalize a device's handle before its children's
+    (objects reachable only from a reference cycle are finalized in any
+    order), so a device's handle knows its children's handles and destroys them
+    first (mirrors, then batches and pipelines, streams, events, buffers), and a
+    child whose device is gone does nothing."""
 
-    def __init__(self, ptr, destroy, parent=None):
+    __slots__ = ("ptr", "destroy", "parent", "rank", "children", "__weakref__")
+
+    def __init__(self, ptr, destroy, parent=None, rank=9):
         self.ptr = ptr
         self.destroy = destroy
         self.parent = parent
+        self.rank = rank
+        self.children = None
+        if parent is not None and destroy is not None:
+            root = parent
+            while root.parent is not None:
+                root = root.parent
+            if root.children is None:
+                root.children = weakref.WeakSet()
+            root.children.add(self)
+
+    def _ancestors_alive(self):
+        p = self.parent
+        while p is not None:
+            if p.ptr is None:
+                return False
+            p = p.parent
+        return True
+
+    def release(self):
+        ptr = self.ptr
+        if ptr is None or self.destroy is None:
+            self.ptr = None
+            return
+        if self.children:
+            for child in sorted(list(self.children), key=lambda h: h.rank):
+                child.release()
+        if not self._ancestors_alive():
+            self.ptr = None
+            return
+        self.ptr = None
+        try:
+            self.destroy(ptr)
+        except Exception:  # pragma: no cover - never raise from GC
+            pass
 
     def __del__(self):
-        ptr, self.ptr = self.ptr, None
-        if ptr and self.destroy is not None:
-            try:
-                self.destroy(ptr)
-            except Exception:  # pragma: no cover - never raise from GC
-                pass
+        self.release()
 
 
 class _Owned:
@@ -136,6 +171,15 @@ class Device(_Owned):
 
     def reset_stats(self):
         _core.stats_reset(self._ptr())
+
+    @property
+    def link(self):
+        """(latency seconds, bandwidth bytes/s) the library plans with (measured on first use)."""
+        return _core.device_link(self._ptr())
+
+    def set_link(self, latency=0.0, bandwidth=0.0):
+        """Sets the link model (0 fields: measure again on next use)."""
+        _core.device_set_link(self._ptr(), float(latency), float(bandwidth))
 
     def close(self):
         if self._h is None:
@@ -256,7 +300,7 @@ class Buffer(_Owned):
 
     def __init__(self, device, ptr, nbytes, shape=None, dtype=None, owned=True, keep=None):
         self.device = device
-        self._h = _Handle(ptr, _core.free_gpu if owned else None, device._h)
+        self._h = _Handle(ptr, _core.free_gpu if owned else None, device._h, 4)
         self.nbytes = nbytes
         self.dtype = _np.dtype(_np.uint8 if dtype is None else dtype)
         self.shape = (nbytes // self.dtype.itemsize,) if shape is None else tuple(shape)
@@ -554,7 +598,7 @@ class Stream(_Owned):
         dev = _dev(device)
         self.device = dev
         ptr = _core.stream_create(dev._ptr()) if _ptr is None else _ptr
-        self._h = _Handle(ptr, _core.stream_destroy, dev._h)
+        self._h = _Handle(ptr, _core.stream_destroy, dev._h, 2)
         self._keep = []
         self._owner = _keep
         dev._adopt(self)
@@ -608,7 +652,7 @@ class Event(_Owned):
 
     def __init__(self, stream):
         self.device = stream.device
-        self._h = _Handle(_core.event_record(stream._ptr()), _core.event_destroy, stream.device._h)
+        self._h = _Handle(_core.event_record(stream._ptr()), _core.event_destroy, stream.device._h, 3)
         self.device._adopt(self)
 
     def synchronize(self):
@@ -654,7 +698,7 @@ class Mirror(_Owned):
 
     def __init__(self, device, ptr, shape, dtype, keep=None):
         self.device = device
-        self._h = _Handle(ptr, _core.mirror_destroy, device._h)
+        self._h = _Handle(ptr, _core.mirror_destroy, device._h, 0)
         self._keep = keep
         self.dtype = _np.dtype(dtype)
         self.shape = tuple(shape)
@@ -830,7 +874,7 @@ class Batch(_Owned):
     def __init__(self, device=None):
         dev = _dev(device)
         self.device = dev
-        self._h = _Handle(_core.batch_create(dev._ptr()), _core.batch_destroy, dev._h)
+        self._h = _Handle(_core.batch_create(dev._ptr()), _core.batch_destroy, dev._h, 1)
         self._keep = []
         dev._adopt(self)
 
@@ -887,7 +931,7 @@ class Pipeline(_Owned):
         self.device = dev
         ptr, self.chunk_bytes, self.depth, self.element_bytes = _core.pipeline_create(
             dev._ptr(), chunk_bytes, depth, element_bytes)
-        self._h = _Handle(ptr, _core.pipeline_destroy, dev._h)
+        self._h = _Handle(ptr, _core.pipeline_destroy, dev._h, 1)
         self._wrappers = {}
         dev._adopt(self)
 

@@ -236,6 +236,31 @@ static PyObject *core_stats_reset(PyObject *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+static PyObject *core_device_link(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    mapping_link link;
+    mapping_device *dev = as_ptr(arg);
+    mapping_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = mapping_device_link(dev, &link);
+    Py_END_ALLOW_THREADS
+    CHECK_ST(st);
+    return Py_BuildValue("(dd)", link.latency, link.bandwidth);
+}
+
+static PyObject *core_device_set_link(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    NEED(3);
+    mapping_device *dev = PTR(0);
+    mapping_link link = {PyFloat_AsDouble(args[1]), PyFloat_AsDouble(args[2])};
+    if (PyErr_Occurred())
+        return NULL;
+    CHECK_ST(mapping_device_set_link(dev, &link));
+    Py_RETURN_NONE;
+}
+
 /* ---- buffers ---- */
 
 static PyObject *core_allocate_gpu(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -1166,7 +1191,7 @@ static PyObject *core_version(PyObject *self, PyObject *unused)
 static PyMethodDef core_methods[] = {
     VAR(set_errors, NULL), NONE_(statuses, NULL), NONE_(version, NULL), VAR(open, NULL), FAST(open_opencl, NULL),
     ONE(close, NULL), ONE(device_info, NULL), ONE(native_device, NULL), NONE_(list, NULL), ONE(stats, NULL),
-    ONE(stats_reset, NULL), FAST(allocate_gpu, NULL), FAST(import_gpu, NULL), ONE(free_gpu, NULL),
+    ONE(stats_reset, NULL), ONE(device_link, NULL), FAST(device_set_link, NULL), FAST(allocate_gpu, NULL), FAST(import_gpu, NULL), ONE(free_gpu, NULL),
     ONE(buffer_native, NULL), FAST(write, NULL), FAST(read, NULL), FAST(copy_gpu, NULL), FAST(fill_gpu, NULL),
     FAST(allocate_cpu, NULL), FAST(free_cpu, NULL), FAST(address_of, NULL), ONE(stream_create, NULL),
     FAST(import_stream, NULL), ONE(stream_destroy, NULL), ONE(stream_sync, NULL), ONE(stream_native, NULL),

@@ -100,3 +100,17 @@ def test_gc_in_any_order(device):
     del m, arr, view
     import gc
     gc.collect()
+
+
+def test_gc_of_a_cycle_holding_a_device_and_its_objects(device):
+    """A reference cycle holding a device and its objects: the collector may
+    finalize them in any order; the device's objects are destroyed first."""
+    import gc
+    for _ in range(20):
+        dev = mapping.open(device.backend, 0)
+        holder = {"dev": dev, "bufs": [dev.allocate_gpu(4096) for _ in range(3)], "s": dev.stream(),
+                  "m": mapping.mirror(4096, device=dev), "b": dev.batch(), "p": mapping.pipeline(dev)}
+        holder["self"] = holder  # the cycle
+        holder["v"] = holder["m"][0:10]
+        del dev, holder
+        gc.collect()

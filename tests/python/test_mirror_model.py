@@ -65,6 +65,7 @@ def test_scattered_edits_move_only_what_changed(device):
     a = np.zeros(n, np.uint8)
     m = mapping.mirror_wrap(a, device=device)
     m.sync_to_gpu()
+    device.set_link(1e-12, 1e9)  # never merge gaps: the figure does not depend on a measured link
     rng = np.random.default_rng(5)
     idx = rng.choice(n // 64, 1000, replace=False) * 64
     for i in idx:
@@ -73,7 +74,7 @@ def test_scattered_edits_move_only_what_changed(device):
     before = device.stats()
     m.sync_to_gpu()
     after = device.stats()
-    assert after["h2d_bytes"] - before["h2d_bytes"] <= 128 * 1024
+    assert after["h2d_bytes"] - before["h2d_bytes"] == 64 * 1000
     np.testing.assert_array_equal(m.buffer.get(), a)
 
 
