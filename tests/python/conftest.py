@@ -1,7 +1,14 @@
 """Fixtures: `device` runs a test once per back end this machine has (host,
 and opencl where PoCL or another OpenCL driver is installed); an absent back
 end shows as a skipped test with the reason."""
+import os
+
 import pytest
+
+# CTest passes the fake CUDA driver (tests/fake) so the CUDA paths run without a
+# GPU; the library reads MAPPING_CUDA_LIBRARY when it first loads back ends.
+if os.environ.get("MAPPING_TEST_FAKE_CUDA") and not os.environ.get("MAPPING_CUDA_LIBRARY"):
+    os.environ["MAPPING_CUDA_LIBRARY"] = os.environ["MAPPING_TEST_FAKE_CUDA"]
 
 mapping = pytest.importorskip("mapping", reason="the mapping package is not installed (pip install ./python)")
 np = pytest.importorskip("numpy")
