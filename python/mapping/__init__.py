@@ -152,6 +152,9 @@ class Device(_Owned):
         self._keep = keep  # e.g. the pyopencl.Context it was opened on
         self._imported_queues = {}
         info = _core.device_info(ptr)
+        # Small blocking copies keep the GIL where they are a plain memcpy
+        # (host back end, no modelled link); elsewhere every copy releases it.
+        self._hold_gil_below = 65536 if info["backend"] == "host" and "link-model" not in info["capabilities"] else 0
         self.backend = info["backend"]
         self.index = info["index"]
         self.name = info["name"]
@@ -546,7 +549,8 @@ def sync_to_gpu(cpu_data, gpu, offset=0, stream=None):
             raise _ERR["ERR_OUT_OF_RANGE"]("sync_to_gpu: the buffer is empty", -4)
         return
     if stream is None:
-        _core.write(None, gpu._h.ptr if gpu._h is not None else gpu._ptr(), offset, cpu_data)
+        _core.write(None, gpu._h.ptr if gpu._h is not None else gpu._ptr(), offset, cpu_data,
+                    gpu.device._hold_gil_below)
         return
     _core.write(_stream_ptr(stream, gpu.device), gpu._ptr(), offset, cpu_data)
     gpu._stream = stream if isinstance(stream, Stream) else None
@@ -563,7 +567,8 @@ def sync_to_cpu(gpu, cpu_result, offset=0, stream=None):
             raise _ERR["ERR_OUT_OF_RANGE"]("sync_to_cpu: the buffer is empty", -4)
         return
     if stream is None:
-        _core.read(None, gpu._h.ptr if gpu._h is not None else gpu._ptr(), offset, cpu_result)
+        _core.read(None, gpu._h.ptr if gpu._h is not None else gpu._ptr(), offset, cpu_result,
+                   gpu.device._hold_gil_below)
         return
     _core.read(_stream_ptr(stream, gpu.device), gpu._ptr(), offset, cpu_result)
     _keep_for(stream, cpu_result, gpu)

@@ -2,8 +2,8 @@
  * mapping._core: the thin CPython layer over libmapping (linked in
  * statically). Handles travel as Python ints; the classes, argument
  * conversion and lifetimes are in mapping/__init__.py. Every call that can
- * block on the device releases the GIL (small blocking copies keep it: the
- * release would cost more than the copy). A failed call raises the
+ * block on the device releases the GIL (small copies on the host back end
+ * keep it: see hold_gil_below). A failed call raises the
  * exception class registered for its status (mapping.Error subclasses) with
  * mapping_last_error_message().
  */
@@ -13,8 +13,14 @@
 #include <string.h>
 #include "mapping.h"
 
-/* Copies at least this large release the GIL while they run. */
-#define RELEASE_GIL_MIN (64 * 1024)
+/* write / read take an optional 5th argument: copies smaller than it keep
+ * the GIL (the package passes 64 KiB on the host back end without a modelled
+ * link, where such a copy is a memcpy shorter than releasing the GIL; 0,
+ * everywhere else, releases it for every copy). */
+static Py_ssize_t hold_gil_below(PyObject *const *args, Py_ssize_t nargs)
+{
+    return nargs > 4 ? PyLong_AsSsize_t(args[4]) : 0;
+}
 
 static PyObject *error_classes; /* dict: status int -> exception class */
 static PyObject *error_base;
@@ -345,7 +351,11 @@ static int get_view(PyObject *obj, Py_buffer *view, int writable, const char *wh
 static PyObject *core_write(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    NEED(4);
+    if (nargs != 4 && nargs != 5) {
+        PyErr_Format(PyExc_TypeError, "expected 4 or 5 arguments, got %zd", nargs);
+        return NULL;
+    }
+    Py_ssize_t hold = hold_gil_below(args, nargs);
     mapping_stream *s = PTR(0);
     mapping_buffer *b = PTR(1);
     size_t offset;
@@ -356,7 +366,7 @@ static PyObject *core_write(PyObject *self, PyObject *const *args, Py_ssize_t na
         return NULL;
     mapping_status st = MAPPING_OK;
     if (view.len > 0) {
-        if (view.len >= RELEASE_GIL_MIN) {
+        if (view.len >= hold) {
             Py_BEGIN_ALLOW_THREADS
             st = mapping_sync_to_gpu_range(s, view.buf, b, offset, (size_t)view.len);
             Py_END_ALLOW_THREADS
@@ -372,7 +382,11 @@ static PyObject *core_write(PyObject *self, PyObject *const *args, Py_ssize_t na
 static PyObject *core_read(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    NEED(4);
+    if (nargs != 4 && nargs != 5) {
+        PyErr_Format(PyExc_TypeError, "expected 4 or 5 arguments, got %zd", nargs);
+        return NULL;
+    }
+    Py_ssize_t hold = hold_gil_below(args, nargs);
     mapping_stream *s = PTR(0);
     mapping_buffer *b = PTR(1);
     size_t offset;
@@ -383,7 +397,7 @@ static PyObject *core_read(PyObject *self, PyObject *const *args, Py_ssize_t nar
         return NULL;
     mapping_status st = MAPPING_OK;
     if (view.len > 0) {
-        if (view.len >= RELEASE_GIL_MIN) {
+        if (view.len >= hold) {
             Py_BEGIN_ALLOW_THREADS
             st = mapping_sync_to_cpu_range(s, b, offset, view.buf, (size_t)view.len);
             Py_END_ALLOW_THREADS
