@@ -203,6 +203,17 @@ static void open_opencl_case(void)
     CHECK(cl.clEnqueueReadBuffer(q, mem, CL_TRUE, 0, bytes, back, 0, NULL, NULL) == CL_SUCCESS);
     CHECK_BYTES(back, model, bytes);
 
+    /* Without a queue the device makes its own on the caller's context. */
+    CHECK_OK(mapping_open_opencl(ctx, device, NULL, &dev));
+    CHECK_OK(mapping_native_device_handles(dev, &got));
+    CHECK(got.context == ctx && got.queue != NULL && got.queue != q);
+    CHECK_OK(mapping_import_gpu(dev, mem, 0, bytes, NULL, NULL, &buf));
+    memset(back, 0, bytes);
+    CHECK_OK(mapping_sync_to_cpu(buf, back));
+    CHECK_BYTES(back, model, bytes);
+    mapping_free_gpu(buf);
+    mapping_close(dev);
+
     /* Refusals: a device not in the context; an out-of-order queue. */
     cl_context other = cl.clCreateContext(NULL, 1, &device, NULL, NULL, &err);
     CHECK(err == CL_SUCCESS);
