@@ -530,11 +530,16 @@ def _stream_ptr(stream, device):
     raise TypeError("stream must be a mapping.Stream, a pyopencl.CommandQueue or None")
 
 
-def _keep_for(stream, *objs):
+def _keep_for(stream, device, *objs):
+    """Host objects queued work uses stay alive until the stream has passed it."""
     if isinstance(stream, Stream):
         stream._keep.extend(objs)
-    elif stream is not None:  # an imported pyopencl queue: its Stream wrapper keeps them
-        pass
+    elif stream is not None and _is_pyopencl(stream, "CommandQueue"):
+        # The caller waits on PyOpenCL's queue, not through mapping: mark the
+        # point with an event and let go of the objects once it has passed.
+        s = import_stream(stream, device)
+        s._keep = [(e, o) for e, o in s._keep if not (isinstance(e, Event) and e.query())]
+        s._keep.append((Event(s), objs))
 
 
 def sync_to_gpu(cpu_data, gpu, offset=0, stream=None):
@@ -554,7 +559,7 @@ def sync_to_gpu(cpu_data, gpu, offset=0, stream=None):
         return
     _core.write(_stream_ptr(stream, gpu.device), gpu._ptr(), offset, cpu_data)
     gpu._stream = stream if isinstance(stream, Stream) else None
-    _keep_for(stream, cpu_data, gpu)
+    _keep_for(stream, gpu.device, cpu_data, gpu)
 
 
 def sync_to_cpu(gpu, cpu_result, offset=0, stream=None):
@@ -571,7 +576,7 @@ def sync_to_cpu(gpu, cpu_result, offset=0, stream=None):
                    gpu.device._hold_gil_below)
         return
     _core.read(_stream_ptr(stream, gpu.device), gpu._ptr(), offset, cpu_result)
-    _keep_for(stream, cpu_result, gpu)
+    _keep_for(stream, gpu.device, cpu_result, gpu)
 
 
 def copy_gpu(src, dst, nbytes=None, src_offset=0, dst_offset=0, stream=None):
@@ -581,7 +586,7 @@ def copy_gpu(src, dst, nbytes=None, src_offset=0, dst_offset=0, stream=None):
     if n == 0:
         return
     _core.copy_gpu(_stream_ptr(stream, src.device), src._ptr(), src_offset, dst._ptr(), dst_offset, n)
-    _keep_for(stream, src, dst)
+    _keep_for(stream, src.device, src, dst)
 
 
 def fill_gpu(gpu, value, offset=0, nbytes=None, stream=None):
@@ -907,7 +912,7 @@ class Batch(_Owned):
     def flush(self, stream=None):
         _core.batch_flush(_stream_ptr(stream, self.device), self._ptr())
         if stream is not None:
-            _keep_for(stream, *self._keep)
+            _keep_for(stream, self.device, *self._keep)
         self._keep = []
 
     def __exit__(self, exc_type, *rest):
