@@ -297,6 +297,61 @@ MAPPING_API mapping_status mapping_native_buffer(const mapping_buffer *buf, void
 MAPPING_API mapping_status mapping_native_stream(const mapping_stream *stream, void **out);
 
 /* ===========================================================================
+ * Adopting memory and queues made elsewhere (docs/interop.md)
+ * ======================================================================== */
+
+/* The NULL-stream contract. A call with stream == NULL is ordered after all
+ * work enqueued before it on the device's native queue
+ * (mapping_native_device_handles: OpenCL `queue`; CUDA the legacy default
+ * stream, which also follows every blocking stream of the context), your own
+ * kernels included, and returns when its own work is done. In particular
+ * mapping_mirror_release_gpu(NULL, m) waits for that queue, and a blocking
+ * sync to the CPU of a unified mirror (or mapping_mirror_acquire_cpu) waits
+ * for it before the CPU reads the shared memory. Work on other native queues
+ * is ordered only through an imported stream (below) or your own sync. The
+ * host back end has no native queue: its blocking calls are complete on
+ * return. */
+
+/* Opens a device on an OpenCL context made elsewhere (PyOpenCL, CLBlast, any
+ * OpenCL program), so its cl_mem objects can be imported. cl_context and
+ * cl_device_id are required (the device must belong to the context and be
+ * one the OpenCL back end lists); cl_command_queue (in order, of that context
+ * and device) becomes the device's native queue, or NULL makes a new one.
+ * All three are retained (clRetain*) until mapping_close, which releases
+ * them. The device is otherwise like one from mapping_open. Thread-safe.
+ * CUDA needs no such call: the CUDA back end runs in the device's primary
+ * context, which the CUDA runtime, PyTorch and CuPy share, so their pointers
+ * and streams are valid for mapping_import_gpu / mapping_import_stream of a
+ * device from mapping_open. */
+MAPPING_API mapping_status mapping_open_opencl(void *cl_context, void *cl_device_id, void *cl_command_queue,
+                                               mapping_device **out);
+
+/* Device memory the caller owns as a buffer of `bytes` bytes: native[offset,
+ * +bytes), where native is a cl_mem (OpenCL, of the device's context;
+ * retained; a non-zero offset makes a sub-buffer and must be a multiple of
+ * the device's CL_DEVICE_MEM_BASE_ADDR_ALIGN), a CUdeviceptr as
+ * (void *)(uintptr_t)ptr (CUDA), or a pointer to memory that stays valid (host
+ * back end). The buffer works in every copy, fill, batch and mirror like one
+ * from mapping_allocate_gpu; mapping_native_buffer gives the cl_mem (or the
+ * sub-buffer), the pointer + offset. mapping_free_gpu (or mapping_close)
+ * releases only the library's handle, never the memory, and then calls
+ * release(user) if release is not NULL (on the thread that frees). The caller
+ * keeps the memory alive until then. Thread-safe. MAPPING_ERR_UNSUPPORTED
+ * where the back end cannot import. */
+MAPPING_API mapping_status mapping_import_gpu(mapping_device *dev, void *native, size_t offset, size_t bytes,
+                                              void (*release)(void *user), void *user, mapping_buffer **out);
+
+/* A native queue the caller owns as a stream: an in-order cl_command_queue of
+ * the device's context and device (OpenCL; retained), or a CUstream of the
+ * primary context (CUDA). The library's work on it is ordered with the
+ * caller's kernels on the same queue. mapping_stream_destroy waits for the
+ * queue's work and releases only the library's handle. Events recorded on an
+ * OpenCL queue made without CL_QUEUE_PROFILING_ENABLE cannot be timed.
+ * MAPPING_ERR_UNSUPPORTED on the host back end (its streams are library
+ * threads). Thread-safe. */
+MAPPING_API mapping_status mapping_import_stream(mapping_device *dev, void *native_queue, mapping_stream **out);
+
+/* ===========================================================================
  * The seed's four functions: allocate, sync to the GPU, sync to the CPU
  * ======================================================================== */
 
@@ -581,7 +636,9 @@ enum {
      * transfers take the fast path; elsewhere ignored (see
      * mapping_mirror_is_pinned). Ignored by _create (its memory is
      * page-locked already where the back end can). */
-    MAPPING_MIRROR_PIN = 1u << 1
+    MAPPING_MIRROR_PIN = 1u << 1,
+    /* _adopt only: the GPU side holds the data; the CPU side starts stale. */
+    MAPPING_MIRROR_GPU_VALID = 1u << 2
 };
 
 /* Access intents for mapping_mirror_acquire_cpu / _gpu. */
@@ -600,6 +657,17 @@ MAPPING_API mapping_status mapping_mirror_create(mapping_device *dev, size_t byt
  * MAPPING_MIRROR_PIN (MAPPING_MIRROR_UNIFIED is accepted and ignored). */
 MAPPING_API mapping_status mapping_mirror_wrap(mapping_device *dev, void *cpu_ptr, size_t bytes, unsigned flags,
                                                mapping_mirror **out);
+/* A mirror over both sides supplied by the caller: cpu_ptr[0, bytes) (not
+ * copied, not freed) and gpu[gpu_offset, +bytes) (any buffer of dev, an
+ * imported one included; not freed: free it after the mirror). Both must
+ * outlive the mirror. Views, syncs, marks and access intents work as for any
+ * mirror; mapping_mirror_gpu is `gpu` and mapping_mirror_gpu_offset includes
+ * gpu_offset. The CPU side starts valid and the GPU side stale, or with
+ * MAPPING_MIRROR_GPU_VALID the other way round (the device holds the data).
+ * flags: 0, MAPPING_MIRROR_PIN, MAPPING_MIRROR_GPU_VALID. Thread-safe. */
+MAPPING_API mapping_status mapping_mirror_adopt(mapping_device *dev, void *cpu_ptr, mapping_buffer *gpu,
+                                                size_t gpu_offset, size_t bytes, unsigned flags,
+                                                mapping_mirror **out);
 /* Destroys a handle (root or view); the shared memory goes with the last
  * handle of the family, after its queued copies complete. NULL: no-op. */
 MAPPING_API void            mapping_mirror_destroy(mapping_mirror *m);

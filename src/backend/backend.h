@@ -123,6 +123,28 @@ typedef struct mapping_backend {
      * this is NULL or the devices' back ends differ. */
     mapping_status (*peer_copy)(void *dev, void *stream, void *src_dev, void *src_mem, size_t src_offset,
                                 void *dst_mem, size_t dst_offset, size_t bytes);
+    /* ---- Adopting objects made elsewhere (all optional; NULL: unsupported).
+     * docs/interop.md says how each back end maps them. ---- */
+    /* Opens a device on the caller's driver objects (native->context,
+     * ->device, ->queue; OpenCL: cl_context, cl_device_id, cl_command_queue
+     * or NULL), retaining them. *index: the device's index in this back end's
+     * list (device_info gives its description). */
+    mapping_status (*device_adopt)(const mapping_native_device *native, int *index, void **dev);
+    /* Waits for all work queued on the device's native queue (the `queue` of
+     * device_native), including work the caller enqueued there directly.
+     * NULL: nothing can be queued there outside the library's blocking calls. */
+    mapping_status (*device_synchronize)(void *dev);
+    /* Device memory the caller owns: native[offset, +bytes) (OpenCL: a cl_mem,
+     * retained; CUDA: a CUdeviceptr; host: a pointer). The result works with
+     * every buffer operation; buffer_unimport (not buffer_free) drops it and
+     * never frees the caller's memory. */
+    mapping_status (*buffer_import)(void *dev, void *native, size_t offset, size_t bytes, void **mem);
+    void (*buffer_unimport)(void *dev, void *mem);
+    /* A queue the caller owns (OpenCL: an in-order cl_command_queue, retained;
+     * CUDA: a CUstream) as a stream; stream_unimport (called after
+     * stream_synchronize) drops it without destroying the caller's queue. */
+    mapping_status (*stream_import)(void *dev, void *native, void **stream);
+    void (*stream_unimport)(void *dev, void *stream);
 } mapping_backend;
 
 /* Each back end defines `const mapping_backend mapping_backend_<name>`; the

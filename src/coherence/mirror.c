@@ -46,7 +46,7 @@ static void state_free(mirror_state *st)
         mapping__rs_free(&st->modified[s]);
         mapping__rs_free(&st->pending[s]);
     }
-    if (st->gpu)
+    if (st->gpu && !st->borrowed_gpu)
         mapping__free_gpu(st->gpu); /* unified: this frees st->cpu too */
     if (st->owns_cpu && st->cpu)
         mapping__free_cpu(st->dev, st->cpu);
@@ -155,6 +155,47 @@ mapping_status mapping_mirror_wrap(mapping_device *dev, void *cpu_ptr, size_t by
     return MAPPING_OK;
 }
 
+mapping_status mapping_mirror_adopt(mapping_device *dev, void *cpu_ptr, mapping_buffer *gpu, size_t gpu_offset,
+                                    size_t bytes, unsigned flags, mapping_mirror **out)
+{
+    static const char fn[] = "mapping_mirror_adopt";
+    mapping_status status;
+    if ((status = mapping__check_device(fn, dev)) || (status = mapping__check_ptr(fn, "out", out)))
+        return status;
+    *out = NULL;
+    if ((status = mapping__check_ptr(fn, "cpu_ptr", cpu_ptr)) || (status = mapping__check_buffer(fn, "gpu", gpu)) ||
+        (status = mapping__check_range(fn, "gpu", gpu_offset, bytes, gpu->size)))
+        return status;
+    if (gpu->dev != dev)
+        return mapping__fail(MAPPING_ERR_DEVICE_MISMATCH, "%s: the buffer belongs to another device", fn);
+    const unsigned known = MAPPING_MIRROR_PIN | MAPPING_MIRROR_GPU_VALID;
+    if (flags & ~known)
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: unknown flags 0x%x", fn, flags & ~known);
+    if ((uintptr_t)cpu_ptr + bytes < (uintptr_t)cpu_ptr)
+        return mapping__fail(MAPPING_ERR_OUT_OF_RANGE, "%s: cpu_ptr %p + %zu bytes wraps around", fn, cpu_ptr, bytes);
+    mirror_state *st = NULL;
+    if ((status = state_new(fn, dev, bytes, &st)))
+        return status;
+    st->cpu = cpu_ptr;
+    st->gpu = gpu;
+    st->gpu_base = gpu_offset;
+    st->borrowed_gpu = true;
+    if (flags & MAPPING_MIRROR_GPU_VALID) { /* the device side holds the data: the CPU side is stale */
+        if ((status = mapping__rs_remove(&st->stale[MIRROR_GPU], 0, bytes)) ||
+            (status = mapping__rs_add(&st->stale[MIRROR_CPU], 0, bytes))) {
+            state_free(st);
+            return status;
+        }
+    }
+    if ((flags & MAPPING_MIRROR_PIN) && mapping__host_register(dev, cpu_ptr, bytes) == MAPPING_OK)
+        st->pinned = true;
+    if ((status = handle_new(fn, st, 0, bytes, out))) {
+        state_free(st);
+        return status;
+    }
+    return MAPPING_OK;
+}
+
 void mapping_mirror_destroy(mapping_mirror *m)
 {
     if (!m)
@@ -206,7 +247,7 @@ mapping_buffer *mapping_mirror_gpu(mapping_mirror *m)
 
 size_t mapping_mirror_gpu_offset(const mapping_mirror *m)
 {
-    return mirror_readable(m) ? m->offset : 0;
+    return mirror_readable(m) ? m->st->gpu_base + m->offset : 0;
 }
 
 int mapping_mirror_is_unified(const mapping_mirror *m)

@@ -26,6 +26,9 @@ mapping_status mapping_mirror_acquire_cpu(mapping_mirror *m, unsigned access, vo
     size_t lo = m->offset, hi = lo + m->size;
     if ((access & MAPPING_READ) && (status = mapping__mirror_sync(fn, NULL, m, MIRROR_CPU)))
         return status;
+    /* Unified memory: device work on the native queue may still touch it. */
+    if (st->unified && !(access & MAPPING_READ) && (status = mapping__device_synchronize(st->dev)))
+        return status;
     /* Nothing queued may still read or write these host bytes. */
     if ((status = mapping__mirror_order(st, NULL, lo, hi, MIRROR_ACCESS)))
         return status;
@@ -70,7 +73,10 @@ mapping_status mapping_mirror_release_gpu(mapping_stream *stream, mapping_mirror
     if ((status = mapping__mirror_check(fn, m)) || (status = mapping__check_stream(fn, stream)) ||
         (status = mapping__check_same_device(fn, m->st->dev, stream)))
         return status;
-    if (!stream) /* blocking work is complete already */
-        return MAPPING_OK;
+    /* NULL: the caller's work went to the device's native queue (or was
+     * blocking): wait for that queue, so that every later call, a unified
+     * mirror's CPU side included, sees the work done. */
+    if (!stream)
+        return mapping__device_synchronize(m->st->dev);
     return mapping__mirror_record_access(m->st, stream, m->offset, m->offset + m->size);
 }

@@ -44,6 +44,8 @@ typedef struct mirror_state {
     bool            owns_cpu; /* from mapping_allocate_cpu (create), not wrapped */
     bool            unified;  /* cpu is the host address of gpu's unified memory */
     bool            pinned;   /* wrapped memory registered with mapping__host_register */
+    bool            borrowed_gpu; /* mapping_mirror_adopt: gpu is the caller's, never freed here */
+    size_t          gpu_base;     /* byte 0 of the family lies at gpu[gpu_base] (adopt) */
     int             refs;     /* handles of the family */
     bool            busy;     /* a sync is running: re-entry (from the log callback) is refused */
 

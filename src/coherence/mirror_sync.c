@@ -253,7 +253,7 @@ static mapping_status copy_ranges_batched(mapping_stream *stream, mirror_state *
     if (!list)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mirror sync: out of memory");
     for (size_t i = 0; i < n; i++)
-        list[i] = (mapping_transfer_range){ranges[i].lo, ranges[i].lo, ranges[i].hi - ranges[i].lo};
+        list[i] = (mapping_transfer_range){ranges[i].lo, st->gpu_base + ranges[i].lo, ranges[i].hi - ranges[i].lo};
     status = mapping__transfer_ranges(stream, st->batch, target == MIRROR_GPU, st->cpu, st->gpu, list, n);
     free(list);
     if (status != MAPPING_OK) {
@@ -278,8 +278,8 @@ mapping_status mapping__mirror_copy_ranges(mapping_stream *stream, mirror_state 
     for (*done = 0; *done < n; ++*done) {
         const mapping_range *r = &ranges[*done];
         mapping_status status = target == MIRROR_GPU
-                                    ? mapping__write(stream, st->cpu + r->lo, st->gpu, r->lo, r->hi - r->lo)
-                                    : mapping__read(stream, st->gpu, r->lo, st->cpu + r->lo, r->hi - r->lo);
+                                    ? mapping__write(stream, st->cpu + r->lo, st->gpu, st->gpu_base + r->lo, r->hi - r->lo)
+                                    : mapping__read(stream, st->gpu, st->gpu_base + r->lo, st->cpu + r->lo, r->hi - r->lo);
         if (status != MAPPING_OK)
             return status;
     }
@@ -368,6 +368,11 @@ static mapping_status sync_checked(const char *fn, mapping_stream *stream, mappi
     mapping_status status;
     mirror_state *st = m->st;
     size_t lo = m->offset, hi = lo + m->size;
+    /* The NULL-stream contract (mapping.h): a blocking call comes after work
+     * on the device's native queue. A unified mirror's CPU side is the
+     * device's memory, and no copy on that queue orders the CPU's reads. */
+    if (!stream && st->unified && t == MIRROR_CPU && (status = mapping__device_synchronize(st->dev)))
+        return status;
     if (st->n_inflight)
         mapping__mirror_fold_completed(st);
     /* The clean case: one binary search, nothing else. */

@@ -4,18 +4,29 @@
 
 /* Wraps memory from one of the back end's allocators as a live buffer:
  * ordinary (host == NULL) or unified (*host gets its CPU address). */
+/* What buffer_new wraps when it imports instead of allocating. */
+typedef struct buffer_import {
+    void  *native;
+    size_t offset;
+} buffer_import;
+
 static mapping_status buffer_new(const char *fn, mapping_device *dev, size_t bytes, void **host,
-                                 mapping_buffer **out)
+                                 const buffer_import *import, mapping_buffer **out)
 {
     mapping_buffer *buf = calloc(1, sizeof *buf);
     if (!buf)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
     mapping_status st = mapping__fault_check(dev, fn);
     if (st == MAPPING_OK)
-        st = host ? mapping__op_buffer_alloc_unified(dev, bytes, &buf->mem, host)
-                  : mapping__op_buffer_alloc(dev, bytes, &buf->mem);
+        st = import ? mapping__op_buffer_import(dev, import->native, import->offset, bytes, &buf->mem)
+             : host ? mapping__op_buffer_alloc_unified(dev, bytes, &buf->mem, host)
+                    : mapping__op_buffer_alloc(dev, bytes, &buf->mem);
+    buf->imported = import != NULL;
     if (st == MAPPING_OK && mapping__handle_add(MAPPING_HANDLE_BUFFER, buf) != MAPPING_OK) {
-        mapping__op_buffer_free(dev, buf->mem);
+        if (import)
+            mapping__op_buffer_unimport(dev, buf->mem);
+        else
+            mapping__op_buffer_free(dev, buf->mem);
         st = mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
     }
     if (st != MAPPING_OK) {
@@ -33,7 +44,7 @@ static mapping_status buffer_new(const char *fn, mapping_device *dev, size_t byt
 mapping_status mapping__allocate_gpu(mapping_device *dev, size_t bytes, mapping_buffer **out)
 {
     *out = NULL;
-    return buffer_new("mapping_allocate_gpu", dev, bytes, NULL, out);
+    return buffer_new("mapping_allocate_gpu", dev, bytes, NULL, NULL, out);
 }
 
 void mapping__free_gpu(mapping_buffer *buf)
@@ -42,7 +53,13 @@ void mapping__free_gpu(mapping_buffer *buf)
     mapping__handle_remove(MAPPING_HANDLE_BUFFER, buf);
     mapping__list_remove(dev, &buf->node);
     buf->magic = MAPPING_MAGIC_DEAD;
-    mapping__op_buffer_free(dev, buf->mem);
+    if (buf->imported) {
+        mapping__op_buffer_unimport(dev, buf->mem);
+        if (buf->release)
+            buf->release(buf->release_user);
+    } else {
+        mapping__op_buffer_free(dev, buf->mem);
+    }
     free(buf);
 }
 
@@ -92,5 +109,22 @@ mapping_status mapping__allocate_unified(mapping_device *dev, size_t bytes, mapp
 {
     if (!mapping__can_allocate_unified(dev))
         return MAPPING_ERR_UNSUPPORTED;
-    return buffer_new("mapping_mirror_create (unified)", dev, bytes, host, out);
+    return buffer_new("mapping_mirror_create (unified)", dev, bytes, host, NULL, out);
+}
+
+/* Memory the caller owns as a buffer (src/core/import.c validates). */
+mapping_status mapping__import_gpu(mapping_device *dev, void *native, size_t offset, size_t bytes,
+                                   void (*release)(void *user), void *user, mapping_buffer **out)
+{
+    *out = NULL;
+    if (!mapping__can_import_buffer(dev))
+        return mapping__fail(MAPPING_ERR_UNSUPPORTED, "mapping_import_gpu: back end %s cannot import device memory",
+                             dev->be->name);
+    const buffer_import import = {native, offset};
+    mapping_status st = buffer_new("mapping_import_gpu", dev, bytes, NULL, &import, out);
+    if (st == MAPPING_OK) {
+        (*out)->release = release;
+        (*out)->release_user = user;
+    }
+    return st;
 }

@@ -79,6 +79,11 @@ struct mapping_buffer {
     void             *mem;
     size_t            size;
     mapping_list_node node;
+    /* Imported (mapping_import_gpu): memory the caller owns; freeing drops
+     * the library's handle and then calls release(release_user). */
+    bool              imported;
+    void            (*release)(void *user);
+    void             *release_user;
 };
 
 struct mapping_stream {
@@ -86,6 +91,7 @@ struct mapping_stream {
     mapping_device   *dev;
     void             *state;
     mapping_list_node node;
+    bool              imported; /* mapping_import_stream: the caller's queue */
 };
 
 struct mapping_event {
@@ -169,6 +175,16 @@ mapping_status mapping__allocate_unified(mapping_device *dev, size_t bytes, mapp
  * end has no host_register. ---- */
 mapping_status mapping__host_register(mapping_device *dev, void *ptr, size_t bytes);
 void           mapping__host_unregister(mapping_device *dev, void *ptr);
+
+/* ---- adopting objects made elsewhere (src/core/import.c) ---- */
+/* The common tail of opening a device: a back end's state and the device's
+ * index become a live device (src/core/device.c). Frees dev on failure. */
+mapping_status mapping__device_finish(mapping_device *dev, mapping_device **out);
+/* A buffer over native[offset, +bytes) (see mapping_import_gpu). */
+mapping_status mapping__import_gpu(mapping_device *dev, void *native, size_t offset, size_t bytes,
+                                   void (*release)(void *user), void *user, mapping_buffer **out);
+/* A stream on the caller's native queue (see mapping_import_stream). */
+mapping_status mapping__import_stream(mapping_device *dev, void *native, mapping_stream **out);
 
 /* ---- object lists (src/core/device.c) ---- */
 void mapping__list_add(mapping_device *dev, mapping_list_node *head, mapping_list_node *node);

@@ -115,6 +115,11 @@ mapping_status mapping_open(const mapping_device_desc *desc, mapping_device **ou
         free(dev);
         return st;
     }
+    return mapping__device_finish(dev, out);
+}
+
+mapping_status mapping__device_finish(mapping_device *dev, mapping_device **out)
+{
     dev->info.caps |= mapping__op_device_open_caps(dev); /* e.g. a modelled link */
     probe_alloc(dev);
     mapping__host_registry_init(&dev->host_blocks);
@@ -127,12 +132,13 @@ mapping_status mapping_open(const mapping_device_desc *desc, mapping_device **ou
     dev->serial = atomic_fetch_add(&serials, 1) + 1;
     dev->magic = MAPPING_MAGIC_DEVICE;
     if (mapping__handle_add(MAPPING_HANDLE_DEVICE, dev) != MAPPING_OK) {
+        probe_free(dev);
         mapping__host_registry_destroy(dev);
         pthread_mutex_destroy(&dev->objects_lock);
         pthread_mutex_destroy(&dev->link_lock);
         mapping__op_device_close(dev);
         free(dev);
-        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mapping_open: out of memory for the handle registry");
     }
     *out = dev;
     return MAPPING_OK;

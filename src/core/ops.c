@@ -352,3 +352,49 @@ mapping_status mapping__op_peer_copy_uncounted(mapping_device *dst_dev, mapping_
         return dst_dev->be->copy(dst_dev->state, NULL, src_mem, 0, dst_mem, 0, bytes);
     return dst_dev->be->peer_copy(dst_dev->state, NULL, src_dev->state, src_mem, 0, dst_mem, 0, bytes);
 }
+
+/* ---- adopting objects made elsewhere ---- */
+
+bool mapping__can_import_buffer(const mapping_device *dev)
+{
+    return dev->be->buffer_import != NULL && dev->be->buffer_unimport != NULL;
+}
+
+bool mapping__can_import_stream(const mapping_device *dev)
+{
+    return dev->be->stream_import != NULL && dev->be->stream_unimport != NULL;
+}
+
+mapping_status mapping__device_synchronize(mapping_device *dev)
+{
+    return dev->be->device_synchronize ? dev->be->device_synchronize(dev->state) : MAPPING_OK;
+}
+
+mapping_status mapping__op_device_adopt(const mapping_backend *be, const mapping_native_device *native, int *index,
+                                        void **state)
+{
+    if (!be->device_adopt)
+        return mapping__fail(MAPPING_ERR_UNSUPPORTED, "%s: this back end cannot open a device on native handles",
+                             be->name);
+    return be->device_adopt(native, index, state);
+}
+
+mapping_status mapping__op_buffer_import(mapping_device *dev, void *native, size_t offset, size_t bytes, void **mem)
+{
+    return dev->be->buffer_import(dev->state, native, offset, bytes, mem);
+}
+
+void mapping__op_buffer_unimport(mapping_device *dev, void *mem)
+{
+    dev->be->buffer_unimport(dev->state, mem);
+}
+
+mapping_status mapping__op_stream_import(mapping_device *dev, void *native, void **state)
+{
+    return dev->be->stream_import(dev->state, native, state);
+}
+
+void mapping__op_stream_unimport(mapping_device *dev, void *state)
+{
+    dev->be->stream_unimport(dev->state, state);
+}

@@ -98,4 +98,19 @@ mapping_status mapping__op_peer_copy_uncounted(mapping_device *dst_dev, mapping_
 mapping_status mapping__op_write_uncounted(mapping_device *dev, const void *src, const mapping_host_ref *pinned,
                                            void *dst_mem, size_t bytes);
 
+/* ---- adopting objects made elsewhere (src/core/import.c; see
+ * mapping_backend.device_adopt and the entries after it) ---- */
+bool           mapping__can_import_buffer(const mapping_device *dev);
+bool           mapping__can_import_stream(const mapping_device *dev);
+/* Waits for all work on the device's native queue, the caller's included
+ * (the NULL-stream contract of mapping.h); MAPPING_OK at once where the back
+ * end has no such queue. */
+mapping_status mapping__device_synchronize(mapping_device *dev);
+mapping_status mapping__op_device_adopt(const mapping_backend *be, const mapping_native_device *native, int *index,
+                                        void **state);
+mapping_status mapping__op_buffer_import(mapping_device *dev, void *native, size_t offset, size_t bytes, void **mem);
+void           mapping__op_buffer_unimport(mapping_device *dev, void *mem);
+mapping_status mapping__op_stream_import(mapping_device *dev, void *native, void **state);
+void           mapping__op_stream_unimport(mapping_device *dev, void *state);
+
 #endif

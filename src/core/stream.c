@@ -7,15 +7,22 @@
 
 /* ---- internal: validated arguments ---- */
 
-mapping_status mapping__stream_create(mapping_device *dev, mapping_stream **out)
+/* A new stream on the back end's new queue, or (native != NULL) on the
+ * caller's queue (mapping_import_stream). */
+static mapping_status stream_new(mapping_device *dev, void *native, mapping_stream **out)
 {
     *out = NULL;
     mapping_stream *s = calloc(1, sizeof *s);
     if (!s)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mapping_stream_create: out of memory");
-    mapping_status st = mapping__op_stream_create(dev, &s->state);
+    s->imported = native != NULL;
+    mapping_status st = native ? mapping__op_stream_import(dev, native, &s->state)
+                               : mapping__op_stream_create(dev, &s->state);
     if (st == MAPPING_OK && mapping__handle_add(MAPPING_HANDLE_STREAM, s) != MAPPING_OK) {
-        mapping__op_stream_destroy(dev, s->state);
+        if (native)
+            mapping__op_stream_unimport(dev, s->state);
+        else
+            mapping__op_stream_destroy(dev, s->state);
         st = mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mapping_stream_create: out of memory");
     }
     if (st != MAPPING_OK) {
@@ -29,6 +36,20 @@ mapping_status mapping__stream_create(mapping_device *dev, mapping_stream **out)
     return MAPPING_OK;
 }
 
+mapping_status mapping__stream_create(mapping_device *dev, mapping_stream **out)
+{
+    return stream_new(dev, NULL, out);
+}
+
+mapping_status mapping__import_stream(mapping_device *dev, void *native, mapping_stream **out)
+{
+    *out = NULL;
+    if (!mapping__can_import_stream(dev))
+        return mapping__fail(MAPPING_ERR_UNSUPPORTED, "mapping_import_stream: back end %s has no native queues to import",
+                             dev->be->name);
+    return stream_new(dev, native, out);
+}
+
 void mapping__stream_destroy(mapping_stream *stream)
 {
     mapping_device *dev = stream->dev;
@@ -38,7 +59,10 @@ void mapping__stream_destroy(mapping_stream *stream)
     mapping__handle_remove(MAPPING_HANDLE_STREAM, stream);
     mapping__list_remove(dev, &stream->node);
     stream->magic = MAPPING_MAGIC_DEAD;
-    mapping__op_stream_destroy(dev, stream->state);
+    if (stream->imported)
+        mapping__op_stream_unimport(dev, stream->state);
+    else
+        mapping__op_stream_destroy(dev, stream->state);
     free(stream);
 }
 

@@ -569,6 +569,50 @@ static void cuda_event_destroy(void *dev, void *event)
     (void)st;
 }
 
+/* ---- adopting memory and streams made elsewhere (docs/interop.md). The
+ * device runs in the primary context, which the CUDA runtime (and so PyTorch
+ * and CuPy) also uses: their pointers and streams are valid here as they are.
+ * The library never frees or destroys what it imported. ---- */
+static mapping_status cuda_buffer_import(void *dev, void *native, size_t offset, size_t bytes, void **mem)
+{
+    (void)dev;
+    cu_deviceptr p = cuda_ptr(native);
+    if (p > (cu_deviceptr)-1 - offset || p + offset > (cu_deviceptr)-1 - bytes)
+        return mapping__fail(MAPPING_ERR_OUT_OF_RANGE, "cuda: device pointer 0x%llx + offset %zu + bytes %zu wraps around",
+                             (unsigned long long)p, offset, bytes);
+    *mem = (void *)(uintptr_t)(p + offset);
+    return MAPPING_OK;
+}
+
+static void cuda_buffer_unimport(void *dev, void *mem)
+{
+    (void)dev;
+    (void)mem;
+}
+
+static mapping_status cuda_stream_import(void *dev, void *native, void **stream)
+{
+    (void)dev;
+    *stream = native; /* a CUstream of the primary context */
+    return MAPPING_OK;
+}
+
+static void cuda_stream_unimport(void *dev, void *stream)
+{
+    (void)dev;
+    (void)stream;
+}
+
+/* The native queue is the legacy default stream: waiting for it also waits
+ * for earlier work of every blocking stream of the context. */
+static mapping_status cuda_device_synchronize(void *dev)
+{
+    cuda_device *d = dev;
+    mapping_status st;
+    IN_CONTEXT(d, st = cuda_check(d->cu->cuStreamSynchronize(LEGACY_STREAM), "cuStreamSynchronize"));
+    return st;
+}
+
 const mapping_backend mapping_backend_cuda = {
     .name = "cuda",
     .load = cuda_load,
@@ -603,4 +647,9 @@ const mapping_backend mapping_backend_cuda = {
     .event_elapsed = cuda_event_elapsed,
     .event_destroy = cuda_event_destroy,
     .peer_copy = cuda_peer_copy,
+    .device_synchronize = cuda_device_synchronize,
+    .buffer_import = cuda_buffer_import,
+    .buffer_unimport = cuda_buffer_unimport,
+    .stream_import = cuda_stream_import,
+    .stream_unimport = cuda_stream_unimport,
 };

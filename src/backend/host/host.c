@@ -254,6 +254,25 @@ static mapping_status host_peer_copy(void *dev, void *stream, void *src_dev, voi
     return host_copy(dev, stream, src_mem, src_offset, dst_mem, dst_offset, bytes);
 }
 
+/* ---- adopting memory made elsewhere: a pointer is the host back end's
+ * device memory, used as it is and never freed here. No native queues: its
+ * streams are library threads, so there is nothing to import or wait for. */
+static mapping_status host_buffer_import(void *dev, void *native, size_t offset, size_t bytes, void **mem)
+{
+    (void)dev;
+    if ((uintptr_t)native > UINTPTR_MAX - offset || (uintptr_t)native + offset > UINTPTR_MAX - bytes)
+        return mapping__fail(MAPPING_ERR_OUT_OF_RANGE, "host: pointer %p + offset %zu + bytes %zu wraps around", native,
+                             offset, bytes);
+    *mem = (char *)native + offset;
+    return MAPPING_OK;
+}
+
+static void host_buffer_unimport(void *dev, void *mem)
+{
+    (void)dev;
+    (void)mem;
+}
+
 const mapping_backend mapping_backend_host = {
     .name = "host",
     .load = host_load,
@@ -284,4 +303,6 @@ const mapping_backend mapping_backend_host = {
     .event_elapsed = host_event_elapsed,
     .event_destroy = host_event_destroy,
     .peer_copy = host_peer_copy,
+    .buffer_import = host_buffer_import,
+    .buffer_unimport = host_buffer_unimport,
 };

@@ -177,6 +177,80 @@ static mapping_status opencl_device_open(int index, const mapping_device_desc *d
     return MAPPING_OK;
 }
 
+/* Opens on the caller's context and device (and queue, or a new one),
+ * retaining them; the device must be one this back end lists. */
+static mapping_status opencl_device_adopt(const mapping_native_device *native, int *index, void **out)
+{
+    if (!opencl_can_import())
+        return mapping__fail(MAPPING_ERR_UNSUPPORTED, "opencl: the OpenCL library lacks clRetainContext and friends");
+    cl_context context = native->context;
+    cl_device_id device = native->device;
+    cl_command_queue queue = native->queue;
+    int found = -1;
+    for (int i = 0; i < device_count && found < 0; i++)
+        if (devices[i].device == device)
+            found = i;
+    if (found < 0)
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT,
+                             "opencl: cl_device_id %p is not one of the %d devices the OpenCL platforms list",
+                             (void *)device, device_count);
+    cl_uint n = 0;
+    cl_int err = opencl_driver.clGetContextInfo(context, CL_CONTEXT_NUM_DEVICES, sizeof n, &n, NULL);
+    if (err != CL_SUCCESS)
+        return opencl_fail("clGetContextInfo(CL_CONTEXT_NUM_DEVICES)", err);
+    cl_device_id in_context[OPENCL_MAX_DEVICES];
+    if (n == 0 || n > OPENCL_MAX_DEVICES ||
+        (err = opencl_driver.clGetContextInfo(context, CL_CONTEXT_DEVICES, n * sizeof *in_context, in_context, NULL)))
+        return err ? opencl_fail("clGetContextInfo(CL_CONTEXT_DEVICES)", err)
+                   : mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "opencl: the context has %u devices", n);
+    bool member = false;
+    for (cl_uint i = 0; i < n; i++)
+        member |= in_context[i] == device;
+    if (!member)
+        return mapping__fail(MAPPING_ERR_DEVICE_MISMATCH, "opencl: cl_device_id %p is not a device of cl_context %p",
+                             (void *)device, (void *)context);
+    if (queue) {
+        cl_context qcontext = NULL;
+        cl_device_id qdevice = NULL;
+        cl_command_queue_properties props = 0;
+        if ((err = opencl_driver.clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof qcontext, &qcontext, NULL)) ||
+            (err = opencl_driver.clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof qdevice, &qdevice, NULL)) ||
+            (err = opencl_driver.clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof props, &props, NULL)))
+            return opencl_fail("clGetCommandQueueInfo", err);
+        if (qcontext != context || qdevice != device)
+            return mapping__fail(MAPPING_ERR_DEVICE_MISMATCH,
+                                 "opencl: cl_command_queue %p belongs to another context or device", (void *)queue);
+        if (props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)
+            return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT,
+                                 "opencl: cl_command_queue %p is out of order; the device queue must be in order",
+                                 (void *)queue);
+    }
+    opencl_device *d = calloc(1, sizeof *d);
+    if (!d)
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "opencl: out of memory");
+    pthread_mutex_init(&d->kernel_lock, NULL);
+    d->platform = devices[found].platform;
+    d->device = device;
+    d->svm_fine = devices[found].svm_fine;
+    d->sliced_lanes = !strcmp(devices[found].info.kind, "cpu");
+    opencl_driver.clRetainContext(context);
+    d->context = context;
+    if (queue) {
+        opencl_driver.clRetainCommandQueue(queue);
+        d->queue = queue;
+    } else {
+        d->queue = opencl_driver.clCreateCommandQueue(context, device, 0, &err);
+        if (err != CL_SUCCESS) {
+            d->queue = NULL;
+            opencl_device_close(d);
+            return opencl_fail("clCreateCommandQueue", err);
+        }
+    }
+    *index = found;
+    *out = d;
+    return MAPPING_OK;
+}
+
 static mapping_status opencl_device_native(void *dev, mapping_native_device *out)
 {
     opencl_device *d = dev;
@@ -221,5 +295,11 @@ const mapping_backend mapping_backend_opencl = {
     .event_elapsed = opencl_event_elapsed,
     .event_destroy = opencl_event_destroy,
     .peer_copy = opencl_peer_copy,
+    .device_adopt = opencl_device_adopt,
+    .device_synchronize = opencl_device_synchronize,
+    .buffer_import = opencl_buffer_import,
+    .buffer_unimport = opencl_buffer_unimport,
+    .stream_import = opencl_stream_import,
+    .stream_unimport = opencl_stream_unimport,
 };
 #endif /* MAPPING_OPENCL_HEADERS */

@@ -42,7 +42,11 @@
     X(clRetainContext) /* several devices share a platform's context */
 
 /* OpenCL 2.0+ entry points: NULL when the loader lacks them (then no SVM). */
-#define OPENCL_OPTIONAL_ENTRY_POINTS(X) X(clSVMAlloc) X(clSVMFree)
+#define OPENCL_OPTIONAL_ENTRY_POINTS(X) X(clSVMAlloc) X(clSVMFree) OPENCL_IMPORT_ENTRY_POINTS(X)
+/* For adopting objects made elsewhere (opencl_import.c); NULL: no adoption. */
+#define OPENCL_IMPORT_ENTRY_POINTS(X)                                                                          \
+    X(clRetainContext) X(clRetainCommandQueue) X(clRetainMemObject) X(clGetContextInfo)                     \
+    X(clGetCommandQueueInfo) X(clCreateSubBuffer)
 
 typedef struct opencl_api {
 #define OPENCL_API_FIELD_(name) __typeof__(&name) name;

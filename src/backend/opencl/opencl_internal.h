@@ -110,6 +110,13 @@ cl_context     opencl_context_acquire(cl_platform_id platform, cl_device_id devi
 void           opencl_context_release(cl_context context);
 mapping_status opencl_peer_copy(void *dev, void *stream, void *src_dev, void *src_mem, size_t src_offset,
                                 void *dst_mem, size_t dst_offset, size_t bytes);
+/* Adopting objects made elsewhere (opencl_import.c). */
+bool           opencl_can_import(void); /* the entry points are there */
+mapping_status opencl_device_synchronize(void *dev);
+mapping_status opencl_buffer_import(void *dev, void *native, size_t offset, size_t bytes, void **mem);
+void           opencl_buffer_unimport(void *dev, void *mem);
+mapping_status opencl_stream_import(void *dev, void *native, void **stream);
+void           opencl_stream_unimport(void *dev, void *stream);
 
 #endif /* MAPPING_OPENCL_HEADERS */
 #endif

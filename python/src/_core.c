@@ -1,0 +1,1242 @@
+/*
+ * mapping._core: the thin CPython layer over libmapping (linked in
+ * statically). Handles travel as Python ints; the classes, argument
+ * conversion and lifetimes are in mapping/__init__.py. Every call that can
+ * block on the device releases the GIL (small copies on the host back end
+ * keep it: see hold_gil_below). A failed call raises the
+ * exception class registered for its status (mapping.Error subclasses) with
+ * mapping_last_error_message().
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+#include "mapping.h"
+
+/* write / read take an optional 5th argument: copies smaller than it keep
+ * the GIL (the package passes 64 KiB on the host back end without a modelled
+ * link, where such a copy is a memcpy shorter than releasing the GIL; 0,
+ * everywhere else, releases it for every copy). */
+static Py_ssize_t hold_gil_below(PyObject *const *args, Py_ssize_t nargs)
+{
+    return nargs > 4 ? PyLong_AsSsize_t(args[4]) : 0;
+}
+
+static PyObject *error_classes; /* dict: status int -> exception class */
+static PyObject *error_base;
+
+static PyObject *raise_status(mapping_status st)
+{
+    PyObject *cls = NULL;
+    if (error_classes) {
+        PyObject *key = PyLong_FromLong(st);
+        cls = key ? PyDict_GetItemWithError(error_classes, key) : NULL;
+        Py_XDECREF(key);
+    }
+    if (!cls)
+        cls = error_base ? error_base : PyExc_RuntimeError;
+    const char *msg = mapping_last_error_message();
+    PyObject *args = Py_BuildValue("(s,i)", msg && *msg ? msg : mapping_status_string(st), (int)st);
+    if (args) {
+        PyErr_SetObject(cls, args);
+        Py_DECREF(args);
+    }
+    return NULL;
+}
+
+#define CHECK_ST(expr)              \
+    do {                            \
+        mapping_status st_ = (expr); \
+        if (st_ != MAPPING_OK)      \
+            return raise_status(st_); \
+    } while (0)
+
+static void *as_ptr(PyObject *o)
+{
+    if (o == Py_None)
+        return NULL;
+    return PyLong_AsVoidPtr(o);
+}
+
+#define PTR(i) as_ptr(args[i])
+#define NEED(n)                                                                              \
+    if (nargs != (n)) {                                                                      \
+        PyErr_Format(PyExc_TypeError, "expected %d arguments, got %zd", (int)(n), nargs);    \
+        return NULL;                                                                         \
+    }
+
+static PyObject *from_ptr(const void *p)
+{
+    return PyLong_FromVoidPtr((void *)p);
+}
+
+static int get_size(PyObject *o, size_t *out)
+{
+    size_t v = PyLong_AsSize_t(o);
+    if (v == (size_t)-1 && PyErr_Occurred())
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* ---- errors ---- */
+
+static PyObject *core_set_errors(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *base, *classes;
+    if (!PyArg_ParseTuple(args, "OO!", &base, &PyDict_Type, &classes))
+        return NULL;
+    Py_XSETREF(error_base, Py_NewRef(base));
+    Py_XSETREF(error_classes, Py_NewRef(classes));
+    Py_RETURN_NONE;
+}
+
+static PyObject *core_statuses(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    PyObject *list = PyList_New(0);
+#define STATUS_ITEM_(name, value, message)                                              \
+    {                                                                                   \
+        PyObject *t = Py_BuildValue("(sis)", #name, (int)(value), message);             \
+        if (!t || PyList_Append(list, t) < 0) {                                         \
+            Py_XDECREF(t);                                                              \
+            Py_DECREF(list);                                                            \
+            return NULL;                                                                \
+        }                                                                               \
+        Py_DECREF(t);                                                                   \
+    }
+    MAPPING_STATUS_LIST(STATUS_ITEM_)
+#undef STATUS_ITEM_
+    return list;
+}
+
+/* ---- devices ---- */
+
+static PyObject *info_dict(const mapping_device_info *i)
+{
+    PyObject *caps = PyList_New(0);
+#define CAP_ITEM_(name, bit, label)                                     \
+    if (i->caps & MAPPING_CAP_##name) {                                 \
+        PyObject *s = PyUnicode_FromString(label);                      \
+        PyList_Append(caps, s);                                         \
+        Py_XDECREF(s);                                                  \
+    }
+    MAPPING_CAP_LIST(CAP_ITEM_)
+#undef CAP_ITEM_
+    return Py_BuildValue("{s:s,s:i,s:s,s:s,s:s,s:s,s:K,s:N}", "backend", i->backend, "index", i->index, "kind",
+                         i->kind, "name", i->name, "vendor", i->vendor, "driver", i->driver, "memory_bytes",
+                         (unsigned long long)i->memory_bytes, "capabilities", caps);
+}
+
+static PyObject *core_open(PyObject *self, PyObject *args)
+{
+    (void)self;
+    const char *backend = NULL;
+    int index = -1;
+    if (!PyArg_ParseTuple(args, "zi", &backend, &index))
+        return NULL;
+    mapping_device *dev = NULL;
+    mapping_status st;
+    Py_BEGIN_ALLOW_THREADS
+    if (!backend && index < 0)
+        st = mapping_open(NULL, &dev);
+    else
+        st = mapping_open(&(mapping_device_desc){.backend = backend, .device = index < 0 ? 0 : index}, &dev);
+    Py_END_ALLOW_THREADS
+    CHECK_ST(st);
+    return from_ptr(dev);
+}
+
+static PyObject *core_open_opencl(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    NEED(3);
+    void *ctx = PTR(0), *device = PTR(1), *queue = PTR(2);
+    if (PyErr_Occurred())
+        return NULL;
+    mapping_device *dev = NULL;
+    CHECK_ST(mapping_open_opencl(ctx, device, queue, &dev));
+    return from_ptr(dev);
+}
+
+static PyObject *core_close(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    mapping_device *dev = as_ptr(arg);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    mapping_close(dev);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+static PyObject *core_device_info(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    mapping_device_info info;
+    CHECK_ST(mapping_device_get_info(as_ptr(arg), &info));
+    return info_dict(&info);
+}
+
+static PyObject *core_native_device(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    mapping_native_device n;
+    CHECK_ST(mapping_native_device_handles(as_ptr(arg), &n));
+    return Py_BuildValue("(NNNN)", from_ptr(n.context), from_ptr(n.device), from_ptr(n.platform), from_ptr(n.queue));
+}
+
+static PyObject *core_list(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    mapping_backend_info b[8];
+    int count = 0;
+    CHECK_ST(mapping_list_backends(b, 8, &count));
+    PyObject *list = PyList_New(0);
+    for (int i = 0; i < count && i < 8; i++) {
+        PyObject *devices = PyList_New(0);
+        if (b[i].available) {
+            mapping_device_info d[16];
+            int n = 0;
+            if (mapping_list_devices(b[i].name, d, 16, &n) == MAPPING_OK)
+                for (int k = 0; k < n && k < 16; k++) {
+                    PyObject *o = info_dict(&d[k]);
+                    PyList_Append(devices, o);
+                    Py_XDECREF(o);
+                }
+        }
+        PyObject *o = Py_BuildValue("{s:s,s:O,s:O,s:i,s:s,s:N}", "name", b[i].name, "compiled",
+                                    b[i].compiled ? Py_True : Py_False, "available", b[i].available ? Py_True : Py_False,
+                                    "device_count", b[i].device_count, "reason", b[i].reason, "devices", devices);
+        PyList_Append(list, o);
+        Py_XDECREF(o);
+    }
+    return list;
+}
+
+static PyObject *core_stats(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    mapping_stats s;
+    CHECK_ST(mapping_device_stats(as_ptr(arg), &s));
+    PyObject *d = PyDict_New();
+#define STAT_ITEM_(field)                                                  \
+    {                                                                      \
+        PyObject *v = PyLong_FromUnsignedLongLong(s.field);                \
+        PyDict_SetItemString(d, #field, v);                                \
+        Py_XDECREF(v);                                                     \
+    }
+    MAPPING_STATS_LIST(STAT_ITEM_)
+#undef STAT_ITEM_
+    return d;
+}
+
+static PyObject *core_stats_reset(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    mapping_device_stats_reset(as_ptr(arg));
+    Py_RETURN_NONE;
+}
+
+static PyObject *core_device_link(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    mapping_link link;
+    mapping_device *dev = as_ptr(arg);
+    mapping_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = mapping_device_link(dev, &link);
+    Py_END_ALLOW_THREADS
+    CHECK_ST(st);
+    return Py_BuildValue("(dd)", link.latency, link.bandwidth);
+}
+
+static PyObject *core_device_set_link(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    NEED(3);
+    mapping_device *dev = PTR(0);
+    mapping_link link = {PyFloat_AsDouble(args[1]), PyFloat_AsDouble(args[2])};
+    if (PyErr_Occurred())
+        return NULL;
+    CHECK_ST(mapping_device_set_link(dev, &link));
+    Py_RETURN_NONE;
+}
+
+/* ---- buffers ---- */
+
+static PyObject *core_allocate_gpu(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    NEED(2);
+    size_t n;
+    mapping_device *dev = PTR(0);
+    if (PyErr_Occurred() || get_size(args[1], &n) < 0)
+        return NULL;
+    mapping_buffer *buf = NULL;
+    CHECK_ST(mapping_allocate_gpu(dev, n, &buf));
+    return from_ptr(buf);
+}
+
+static PyObject *core_import_gpu(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    NEED(4);
+    size_t offset, n;
+    mapping_device *dev = PTR(0);
+    void *native = PTR(1);
+    if (PyErr_Occurred() || get_size(args[2], &offset) < 0 || get_size(args[3], &n) < 0)
+        return NULL;
+    mapping_buffer *buf = NULL;
+    CHECK_ST(mapping_import_gpu(dev, native, offset, n, NULL, NULL, &buf));
+    return from_ptr(buf);
+}
+
+static PyObject *core_free_gpu(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    mapping_buffer *b = as_ptr(arg);
+    if (PyErr_Occurred())
+        return NULL;
+    mapping_free_gpu(b); /* release callbacks (DLPack) need the GIL: keep it */
+    Py_RETURN_NONE;
+}
+
+static PyObject *core_buffer_native(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    void *n = NULL;
+    CHECK_ST(mapping_native_buffer(as_ptr(arg), &n));
+    return from_ptr(n);
+}
+
+/* Host memory: [stream, buf, offset, obj]. obj is any C-contiguous buffer;
+ * its length is the copy's size; 0 bytes is a no-op. */
+static int get_view(PyObject *obj, Py_buffer *view, int writable, const char *what)
+{
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) == 0)
+        return 0;
+    if (!PyErr_ExceptionMatches(PyExc_BufferError) && !PyErr_ExceptionMatches(PyExc_TypeError) &&
+        !PyErr_ExceptionMatches(PyExc_ValueError))
+        return -1;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    int plain_type = !PyObject_CheckBuffer(obj);
+    PyObject *cls = plain_type ? PyExc_TypeError : PyExc_ValueError;
+    if (!plain_type && error_classes) {
+        PyObject *key = PyLong_FromLong(MAPPING_ERR_INVALID_ARGUMENT);
+        PyObject *c = key ? PyDict_GetItemWithError(error_classes, key) : NULL;
+        Py_XDECREF(key);
+        if (c)
+            cls = c;
+    }
+    if (plain_type)
+        PyErr_Format(cls, "%s must support the buffer protocol (numpy array, bytes, bytearray, memoryview, "
+                          "array.array); got %.100s",
+                     what, Py_TYPE(obj)->tp_name);
+    else
+        PyErr_Format(cls, "%s must be a C-contiguous%s buffer: %S", what, writable ? ", writable" : "",
+                     value ? value : Py_None);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    return -1;
+}
+
+static PyObject *core_write(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 4 && nargs != 5) {
+        PyErr_Format(PyExc_TypeError, "expected 4 or 5 arguments, got %zd", nargs);
+        return NULL;
+    }
+    Py_ssize_t hold = hold_gil_below(args, nargs);
+    mapping_stream *s = PTR(0);
+    mapping_buffer *b = PTR(1);
+    size_t offset;
+    if (PyErr_Occurred() || get_size(args[2], &offset) < 0)
+        return NULL;
+    Py_buffer view;
+    if (get_view(args[3], &view, 0, "cpu_data") < 0)
+        return NULL;
+    mapping_status st = MAPPING_OK;
+    if (view.len > 0) {
+        if (view.len >= hold) {
+            Py_BEGIN_ALLOW_THREADS
+            st = mapping_sync_to_gpu_range(s, view.buf, b, offset, (size_t)view.len);
+            Py_END_ALLOW_THREADS
+        } else {
+            st = mapping_sync_to_gpu_range(s, view.buf, b, offset, (size_t)view.len);
+        }
+    }
+    PyBuffer_Release(&view);
+    CHECK_ST(st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *core_read(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 4 && nargs != 5) {
+        PyErr_Format(PyExc_TypeError, "expected 4 or 5 arguments, got %zd", nargs);
+        return NULL;
+    }
+    Py_ssize_t hold = hold_gil_below(args, nargs);
+    mapping_stream *s = PTR(0);
+    mapping_buffer *b = PTR(1);
+    size_t offset;
+    if (PyErr_Occurred() || get_size(args[2], &offset) < 0)
+        return NULL;
+    Py_buffer view;
+    if (get_view(args[3], &view, 1, "cpu_result") < 0)
+        return NULL;
+    mapping_status st = MAPPING_OK;
+    if (view.len > 0) {
+        if (view.len >= hold) {
+            Py_BEGIN_ALLOW_THREADS
+            st = mapping_sync_to_cpu_range(s, b, offset, view.buf, (size_t)view.len);
+            Py_END_ALLOW_THREADS
+        } else {
+            st = mapping_sync_to_cpu_range(s, b, offset, view.buf, (size_t)view.len);
+        }
+    }
+    PyBuffer_Release(&view);
+    CHECK_ST(st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *core_copy_gpu(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    NEED(6);
+    size_t so, dof, n;
+    mapping_stream *s = PTR(0);
+    mapping_buffer *src = PTR(1), *dst = PTR(3);
+    if (PyErr_Occurred() || get_size(args[2], &so) < 0 || get_size(args[4], &dof) < 0 || get_size(args[5], &n) < 0)
+        return NULL;
+    mapping_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = mapping_copy_gpu(s, src, so, dst, dof, n);
+    Py_END_ALLOW_THREADS
+    CHECK_ST(st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *core_fill_gpu(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    NEED(5);
+    size_t off, n;
+    mapping_stream *s = PTR(0);
+    mapping_buffer *b = PTR(1);
+    long value = PyLong_AsLong(args[4]);
+    if (PyErr_Occurred() || get_size(args[2], &off) < 0 || get_size(args[3], &n) < 0)
+        return NULL;
+    if (value < 0 || value > 255) {
+        PyErr_SetString(PyExc_ValueError, "value must be a byte (0..255)");
+        return NULL;
+    }
+    mapping_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = mapping_fill_gpu(s, b, off, n, (unsigned char)value);
+    Py_END_ALLOW_THREADS
+    CHECK_ST(st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *core_allocate_cpu(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    NEED(2);
+    size_t n;
+    mapping_device *dev = PTR(0);
+    if (PyErr_Occurred() || get_size(args[1], &n) < 0)
+        return NULL;
+    void *p = NULL;
+    CHECK_ST(mapping_allocate_cpu(dev, n, &p));
+    return from_ptr(p);
+}
+
+static PyObject *core_free_cpu(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    NEED(2);
+    mapping_device *dev = PTR(0);
+    void *p = PTR(1);
+    if (PyErr_Occurred())
+        return NULL;
+    mapping_free_cpu(dev, p);
+    Py_RETURN_NONE;
+}
+
+/* ---- host memory as a Python buffer: HostMemory(address, nbytes, owner, readonly) ----
+ * exposes raw memory to numpy (np.frombuffer) and keeps `owner` alive as long
+ * as any view of it exists. */
+typedef struct {
+    PyObject_HEAD
+    void      *addr;
+    Py_ssize_t nbytes;
+    PyObject  *owner;
+    int        readonly;
+    Py_ssize_t exports;
+} host_memory;
+
+static int host_memory_init(host_memory *self, PyObject *args, PyObject *kw)
+{
+    (void)kw;
+    PyObject *addr, *owner;
+    Py_ssize_t n;
+    int readonly = 0;
+    if (!PyArg_ParseTuple(args, "OnO|p", &addr, &n, &owner, &readonly))
+        return -1;
+    self->addr = PyLong_AsVoidPtr(addr);
+    if (PyErr_Occurred())
+        return -1;
+    self->nbytes = n;
+    Py_XSETREF(self->owner, Py_NewRef(owner));
+    self->readonly = readonly;
+    return 0;
+}
+
+static void host_memory_dealloc(host_memory *self)
+{
+    Py_XDECREF(self->owner);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int host_memory_getbuffer(host_memory *self, Py_buffer *view, int flags)
+{
+    static char empty;
+    int st = PyBuffer_FillInfo(view, (PyObject *)self, self->nbytes ? self->addr : &empty, self->nbytes,
+                               self->readonly, flags);
+    if (st == 0)
+        self->exports++;
+    return st;
+}
+
+static void host_memory_releasebuffer(host_memory *self, Py_buffer *view)
+{
+    (void)view;
+    self->exports--;
+}
+
+static PyBufferProcs host_memory_as_buffer = {(getbufferproc)host_memory_getbuffer,
+                                              (releasebufferproc)host_memory_releasebuffer};
+
+static PyObject *host_memory_address(host_memory *self, void *closure)
+{
+    (void)closure;
+    return from_ptr(self->addr);
+}
+
+static PyGetSetDef host_memory_getset[] = {{"address", (getter)host_memory_address, NULL, "the first byte", NULL},
+                                           {NULL, NULL, NULL, NULL, NULL}};
+
+static PyTypeObject host_memory_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "mapping._core.HostMemory",
+    .tp_basicsize = sizeof(host_memory),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)host_memory_init,
+    .tp_dealloc = (destructor)host_memory_dealloc,
+    .tp_as_buffer = &host_memory_as_buffer,
+    .tp_getset = host_memory_getset,
+    .tp_doc = "HostMemory(address, nbytes, owner, readonly=False): raw memory as a buffer; keeps owner alive",
+};
+
+/* The address of a C-contiguous buffer (writable if asked), and its size. */
+static PyObject *core_address_of(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    NEED(2);
+    int writable = PyObject_IsTrue(args[1]);
+    Py_buffer view;
+    if (get_view(args[0], &view, writable, "array") < 0)
+        return NULL;
+    PyObject *r = Py_BuildValue("(Nn)", from_ptr(view.buf), view.len);
+    PyBuffer_Release(&view);
+    return r;
+}
+
+/* ---- streams and events ---- */
+
+static PyObject *core_stream_create(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    mapping_stream *s = NULL;
+    CHECK_ST(mapping_stream_create(as_ptr(arg), &s));
+    return from_ptr(s);
+}
+
+static PyObject *core_import_stream(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    NEED(2);
+    mapping_device *dev = PTR(0);
+    void *q = PTR(1);
+    if (PyErr_Occurred())
+        return NULL;
+    mapping_stream *s = NULL;
+    CHECK_ST(mapping_import_stream(dev, q, &s));
+    return from_ptr(s);
+}
+
+static PyObject *core_stream_destroy(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    mapping_stream *s = as_ptr(arg);
+    Py_BEGIN_ALLOW_THREADS
+    mapping_stream_destroy(s);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+static PyObject *core_stream_sync(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    mapping_stream *s = as_ptr(arg);
+    mapping_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = mapping_stream_synchronize(s);
+    Py_END_ALLOW_THREADS
+    CHECK_ST(st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *core_stream_native(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    void *n = NULL;
+    CHECK_ST(mapping_native_stream(as_ptr(arg), &n));
+    return from_ptr(n);
+}
+
+static PyObject *core_event_record(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    mapping_event *e = NULL;
+    CHECK_ST(mapping_event_record(as_ptr(arg), &e));
+    return from_ptr(e);
+}
+
+static PyObject *core_stream_wait_event(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    NEED(2);
+    CHECK_ST(mapping_stream_wait_event(PTR(0), PTR(1)));
+    Py_RETURN_NONE;
+}
+
+static PyObject *core_event_sync(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    mapping_event *e = as_ptr(arg);
+    mapping_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = mapping_event_synchronize(e);
+    Py_END_ALLOW_THREADS
+    CHECK_ST(st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *core_event_query(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    mapping_status st = mapping_event_query(as_ptr(arg));
+    if (st == MAPPING_OK)
+        Py_RETURN_TRUE;
+    if (st == MAPPING_ERR_NOT_READY)
+        Py_RETURN_FALSE;
+    return raise_status(st);
+}
+
+static PyObject *core_event_elapsed(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    NEED(2);
+    double s = 0;
+    CHECK_ST(mapping_event_elapsed(PTR(0), PTR(1), &s));
+    return PyFloat_FromDouble(s);
+}
+
+static PyObject *core_event_destroy(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    mapping_event_destroy(as_ptr(arg));
+    Py_RETURN_NONE;
+}
+
+/* ---- mirrors ---- */
+
+static PyObject *core_mirror_create(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    NEED(3);
+    size_t n;
+    mapping_device *dev = PTR(0);
+    unsigned flags = (unsigned)PyLong_AsUnsignedLong(args[2]);
+    if (PyErr_Occurred() || get_size(args[1], &n) < 0)
+        return NULL;
+    mapping_mirror *m = NULL;
+    mapping_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = mapping_mirror_create(dev, n, flags, &m);
+    Py_END_ALLOW_THREADS
+    CHECK_ST(st);
+    return from_ptr(m);
+}
+
+static PyObject *core_mirror_wrap(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    NEED(4);
+    size_t n;
+    mapping_device *dev = PTR(0);
+    void *cpu = PTR(1);
+    unsigned flags = (unsigned)PyLong_AsUnsignedLong(args[3]);
+    if (PyErr_Occurred() || get_size(args[2], &n) < 0)
+        return NULL;
+    mapping_mirror *m = NULL;
+    CHECK_ST(mapping_mirror_wrap(dev, cpu, n, flags, &m));
+    return from_ptr(m);
+}
+
+static PyObject *core_mirror_adopt(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    NEED(6);
+    size_t off, n;
+    mapping_device *dev = PTR(0);
+    void *cpu = PTR(1);
+    mapping_buffer *b = PTR(2);
+    unsigned flags = (unsigned)PyLong_AsUnsignedLong(args[5]);
+    if (PyErr_Occurred() || get_size(args[3], &off) < 0 || get_size(args[4], &n) < 0)
+        return NULL;
+    mapping_mirror *m = NULL;
+    CHECK_ST(mapping_mirror_adopt(dev, cpu, b, off, n, flags, &m));
+    return from_ptr(m);
+}
+
+static PyObject *core_mirror_destroy(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    mapping_mirror *m = as_ptr(arg);
+    Py_BEGIN_ALLOW_THREADS
+    mapping_mirror_destroy(m);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+static PyObject *core_mirror_view(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    NEED(3);
+    size_t off, n;
+    mapping_mirror *m = PTR(0);
+    if (PyErr_Occurred() || get_size(args[1], &off) < 0 || get_size(args[2], &n) < 0)
+        return NULL;
+    mapping_mirror *v = NULL;
+    CHECK_ST(mapping_mirror_view(m, off, n, &v));
+    return from_ptr(v);
+}
+
+static PyObject *core_mirror_parts(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    mapping_mirror *m = as_ptr(arg);
+    return Py_BuildValue("(NnNnO)", from_ptr(mapping_mirror_cpu(m)), (Py_ssize_t)mapping_mirror_size(m),
+                         from_ptr(mapping_mirror_gpu(m)), (Py_ssize_t)mapping_mirror_gpu_offset(m),
+                         mapping_mirror_is_unified(m) ? Py_True : Py_False);
+}
+
+static PyObject *core_mirror_mark(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    NEED(4);
+    size_t off, n;
+    mapping_mirror *m = PTR(0);
+    long side = PyLong_AsLong(args[1]);
+    if (PyErr_Occurred() || get_size(args[2], &off) < 0 || get_size(args[3], &n) < 0)
+        return NULL;
+    mapping_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = side == MAPPING_CPU ? mapping_mirror_mark_cpu_modified(m, off, n) : mapping_mirror_mark_gpu_modified(m, off, n);
+    Py_END_ALLOW_THREADS
+    CHECK_ST(st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *core_mirror_sync(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    NEED(3);
+    mapping_stream *s = PTR(0);
+    mapping_mirror *m = PTR(1);
+    long side = PyLong_AsLong(args[2]);
+    if (PyErr_Occurred())
+        return NULL;
+    mapping_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = side == MAPPING_CPU ? mapping_mirror_sync_to_cpu(s, m) : mapping_mirror_sync_to_gpu(s, m);
+    Py_END_ALLOW_THREADS
+    CHECK_ST(st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *core_mirror_stale(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    NEED(2);
+    mapping_mirror *m = PTR(0);
+    long side = PyLong_AsLong(args[1]);
+    if (PyErr_Occurred())
+        return NULL;
+    mapping_clear_last_error();
+    size_t n;
+    Py_BEGIN_ALLOW_THREADS
+    n = mapping_mirror_stale_bytes(m, (mapping_side)side);
+    Py_END_ALLOW_THREADS
+    if (mapping_last_error() != MAPPING_OK)
+        return raise_status(mapping_last_error());
+    return PyLong_FromSize_t(n);
+}
+
+static PyObject *core_mirror_acquire_cpu(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    NEED(2);
+    mapping_mirror *m = PTR(0);
+    unsigned access = (unsigned)PyLong_AsUnsignedLong(args[1]);
+    if (PyErr_Occurred())
+        return NULL;
+    void *p = NULL;
+    mapping_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = mapping_mirror_acquire_cpu(m, access, &p);
+    Py_END_ALLOW_THREADS
+    CHECK_ST(st);
+    return from_ptr(p);
+}
+
+static PyObject *core_mirror_acquire_gpu(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    NEED(3);
+    mapping_stream *s = PTR(0);
+    mapping_mirror *m = PTR(1);
+    unsigned access = (unsigned)PyLong_AsUnsignedLong(args[2]);
+    if (PyErr_Occurred())
+        return NULL;
+    mapping_buffer *b = NULL;
+    mapping_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = mapping_mirror_acquire_gpu(s, m, access, &b);
+    Py_END_ALLOW_THREADS
+    CHECK_ST(st);
+    return from_ptr(b);
+}
+
+static PyObject *core_mirror_release_gpu(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    NEED(2);
+    mapping_stream *s = PTR(0);
+    mapping_mirror *m = PTR(1);
+    if (PyErr_Occurred())
+        return NULL;
+    mapping_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = mapping_mirror_release_gpu(s, m);
+    Py_END_ALLOW_THREADS
+    CHECK_ST(st);
+    Py_RETURN_NONE;
+}
+
+/* ---- batches ---- */
+
+static PyObject *core_batch_create(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    mapping_batch *b = NULL;
+    CHECK_ST(mapping_batch_create(as_ptr(arg), &b));
+    return from_ptr(b);
+}
+
+static PyObject *core_batch_destroy(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    mapping_batch *b = as_ptr(arg);
+    Py_BEGIN_ALLOW_THREADS
+    mapping_batch_destroy(b);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+/* [batch, to_gpu, buf, offset, address, nbytes]: the caller keeps the host object alive. */
+static PyObject *core_batch_add(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    NEED(6);
+    size_t off, n;
+    mapping_batch *b = PTR(0);
+    int to_gpu = PyObject_IsTrue(args[1]);
+    mapping_buffer *buf = PTR(2);
+    void *host = PTR(4);
+    if (PyErr_Occurred() || get_size(args[3], &off) < 0 || get_size(args[5], &n) < 0)
+        return NULL;
+    CHECK_ST(to_gpu ? mapping_batch_sync_to_gpu(b, host, buf, off, n) : mapping_batch_sync_to_cpu(b, buf, off, host, n));
+    Py_RETURN_NONE;
+}
+
+static PyObject *core_batch_flush(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    NEED(2);
+    mapping_stream *s = PTR(0);
+    mapping_batch *b = PTR(1);
+    if (PyErr_Occurred())
+        return NULL;
+    mapping_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = mapping_batch_flush(s, b);
+    Py_END_ALLOW_THREADS
+    CHECK_ST(st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *core_batch_count(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    return PyLong_FromSize_t(mapping_batch_count(as_ptr(arg)));
+}
+
+static PyObject *core_batch_clear(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    mapping_batch_clear(as_ptr(arg));
+    Py_RETURN_NONE;
+}
+
+/* ---- pipelines ---- */
+
+static PyObject *core_pipeline_create(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    NEED(4);
+    size_t chunk, elem;
+    mapping_device *dev = PTR(0);
+    int depth = (int)PyLong_AsLong(args[2]);
+    if (PyErr_Occurred() || get_size(args[1], &chunk) < 0 || get_size(args[3], &elem) < 0)
+        return NULL;
+    mapping_pipeline *p = NULL;
+    mapping_pipeline_desc desc = {chunk, depth, elem};
+    CHECK_ST(mapping_pipeline_create(dev, &desc, &p));
+    mapping_pipeline_desc got;
+    CHECK_ST(mapping_pipeline_get_desc(p, &got));
+    return Py_BuildValue("(Nnin)", from_ptr(p), (Py_ssize_t)got.chunk_bytes, got.depth, (Py_ssize_t)got.element_bytes);
+}
+
+static PyObject *core_pipeline_destroy(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    mapping_pipeline *p = as_ptr(arg);
+    Py_BEGIN_ALLOW_THREADS
+    mapping_pipeline_destroy(p);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+typedef struct {
+    PyObject *step;
+} pipeline_call;
+
+/* Runs on the thread that called run (with the GIL released around the run). */
+static mapping_status pipeline_step(mapping_stream *stream, const mapping_pipeline_chunk *c, void *user)
+{
+    pipeline_call *call = user;
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *r = PyObject_CallFunction(call->step, "NNnnnNnNn", from_ptr(stream), PyLong_FromSize_t(c->index),
+                                        (Py_ssize_t)c->offset, (Py_ssize_t)c->bytes, (Py_ssize_t)0,
+                                        from_ptr(c->input), (Py_ssize_t)c->input_offset, from_ptr(c->output),
+                                        (Py_ssize_t)c->output_offset);
+    mapping_status st = MAPPING_OK;
+    if (!r)
+        st = MAPPING_ERR_INVALID_ARGUMENT; /* the Python exception stays set and is raised by run */
+    Py_XDECREF(r);
+    PyGILState_Release(g);
+    return st;
+}
+
+/* [pipeline, src, dst or None, step] */
+static PyObject *core_pipeline_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    NEED(4);
+    mapping_pipeline *p = PTR(0);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_buffer src, dst;
+    if (get_view(args[1], &src, 0, "src") < 0)
+        return NULL;
+    int has_dst = args[2] != Py_None;
+    if (has_dst && get_view(args[2], &dst, 1, "dst") < 0) {
+        PyBuffer_Release(&src);
+        return NULL;
+    }
+    if (has_dst && dst.len != src.len) {
+        PyBuffer_Release(&src);
+        PyBuffer_Release(&dst);
+        PyErr_Format(PyExc_ValueError, "dst has %zd bytes, src %zd: they must be the same size", dst.len, src.len);
+        return NULL;
+    }
+    pipeline_call call = {args[3]};
+    mapping_status st = MAPPING_OK;
+    if (src.len > 0) {
+        Py_BEGIN_ALLOW_THREADS
+        st = mapping_pipeline_run(p, src.buf, has_dst ? dst.buf : NULL, (size_t)src.len, pipeline_step, &call);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&src);
+    if (has_dst)
+        PyBuffer_Release(&dst);
+    if (PyErr_Occurred())
+        return NULL;
+    CHECK_ST(st);
+    Py_RETURN_NONE;
+}
+
+/* ---- DLPack ---- */
+
+typedef struct {
+    int32_t device_type;
+    int32_t device_id;
+} dl_device;
+
+typedef struct {
+    uint8_t  code;
+    uint8_t  bits;
+    uint16_t lanes;
+} dl_dtype;
+
+typedef struct {
+    void     *data;
+    dl_device device;
+    int32_t   ndim;
+    dl_dtype  dtype;
+    int64_t  *shape;
+    int64_t  *strides;
+    uint64_t  byte_offset;
+} dl_tensor;
+
+typedef struct dl_managed {
+    dl_tensor dl_tensor;
+    void     *manager_ctx;
+    void    (*deleter)(struct dl_managed *self);
+} dl_managed;
+
+typedef struct {
+    dl_managed managed;
+    PyObject  *owner;
+    int64_t    shape[32];
+} dl_export;
+
+static void dl_export_deleter(dl_managed *m)
+{
+    dl_export *e = (dl_export *)m;
+    PyGILState_STATE g = PyGILState_Ensure();
+    Py_XDECREF(e->owner);
+    PyGILState_Release(g);
+    PyMem_RawFree(e);
+}
+
+static void dl_capsule_destructor(PyObject *capsule)
+{
+    if (PyCapsule_IsValid(capsule, "dltensor")) { /* never consumed */
+        dl_managed *m = PyCapsule_GetPointer(capsule, "dltensor");
+        if (m && m->deleter)
+            m->deleter(m);
+    }
+}
+
+/* to_dlpack(address, device_type, device_id, shape tuple, (code, bits), owner) */
+static PyObject *core_to_dlpack(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *addr, *shape, *owner;
+    int dtype, did, code, bits;
+    if (!PyArg_ParseTuple(args, "OiiO!(ii)O", &addr, &dtype, &did, &PyTuple_Type, &shape, &code, &bits, &owner))
+        return NULL;
+    Py_ssize_t ndim = PyTuple_GET_SIZE(shape);
+    if (ndim > 32) {
+        PyErr_SetString(PyExc_ValueError, "at most 32 dimensions");
+        return NULL;
+    }
+    dl_export *e = PyMem_RawCalloc(1, sizeof *e);
+    if (!e)
+        return PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < ndim; i++)
+        e->shape[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
+    e->managed.dl_tensor.data = PyLong_AsVoidPtr(addr);
+    if (PyErr_Occurred()) {
+        PyMem_RawFree(e);
+        return NULL;
+    }
+    e->managed.dl_tensor.device = (dl_device){dtype, did};
+    e->managed.dl_tensor.ndim = (int32_t)ndim;
+    e->managed.dl_tensor.dtype = (dl_dtype){(uint8_t)code, (uint8_t)bits, 1};
+    e->managed.dl_tensor.shape = e->shape;
+    e->managed.dl_tensor.strides = NULL; /* compact, row-major */
+    e->managed.deleter = dl_export_deleter;
+    e->owner = Py_NewRef(owner);
+    PyObject *cap = PyCapsule_New(&e->managed, "dltensor", dl_capsule_destructor);
+    if (!cap) {
+        Py_DECREF(owner);
+        PyMem_RawFree(e);
+    }
+    return cap;
+}
+
+static void dl_import_release(void *user)
+{
+    dl_managed *m = user;
+    if (m->deleter) {
+        PyGILState_STATE g = PyGILState_Ensure();
+        m->deleter(m);
+        PyGILState_Release(g);
+    }
+}
+
+/* import_dlpack(dev, capsule) -> (buffer, device_type, device_id, shape, (code, bits), nbytes):
+ * consumes the capsule; the buffer's release calls the producer's deleter. */
+static PyObject *core_import_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    NEED(2);
+    mapping_device *dev = PTR(0);
+    if (PyErr_Occurred())
+        return NULL;
+    dl_managed *m = PyCapsule_GetPointer(args[1], "dltensor");
+    if (!m)
+        return NULL;
+    dl_tensor *t = &m->dl_tensor;
+    if (t->dtype.lanes != 1 || t->dtype.bits % 8 || t->ndim < 0 || t->ndim > 32) {
+        PyErr_SetString(PyExc_ValueError, "from_dlpack: only plain dtypes of whole bytes, up to 32 dimensions");
+        return NULL;
+    }
+    size_t item = t->dtype.bits / 8, n = item;
+    int64_t expect = 1;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        if (t->strides && t->shape[i] > 1 && t->strides[i] != expect) {
+            PyErr_SetString(PyExc_ValueError, "from_dlpack: the tensor is not C-contiguous");
+            return NULL;
+        }
+        expect *= t->shape[i];
+        n *= (size_t)t->shape[i];
+    }
+    PyObject *shape = PyTuple_New(t->ndim);
+    for (int i = 0; i < t->ndim; i++)
+        PyTuple_SET_ITEM(shape, i, PyLong_FromLongLong(t->shape[i]));
+    mapping_buffer *buf = NULL;
+    if (n > 0) {
+        mapping_status st = mapping_import_gpu(dev, t->data, (size_t)t->byte_offset, n, dl_import_release, m, &buf);
+        if (st != MAPPING_OK) {
+            Py_DECREF(shape);
+            return raise_status(st);
+        }
+    }
+    if (PyCapsule_SetName(args[1], "used_dltensor") < 0) {
+        Py_DECREF(shape);
+        return NULL;
+    }
+    if (n == 0 && m->deleter) /* nothing imported: done with it now */
+        m->deleter(m);
+    return Py_BuildValue("(NiiN(ii)n)", from_ptr(buf), t->device.device_type, t->device.device_id, shape,
+                         (int)t->dtype.code, (int)t->dtype.bits, (Py_ssize_t)n);
+}
+
+/* ---- the C baseline for python/bench.py: bench_copies(buf, obj, iters, to_gpu)
+ * makes `iters` blocking copies of obj's bytes in a C loop and returns the
+ * seconds they took, so Python's per-call cost is measured against the C
+ * call in the same process. ---- */
+#include <time.h>
+static PyObject *core_bench_copies(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    NEED(4);
+    mapping_buffer *b = PTR(0);
+    long iters = PyLong_AsLong(args[2]);
+    int to_gpu = PyObject_IsTrue(args[3]);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_buffer view;
+    if (get_view(args[1], &view, !to_gpu, "array") < 0)
+        return NULL;
+    mapping_status st = MAPPING_OK;
+    struct timespec t0, t1;
+    Py_BEGIN_ALLOW_THREADS
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (long i = 0; i < iters && st == MAPPING_OK; i++)
+        st = to_gpu ? mapping_sync_to_gpu_range(NULL, view.buf, b, 0, (size_t)view.len)
+                    : mapping_sync_to_cpu_range(NULL, b, 0, view.buf, (size_t)view.len);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    CHECK_ST(st);
+    return PyFloat_FromDouble((double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
+}
+
+static PyObject *core_version(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    return PyUnicode_FromString(mapping_version());
+}
+
+#define FAST(name, doc) {#name, (PyCFunction)(void (*)(void))core_##name, METH_FASTCALL, doc}
+#define ONE(name, doc) {#name, (PyCFunction)core_##name, METH_O, doc}
+#define VAR(name, doc) {#name, (PyCFunction)core_##name, METH_VARARGS, doc}
+#define NONE_(name, doc) {#name, (PyCFunction)core_##name, METH_NOARGS, doc}
+
+static PyMethodDef core_methods[] = {
+    VAR(set_errors, NULL), NONE_(statuses, NULL), NONE_(version, NULL), VAR(open, NULL), FAST(open_opencl, NULL),
+    ONE(close, NULL), ONE(device_info, NULL), ONE(native_device, NULL), NONE_(list, NULL), ONE(stats, NULL),
+    ONE(stats_reset, NULL), ONE(device_link, NULL), FAST(device_set_link, NULL), FAST(allocate_gpu, NULL), FAST(import_gpu, NULL), ONE(free_gpu, NULL),
+    ONE(buffer_native, NULL), FAST(write, NULL), FAST(read, NULL), FAST(copy_gpu, NULL), FAST(fill_gpu, NULL),
+    FAST(allocate_cpu, NULL), FAST(free_cpu, NULL), FAST(address_of, NULL), ONE(stream_create, NULL),
+    FAST(import_stream, NULL), ONE(stream_destroy, NULL), ONE(stream_sync, NULL), ONE(stream_native, NULL),
+    ONE(event_record, NULL), FAST(stream_wait_event, NULL), ONE(event_sync, NULL), ONE(event_query, NULL),
+    FAST(event_elapsed, NULL), ONE(event_destroy, NULL), FAST(mirror_create, NULL), FAST(mirror_wrap, NULL),
+    FAST(mirror_adopt, NULL), ONE(mirror_destroy, NULL), FAST(mirror_view, NULL), ONE(mirror_parts, NULL),
+    FAST(mirror_mark, NULL), FAST(mirror_sync, NULL), FAST(mirror_stale, NULL), FAST(mirror_acquire_cpu, NULL),
+    FAST(mirror_acquire_gpu, NULL), FAST(mirror_release_gpu, NULL), ONE(batch_create, NULL),
+    ONE(batch_destroy, NULL), FAST(batch_add, NULL), FAST(batch_flush, NULL), ONE(batch_count, NULL),
+    ONE(batch_clear, NULL), FAST(pipeline_create, NULL), ONE(pipeline_destroy, NULL), FAST(pipeline_run, NULL),
+    VAR(to_dlpack, NULL), FAST(import_dlpack, NULL), FAST(bench_copies, NULL), {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef core_module = {PyModuleDef_HEAD_INIT, "mapping._core",
+                                         "libmapping's C API for the mapping package", -1, core_methods,
+                                         NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__core(void)
+{
+    if (PyType_Ready(&host_memory_type) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&core_module);
+    if (!m)
+        return NULL;
+    Py_INCREF(&host_memory_type);
+    PyModule_AddObject(m, "HostMemory", (PyObject *)&host_memory_type);
+    PyModule_AddIntConstant(m, "MIRROR_UNIFIED", MAPPING_MIRROR_UNIFIED);
+    PyModule_AddIntConstant(m, "MIRROR_PIN", MAPPING_MIRROR_PIN);
+    PyModule_AddIntConstant(m, "MIRROR_GPU_VALID", MAPPING_MIRROR_GPU_VALID);
+    PyModule_AddIntConstant(m, "CPU", MAPPING_CPU);
+    PyModule_AddIntConstant(m, "GPU", MAPPING_GPU);
+    PyModule_AddIntConstant(m, "READ", MAPPING_READ);
+    PyModule_AddIntConstant(m, "WRITE", MAPPING_WRITE);
+    return m;
+}
