@@ -141,7 +141,9 @@ static void opencl_device_close(void *dev)
         opencl_driver.clFinish(d->queue);
         opencl_driver.clReleaseCommandQueue(d->queue);
     }
-    if (d->context)
+    if (d->context && d->context_adopted)
+        opencl_driver.clReleaseContext(d->context);
+    else if (d->context)
         opencl_context_release(d->context);
     pthread_mutex_destroy(&d->kernel_lock);
     free(d);
@@ -235,6 +237,7 @@ static mapping_status opencl_device_adopt(const mapping_native_device *native, i
     d->sliced_lanes = !strcmp(devices[found].info.kind, "cpu");
     opencl_driver.clRetainContext(context);
     d->context = context;
+    d->context_adopted = true;
     if (queue) {
         opencl_driver.clRetainCommandQueue(queue);
         d->queue = queue;

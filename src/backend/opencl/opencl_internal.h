@@ -17,6 +17,7 @@ typedef struct opencl_device {
     cl_platform_id   platform;
     cl_device_id     device;
     cl_context       context;
+    bool             context_adopted; /* the caller's (retained), not from opencl_context_acquire */
     cl_command_queue queue;    /* in order, for blocking calls (stream == NULL) */
     bool             svm_fine; /* fine-grain buffer SVM: buffer_alloc_unified works */
 
