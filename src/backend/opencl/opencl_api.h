@@ -45,7 +45,7 @@
 #define OPENCL_OPTIONAL_ENTRY_POINTS(X) X(clSVMAlloc) X(clSVMFree) OPENCL_IMPORT_ENTRY_POINTS(X)
 /* For adopting objects made elsewhere (opencl_import.c); NULL: no adoption. */
 #define OPENCL_IMPORT_ENTRY_POINTS(X)                                                                          \
-    X(clRetainContext) X(clRetainCommandQueue) X(clRetainMemObject) X(clGetContextInfo)                     \
+    X(clRetainCommandQueue) X(clRetainMemObject) X(clGetContextInfo)                                     \
     X(clGetCommandQueueInfo) X(clCreateSubBuffer)
 
 typedef struct opencl_api {
