@@ -3,7 +3,8 @@
  * where each byte is valid.
  *
  * One header is the whole public surface of libmapping. Every symbol is
- * prefixed mapping_ / MAPPING_. C11.
+ * prefixed mapping_ / MAPPING_. The header compiles as C99 (and as C++);
+ * only the library itself is built as C11.
  *
  * ---------------------------------------------------------------------------
  * Quick start: the seed's scenario
@@ -78,6 +79,9 @@ extern "C" {
 #define MAPPING_VERSION_MAJOR 0
 #define MAPPING_VERSION_MINOR 1
 #define MAPPING_VERSION_PATCH 0
+/* One number for compile-time checks: major * 10000 + minor * 100 + patch,
+ * e.g. #if MAPPING_VERSION >= 100 (0.1.0). */
+#define MAPPING_VERSION (MAPPING_VERSION_MAJOR * 10000 + MAPPING_VERSION_MINOR * 100 + MAPPING_VERSION_PATCH)
 MAPPING_API const char *mapping_version(void); /* "0.1.0" */
 
 /* ===========================================================================
