@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "coherence/mirror_internal.h"
+#include "coherence/mirror_observe.h"
 #include "transfer/transfer.h"
 #include "core/ops.h"
 
@@ -358,11 +359,15 @@ mapping_status mapping__mirror_sync(const char *fn, mapping_stream *stream, mapp
     if ((status = mapping__check_same_device(fn, st->dev, stream)))
         return status;
     size_t lo = m->offset, hi = lo + m->size;
+    mapping_trace_span span = mapping__trace_begin();
     if (st->n_inflight)
         mapping__mirror_fold_completed(st);
+    if (t == MIRROR_GPU && (status = mapping__mirror_check_unmarked(fn, st, lo, hi)))
+        return status;
     /* The clean case: one binary search, nothing else. */
     if (!mapping__rs_intersects(&st->stale[t], lo, hi)) {
         mapping__count(&st->dev->counters.sync_skipped_bytes, m->size);
+        mapping__mirror_sync_done(&span, stream, m, t, (mirror_sync_report){.skipped = m->size}, MAPPING_OK);
         return MAPPING_OK;
     }
     if ((status = mapping__mirror_order(st, stream, lo, hi, MIRROR_ACCESS)))
@@ -371,6 +376,7 @@ mapping_status mapping__mirror_sync(const char *fn, mapping_stream *stream, mapp
     if ((status = sync_plan_make(fn, stream, st, t, lo, hi, &plan)) || plan.n_exact == 0) {
         if (status == MAPPING_OK) /* all of it is already queued */
             mapping__count(&st->dev->counters.sync_skipped_bytes, m->size);
+        mapping__mirror_sync_done(&span, stream, m, t, (mirror_sync_report){.skipped = m->size}, status);
         sync_plan_free(&plan);
         return status;
     }
@@ -386,6 +392,8 @@ mapping_status mapping__mirror_sync(const char *fn, mapping_stream *stream, mapp
         mapping__count(&st->dev->counters.sync_skipped_bytes, skipped);
         status = sync_record(stream, st, t, &plan);
     }
+    mapping__mirror_sync_done(&span, stream, m, t, (mirror_sync_report){plan.n_exact, plan.n_merged, plan.moved,
+                              status == MAPPING_OK && m->size > plan.moved ? m->size - plan.moved : 0}, status);
     sync_plan_free(&plan);
     return status;
 }

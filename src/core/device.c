@@ -6,6 +6,7 @@
 #include <string.h>
 #include "core/backends.h"
 #include "core/ops.h"
+#include "core/trace_hooks.h"
 #include "os/os.h"
 
 static const char *env_or_null(const char *name)
@@ -37,6 +38,7 @@ mapping_status mapping_open(const mapping_device_desc *desc, mapping_device **ou
 {
     static const char fn[] = "mapping_open";
     mapping_status st;
+    mapping__trace_from_environment(); /* $MAPPING_TRACE, once */
     if ((st = mapping__check_ptr(fn, "out", out)))
         return st;
     *out = NULL;
@@ -95,6 +97,7 @@ void mapping_close(mapping_device *dev)
 {
     if (!dev || mapping__check_device("mapping_close", dev) != MAPPING_OK)
         return;
+    mapping__trace_statistics(dev, "device closed");
     /* Streams first (they wait for their work), then the memory it used. */
     while (dev->streams.next != &dev->streams) {
         mapping_stream *s = (mapping_stream *)((char *)dev->streams.next - offsetof(mapping_stream, node));
