@@ -22,8 +22,7 @@ void mapping__mirror_sync_done(const mapping_trace_span *span, mapping_stream *s
     if (mapping__log_enabled())
         mapping__log(2,
                      "%s of %zu bytes at offset %zu%s: %zu stale ranges, %zu merged away, %zu copies, %zu bytes "
-                     "moved, %zu skipped%s%s",
+                     "moved, %zu skipped%s",
                      name, m->size, m->offset, stream ? " (on a stream)" : "", r.stale_ranges,
-                     r.stale_ranges - r.copies, r.copies, r.moved, r.skipped, status ? ": failed, " : "",
-                     status ? mapping_status_name(status) : "");
+                     r.stale_ranges - r.copies, r.copies, r.moved, r.skipped, status ? ": failed (see mapping_last_error)" : "");
 }

@@ -33,10 +33,10 @@ void mapping__batch_flush_done(const mapping_trace_span *span, mapping_stream *s
                      "batch flush of %zu copies%s: %zu groups after merging; host to device: %zu groups packed "
                      "(%zu bytes, one transfer and a scatter), %zu straight through (%zu bytes); device to host: "
                      "%zu groups packed (%zu bytes, a gather and one transfer), %zu straight through (%zu bytes); "
-                     "staging %zu bytes%s%s",
+                     "staging %zu bytes%s",
                      p->count, stream ? " (on a stream)" : "", p->group_count, p->h2d_staged, h2d_staged,
                      p->h2d_straight, h2d_straight, p->d2h_staged, d2h_staged, p->d2h_straight, d2h_straight,
-                     p->staging_bytes, st ? ": failed, " : "", st ? mapping_status_name(st) : "");
+                     p->staging_bytes, st ? ": failed (see mapping_last_error)" : "");
 }
 
 void mapping__pipeline_chunk_done(const mapping_trace_span *span, mapping_device *dev, mapping_stream *stream,
