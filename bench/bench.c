@@ -1,8 +1,11 @@
+#include <errno.h>
+#include <getopt.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include "bench.h"
 #include "os/json.h"
 
@@ -123,6 +126,7 @@ void bench_table_begin(bench_ctx *ctx, bench_table *t, const char *id, const cha
 {
     memset(t, 0, sizeof *t);
     t->ctx = ctx;
+    t->id = id;
     t->ncols = ncols < 12 ? ncols : 12;
     t->decimals = decimals;
     for (int i = 0; i < t->ncols; i++)
@@ -144,9 +148,28 @@ void bench_table_begin(bench_ctx *ctx, bench_table *t, const char *id, const cha
     json_append(ctx, "],\"rows\":[");
 }
 
+static void csv_row(bench_table *t, const char *label, size_t bytes, const double *values, const double *lo,
+                    const double *hi)
+{
+    for (int i = 0; i < t->ncols; i++) {
+        printf("%s,\"%s\",", t->id, label);
+        if (bytes)
+            printf("%zu", bytes);
+        printf(",\"%s\",", t->cols[i]);
+        for (int k = 0; k < 3; k++) {
+            double v = k == 0 ? values[i] : !lo ? NAN : k == 1 ? lo[i] : hi[i];
+            if (isfinite(v))
+                printf("%.6g", v);
+            printf(k < 2 ? "," : "\n");
+        }
+    }
+}
+
 void bench_table_row(bench_table *t, const char *label, const double *values)
 {
     bench_ctx *ctx = t->ctx;
+    if (ctx->csv)
+        csv_row(t, label, 0, values, NULL, NULL);
     fprintf(ctx->out, "%-*s", LABEL_WIDTH, label);
     json_append(ctx, "%s[", t->rows++ ? "," : "");
     json_string(ctx, label);
@@ -163,9 +186,101 @@ void bench_table_row(bench_table *t, const char *label, const double *values)
     fflush(ctx->out);
 }
 
+void bench_table_row_sized(bench_table *t, size_t bytes, const double *values, const double *lo, const double *hi)
+{
+    char label[32];
+    bench_size_name(bytes, label, sizeof label);
+    int csv = t->ctx->csv;
+    t->ctx->csv = 0; /* the sized CSV row below has the bytes */
+    bench_table_row(t, label, values);
+    t->ctx->csv = csv;
+    if (csv)
+        csv_row(t, label, bytes, values, lo, hi);
+    if (lo && hi) {
+        fprintf(t->ctx->out, "%*s", LABEL_WIDTH, "  min..max");
+        for (int i = 0; i < t->ncols; i++) {
+            char cell[48];
+            if (isfinite(lo[i]) && isfinite(hi[i]))
+                snprintf(cell, sizeof cell, "%.*f..%.*f", t->decimals, lo[i], t->decimals, hi[i]);
+            else
+                snprintf(cell, sizeof cell, "-");
+            fprintf(t->ctx->out, " %*s", COL_WIDTH, cell);
+        }
+        fprintf(t->ctx->out, "\n");
+    }
+    if (t->nsized < 64) {
+        t->sizes[t->nsized] = bytes;
+        for (int i = 0; i < t->ncols; i++) {
+            t->lo[t->nsized][i] = lo ? lo[i] : NAN;
+            t->hi[t->nsized][i] = hi ? hi[i] : NAN;
+        }
+        t->ranged |= lo && hi;
+        t->nsized++;
+    }
+}
+
 void bench_table_end(bench_table *t)
 {
-    json_append(t->ctx, "]}");
+    bench_ctx *ctx = t->ctx;
+    json_append(ctx, "]");
+    if (t->nsized) {
+        json_append(ctx, ",\"sizes\":[");
+        for (int r = 0; r < t->nsized; r++)
+            json_append(ctx, "%s%zu", r ? "," : "", t->sizes[r]);
+        json_append(ctx, "]");
+    }
+    if (t->ranged) {
+        json_append(ctx, ",\"ranges\":[");
+        for (int r = 0; r < t->nsized; r++) {
+            json_append(ctx, "%s[", r ? "," : "");
+            for (int i = 0; i < t->ncols; i++) {
+                json_append(ctx, "%s[", i ? "," : "");
+                json_number(ctx, t->lo[r][i]);
+                json_append(ctx, ",");
+                json_number(ctx, t->hi[r][i]);
+                json_append(ctx, "]");
+            }
+            json_append(ctx, "]");
+        }
+        json_append(ctx, "]");
+    }
+    json_append(ctx, "}");
+}
+
+void bench_progress(bench_ctx *ctx, const char *fmt, ...)
+{
+    double now = bench_now();
+    if (now - ctx->progress_last < 0.5)
+        return;
+    ctx->progress_last = now;
+    char line[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    int tty = isatty(STDERR_FILENO);
+    fprintf(stderr, tty ? "\r\033[Kmapping bench: %s: %s" : "mapping bench: %s: %s\n", ctx->section, line);
+    fflush(stderr);
+}
+
+int bench_sizes(const bench_ctx *ctx, size_t start, size_t end, double factor, size_t *sizes, int max)
+{
+    if (ctx->size_start) {
+        start = ctx->size_start;
+        end = ctx->size_end;
+        factor = ctx->size_factor;
+    }
+    int n = 0;
+    for (double s = (double)start; s <= (double)end && n < max; s *= factor) {
+        size_t bytes = (size_t)s;
+        if (n == 0 || bytes > sizes[n - 1])
+            sizes[n++] = bytes;
+    }
+    if (n < max && (n == 0 || sizes[n - 1] != end))
+        sizes[n++] = end;
+    else if (n == max)
+        sizes[max - 1] = end;
+    return n;
 }
 
 void bench_note(bench_ctx *ctx, const char *fmt, ...)
@@ -180,12 +295,49 @@ void bench_note(bench_ctx *ctx, const char *fmt, ...)
 
 static char figures_json[16384];
 static size_t figures_len;
+static char missed_json[4096];
+static size_t missed_len;
+static int missed_count;
+
+/* A figure whose description states a target, "(target < 100 ns)", "(target
+ * >= 10000)", "(target 0)": -1 when there is none, else 1 if value meets it. */
+static int meets_target(const char *what, double value, char *target, size_t len)
+{
+    const char *p = strstr(what, "target ");
+    if (!p)
+        return -1;
+    p += 7;
+    const char *op = "==";
+    static const char *const ops[] = {"<=", ">=", "<", ">"};
+    for (int i = 0; i < 4; i++)
+        if (!strncmp(p, ops[i], strlen(ops[i]))) {
+            op = ops[i];
+            p += strlen(ops[i]);
+            break;
+        }
+    char *end;
+    double t = strtod(p, &end);
+    if (end == p)
+        return -1;
+    snprintf(target, len, "%s %g", op, t);
+    if (!isfinite(value))
+        return 0;
+    return !strcmp(op, "<=") ? value <= t : !strcmp(op, ">=") ? value >= t : !strcmp(op, "<") ? value < t
+           : !strcmp(op, ">") ? value > t : value == t;
+}
 
 void bench_figure(bench_ctx *ctx, const char *id, double value, const char *unit, const char *what)
 {
     char key[128]; /* ids are short constants; one longer than this would be cut */
-    fprintf(ctx->out, "  => %-44s %12.4g %s\n", what, value, unit);
+    char target[64];
+    int met = meets_target(what, value, target, sizeof target);
+    fprintf(ctx->out, "  => %-44s %12.4g %s%s\n", what, value, unit, met == 0 ? "   <== MISSED the target" : "");
     mapping_json_string(key, sizeof key, id);
+    if (met == 0 && missed_len < sizeof missed_json - 256) {
+        missed_len += (size_t)snprintf(missed_json + missed_len, sizeof missed_json - missed_len,
+                                       "%s{\"figure\":%s,\"value\":%.6g,\"target\":\"%s\"}",
+                                       missed_count++ ? "," : "", key, isfinite(value) ? value : 0.0, target);
+    }
     if (figures_len < sizeof figures_json - 256)
         figures_len += (size_t)snprintf(figures_json + figures_len, sizeof figures_json - figures_len,
                                         "%s%s:%.6g", ctx->json_figures++ ? "," : "", key,
@@ -226,7 +378,11 @@ static int wanted(const char *only, const char *name)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: mapping bench [--backend NAME] [--device N] [--quick] [--runs N] [--json] [--only S,S]\n"
+    fprintf(f, "usage: mapping bench [--backend NAME] [--device N] [--quick] [--runs N] [--only S,S]\n"
+               "                     [--sizes START,END,FACTOR] [--direction h2d,d2h,d2d,bidir] [--json | --csv]\n"
+               "  --sizes     the bandwidth sweep, in bytes (K, M, G: KiB, MiB, GiB), e.g. 4K,256M,4\n"
+               "  --runs      runs per figure, 1 to 64 (the median is reported, with min and max)\n"
+               "  --json      the report as JSON on stdout (scripts/plot_bench.py plots it); --csv: CSV\n"
                "exit status: 0 done, 1 a section failed, 2 bad arguments, %d the back end is not available here\n"
                "sections:\n",
             BENCH_EXIT_UNAVAILABLE);
@@ -243,39 +399,183 @@ typedef struct bench_args {
 /* parse_args, open_device: carry on (any other value is the exit status). */
 enum { KEEP_GOING = -1 };
 
-/* Reads argv into args and ctx; returns KEEP_GOING, or the exit status when the
- * command ends here (--help, a bad argument). */
+static int bad_argument(const char *fmt, const char *value)
+{
+    fprintf(stderr, "mapping bench: ");
+    fprintf(stderr, fmt, value);
+    fprintf(stderr, " (mapping bench --help)\n");
+    return 2;
+}
+
+/* A whole decimal integer in [min, max]. */
+static int parse_int(const char *s, long min, long max, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || errno || v < min || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* A size in bytes: a whole number with an optional K, M or G (binary). */
+static int parse_size(const char *s, size_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (end == s || errno || *s == '-')
+        return -1;
+    unsigned shift = 0;
+    if (*end == 'K' || *end == 'k')
+        shift = 10;
+    else if (*end == 'M' || *end == 'm')
+        shift = 20;
+    else if (*end == 'G' || *end == 'g')
+        shift = 30;
+    if (shift)
+        end++;
+    if (*end == 'i' && end[1] == 'B')
+        end += 2;
+    else if (*end == 'B')
+        end++;
+    if (*end || v == 0 || v > (1ull << 40) >> shift)
+        return -1;
+    *out = (size_t)(v << shift);
+    return 0;
+}
+
+static int parse_sizes(const char *arg, bench_ctx *ctx)
+{
+    char buf[128], *a, *b, *c, *end;
+    snprintf(buf, sizeof buf, "%s", arg);
+    if (!(a = strtok(buf, ",")) || !(b = strtok(NULL, ",")) || !(c = strtok(NULL, ",")) || strtok(NULL, ","))
+        return -1;
+    double factor = strtod(c, &end);
+    if (*end || !(factor > 1) || factor > 1024 || parse_size(a, &ctx->size_start) || parse_size(b, &ctx->size_end) ||
+        ctx->size_start > ctx->size_end)
+        return -1;
+    ctx->size_factor = factor;
+    return 0;
+}
+
+static int parse_directions(const char *arg, unsigned *out)
+{
+    static const char *const names[] = {"h2d", "d2h", "d2d", "bidir"};
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", arg);
+    *out = 0;
+    for (char *w = strtok(buf, ","); w; w = strtok(NULL, ",")) {
+        int k = 0;
+        while (k < 4 && strcmp(w, names[k]))
+            k++;
+        if (k == 4)
+            return -1;
+        *out |= 1u << k;
+    }
+    return *out ? 0 : -1;
+}
+
+/* Every name in the comma-separated list is a section. */
+static const char *unknown_section(const char *only)
+{
+    static char word[64];
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", only);
+    if (!*only || only[strlen(only) - 1] == ',')
+        return "";
+    for (char *w = strtok(buf, ","); w; w = strtok(NULL, ",")) {
+        int found = 0;
+        for (int i = 0; i < section_count && !found; i++)
+            found = !strcmp(w, sections[i]->name);
+        if (!found) {
+            snprintf(word, sizeof word, "%s", w);
+            return word;
+        }
+    }
+    return NULL;
+}
+
+/* Reads argv (argv[0] is "bench") into args and ctx; returns KEEP_GOING, or
+ * the exit status when the command ends here (--help, a bad argument). */
 static int parse_args(int argc, char **argv, bench_args *args, bench_ctx *ctx)
 {
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--backend") && i + 1 < argc)
-            args->backend = argv[++i];
-        else if (!strcmp(a, "--device") && i + 1 < argc)
-            args->device = atoi(argv[++i]);
-        else if (!strcmp(a, "--runs") && i + 1 < argc)
-            ctx->runs = atoi(argv[++i]);
-        else if (!strcmp(a, "--only") && i + 1 < argc)
-            args->only = argv[++i];
-        else if (!strcmp(a, "--quick"))
-            ctx->quick = 1;
-        else if (!strcmp(a, "--json"))
-            ctx->json = 1;
-        else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else {
-            fprintf(stderr, "mapping bench: unknown argument %s\n", a);
+    enum { OPT_SIZES = 256, OPT_DIRECTION, OPT_CSV, OPT_VERSION };
+    static const struct option options[] = {
+        {"backend", required_argument, NULL, 'b'}, {"device", required_argument, NULL, 'd'},
+        {"runs", required_argument, NULL, 'r'},    {"only", required_argument, NULL, 'o'},
+        {"quick", no_argument, NULL, 'q'},         {"json", no_argument, NULL, 'j'},
+        {"csv", no_argument, NULL, OPT_CSV},       {"sizes", required_argument, NULL, OPT_SIZES},
+        {"direction", required_argument, NULL, OPT_DIRECTION},
+        {"version", no_argument, NULL, OPT_VERSION}, {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+    long v;
+    const char *bad;
+    opterr = 0;
+    optind = 1;
+    for (int c; (c = getopt_long(argc, argv, "+h", options, NULL)) != -1;) {
+        const char *a = optarg;
+        switch (c) {
+        case 'b': args->backend = a; break;
+        case 'd':
+            if (parse_int(a, 0, 1 << 20, &v))
+                return bad_argument("--device %s: not a device index (a whole number >= 0)", a);
+            args->device = (int)v;
+            break;
+        case 'r':
+            if (parse_int(a, 1, 64, &v))
+                return bad_argument("--runs %s: not a whole number from 1 to 64", a);
+            ctx->runs = (int)v;
+            break;
+        case 'o':
+            if ((bad = unknown_section(a)))
+                return bad_argument("--only: no section named '%s'", bad);
+            args->only = a;
+            break;
+        case 'q': ctx->quick = 1; break;
+        case 'j': ctx->json = 1; break;
+        case OPT_CSV: ctx->csv = 1; break;
+        case OPT_SIZES:
+            if (parse_sizes(a, ctx))
+                return bad_argument("--sizes %s: expected START,END,FACTOR with 0 < START <= END (bytes; K, M, G "
+                                    "suffixes) and a factor above 1",
+                                    a);
+            break;
+        case OPT_DIRECTION:
+            if (parse_directions(a, &ctx->directions))
+                return bad_argument("--direction %s: expected a comma-separated list of h2d, d2h, d2d, bidir", a);
+            break;
+        case OPT_VERSION: printf("mapping %s\n", mapping_version()); return 0;
+        case 'h': usage(stdout); return 0;
+        default:
+            if (optopt && optopt < 256 && optopt != '?')
+                fprintf(stderr, "mapping bench: option -%c is unknown or lacks its value\n", optopt);
+            else
+                fprintf(stderr, "mapping bench: %s is unknown or lacks its value\n", argv[optind - 1]);
             usage(stderr);
             return 2;
         }
     }
+    if (optind < argc)
+        return bad_argument("unexpected argument '%s'", argv[optind]);
+    if (ctx->json && ctx->csv)
+        return bad_argument("%s: choose one of --json and --csv", "--json --csv");
+    if (!ctx->directions)
+        ctx->directions = BENCH_DIR_ALL;
     if (ctx->runs <= 0)
         ctx->runs = ctx->quick ? 3 : 7;
-    if (ctx->runs > 64)
-        ctx->runs = 64;
-    if (ctx->json)
+    if (ctx->json || ctx->csv)
         ctx->out = stderr;
+    if (args->backend) { /* a back end this library knows of, or exit 2 */
+        mapping_backend_info infos[16];
+        int n = 0, known = 0;
+        mapping_list_backends(infos, 16, &n);
+        for (int i = 0; i < n && i < 16; i++)
+            known |= !strcmp(infos[i].name, args->backend);
+        if (!known)
+            return bad_argument("--backend %s: unknown back end (mapping info lists them)", args->backend);
+    }
     return KEEP_GOING;
 }
 
@@ -310,29 +610,57 @@ static void report_begin(bench_ctx *ctx)
             ctx->info.name, ctx->info.driver);
     fprintf(ctx->out, "GB/s = 1e9 bytes/s; every figure is the median of %d runs%s\n", ctx->runs,
             ctx->quick ? " (--quick)" : "");
-    json_append(ctx, "{\"backend\":");
+    char date[32];
+    time_t now = time(NULL);
+    struct tm tm;
+    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tm));
+    json_append(ctx, "{\"version\":");
+    json_string(ctx, mapping_version());
+    json_append(ctx, ",\"date\":\"%s\",\"backend\":", date);
     json_string(ctx, ctx->info.backend);
     json_append(ctx, ",\"device\":");
     json_string(ctx, ctx->info.name);
+    json_append(ctx, ",\"device_index\":%d,\"kind\":", ctx->info.index);
+    json_string(ctx, ctx->info.kind);
+    json_append(ctx, ",\"vendor\":");
+    json_string(ctx, ctx->info.vendor);
+    json_append(ctx, ",\"driver\":");
+    json_string(ctx, ctx->info.driver);
     json_append(ctx, ",\"runs\":%d,\"quick\":%s,\"tables\":[", ctx->runs, ctx->quick ? "true" : "false");
+    if (ctx->csv)
+        printf("table,row,bytes,column,median,min,max\n");
 }
 
 /* Runs the sections --only names (all without it), in order; 1 if any failed. */
 static int run_sections(bench_ctx *ctx, const char *only)
 {
     int failed = 0;
-    for (int i = 0; i < section_count; i++)
-        if (wanted(only, sections[i]->name) && sections[i]->run(ctx) != 0) {
+    for (int i = 0; i < section_count; i++) {
+        if (!wanted(only, sections[i]->name))
+            continue;
+        ctx->section = sections[i]->name;
+        ctx->progress_last = bench_now(); /* the first progress line after half a second */
+        double t0 = bench_now();
+        int rc = sections[i]->run(ctx);
+        if (bench_now() - t0 > 1.0)
+            fprintf(stderr, isatty(STDERR_FILENO) ? "\r\033[Kmapping bench: %s: done in %.1f s\n"
+                                                  : "mapping bench: %s: done in %.1f s\n",
+                    sections[i]->name, bench_now() - t0);
+        if (rc != 0) {
             fprintf(stderr, "mapping bench: section %s failed\n", sections[i]->name);
             failed = 1;
         }
+    }
     return failed;
 }
 
 /* Closes the JSON document and prints it (with --json). */
 static void report_end(bench_ctx *ctx)
 {
-    json_append(ctx, "],\"figures\":{%.*s}}", (int)figures_len, figures_json);
+    json_append(ctx, "],\"figures\":{%.*s},\"missed_targets\":[%.*s]}", (int)figures_len, figures_json,
+                (int)missed_len, missed_json);
+    if (missed_count)
+        fprintf(ctx->out, "\n%d figure(s) MISSED their target (marked <== above)\n", missed_count);
     if (ctx->json && ctx->json_buf)
         printf("%s\n", ctx->json_buf);
     free(ctx->json_buf);

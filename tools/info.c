@@ -1,4 +1,5 @@
 /* mapping info: what the library can use on this machine, and why not. */
+#include <getopt.h>
 #include <stdio.h>
 #include <string.h>
 #include "mapping.h"
@@ -80,9 +81,38 @@ static void print_default(int json)
     }
 }
 
+/* argv[0] is "info". Returns KEEP_GOING, or the exit status. */
+enum { KEEP_GOING = -1 };
+static int parse_info_args(int argc, char **argv, int *json)
+{
+    static const struct option options[] = {{"json", no_argument, NULL, 'j'},
+                                            {"version", no_argument, NULL, 'v'},
+                                            {"help", no_argument, NULL, 'h'},
+                                            {NULL, 0, NULL, 0}};
+    opterr = 0;
+    optind = 1;
+    for (int c; (c = getopt_long(argc, argv, "+h", options, NULL)) != -1;) {
+        switch (c) {
+        case 'j': *json = 1; break;
+        case 'v': printf("mapping %s\n", mapping_version()); return 0;
+        case 'h': printf("usage: mapping info [--json]\n"); return 0;
+        default:
+            fprintf(stderr, "mapping info: %s is unknown\nusage: mapping info [--json]\n", argv[optind - 1]);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "mapping info: unexpected argument '%s'\nusage: mapping info [--json]\n", argv[optind]);
+        return 2;
+    }
+    return KEEP_GOING;
+}
+
 int info_main(int argc, char **argv)
 {
-    int json = argc > 0 && !strcmp(argv[0], "--json");
+    int json = 0, status = parse_info_args(argc, argv, &json);
+    if (status != KEEP_GOING)
+        return status;
     mapping_backend_info backends[MAX_BACKENDS];
     int nb = 0;
     if (mapping_list_backends(backends, MAX_BACKENDS, &nb) != MAPPING_OK) {
