@@ -207,6 +207,7 @@ void bench_table_row_sized(bench_table *t, size_t bytes, const double *values, c
             fprintf(t->ctx->out, " %*s", COL_WIDTH, cell);
         }
         fprintf(t->ctx->out, "\n");
+        fflush(t->ctx->out);
     }
     if (t->nsized < 64) {
         t->sizes[t->nsized] = bytes;
