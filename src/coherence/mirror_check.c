@@ -26,20 +26,22 @@ static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 static family_hashes  *table;
 static size_t          table_count, table_cap;
 
-static bool enabled;
+_Atomic int mapping__mirror_check_mode;
+
 static void read_environment(void)
 {
     const char *v = getenv("MAPPING_CHECK");
-    enabled = v && strcmp(v, "unmarked") == 0;
-    if (v && *v && !enabled)
+    bool on = v && strcmp(v, "unmarked") == 0;
+    if (v && *v && !on)
         mapping__log(1, "MAPPING_CHECK=%s is not a known check (known: unmarked); no check is made", v);
+    atomic_store_explicit(&mapping__mirror_check_mode, on ? 2 : 1, memory_order_relaxed);
 }
 
 bool mapping__mirror_check_enabled(void)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, read_environment);
-    return enabled;
+    return atomic_load_explicit(&mapping__mirror_check_mode, memory_order_relaxed) == 2;
 }
 
 /* 64-bit words, multiply-xorshift: several GB/s, and any change of a byte
@@ -100,9 +102,9 @@ static bool page_judged(const mirror_state *st, size_t lo, size_t hi)
            !mapping__rs_intersects(&st->pending[MIRROR_CPU], lo, hi);
 }
 
-mapping_status mapping__mirror_check_unmarked(const char *fn, mirror_state *st, size_t lo, size_t hi)
+mapping_status mapping__mirror_check_pages(const char *fn, mirror_state *st, size_t lo, size_t hi)
 {
-    if (!mapping__mirror_check_enabled() || st->unified)
+    if (st->unified)
         return MAPPING_OK;
     pthread_mutex_lock(&table_lock);
     family_hashes *e = entry_of(st);
@@ -145,7 +147,7 @@ void mapping__mirror_check_snapshot(mirror_state *st, size_t lo, size_t hi)
 
 void mapping__mirror_check_forget(const mirror_state *st)
 {
-    if (!mapping__mirror_check_enabled())
+    if (!mapping__mirror_check_on())
         return;
     pthread_mutex_lock(&table_lock);
     for (size_t i = 0; i < table_count; i++)

@@ -2,11 +2,11 @@
  * mirror_observe.h). */
 #include "coherence/mirror_observe.h"
 
-void mapping__mirror_sync_done(const mapping_trace_span *span, mapping_stream *stream, const mapping_mirror *m, int t,
-                               mirror_sync_report r, mapping_status status)
+void mapping__mirror_report_sync(const mapping_trace_span *span, mapping_stream *stream, const mapping_mirror *m,
+                                 int t, mirror_sync_report r, mapping_status status)
 {
     mirror_state *st = m->st;
-    if (status == MAPPING_OK && mapping__mirror_check_enabled())
+    if (status == MAPPING_OK && mapping__mirror_check_on())
         mapping__mirror_check_snapshot(st, m->offset, m->offset + m->size);
     const char *name = t == MIRROR_GPU ? "mirror sync to GPU" : "mirror sync to CPU";
     MAPPING_TRACE_END(*span, .name = name, .cat = "mirror", .device = st->dev, .device_name = st->dev->info.name,

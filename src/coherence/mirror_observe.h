@@ -26,18 +26,39 @@ typedef struct mirror_sync_report {
     size_t skipped;      /* bytes of the view not copied */
 } mirror_sync_report;
 
-void mapping__mirror_sync_done(const mapping_trace_span *span, mapping_stream *stream, const mapping_mirror *m, int t,
-                               mirror_sync_report report, mapping_status status);
+/* MAPPING_CHECK, read once: 0 not read yet, 1 no check, 2 unmarked. */
+extern _Atomic int mapping__mirror_check_mode __attribute__((visibility("hidden")));
+/* Whether MAPPING_CHECK asks for the check (reads it the first time). */
+bool mapping__mirror_check_enabled(void);
+static inline bool mapping__mirror_check_on(void)
+{
+    int mode = atomic_load_explicit(&mapping__mirror_check_mode, memory_order_relaxed);
+    return __builtin_expect(mode == 1, 1) ? false : mode == 2 || mapping__mirror_check_enabled();
+}
+
+void mapping__mirror_report_sync(const mapping_trace_span *span, mapping_stream *stream, const mapping_mirror *m,
+                                 int t, mirror_sync_report report, mapping_status status);
+/* After every sync: the report (tracing or a log callback) and the check's
+ * snapshot (MAPPING_CHECK=unmarked). Off, a few predicted branches. */
+static inline void mapping__mirror_sync_done(const mapping_trace_span *span, mapping_stream *stream,
+                                             const mapping_mirror *m, int t, mirror_sync_report report,
+                                             mapping_status status)
+{
+    if (__builtin_expect(span->t0 != 0, 0) || mapping__mirror_check_on() || mapping__log_enabled())
+        mapping__mirror_report_sync(span, stream, m, t, report, status);
+}
 
 /* MAPPING_CHECK=unmarked: MAPPING_OK, or MAPPING_ERR_CONFLICT naming the
  * pages of [lo, hi) whose host bytes changed outside marked ranges since the
  * last sync. Nothing when the mode is off. */
-mapping_status mapping__mirror_check_unmarked(const char *fn, mirror_state *st, size_t lo, size_t hi);
+mapping_status mapping__mirror_check_pages(const char *fn, mirror_state *st, size_t lo, size_t hi);
+static inline mapping_status mapping__mirror_check_unmarked(const char *fn, mirror_state *st, size_t lo, size_t hi)
+{
+    return mapping__mirror_check_on() ? mapping__mirror_check_pages(fn, st, lo, hi) : MAPPING_OK;
+}
 /* Hashes the pages of [lo, hi) that are valid on the CPU (mode on only). */
 void           mapping__mirror_check_snapshot(mirror_state *st, size_t lo, size_t hi);
 /* Forgets the family's hashes (when its state is freed). */
 void           mapping__mirror_check_forget(const mirror_state *st);
-/* Whether MAPPING_CHECK asks for the check (read once per process). */
-bool           mapping__mirror_check_enabled(void);
 
 #endif

@@ -25,7 +25,8 @@
 #include "os/os.h"
 #include "os/status.h"
 
-extern _Atomic bool mapping__trace_active;
+/* Hidden: read without a GOT load in the library's position-independent code. */
+extern _Atomic bool mapping__trace_active __attribute__((visibility("hidden")));
 
 /* The start of something to trace: t0 == 0 when tracing is off. */
 typedef struct mapping_trace_span {

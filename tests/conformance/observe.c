@@ -1,5 +1,6 @@
 /* Seeing what the library did: the trace start/stop API, info-level log
  * lines for syncs and flushes, and the MAPPING_CHECK=unmarked debug mode. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <unistd.h>
 #include "harness.h"
@@ -172,4 +173,68 @@ TEST(without_the_check_an_unmarked_write_is_silently_not_copied)
     CHECK_OK(mapping_sync_to_cpu_range(NULL, mapping_mirror_gpu(m), mapping_mirror_gpu_offset(m), back, sizeof back));
     CHECK(back[7] == 0 || mapping_mirror_is_unified(m));
     mapping_mirror_destroy(m);
+}
+
+typedef struct copier {
+    mapping_device *dev;
+    mapping_buffer *buf;
+    int             use_stream;
+    int             failures;
+} copier;
+
+static void *copy_many(void *arg)
+{
+    copier *c = arg;
+    char host[64] = {3};
+    mapping_stream *s = NULL;
+    if (c->use_stream && mapping_stream_create(c->dev, &s) != MAPPING_OK) {
+        c->failures++;
+        return NULL;
+    }
+    for (int i = 0; i < 200; i++)
+        c->failures += mapping_sync_to_gpu_range(s, host, c->buf, 0, sizeof host) != MAPPING_OK;
+    if (s) {
+        c->failures += mapping_stream_synchronize(s) != MAPPING_OK;
+        mapping_stream_destroy(s);
+    }
+    return NULL;
+}
+
+static size_t count_of(const char *text, const char *what)
+{
+    size_t n = 0;
+    for (const char *p = text; (p = strstr(p, what)); p += strlen(what))
+        n++;
+    return n;
+}
+
+TEST(trace_records_every_event_of_concurrent_threads)
+{
+    mapping_device *dev = test_device();
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/mapping_trace_threads_%d.json", (int)getpid());
+    enum { THREADS = 4 };
+    copier c[THREADS];
+    pthread_t t[THREADS];
+    mapping_buffer *bufs[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        CHECK_OK(mapping_allocate_gpu(dev, 64, &bufs[i]));
+        c[i] = (copier){dev, bufs[i], i % 2, 0};
+    }
+    CHECK_OK(mapping_trace_start(path));
+    for (int i = 0; i < THREADS; i++)
+        CHECK(pthread_create(&t[i], NULL, copy_many, &c[i]) == 0);
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(t[i], NULL);
+        CHECK(c[i].failures == 0);
+    }
+    CHECK_OK(mapping_trace_stop());
+    char *text = read_file(path);
+    CHECK(text != NULL);
+    CHECK(count_of(text, "\"name\":\"write\"") == THREADS * 200);
+    CHECK(strstr(text, "\"stream 2\"") != NULL); /* two streams: two tracks */
+    free(text);
+    remove(path);
+    for (int i = 0; i < THREADS; i++)
+        mapping_free_gpu(bufs[i]);
 }
