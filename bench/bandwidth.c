@@ -323,9 +323,20 @@ BENCH_SECTION(bench_latency, 20, "latency", "64-byte blocking copy latency again
                           : "Latency of one 64-byte blocking copy from page-locked memory across the device's link "
                             "(memcpy = 64 bytes copied by this CPU, the floor of any copy)",
                       "copy", 3, 3, cols);
-    bench_table_row(&t, "H2D", (double[]){h2d * 1e6, (h2d - mc) * 1e9, h2d / mc});
-    bench_table_row(&t, "D2H", (double[]){d2h * 1e6, (d2h - mc) * 1e9, d2h / mc});
-    bench_table_row(&t, "memcpy", (double[]){mc * 1e6, 0, 1});
+    double lo[3], hi[3];
+    for (int k = 0; k < 3; k++) { /* seconds of the fastest and slowest run */
+        lo[k] = hi[k] = tm.samples[k][0];
+        for (int r = 1; r < tm.runs; r++) {
+            lo[k] = tm.samples[k][r] < lo[k] ? tm.samples[k][r] : lo[k];
+            hi[k] = tm.samples[k][r] > hi[k] ? tm.samples[k][r] : hi[k];
+        }
+    }
+    bench_table_row_range(&t, "H2D", 64, (double[]){h2d * 1e6, (h2d - mc) * 1e9, h2d / mc},
+                          (double[]){lo[0] * 1e6, NAN, NAN}, (double[]){hi[0] * 1e6, NAN, NAN});
+    bench_table_row_range(&t, "D2H", 64, (double[]){d2h * 1e6, (d2h - mc) * 1e9, d2h / mc},
+                          (double[]){lo[1] * 1e6, NAN, NAN}, (double[]){hi[1] * 1e6, NAN, NAN});
+    bench_table_row_range(&t, "memcpy", 64, (double[]){mc * 1e6, 0, 1}, (double[]){lo[2] * 1e6, NAN, NAN},
+                          (double[]){hi[2] * 1e6, NAN, NAN});
     bench_table_end(&t);
     bench_figure(ctx, "h2d_64B_us", h2d * 1e6, "us", "64 B H2D blocking latency");
     bench_figure(ctx, "d2h_64B_us", d2h * 1e6, "us", "64 B D2H blocking latency");

@@ -186,12 +186,11 @@ void bench_table_row(bench_table *t, const char *label, const double *values)
     fflush(ctx->out);
 }
 
-void bench_table_row_sized(bench_table *t, size_t bytes, const double *values, const double *lo, const double *hi)
+void bench_table_row_range(bench_table *t, const char *label, size_t bytes, const double *values, const double *lo,
+                           const double *hi)
 {
-    char label[32];
-    bench_size_name(bytes, label, sizeof label);
     int csv = t->ctx->csv;
-    t->ctx->csv = 0; /* the sized CSV row below has the bytes */
+    t->ctx->csv = 0; /* the CSV row below has the bytes and the range */
     bench_table_row(t, label, values);
     t->ctx->csv = csv;
     if (csv)
@@ -209,30 +208,38 @@ void bench_table_row_sized(bench_table *t, size_t bytes, const double *values, c
         fprintf(t->ctx->out, "\n");
         fflush(t->ctx->out);
     }
-    if (t->nsized < 64) {
-        t->sizes[t->nsized] = bytes;
+    if (t->rows <= 64) {
+        int r = t->rows - 1;
+        t->sizes[r] = bytes;
         for (int i = 0; i < t->ncols; i++) {
-            t->lo[t->nsized][i] = lo ? lo[i] : NAN;
-            t->hi[t->nsized][i] = hi ? hi[i] : NAN;
+            t->lo[r][i] = lo ? lo[i] : NAN;
+            t->hi[r][i] = hi ? hi[i] : NAN;
         }
         t->ranged |= lo && hi;
-        t->nsized++;
+        t->nsized += bytes > 0;
     }
+}
+
+void bench_table_row_sized(bench_table *t, size_t bytes, const double *values, const double *lo, const double *hi)
+{
+    char label[32];
+    bench_table_row_range(t, bench_size_name(bytes, label, sizeof label), bytes, values, lo, hi);
 }
 
 void bench_table_end(bench_table *t)
 {
     bench_ctx *ctx = t->ctx;
     json_append(ctx, "]");
-    if (t->nsized) {
+    int rows = t->rows < 64 ? t->rows : 64;
+    if (t->nsized && t->nsized == rows) {
         json_append(ctx, ",\"sizes\":[");
-        for (int r = 0; r < t->nsized; r++)
+        for (int r = 0; r < rows; r++)
             json_append(ctx, "%s%zu", r ? "," : "", t->sizes[r]);
         json_append(ctx, "]");
     }
     if (t->ranged) {
         json_append(ctx, ",\"ranges\":[");
-        for (int r = 0; r < t->nsized; r++) {
+        for (int r = 0; r < rows; r++) {
             json_append(ctx, "%s[", r ? "," : "");
             for (int i = 0; i < t->ncols; i++) {
                 json_append(ctx, "%s[", i ? "," : "");

@@ -73,7 +73,7 @@ typedef struct bench_table {
     int         decimals;
     int         rows;
     const char *id;
-    /* Size sweeps (bench_table_row_sized): per row, its size and ranges. */
+    /* Per row (the first 64): its size (bench_table_row_sized) and min..max. */
     int         nsized, ranged;
     size_t      sizes[64];
     double      lo[64][12], hi[64][12];
@@ -91,6 +91,10 @@ void bench_table_end(bench_table *t);
  * minimum and maximum over runs of each column ("ranges": [[min, max], ...];
  * the text shows them on a line under the medians). */
 void bench_table_row_sized(bench_table *t, size_t bytes, const double *values, const double *lo, const double *hi);
+/* A row with its min..max over runs (lo, hi; NaN where none), as above;
+ * bytes 0 when the row is not a size. */
+void bench_table_row_range(bench_table *t, const char *label, size_t bytes, const double *values, const double *lo,
+                           const double *hi);
 /* Progress on stderr for long sections: at most every half second. */
 void bench_progress(bench_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The sizes of a sweep: --sizes, else start..end times factor. Returns the
