@@ -436,6 +436,19 @@ MAPPING_API mapping_status mapping_trace_stop(void);
 /* 1 while a trace is being recorded, else 0. */
 MAPPING_API int            mapping_trace_active(void);
 
+/* Two more ways to see what the library did (docs/observability.md):
+ * - The log callback (mapping_set_log) hears, at level 2 (info), one line per
+ *   mirror sync (ranges stale, merged, copied; bytes moved and skipped) and
+ *   per batch flush (its plan: groups packed and straight through, per
+ *   direction, and the staging size). Nothing is formatted without a callback.
+ * - MAPPING_CHECK=unmarked (read once, at the first mirror sync) makes every
+ *   sync to the GPU check that the host bytes outside the marked ranges have
+ *   not changed since the last sync: a change fails the sync with
+ *   MAPPING_ERR_CONFLICT, naming the 4 KiB pages ("pages 5 to 6 (bytes 20480
+ *   to 28672 ...)"), and nothing is copied. Pages that hold marked bytes are
+ *   not checked. Cost: a hash of the synced view per sync (a few GB/s) and
+ *   9 bytes per 4 KiB page: for debugging. */
+
 /* ==== Mirrors (src/coherence/) ==== */
 
 /*
