@@ -48,7 +48,10 @@ double bench_time(bench_ctx *ctx, int reps, int (*fn)(void *arg), void *arg)
                 return NAN;
         samples[r] = (bench_now() - t0) / reps;
     }
-    return bench_median(samples, runs);
+    double median = bench_median(samples, runs); /* sorts */
+    ctx->last_min = samples[0];
+    ctx->last_max = samples[runs - 1];
+    return median;
 }
 
 int bench_reps_for(double seconds_per_call, double target)

@@ -31,6 +31,7 @@ typedef struct bench_ctx {
     double              size_factor;
     unsigned            directions; /* BENCH_DIR_* bits (--direction); all by default */
     const char         *section;    /* the section running, for progress lines */
+    double              last_min, last_max; /* of bench_time's last samples (seconds per call) */
     double              progress_last;
 } bench_ctx;
 
@@ -58,7 +59,8 @@ void bench_register(const bench_section *section);
 double bench_now(void);                 /* seconds, monotonic */
 double bench_median(double *v, int n);  /* sorts v */
 /* Runs fn(arg) `reps` times per sample, takes ctx->runs samples, and returns
- * the median seconds per call. */
+ * the median seconds per call (the fastest and slowest sample go to
+ * ctx->last_min and ctx->last_max). */
 double bench_time(bench_ctx *ctx, int reps, int (*fn)(void *arg), void *arg);
 /* Repetitions so one sample takes about `target` seconds, from one call. */
 int    bench_reps_for(double seconds_per_call, double target);
