@@ -4,11 +4,14 @@
 # numbers against the statistics: the transfers after the last "statistics
 # reset" sum to the counters of the "device closed" event, and to the bytes
 # and copies the example prints from mapping_device_stats.
-# -DEXAMPLE=path -DTRACE=out.json [-DBACKEND=name]
+# -DEXAMPLE=path -DTRACE=out.json [-DBACKEND=name] [-DCUDA_LIBRARY=path (the fake libcuda)]
 file(REMOVE ${TRACE})
 set(env MAPPING_TRACE=${TRACE})
 if(BACKEND)
   list(APPEND env MAPPING_BACKEND=${BACKEND})
+endif()
+if(CUDA_LIBRARY)
+  list(APPEND env MAPPING_CUDA_LIBRARY=${CUDA_LIBRARY})
 endif()
 execute_process(COMMAND ${CMAKE_COMMAND} -E env ${env} ${EXAMPLE} RESULT_VARIABLE rc OUTPUT_VARIABLE out
                 ERROR_VARIABLE err)
