@@ -46,6 +46,8 @@ typedef struct bench_section {
 } bench_section;
 
 void bench_register(const bench_section *section);
+int                  bench_section_count(void);
+const bench_section *bench_section_at(int i); /* in run order once bench_main has sorted them */
 #define BENCH_SECTION(ident, order_, name_, help_)                                           \
     static int ident(bench_ctx *ctx);                                                        \
     static const bench_section ident##_section = {name_, order_, help_, ident};              \
