@@ -420,7 +420,9 @@ MAPPING_API mapping_status mapping_device_stats_json(const mapping_device *dev, 
  * device's transfer counters, so a trace can be checked against them.
  *
  * Also without code: MAPPING_TRACE=out.json ./app traces from the first
- * mapping_open and writes the file at exit.
+ * mapping_open and writes the file at exit (mapping_open fails with
+ * MAPPING_ERR_INVALID_ARGUMENT, naming the variable, when the file cannot be
+ * created).
  *
  * Cost: off (the default), one predicted branch per operation; on, well under
  * a microsecond per event on the host back end, and about 250 bytes of memory
@@ -447,7 +449,8 @@ MAPPING_API int            mapping_trace_active(void);
  *   MAPPING_ERR_CONFLICT, naming the 4 KiB pages ("pages 5 to 6 (bytes 20480
  *   to 28672 ...)"), and nothing is copied. Pages that hold marked bytes are
  *   not checked. Cost: a hash of the synced view per sync (a few GB/s) and
- *   9 bytes per 4 KiB page: for debugging. */
+ *   9 bytes per 4 KiB page: for debugging. Another value of MAPPING_CHECK
+ *   fails every sync to the GPU with MAPPING_ERR_INVALID_ARGUMENT. */
 
 /* ==== Mirrors (src/coherence/) ==== */
 

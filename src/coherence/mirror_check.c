@@ -31,10 +31,8 @@ _Atomic int mapping__mirror_check_mode;
 static void read_environment(void)
 {
     const char *v = getenv("MAPPING_CHECK");
-    bool on = v && strcmp(v, "unmarked") == 0;
-    if (v && *v && !on)
-        mapping__log(1, "MAPPING_CHECK=%s is not a known check (known: unmarked); no check is made", v);
-    atomic_store_explicit(&mapping__mirror_check_mode, on ? 2 : 1, memory_order_relaxed);
+    int mode = !v || !*v ? 1 : strcmp(v, "unmarked") == 0 ? 2 : 3;
+    atomic_store_explicit(&mapping__mirror_check_mode, mode, memory_order_relaxed);
 }
 
 bool mapping__mirror_check_enabled(void)
@@ -104,6 +102,9 @@ static bool page_judged(const mirror_state *st, size_t lo, size_t hi)
 
 mapping_status mapping__mirror_check_pages(const char *fn, mirror_state *st, size_t lo, size_t hi)
 {
+    if (atomic_load_explicit(&mapping__mirror_check_mode, memory_order_relaxed) == 3)
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: MAPPING_CHECK=%s is not a check (the one check is "
+                             "MAPPING_CHECK=unmarked)", fn, getenv("MAPPING_CHECK") ? getenv("MAPPING_CHECK") : "");
     if (st->unified)
         return MAPPING_OK;
     pthread_mutex_lock(&table_lock);
@@ -131,7 +132,7 @@ mapping_status mapping__mirror_check_pages(const char *fn, mirror_state *st, siz
 
 void mapping__mirror_check_snapshot(mirror_state *st, size_t lo, size_t hi)
 {
-    if (st->unified)
+    if (st->unified || atomic_load_explicit(&mapping__mirror_check_mode, memory_order_relaxed) != 2)
         return;
     pthread_mutex_lock(&table_lock);
     family_hashes *e = entry_of(st);
@@ -147,7 +148,7 @@ void mapping__mirror_check_snapshot(mirror_state *st, size_t lo, size_t hi)
 
 void mapping__mirror_check_forget(const mirror_state *st)
 {
-    if (!mapping__mirror_check_on())
+    if (atomic_load_explicit(&mapping__mirror_check_mode, memory_order_relaxed) != 2)
         return;
     pthread_mutex_lock(&table_lock);
     for (size_t i = 0; i < table_count; i++)

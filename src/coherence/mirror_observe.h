@@ -26,14 +26,18 @@ typedef struct mirror_sync_report {
     size_t skipped;      /* bytes of the view not copied */
 } mirror_sync_report;
 
-/* MAPPING_CHECK, read once: 0 not read yet, 1 no check, 2 unmarked. */
+/* MAPPING_CHECK, read once: 0 not read yet, 1 no check, 2 unmarked, 3 a
+ * value that is no check (every sync to the GPU then fails, saying so). */
 extern _Atomic int mapping__mirror_check_mode __attribute__((visibility("hidden")));
 /* Whether MAPPING_CHECK asks for the check (reads it the first time). */
 bool mapping__mirror_check_enabled(void);
 static inline bool mapping__mirror_check_on(void)
 {
     int mode = atomic_load_explicit(&mapping__mirror_check_mode, memory_order_relaxed);
-    return __builtin_expect(mode == 1, 1) ? false : mode == 2 || mapping__mirror_check_enabled();
+    if (__builtin_expect(mode == 1, 1))
+        return false;
+    return mode != 0 || mapping__mirror_check_enabled() ||
+           atomic_load_explicit(&mapping__mirror_check_mode, memory_order_relaxed) == 3;
 }
 
 void mapping__mirror_report_sync(const mapping_trace_span *span, mapping_stream *stream, const mapping_mirror *m,

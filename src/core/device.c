@@ -38,10 +38,11 @@ mapping_status mapping_open(const mapping_device_desc *desc, mapping_device **ou
 {
     static const char fn[] = "mapping_open";
     mapping_status st;
-    mapping__trace_from_environment(); /* $MAPPING_TRACE, once */
     if ((st = mapping__check_ptr(fn, "out", out)))
         return st;
     *out = NULL;
+    if ((st = mapping__trace_from_environment(fn))) /* $MAPPING_TRACE */
+        return st;
     mapping_device_desc d = desc ? *desc : (mapping_device_desc){0};
     if (!d.backend)
         d.backend = env_or_null("MAPPING_BACKEND");

@@ -235,17 +235,29 @@ static void stop_at_exit(void)
         fprintf(stderr, "mapping: %s\n", mapping_last_error_message());
 }
 
+static bool environment_failed;
+
 static void start_from_environment(void)
 {
     const char *path = getenv("MAPPING_TRACE");
     if (!path || !*path)
         return;
+    FILE *f = fopen(path, "w"); /* fail at the start, not at exit */
+    if (!f) {
+        environment_failed = true;
+        return;
+    }
+    fclose(f);
     if (mapping__trace_start(path) == MAPPING_OK)
         atexit(stop_at_exit);
 }
 
-void mapping__trace_from_environment(void)
+mapping_status mapping__trace_from_environment(const char *fn)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, start_from_environment);
+    if (__builtin_expect(environment_failed, 0))
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: MAPPING_TRACE=%s: cannot create the trace file", fn,
+                             getenv("MAPPING_TRACE") ? getenv("MAPPING_TRACE") : "");
+    return MAPPING_OK;
 }

@@ -79,7 +79,9 @@ mapping_status mapping__trace_start(const char *path);
 mapping_status mapping__trace_stop(void);
 /* Events recorded since the start (0 when not tracing). */
 uint64_t       mapping__trace_event_count(void);
-/* Once per process: $MAPPING_TRACE=path starts tracing, written at exit. */
-void           mapping__trace_from_environment(void);
+/* $MAPPING_TRACE=path starts tracing (once per process), written at exit.
+ * MAPPING_ERR_INVALID_ARGUMENT, recorded under fn, when the file cannot be
+ * created (every call says so). */
+mapping_status mapping__trace_from_environment(const char *fn);
 
 #endif
