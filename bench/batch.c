@@ -77,14 +77,19 @@ static int measure_device(bench_ctx *ctx, bench_table *t, mapping_device *dev, c
         }
         mapping_device_stats(dev, &after);
         double transfers = (double)(after.h2d_copies - before.h2d_copies + after.d2h_copies - before.d2h_copies);
-        double batch = timed(ctx, run_batch, &j), blocking = timed(ctx, run_singles, &j);
+        double lo[6] = {NAN, NAN, NAN, NAN, NAN, NAN}, hi[6] = {NAN, NAN, NAN, NAN, NAN, NAN};
+        double batch = timed(ctx, run_batch, &j);
+        lo[0] = ctx->last_min * 1e3, hi[0] = ctx->last_max * 1e3;
+        double blocking = timed(ctx, run_singles, &j);
+        lo[1] = ctx->last_min * 1e3, hi[1] = ctx->last_max * 1e3;
         j.stream = stream;
         double nonblocking = timed(ctx, run_singles, &j);
+        lo[2] = ctx->last_min * 1e3, hi[2] = ctx->last_max * 1e3;
         double v[6] = {batch * 1e3, blocking * 1e3, nonblocking * 1e3, blocking / batch, nonblocking / batch,
                        transfers};
         char label[48];
         snprintf(label, sizeof label, "%s %s", name, j.to_gpu ? "H2D" : "D2H");
-        bench_table_row(t, label, v);
+        bench_table_row_range(t, label, 0, v, lo, hi);
         ratios[2 * dir] = v[3];
         ratios[2 * dir + 1] = v[4];
     }

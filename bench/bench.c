@@ -3,7 +3,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include "bench.h"
+#include "bench_args.h"
 #include "os/json.h"
 
 static const bench_section *sections[64];
@@ -13,6 +15,16 @@ void bench_register(const bench_section *section)
 {
     if (section_count < (int)(sizeof sections / sizeof sections[0]))
         sections[section_count++] = section;
+}
+
+int bench_section_count(void)
+{
+    return section_count;
+}
+
+const bench_section *bench_section_at(int i)
+{
+    return sections[i];
 }
 
 double bench_now(void)
@@ -45,7 +57,10 @@ double bench_time(bench_ctx *ctx, int reps, int (*fn)(void *arg), void *arg)
                 return NAN;
         samples[r] = (bench_now() - t0) / reps;
     }
-    return bench_median(samples, runs);
+    double median = bench_median(samples, runs); /* sorts */
+    ctx->last_min = samples[0];
+    ctx->last_max = samples[runs - 1];
+    return median;
 }
 
 int bench_reps_for(double seconds_per_call, double target)
@@ -123,6 +138,7 @@ void bench_table_begin(bench_ctx *ctx, bench_table *t, const char *id, const cha
 {
     memset(t, 0, sizeof *t);
     t->ctx = ctx;
+    t->id = id;
     t->ncols = ncols < 12 ? ncols : 12;
     t->decimals = decimals;
     for (int i = 0; i < t->ncols; i++)
@@ -144,9 +160,28 @@ void bench_table_begin(bench_ctx *ctx, bench_table *t, const char *id, const cha
     json_append(ctx, "],\"rows\":[");
 }
 
+static void csv_row(bench_table *t, const char *label, size_t bytes, const double *values, const double *lo,
+                    const double *hi)
+{
+    for (int i = 0; i < t->ncols; i++) {
+        printf("%s,\"%s\",", t->id, label);
+        if (bytes)
+            printf("%zu", bytes);
+        printf(",\"%s\",", t->cols[i]);
+        for (int k = 0; k < 3; k++) {
+            double v = k == 0 ? values[i] : !lo ? NAN : k == 1 ? lo[i] : hi[i];
+            if (isfinite(v))
+                printf("%.6g", v);
+            printf(k < 2 ? "," : "\n");
+        }
+    }
+}
+
 void bench_table_row(bench_table *t, const char *label, const double *values)
 {
     bench_ctx *ctx = t->ctx;
+    if (ctx->csv)
+        csv_row(t, label, 0, values, NULL, NULL);
     fprintf(ctx->out, "%-*s", LABEL_WIDTH, label);
     json_append(ctx, "%s[", t->rows++ ? "," : "");
     json_string(ctx, label);
@@ -163,9 +198,109 @@ void bench_table_row(bench_table *t, const char *label, const double *values)
     fflush(ctx->out);
 }
 
+void bench_table_row_range(bench_table *t, const char *label, size_t bytes, const double *values, const double *lo,
+                           const double *hi)
+{
+    int csv = t->ctx->csv;
+    t->ctx->csv = 0; /* the CSV row below has the bytes and the range */
+    bench_table_row(t, label, values);
+    t->ctx->csv = csv;
+    if (csv)
+        csv_row(t, label, bytes, values, lo, hi);
+    if (lo && hi) {
+        fprintf(t->ctx->out, "%*s", LABEL_WIDTH, "  min..max");
+        for (int i = 0; i < t->ncols; i++) {
+            char cell[48];
+            if (isfinite(lo[i]) && isfinite(hi[i]))
+                snprintf(cell, sizeof cell, "%.*f..%.*f", t->decimals, lo[i], t->decimals, hi[i]);
+            else
+                snprintf(cell, sizeof cell, "-");
+            fprintf(t->ctx->out, " %*s", COL_WIDTH, cell);
+        }
+        fprintf(t->ctx->out, "\n");
+        fflush(t->ctx->out);
+    }
+    if (t->rows <= 64) {
+        int r = t->rows - 1;
+        t->sizes[r] = bytes;
+        for (int i = 0; i < t->ncols; i++) {
+            t->lo[r][i] = lo ? lo[i] : NAN;
+            t->hi[r][i] = hi ? hi[i] : NAN;
+        }
+        t->ranged |= lo && hi;
+        t->nsized += bytes > 0;
+    }
+}
+
+void bench_table_row_sized(bench_table *t, size_t bytes, const double *values, const double *lo, const double *hi)
+{
+    char label[32];
+    bench_table_row_range(t, bench_size_name(bytes, label, sizeof label), bytes, values, lo, hi);
+}
+
 void bench_table_end(bench_table *t)
 {
-    json_append(t->ctx, "]}");
+    bench_ctx *ctx = t->ctx;
+    json_append(ctx, "]");
+    int rows = t->rows < 64 ? t->rows : 64;
+    if (t->nsized && t->nsized == rows) {
+        json_append(ctx, ",\"sizes\":[");
+        for (int r = 0; r < rows; r++)
+            json_append(ctx, "%s%zu", r ? "," : "", t->sizes[r]);
+        json_append(ctx, "]");
+    }
+    if (t->ranged) {
+        json_append(ctx, ",\"ranges\":[");
+        for (int r = 0; r < rows; r++) {
+            json_append(ctx, "%s[", r ? "," : "");
+            for (int i = 0; i < t->ncols; i++) {
+                json_append(ctx, "%s[", i ? "," : "");
+                json_number(ctx, t->lo[r][i]);
+                json_append(ctx, ",");
+                json_number(ctx, t->hi[r][i]);
+                json_append(ctx, "]");
+            }
+            json_append(ctx, "]");
+        }
+        json_append(ctx, "]");
+    }
+    json_append(ctx, "}");
+}
+
+void bench_progress(bench_ctx *ctx, const char *fmt, ...)
+{
+    double now = bench_now();
+    if (now - ctx->progress_last < 0.5)
+        return;
+    ctx->progress_last = now;
+    char line[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    int tty = isatty(STDERR_FILENO);
+    fprintf(stderr, tty ? "\r\033[Kmapping bench: %s: %s" : "mapping bench: %s: %s\n", ctx->section, line);
+    fflush(stderr);
+}
+
+int bench_sizes(const bench_ctx *ctx, size_t start, size_t end, double factor, size_t *sizes, int max)
+{
+    if (ctx->size_start) {
+        start = ctx->size_start;
+        end = ctx->size_end;
+        factor = ctx->size_factor;
+    }
+    int n = 0;
+    for (double s = (double)start; s <= (double)end && n < max; s *= factor) {
+        size_t bytes = (size_t)s;
+        if (n == 0 || bytes > sizes[n - 1])
+            sizes[n++] = bytes;
+    }
+    if (n < max && (n == 0 || sizes[n - 1] != end))
+        sizes[n++] = end;
+    else if (n == max)
+        sizes[max - 1] = end;
+    return n;
 }
 
 void bench_note(bench_ctx *ctx, const char *fmt, ...)
@@ -180,12 +315,49 @@ void bench_note(bench_ctx *ctx, const char *fmt, ...)
 
 static char figures_json[16384];
 static size_t figures_len;
+static char missed_json[4096];
+static size_t missed_len;
+static int missed_count;
+
+/* A figure whose description states a target, "(target < 100 ns)", "(target
+ * >= 10000)", "(target 0)": -1 when there is none, else 1 if value meets it. */
+static int meets_target(const char *what, double value, char *target, size_t len)
+{
+    const char *p = strstr(what, "target ");
+    if (!p)
+        return -1;
+    p += 7;
+    const char *op = "==";
+    static const char *const ops[] = {"<=", ">=", "<", ">"};
+    for (int i = 0; i < 4; i++)
+        if (!strncmp(p, ops[i], strlen(ops[i]))) {
+            op = ops[i];
+            p += strlen(ops[i]);
+            break;
+        }
+    char *end;
+    double t = strtod(p, &end);
+    if (end == p)
+        return -1;
+    snprintf(target, len, "%s %g", op, t);
+    if (!isfinite(value))
+        return 0;
+    return !strcmp(op, "<=") ? value <= t : !strcmp(op, ">=") ? value >= t : !strcmp(op, "<") ? value < t
+           : !strcmp(op, ">") ? value > t : value == t;
+}
 
 void bench_figure(bench_ctx *ctx, const char *id, double value, const char *unit, const char *what)
 {
     char key[128]; /* ids are short constants; one longer than this would be cut */
-    fprintf(ctx->out, "  => %-44s %12.4g %s\n", what, value, unit);
+    char target[64];
+    int met = meets_target(what, value, target, sizeof target);
+    fprintf(ctx->out, "  => %-44s %12.4g %s%s\n", what, value, unit, met == 0 ? "   <== MISSED the target" : "");
     mapping_json_string(key, sizeof key, id);
+    if (met == 0 && missed_len < sizeof missed_json - 256) {
+        missed_len += (size_t)snprintf(missed_json + missed_len, sizeof missed_json - missed_len,
+                                       "%s{\"figure\":%s,\"value\":%.6g,\"target\":\"%s\"}",
+                                       missed_count++ ? "," : "", key, isfinite(value) ? value : 0.0, target);
+    }
     if (figures_len < sizeof figures_json - 256)
         figures_len += (size_t)snprintf(figures_json + figures_len, sizeof figures_json - figures_len,
                                         "%s%s:%.6g", ctx->json_figures++ ? "," : "", key,
@@ -224,61 +396,6 @@ static int wanted(const char *only, const char *name)
     return 0;
 }
 
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: mapping bench [--backend NAME] [--device N] [--quick] [--runs N] [--json] [--only S,S]\n"
-               "exit status: 0 done, 1 a section failed, 2 bad arguments, %d the back end is not available here\n"
-               "sections:\n",
-            BENCH_EXIT_UNAVAILABLE);
-    for (int i = 0; i < section_count; i++)
-        fprintf(f, "  %-12s %s\n", sections[i]->name, sections[i]->help);
-}
-
-/* What the command line asks for, besides what bench_ctx holds. */
-typedef struct bench_args {
-    const char *backend, *only;
-    int         device; /* -1: not given */
-} bench_args;
-
-/* parse_args, open_device: carry on (any other value is the exit status). */
-enum { KEEP_GOING = -1 };
-
-/* Reads argv into args and ctx; returns KEEP_GOING, or the exit status when the
- * command ends here (--help, a bad argument). */
-static int parse_args(int argc, char **argv, bench_args *args, bench_ctx *ctx)
-{
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--backend") && i + 1 < argc)
-            args->backend = argv[++i];
-        else if (!strcmp(a, "--device") && i + 1 < argc)
-            args->device = atoi(argv[++i]);
-        else if (!strcmp(a, "--runs") && i + 1 < argc)
-            ctx->runs = atoi(argv[++i]);
-        else if (!strcmp(a, "--only") && i + 1 < argc)
-            args->only = argv[++i];
-        else if (!strcmp(a, "--quick"))
-            ctx->quick = 1;
-        else if (!strcmp(a, "--json"))
-            ctx->json = 1;
-        else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else {
-            fprintf(stderr, "mapping bench: unknown argument %s\n", a);
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (ctx->runs <= 0)
-        ctx->runs = ctx->quick ? 3 : 7;
-    if (ctx->runs > 64)
-        ctx->runs = 64;
-    if (ctx->json)
-        ctx->out = stderr;
-    return KEEP_GOING;
-}
-
 /* Opens the device asked for into ctx; returns KEEP_GOING, or the exit status
  * when it cannot (BENCH_EXIT_UNAVAILABLE when the back end is absent). */
 static int open_device(const bench_args *args, bench_ctx *ctx)
@@ -310,29 +427,57 @@ static void report_begin(bench_ctx *ctx)
             ctx->info.name, ctx->info.driver);
     fprintf(ctx->out, "GB/s = 1e9 bytes/s; every figure is the median of %d runs%s\n", ctx->runs,
             ctx->quick ? " (--quick)" : "");
-    json_append(ctx, "{\"backend\":");
+    char date[32];
+    time_t now = time(NULL);
+    struct tm tm;
+    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tm));
+    json_append(ctx, "{\"version\":");
+    json_string(ctx, mapping_version());
+    json_append(ctx, ",\"date\":\"%s\",\"backend\":", date);
     json_string(ctx, ctx->info.backend);
     json_append(ctx, ",\"device\":");
     json_string(ctx, ctx->info.name);
+    json_append(ctx, ",\"device_index\":%d,\"kind\":", ctx->info.index);
+    json_string(ctx, ctx->info.kind);
+    json_append(ctx, ",\"vendor\":");
+    json_string(ctx, ctx->info.vendor);
+    json_append(ctx, ",\"driver\":");
+    json_string(ctx, ctx->info.driver);
     json_append(ctx, ",\"runs\":%d,\"quick\":%s,\"tables\":[", ctx->runs, ctx->quick ? "true" : "false");
+    if (ctx->csv)
+        printf("table,row,bytes,column,median,min,max\n");
 }
 
 /* Runs the sections --only names (all without it), in order; 1 if any failed. */
 static int run_sections(bench_ctx *ctx, const char *only)
 {
     int failed = 0;
-    for (int i = 0; i < section_count; i++)
-        if (wanted(only, sections[i]->name) && sections[i]->run(ctx) != 0) {
+    for (int i = 0; i < section_count; i++) {
+        if (!wanted(only, sections[i]->name))
+            continue;
+        ctx->section = sections[i]->name;
+        ctx->progress_last = bench_now(); /* the first progress line after half a second */
+        double t0 = bench_now();
+        int rc = sections[i]->run(ctx);
+        if (bench_now() - t0 > 1.0)
+            fprintf(stderr, isatty(STDERR_FILENO) ? "\r\033[Kmapping bench: %s: done in %.1f s\n"
+                                                  : "mapping bench: %s: done in %.1f s\n",
+                    sections[i]->name, bench_now() - t0);
+        if (rc != 0) {
             fprintf(stderr, "mapping bench: section %s failed\n", sections[i]->name);
             failed = 1;
         }
+    }
     return failed;
 }
 
 /* Closes the JSON document and prints it (with --json). */
 static void report_end(bench_ctx *ctx)
 {
-    json_append(ctx, "],\"figures\":{%.*s}}", (int)figures_len, figures_json);
+    json_append(ctx, "],\"figures\":{%.*s},\"missed_targets\":[%.*s]}", (int)figures_len, figures_json,
+                (int)missed_len, missed_json);
+    if (missed_count)
+        fprintf(ctx->out, "\n%d figure(s) MISSED their target (marked <== above)\n", missed_count);
     if (ctx->json && ctx->json_buf)
         printf("%s\n", ctx->json_buf);
     free(ctx->json_buf);
@@ -344,7 +489,7 @@ int bench_main(int argc, char **argv)
     bench_args args = {.device = -1};
     bench_ctx  ctx  = {.runs = 0, .out = stdout};
     qsort(sections, (size_t)section_count, sizeof sections[0], compare_sections);
-    int status = parse_args(argc, argv, &args, &ctx);
+    int status = bench_parse_args(argc, argv, &args, &ctx);
     if (status == KEEP_GOING)
         status = open_device(&args, &ctx);
     if (status != KEEP_GOING)

@@ -25,7 +25,18 @@ typedef struct bench_ctx {
     char               *json_buf;
     size_t              json_len, json_cap;
     int                 json_tables, json_figures;
+    int                 csv;   /* tables as CSV rows on stdout (text to stderr) */
+    /* --sizes start,end,factor for size sweeps (0: the section's own). */
+    size_t              size_start, size_end;
+    double              size_factor;
+    unsigned            directions; /* BENCH_DIR_* bits (--direction); all by default */
+    const char         *section;    /* the section running, for progress lines */
+    double              last_min, last_max; /* of bench_time's last samples (seconds per call) */
+    double              progress_last;
 } bench_ctx;
+
+/* Directions of --direction. */
+enum { BENCH_DIR_H2D = 1, BENCH_DIR_D2H = 2, BENCH_DIR_D2D = 4, BENCH_DIR_BIDIR = 8, BENCH_DIR_ALL = 15 };
 
 typedef struct bench_section {
     const char *name;  /* for --only */
@@ -35,6 +46,8 @@ typedef struct bench_section {
 } bench_section;
 
 void bench_register(const bench_section *section);
+int                  bench_section_count(void);
+const bench_section *bench_section_at(int i); /* in run order once bench_main has sorted them */
 #define BENCH_SECTION(ident, order_, name_, help_)                                           \
     static int ident(bench_ctx *ctx);                                                        \
     static const bench_section ident##_section = {name_, order_, help_, ident};              \
@@ -48,7 +61,8 @@ void bench_register(const bench_section *section);
 double bench_now(void);                 /* seconds, monotonic */
 double bench_median(double *v, int n);  /* sorts v */
 /* Runs fn(arg) `reps` times per sample, takes ctx->runs samples, and returns
- * the median seconds per call. */
+ * the median seconds per call (the fastest and slowest sample go to
+ * ctx->last_min and ctx->last_max). */
 double bench_time(bench_ctx *ctx, int reps, int (*fn)(void *arg), void *arg);
 /* Repetitions so one sample takes about `target` seconds, from one call. */
 int    bench_reps_for(double seconds_per_call, double target);
@@ -62,6 +76,11 @@ typedef struct bench_table {
     const char *cols[12];
     int         decimals;
     int         rows;
+    const char *id;
+    /* Per row (the first 64): its size (bench_table_row_sized) and min..max. */
+    int         nsized, ranged;
+    size_t      sizes[64];
+    double      lo[64][12], hi[64][12];
 } bench_table;
 
 /* id: a stable key for JSON; title: printed above the table; label: the
@@ -71,6 +90,20 @@ void bench_table_begin(bench_ctx *ctx, bench_table *t, const char *id, const cha
 /* One row; NaN prints as "n/a" (null in JSON). */
 void bench_table_row(bench_table *t, const char *label, const double *values);
 void bench_table_end(bench_table *t);
+/* A row of a size sweep: the label is the size's name, and the JSON row
+ * carries the size in bytes ("sizes") and, when lo and hi are not NULL, the
+ * minimum and maximum over runs of each column ("ranges": [[min, max], ...];
+ * the text shows them on a line under the medians). */
+void bench_table_row_sized(bench_table *t, size_t bytes, const double *values, const double *lo, const double *hi);
+/* A row with its min..max over runs (lo, hi; NaN where none), as above;
+ * bytes 0 when the row is not a size. */
+void bench_table_row_range(bench_table *t, const char *label, size_t bytes, const double *values, const double *lo,
+                           const double *hi);
+/* Progress on stderr for long sections: at most every half second. */
+void bench_progress(bench_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The sizes of a sweep: --sizes, else start..end times factor. Returns the
+ * count (at most max); the last size is end. */
+int  bench_sizes(const bench_ctx *ctx, size_t start, size_t end, double factor, size_t *sizes, int max);
 /* A line of text under a table (JSON: a note). */
 void bench_note(bench_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A headline figure: printed and kept in JSON "figures". */

@@ -92,12 +92,15 @@ static int clean_and_one_byte(bench_ctx *ctx, size_t size)
 
     uint64_t before = h2d_bytes(ctx->dev, NULL);
     double clean = time_once(ctx, do_clean_sync, &j, ctx->quick ? 0.005 : 0.05);
+    double clean_lo = ctx->last_min, clean_hi = ctx->last_max;
     uint64_t clean_moved = h2d_bytes(ctx->dev, NULL) - before;
     double whole = time_once(ctx, do_whole_copy, &j, ctx->quick ? 0.01 : 0.2);
+    double whole_lo = ctx->last_min, whole_hi = ctx->last_max;
 
     uint64_t copies0, copies1;
     before = h2d_bytes(ctx->dev, &copies0);
     double one = time_once(ctx, do_one_byte, &j, ctx->quick ? 0.005 : 0.05);
+    double one_lo = ctx->last_min, one_hi = ctx->last_max;
     uint64_t moved = h2d_bytes(ctx->dev, &copies1) - before;
     double per_sync = copies1 > copies0 ? (double)moved / (double)(copies1 - copies0) : NAN;
 
@@ -107,9 +110,12 @@ static int clean_and_one_byte(bench_ctx *ctx, size_t size)
     snprintf(title, sizeof title, "Mirror of %s: clean sync and 1 modified byte (blocking)",
              bench_size_name(size, name, sizeof name));
     bench_table_begin(ctx, &t, "mirror_sync", title, "case", 1, 3, cols);
-    bench_table_row(&t, "sync, clean mirror", (double[]){clean * 1e9, (double)clean_moved, whole / clean});
-    bench_table_row(&t, "mark 1 B + sync", (double[]){one * 1e9, per_sync, whole / one});
-    bench_table_row(&t, "whole-buffer copy (dirty flag)", (double[]){whole * 1e9, (double)size, 1});
+    bench_table_row_range(&t, "sync, clean mirror", 0, (double[]){clean * 1e9, (double)clean_moved, whole / clean},
+                          (double[]){clean_lo * 1e9, NAN, NAN}, (double[]){clean_hi * 1e9, NAN, NAN});
+    bench_table_row_range(&t, "mark 1 B + sync", 0, (double[]){one * 1e9, per_sync, whole / one},
+                          (double[]){one_lo * 1e9, NAN, NAN}, (double[]){one_hi * 1e9, NAN, NAN});
+    bench_table_row_range(&t, "whole-buffer copy (dirty flag)", 0, (double[]){whole * 1e9, (double)size, 1},
+                          (double[]){whole_lo * 1e9, NAN, NAN}, (double[]){whole_hi * 1e9, NAN, NAN});
     bench_table_end(&t);
     bench_note(ctx, "Marking is exact to the byte: 1 modified byte moves 1 byte.");
     bench_figure(ctx, "mirror_clean_sync_ns", clean * 1e9, "ns", "sync of a clean mirror (target < 100 ns)");

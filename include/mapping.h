@@ -3,7 +3,8 @@
  * where each byte is valid.
  *
  * One header is the whole public surface of libmapping. Every symbol is
- * prefixed mapping_ / MAPPING_. C11.
+ * prefixed mapping_ / MAPPING_. The header compiles as C99 (and as C++);
+ * only the library itself is built as C11.
  *
  * ---------------------------------------------------------------------------
  * Quick start: the seed's scenario
@@ -90,6 +91,9 @@ extern "C" {
 #define MAPPING_VERSION_MAJOR 0
 #define MAPPING_VERSION_MINOR 1
 #define MAPPING_VERSION_PATCH 0
+/* One number for compile-time checks: major * 10000 + minor * 100 + patch,
+ * e.g. #if MAPPING_VERSION >= 100 (0.1.0). */
+#define MAPPING_VERSION (MAPPING_VERSION_MAJOR * 10000 + MAPPING_VERSION_MINOR * 100 + MAPPING_VERSION_PATCH)
 MAPPING_API const char *mapping_version(void); /* "0.1.0" */
 
 /* ===========================================================================
@@ -565,6 +569,55 @@ MAPPING_API void           mapping_device_stats_reset(mapping_device *dev);
  * per MAPPING_STATS_LIST field, in list order, named as the field. */
 MAPPING_API mapping_status mapping_device_stats_json(const mapping_device *dev, char *buf, size_t size,
                                                      size_t *needed);
+
+/* ===========================================================================
+ * Tracing
+ * ======================================================================== */
+
+/* A timeline of what the library did, as Chrome Trace Event JSON: open the
+ * file in Perfetto (ui.perfetto.dev) or chrome://tracing. Each device is a
+ * process, with one track for its blocking calls and one per stream. The
+ * trace holds every driver transfer ("write" = host to device, "read",
+ * "copy", "fill", "scatter", "gather": with bytes, direction, buffer), host
+ * functions queued on streams, every mirror sync (ranges stale, merged and
+ * moved; bytes moved and skipped), every batch flush (its plan; the pack,
+ * transfer and scatter steps appear inside it) and every pipeline chunk.
+ * An event on a stream spans the time to queue the work, not the device's
+ * time. Instant events "statistics reset" and "device closed" carry the
+ * device's transfer counters, so a trace can be checked against them.
+ *
+ * Also without code: MAPPING_TRACE=out.json ./app traces from the first
+ * mapping_open and writes the file at exit (mapping_open fails with
+ * MAPPING_ERR_INVALID_ARGUMENT, naming the variable, when the file cannot be
+ * created).
+ *
+ * Cost: off (the default), one predicted branch per operation; on, well under
+ * a microsecond per event on the host back end, and about 250 bytes of memory
+ * per event until the trace is written. Process-wide and thread-safe. */
+
+/* Starts recording; the trace is written to `path` by mapping_trace_stop or
+ * at exit. The file is created now (MAPPING_ERR_INVALID_ARGUMENT when it
+ * cannot be); MAPPING_ERR_BUSY while a trace is being recorded. */
+MAPPING_API mapping_status mapping_trace_start(const char *path);
+/* Stops recording and writes the file. MAPPING_OK when no trace was being
+ * recorded (nothing written). */
+MAPPING_API mapping_status mapping_trace_stop(void);
+/* 1 while a trace is being recorded, else 0. */
+MAPPING_API int            mapping_trace_active(void);
+
+/* Two more ways to see what the library did (docs/observability.md):
+ * - The log callback (mapping_set_log) hears, at level 2 (info), one line per
+ *   mirror sync (ranges stale, merged, copied; bytes moved and skipped) and
+ *   per batch flush (its plan: groups packed and straight through, per
+ *   direction, and the staging size). Nothing is formatted without a callback.
+ * - MAPPING_CHECK=unmarked (read once, at the first mirror sync) makes every
+ *   sync to the GPU check that the host bytes outside the marked ranges have
+ *   not changed since the last sync: a change fails the sync with
+ *   MAPPING_ERR_CONFLICT, naming the 4 KiB pages ("pages 5 to 6 (bytes 20480
+ *   to 28672 ...)"), and nothing is copied. Pages that hold marked bytes are
+ *   not checked. Cost: a hash of the synced view per sync (a few GB/s) and
+ *   9 bytes per 4 KiB page: for debugging. Another value of MAPPING_CHECK
+ *   fails every sync to the GPU with MAPPING_ERR_INVALID_ARGUMENT. */
 
 /* ==== Mirrors (src/coherence/) ==== */
 

@@ -1,8 +1,10 @@
 /* mapping info: what the library can use on this machine, and why not. */
+#include <getopt.h>
 #include <stdio.h>
 #include <string.h>
 #include "mapping.h"
 #include "os/json.h"
+#include "device_details.h"
 
 enum { MAX_BACKENDS = 8, MAX_DEVICES = 16 };
 
@@ -20,8 +22,67 @@ static void print_caps(unsigned caps, int json)
 #undef PRINT_CAP_
 }
 
+static void json_int_or_null(const char *key, long long v)
+{
+    if (v < 0)
+        printf(",\"%s\":null", key);
+    else
+        printf(",\"%s\":%lld", key, v);
+}
+
+static void print_details_json(const device_details *d)
+{
+    json_int_or_null("compute_units", d->compute_units);
+    printf(",\"max_alloc_bytes\":%llu,\"api_version\":", d->max_alloc_bytes);
+    mapping_json_fputs(d->api_version, stdout);
+    printf(",\"compute_capability\":");
+    if (d->compute_capability[0])
+        mapping_json_fputs(d->compute_capability, stdout);
+    else
+        printf("null");
+    json_int_or_null("extensions_count", d->extensions_count);
+    printf(",\"extensions\":");
+    mapping_json_fputs(d->extensions, stdout);
+    json_int_or_null("pcie_generation", d->pcie_gen);
+    json_int_or_null("pcie_width", d->pcie_width);
+    json_int_or_null("pcie_max_generation", d->pcie_max_gen);
+    json_int_or_null("pcie_max_width", d->pcie_max_width);
+    printf(",\"link_latency_s\":%.6g,\"link_bandwidth_bytes_per_s\":%.6g,\"note\":", d->link.latency,
+           d->link.bandwidth);
+    mapping_json_fputs(d->note, stdout);
+}
+
+static void print_details_text(const device_details *d)
+{
+    printf("        compute units: ");
+    if (d->compute_units >= 0)
+        printf("%d", d->compute_units);
+    else
+        printf("n/a");
+    printf(", max allocation: ");
+    if (d->max_alloc_bytes)
+        printf("%.2f GiB\n", (double)d->max_alloc_bytes / (1u << 30));
+    else
+        printf("n/a\n");
+    if (d->api_version[0])
+        printf("        api:    %s\n", d->api_version);
+    if (d->extensions_count >= 0)
+        printf("        extensions: %d%s%s%s\n", d->extensions_count, d->extensions[0] ? " (" : "", d->extensions,
+               d->extensions[0] ? ")" : "");
+    if (d->pcie_gen >= 0 || d->pcie_width >= 0)
+        printf("        PCIe:   gen %d x%d (max gen %d x%d)\n", d->pcie_gen, d->pcie_width, d->pcie_max_gen,
+               d->pcie_max_width);
+    if (d->link.bandwidth > 0)
+        printf("        link:   %.2f us per transfer, %.2f GB/s host to device (measured)\n", d->link.latency * 1e6,
+               d->link.bandwidth * 1e-9);
+    if (d->note[0])
+        printf("        note:   %s\n", d->note);
+}
+
 static void print_device(const mapping_device_info *di, int first, int json)
 {
+    device_details details;
+    device_details_get(di->backend, di->index, di, &details);
     if (json) {
         printf("%s{\"index\":%d,\"kind\":", first ? "" : ",", di->index);
         mapping_json_fputs(di->kind, stdout);
@@ -33,12 +94,15 @@ static void print_device(const mapping_device_info *di, int first, int json)
         mapping_json_fputs(di->driver, stdout);
         printf(",\"memory_bytes\":%llu,\"caps\":[", (unsigned long long)di->memory_bytes);
         print_caps(di->caps, 1);
-        printf("]}");
+        printf("]");
+        print_details_json(&details);
+        printf("}");
     } else {
         printf("    [%d] %s (%s, %s)\n        driver: %s\n        memory: %.2f GiB\n        caps:   ", di->index,
                di->name, di->kind, di->vendor, di->driver, (double)di->memory_bytes / (1u << 30));
         print_caps(di->caps, 0);
         printf("\n");
+        print_details_text(&details);
     }
 }
 
@@ -80,9 +144,38 @@ static void print_default(int json)
     }
 }
 
+/* argv[0] is "info". Returns KEEP_GOING, or the exit status. */
+enum { KEEP_GOING = -1 };
+static int parse_info_args(int argc, char **argv, int *json)
+{
+    static const struct option options[] = {{"json", no_argument, NULL, 'j'},
+                                            {"version", no_argument, NULL, 'v'},
+                                            {"help", no_argument, NULL, 'h'},
+                                            {NULL, 0, NULL, 0}};
+    opterr = 0;
+    optind = 1;
+    for (int c; (c = getopt_long(argc, argv, "+h", options, NULL)) != -1;) {
+        switch (c) {
+        case 'j': *json = 1; break;
+        case 'v': printf("mapping %s\n", mapping_version()); return 0;
+        case 'h': printf("usage: mapping info [--json]\n"); return 0;
+        default:
+            fprintf(stderr, "mapping info: %s is unknown\nusage: mapping info [--json]\n", argv[optind - 1]);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "mapping info: unexpected argument '%s'\nusage: mapping info [--json]\n", argv[optind]);
+        return 2;
+    }
+    return KEEP_GOING;
+}
+
 int info_main(int argc, char **argv)
 {
-    int json = argc > 0 && !strcmp(argv[0], "--json");
+    int json = 0, status = parse_info_args(argc, argv, &json);
+    if (status != KEEP_GOING)
+        return status;
     mapping_backend_info backends[MAX_BACKENDS];
     int nb = 0;
     if (mapping_list_backends(backends, MAX_BACKENDS, &nb) != MAPPING_OK) {

@@ -12,9 +12,13 @@ static void usage(FILE *f)
                "usage:\n"
                "  mapping info [--json]       back ends, devices, memory and capabilities\n"
                "  mapping bench [options]     transfer benchmarks (mapping bench --help)\n"
-               "  mapping version\n\n"
+               "  mapping --version\n\n"
                "environment: MAPPING_BACKEND (host, opencl, cuda), MAPPING_DEVICE (index),\n"
-               "  MAPPING_HOST_LINK (bandwidth,latency for the host back end's link model)\n",
+               "  MAPPING_HOST_LINK (bandwidth,latency for the host back end's link model),\n"
+               "  MAPPING_TRACE (a file: Chrome Trace Event JSON of what the library did),\n"
+               "  MAPPING_CHECK=unmarked (mirror syncs catch host writes without a mark)\n"
+               "exit status: 0 done, 1 failed, 2 bad command line, 77 back end not available\n"
+               "see mapping(1)\n",
             mapping_version());
 }
 
@@ -25,10 +29,10 @@ int main(int argc, char **argv)
         return 2;
     }
     if (!strcmp(argv[1], "info"))
-        return info_main(argc - 2, argv + 2);
+        return info_main(argc - 1, argv + 1);
     if (!strcmp(argv[1], "bench"))
-        return bench_main(argc - 2, argv + 2);
-    if (!strcmp(argv[1], "version")) {
+        return bench_main(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
         printf("%s\n", mapping_version());
         return 0;
     }

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "coherence/mirror_internal.h"
+#include "coherence/mirror_observe.h"
 
 mapping_status mapping__mirror_check(const char *fn, const mapping_mirror *m)
 {
@@ -37,6 +38,7 @@ static void state_forget(mirror_state *st)
 
 static void state_free(mirror_state *st)
 {
+    mapping__mirror_check_forget(st);
     mapping__mirror_drain(st);
     if (st->batch)
         mapping__batch_destroy(st->batch);

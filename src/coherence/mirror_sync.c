@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "coherence/mirror_internal.h"
+#include "coherence/mirror_observe.h"
 #include "transfer/transfer.h"
 #include "core/ops.h"
 
@@ -373,11 +374,15 @@ static mapping_status sync_checked(const char *fn, mapping_stream *stream, mappi
      * device's memory, and no copy on that queue orders the CPU's reads. */
     if (!stream && st->unified && t == MIRROR_CPU && (status = mapping__device_synchronize(st->dev)))
         return status;
+    mapping_trace_span span = mapping__trace_begin();
     if (st->n_inflight)
         mapping__mirror_fold_completed(st);
+    if (t == MIRROR_GPU && (status = mapping__mirror_check_unmarked(fn, st, lo, hi)))
+        return status;
     /* The clean case: one binary search, nothing else. */
     if (!mapping__rs_intersects(&st->stale[t], lo, hi)) {
         mapping__count(&st->dev->counters.sync_skipped_bytes, m->size);
+        mapping__mirror_sync_done(&span, stream, m, t, (mirror_sync_report){.skipped = m->size}, MAPPING_OK);
         return MAPPING_OK;
     }
     if ((status = mapping__mirror_order(st, stream, lo, hi, MIRROR_ACCESS)))
@@ -386,6 +391,7 @@ static mapping_status sync_checked(const char *fn, mapping_stream *stream, mappi
     if ((status = sync_plan_make(fn, stream, st, t, lo, hi, &plan)) || plan.n_exact == 0) {
         if (status == MAPPING_OK) /* all of it is already queued */
             mapping__count(&st->dev->counters.sync_skipped_bytes, m->size);
+        mapping__mirror_sync_done(&span, stream, m, t, (mirror_sync_report){.skipped = m->size}, status);
         sync_plan_free(&plan);
         return status;
     }
@@ -401,6 +407,8 @@ static mapping_status sync_checked(const char *fn, mapping_stream *stream, mappi
         mapping__count(&st->dev->counters.sync_skipped_bytes, skipped);
         status = sync_record(stream, st, t, &plan);
     }
+    mapping__mirror_sync_done(&span, stream, m, t, (mirror_sync_report){plan.n_exact, plan.n_merged, plan.moved,
+                              status == MAPPING_OK && m->size > plan.moved ? m->size - plan.moved : 0}, status);
     sync_plan_free(&plan);
     return status;
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 #include "core/backends.h"
 #include "core/ops.h"
+#include "core/trace_hooks.h"
 #include "os/os.h"
 
 static const char *env_or_null(const char *name)
@@ -70,6 +71,8 @@ mapping_status mapping_open(const mapping_device_desc *desc, mapping_device **ou
     if ((st = mapping__check_ptr(fn, "out", out)))
         return st;
     *out = NULL;
+    if ((st = mapping__trace_from_environment(fn))) /* $MAPPING_TRACE */
+        return st;
     mapping_device_desc d = desc ? *desc : (mapping_device_desc){0};
     if (!d.backend)
         d.backend = env_or_null("MAPPING_BACKEND");
@@ -160,6 +163,7 @@ void mapping_close(mapping_device *dev)
     if ((own && mapping__check_not_in_host_fn("mapping_close", own) != MAPPING_OK) ||
         !mapping__handle_remove(MAPPING_HANDLE_DEVICE, dev))
         return;
+    mapping__trace_statistics(dev, "device closed");
     /* Streams first (they wait for their work), then the memory it used. */
     while (dev->streams.next != &dev->streams) {
         mapping_stream *s = (mapping_stream *)((char *)dev->streams.next - offsetof(mapping_stream, node));

@@ -3,6 +3,7 @@
  * table, with fault injection, page-locked lookup, timing and statistics.
  */
 #include "core/ops.h"
+#include "core/trace_hooks.h"
 #include "os/os.h"
 
 /* Blocking transfers at least this large are timed for the statistics;
@@ -22,7 +23,9 @@ mapping_status mapping__write(mapping_stream *stream, const void *src, mapping_b
     mapping_host_ref ref;
     const mapping_host_ref *pinned = mapping__host_registry_find(&dev->host_blocks, src, bytes, &ref) ? &ref : NULL;
     uint64_t t0 = !stream && bytes >= TIMED_TRANSFER_MIN ? mapping_os_now_ns() : 0;
+    mapping_trace_span span = mapping__trace_begin();
     st = dev->be->write(dev->state, mapping__stream_state(stream), src, pinned, dst->mem, dst_offset, bytes);
+    mapping__trace_op(&span, "write", "h2d", dev, stream, dst, bytes, st);
     if (st != MAPPING_OK)
         return st;
     if (t0)
@@ -42,7 +45,9 @@ mapping_status mapping__read(mapping_stream *stream, const mapping_buffer *src, 
     mapping_host_ref ref;
     const mapping_host_ref *pinned = mapping__host_registry_find(&dev->host_blocks, dst, bytes, &ref) ? &ref : NULL;
     uint64_t t0 = !stream && bytes >= TIMED_TRANSFER_MIN ? mapping_os_now_ns() : 0;
+    mapping_trace_span span = mapping__trace_begin();
     st = dev->be->read(dev->state, mapping__stream_state(stream), src->mem, src_offset, dst, pinned, bytes);
+    mapping__trace_op(&span, "read", "d2h", dev, stream, src, bytes, st);
     if (st != MAPPING_OK)
         return st;
     if (t0)
@@ -59,7 +64,9 @@ mapping_status mapping__copy(mapping_stream *stream, const mapping_buffer *src, 
     mapping_status st = mapping__fault_check(dev, "copy");
     if (st != MAPPING_OK)
         return st;
+    mapping_trace_span span = mapping__trace_begin();
     st = dev->be->copy(dev->state, mapping__stream_state(stream), src->mem, src_offset, dst->mem, dst_offset, bytes);
+    mapping__trace_op(&span, "copy", "d2d", dev, stream, dst, bytes, st);
     if (st != MAPPING_OK)
         return st;
     mapping__count(&dev->counters.d2d_bytes, bytes);
@@ -74,7 +81,9 @@ mapping_status mapping__fill(mapping_stream *stream, mapping_buffer *dst, size_t
     mapping_status st = mapping__fault_check(dev, "fill");
     if (st != MAPPING_OK)
         return st;
+    mapping_trace_span span = mapping__trace_begin();
     st = dev->be->fill(dev->state, mapping__stream_state(stream), dst->mem, offset, bytes, value);
+    mapping__trace_op(&span, "fill", NULL, dev, stream, dst, bytes, st);
     if (st != MAPPING_OK)
         return st;
     mapping__count(&dev->counters.fill_bytes, bytes);
@@ -99,8 +108,10 @@ mapping_status mapping__scatter(mapping_stream *stream, mapping_buffer *staging,
     mapping_status st = mapping__fault_check(dev, "scatter");
     if (st != MAPPING_OK)
         return st;
+    mapping_trace_span span = mapping__trace_begin();
     st = dev->be->scatter(dev->state, mapping__stream_state(stream), staging->mem, table_offset, table, count,
                           dst->mem);
+    mapping__trace_table_op(&span, "scatter", dev, stream, dst, table, count, st);
     if (st != MAPPING_OK)
         return st;
     count_table(dev, table, count);
@@ -114,8 +125,10 @@ mapping_status mapping__gather(mapping_stream *stream, const mapping_buffer *src
     mapping_status st = mapping__fault_check(dev, "gather");
     if (st != MAPPING_OK)
         return st;
+    mapping_trace_span span = mapping__trace_begin();
     st = dev->be->gather(dev->state, mapping__stream_state(stream), src->mem, staging->mem, table_offset, table,
                          count);
+    mapping__trace_table_op(&span, "gather", dev, stream, src, table, count, st);
     if (st != MAPPING_OK)
         return st;
     count_table(dev, table, count);
@@ -169,7 +182,10 @@ mapping_status mapping__launch_host(mapping_stream *stream, void (*fn)(void *use
         fn(user);
         return MAPPING_OK;
     }
-    return stream->dev->be->launch_host(stream->dev->state, stream->state, fn, user);
+    mapping_trace_span span = mapping__trace_begin();
+    mapping_status st = stream->dev->be->launch_host(stream->dev->state, stream->state, fn, user);
+    mapping__trace_host_fn(&span, stream->dev, stream, st);
+    return st;
 }
 
 mapping_status mapping__stream_wait_event(mapping_stream *stream, mapping_event *event)

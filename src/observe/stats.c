@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include "core/core.h"
+#include "core/trace_hooks.h"
 #include "os/json.h"
 
 mapping_status mapping_device_stats(const mapping_device *dev, mapping_stats *out)
@@ -22,6 +23,7 @@ void mapping_device_stats_reset(mapping_device *dev)
 {
     if (mapping__check_device("mapping_device_stats_reset", dev) != MAPPING_OK)
         return;
+    mapping__trace_statistics(dev, "statistics reset");
 #define RESET_(field) atomic_store_explicit(&dev->counters.field, 0, memory_order_relaxed);
     MAPPING_STATS_LIST(RESET_)
 #undef RESET_

@@ -134,3 +134,8 @@ mapping_status mapping__fail_driver(mapping_status status, const char *backend, 
 {
     return mapping__fail(status, "%s: %s failed: %s (%lld)", backend, call, code_name ? code_name : "?", code);
 }
+
+bool mapping__log_enabled(void)
+{
+    return log_fn != NULL;
+}

@@ -9,6 +9,7 @@
 #ifndef MAPPING_OS_STATUS_H
 #define MAPPING_OS_STATUS_H
 
+#include <stdbool.h>
 #include "mapping.h"
 
 #if defined(__GNUC__)
@@ -31,5 +32,7 @@ const char *mapping__last_message(void);
 unsigned long long mapping__error_count(void);
 /* Through the user's log callback, if any. */
 void mapping__log(int level, const char *fmt, ...) MAPPING_PRINTF(2, 3);
+/* Whether a log callback is installed (skip building a message otherwise). */
+bool mapping__log_enabled(void);
 
 #endif

@@ -18,6 +18,7 @@
 #include <string.h>
 #include "core/ops.h"
 #include "transfer/transfer.h"
+#include "transfer/transfer_observe.h"
 
 static const size_t ENTRY = sizeof(mapping_scatter_entry);
 
@@ -278,7 +279,9 @@ mapping_status mapping__batch_flush(mapping_stream *stream, mapping_batch *b)
         return st;
     batch_plan *p = &b->plan;
     b->busy = true; /* a callback (the log) must not re-enter this batch */
+    mapping_trace_span span = mapping__trace_begin();
     mapping_status run = run_plan(stream, b, p);
+    mapping__batch_flush_done(&span, stream, b, p, run);
     b->busy = false;
     if (stream && (st = mapping__event_record(stream, &b->pending)) != MAPPING_OK) {
         /* Without an event we cannot tell when the plan is free: wait now. */

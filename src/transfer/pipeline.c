@@ -18,6 +18,7 @@
 #include "core/ops.h"
 #include "os/os.h"
 #include "transfer/transfer.h"
+#include "transfer/transfer_observe.h"
 
 enum { MAPPING_MAGIC_PIPELINE = 0x6d506970 /* "mPip" */, MAX_DEPTH = 3, LAPS = 2 };
 
@@ -299,7 +300,9 @@ mapping_status mapping_pipeline_run(mapping_pipeline *p, const void *cpu_src, vo
         }
         size_t n = bytes - offset < chunk_bytes ? bytes - offset : chunk_bytes;
         mapping_pipeline_chunk chunk = {index, offset, n, s->input, 0, s->output, 0};
+        mapping_trace_span span = mapping__trace_begin();
         first = enqueue_chunk(s, lap, &chunk, cpu_src, cpu_dst, src_locked, dst_locked, step, user);
+        mapping__pipeline_chunk_done(&span, dev, s->stream, &chunk, first);
     }
     for (int i = 0; i < p->desc.depth; i++) {
         st = mapping__stream_synchronize(p->slots[i].stream);

@@ -1,7 +1,9 @@
 # Installs the build into a scratch prefix, then builds tests/install/app.c
 # against it, HOW = pkgconfig: `cc app.c $(pkg-config --cflags --libs mapping)`,
 # or HOW = find_package: a CMake project with find_package(mapping). The
-# program must run.
+# program must run. HOW = subdirectory: a parent project includes the source
+# tree with add_subdirectory, links mapping::mapping_static, and gets none of
+# mapping's tests.
 file(REMOVE_RECURSE ${WORK_DIR})
 set(prefix ${WORK_DIR}/prefix)
 function(run)
@@ -12,8 +14,22 @@ function(run)
   set(last_output "${out}" PARENT_SCOPE)
 endfunction()
 
+if(HOW STREQUAL "subdirectory")
+  run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/install/subdirectory -B ${WORK_DIR}/parent
+      -DMAPPING_SOURCE_DIR=${SOURCE_DIR} -DCMAKE_C_COMPILER=${C_COMPILER} -DMAPPING_WITH_CUDA=OFF
+      -DMAPPING_WITH_OPENCL=OFF)
+  run(${CMAKE_COMMAND} --build ${WORK_DIR}/parent --target parent_app -j2)
+  run(${WORK_DIR}/parent/parent_app)
+  execute_process(COMMAND ${CMAKE_CTEST_COMMAND} -N --test-dir ${WORK_DIR}/parent OUTPUT_VARIABLE listed)
+  if(NOT listed MATCHES "Total Tests: 1\n")
+    message(FATAL_ERROR "the parent project should have its one test only:\n${listed}")
+  endif()
+  message(STATUS "add_subdirectory: the parent has its own test only, and links mapping::mapping_static")
+  return()
+endif()
+
 run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
-foreach(f bin/mapping include/mapping.h)
+foreach(f bin/mapping include/mapping.h share/doc/mapping/LICENSE share/man/man1/mapping.1)
   if(NOT EXISTS ${prefix}/${f})
     message(FATAL_ERROR "missing after install: ${f}")
   endif()
@@ -29,13 +45,26 @@ if(NOT pcdir)
   message(FATAL_ERROR "no lib dir with libmapping.so, libmapping.a and pkgconfig/mapping.pc under ${prefix}")
 endif()
 
+# While the version is 0.x, the package accepts only the same minor version.
+get_filename_component(libdir ${pcdir} DIRECTORY)
+set(PACKAGE_FIND_VERSION_MAJOR 0)
+set(PACKAGE_FIND_VERSION_MINOR 0)
+set(PACKAGE_FIND_VERSION 0.0)
+include(${libdir}/cmake/mapping/mapping-config-version.cmake)
+if(PACKAGE_VERSION MATCHES "^0\\." AND PACKAGE_VERSION_COMPATIBLE)
+  message(FATAL_ERROR "mapping ${PACKAGE_VERSION} claims to be compatible with a request for 0.0")
+endif()
+
 if(HOW STREQUAL "pkgconfig")
 set(ENV{PKG_CONFIG_PATH} ${pcdir})
 run(pkg-config --cflags --libs mapping)
 string(STRIP "${last_output}" flags)
+if(flags MATCHES "rpath")
+  message(FATAL_ERROR "mapping.pc must not carry an rpath (distributions reject it): ${flags}")
+endif()
 separate_arguments(flags UNIX_COMMAND "${flags}")
 run(${C_COMPILER} ${SOURCE_DIR}/tests/install/app.c ${flags} -o ${WORK_DIR}/app_pkgconfig)
-run(${WORK_DIR}/app_pkgconfig)
+run(${CMAKE_COMMAND} -E env LD_LIBRARY_PATH=${libdir} ${WORK_DIR}/app_pkgconfig)
 message(STATUS "pkg-config build: ${last_output}")
 else()
 run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/install/consumer -B ${WORK_DIR}/consumer

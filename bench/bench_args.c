@@ -1,0 +1,201 @@
+/* The command line of `mapping bench`: getopt_long, and every value checked
+ * (a bad one exits 2 with a message, before anything runs). */
+#include <errno.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+#include "bench.h"
+#include "bench_args.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: mapping bench [--backend NAME] [--device N] [--quick] [--runs N] [--only S,S]\n"
+               "                     [--sizes START,END,FACTOR] [--direction h2d,d2h,d2d,bidir] [--json | --csv]\n"
+               "  --sizes     the bandwidth sweep, in bytes (K, M, G: KiB, MiB, GiB), e.g. 4K,256M,4\n"
+               "  --runs      runs per figure, 1 to 64 (the median is reported, with min and max)\n"
+               "  --json      the report as JSON on stdout (scripts/plot_bench.py plots it); --csv: CSV\n"
+               "exit status: 0 done, 1 a section failed, 2 bad arguments, %d the back end is not available here\n"
+               "sections:\n",
+            BENCH_EXIT_UNAVAILABLE);
+    for (int i = 0; i < bench_section_count(); i++)
+        fprintf(f, "  %-12s %s\n", bench_section_at(i)->name, bench_section_at(i)->help);
+}
+
+static int bad_argument(const char *fmt, const char *value)
+{
+    fprintf(stderr, "mapping bench: ");
+    fprintf(stderr, fmt, value);
+    fprintf(stderr, " (mapping bench --help)\n");
+    return 2;
+}
+
+/* A whole decimal integer in [min, max]. */
+static int parse_int(const char *s, long min, long max, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || errno || v < min || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* A size in bytes: a whole number with an optional K, M or G (binary). */
+static int parse_size(const char *s, size_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (end == s || errno || *s == '-')
+        return -1;
+    unsigned shift = 0;
+    if (*end == 'K' || *end == 'k')
+        shift = 10;
+    else if (*end == 'M' || *end == 'm')
+        shift = 20;
+    else if (*end == 'G' || *end == 'g')
+        shift = 30;
+    if (shift)
+        end++;
+    if (*end == 'i' && end[1] == 'B')
+        end += 2;
+    else if (*end == 'B')
+        end++;
+    if (*end || v == 0 || v > (1ull << 40) >> shift)
+        return -1;
+    *out = (size_t)(v << shift);
+    return 0;
+}
+
+static int parse_sizes(const char *arg, bench_ctx *ctx)
+{
+    char buf[128], *a, *b, *c, *end;
+    snprintf(buf, sizeof buf, "%s", arg);
+    if (!(a = strtok(buf, ",")) || !(b = strtok(NULL, ",")) || !(c = strtok(NULL, ",")) || strtok(NULL, ","))
+        return -1;
+    double factor = strtod(c, &end);
+    if (*end || !(factor > 1) || factor > 1024 || parse_size(a, &ctx->size_start) || parse_size(b, &ctx->size_end) ||
+        ctx->size_start > ctx->size_end)
+        return -1;
+    ctx->size_factor = factor;
+    return 0;
+}
+
+static int parse_directions(const char *arg, unsigned *out)
+{
+    static const char *const names[] = {"h2d", "d2h", "d2d", "bidir"};
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", arg);
+    *out = 0;
+    for (char *w = strtok(buf, ","); w; w = strtok(NULL, ",")) {
+        int k = 0;
+        while (k < 4 && strcmp(w, names[k]))
+            k++;
+        if (k == 4)
+            return -1;
+        *out |= 1u << k;
+    }
+    return *out ? 0 : -1;
+}
+
+/* Every name in the comma-separated list is a section. */
+static const char *unknown_section(const char *only)
+{
+    static char word[64];
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", only);
+    if (!*only || only[strlen(only) - 1] == ',')
+        return "";
+    for (char *w = strtok(buf, ","); w; w = strtok(NULL, ",")) {
+        int found = 0;
+        for (int i = 0; i < bench_section_count() && !found; i++)
+            found = !strcmp(w, bench_section_at(i)->name);
+        if (!found) {
+            snprintf(word, sizeof word, "%s", w);
+            return word;
+        }
+    }
+    return NULL;
+}
+
+int bench_parse_args(int argc, char **argv, bench_args *args, bench_ctx *ctx)
+{
+    enum { OPT_SIZES = 256, OPT_DIRECTION, OPT_CSV, OPT_VERSION };
+    static const struct option options[] = {
+        {"backend", required_argument, NULL, 'b'}, {"device", required_argument, NULL, 'd'},
+        {"runs", required_argument, NULL, 'r'},    {"only", required_argument, NULL, 'o'},
+        {"quick", no_argument, NULL, 'q'},         {"json", no_argument, NULL, 'j'},
+        {"csv", no_argument, NULL, OPT_CSV},       {"sizes", required_argument, NULL, OPT_SIZES},
+        {"direction", required_argument, NULL, OPT_DIRECTION},
+        {"version", no_argument, NULL, OPT_VERSION}, {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+    long v;
+    const char *bad;
+    opterr = 0;
+    optind = 1;
+    for (int c; (c = getopt_long(argc, argv, "+h", options, NULL)) != -1;) {
+        const char *a = optarg;
+        switch (c) {
+        case 'b': args->backend = a; break;
+        case 'd':
+            if (parse_int(a, 0, 1 << 20, &v))
+                return bad_argument("--device %s: not a device index (a whole number >= 0)", a);
+            args->device = (int)v;
+            break;
+        case 'r':
+            if (parse_int(a, 1, 64, &v))
+                return bad_argument("--runs %s: not a whole number from 1 to 64", a);
+            ctx->runs = (int)v;
+            break;
+        case 'o':
+            if ((bad = unknown_section(a)))
+                return bad_argument("--only: no section named '%s'", bad);
+            args->only = a;
+            break;
+        case 'q': ctx->quick = 1; break;
+        case 'j': ctx->json = 1; break;
+        case OPT_CSV: ctx->csv = 1; break;
+        case OPT_SIZES:
+            if (parse_sizes(a, ctx))
+                return bad_argument("--sizes %s: expected START,END,FACTOR with 0 < START <= END (bytes; K, M, G "
+                                    "suffixes) and a factor above 1",
+                                    a);
+            break;
+        case OPT_DIRECTION:
+            if (parse_directions(a, &ctx->directions))
+                return bad_argument("--direction %s: expected a comma-separated list of h2d, d2h, d2d, bidir", a);
+            break;
+        case OPT_VERSION: printf("mapping %s\n", mapping_version()); return 0;
+        case 'h': usage(stdout); return 0;
+        default:
+            if (optopt && optopt < 256 && optopt != '?')
+                fprintf(stderr, "mapping bench: option -%c is unknown or lacks its value\n", optopt);
+            else
+                fprintf(stderr, "mapping bench: %s is unknown or lacks its value\n", argv[optind - 1]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind < argc)
+        return bad_argument("unexpected argument '%s'", argv[optind]);
+    if (ctx->json && ctx->csv)
+        return bad_argument("%s: choose one of --json and --csv", "--json --csv");
+    if (!ctx->directions)
+        ctx->directions = BENCH_DIR_ALL;
+    if (ctx->runs <= 0)
+        ctx->runs = ctx->quick ? 3 : 7;
+    if (ctx->json || ctx->csv)
+        ctx->out = stderr;
+    if (args->backend) { /* a back end this library knows of, or exit 2 */
+        mapping_backend_info infos[16];
+        int n = 0, known = 0;
+        mapping_list_backends(infos, 16, &n);
+        for (int i = 0; i < n && i < 16; i++)
+            known |= !strcmp(infos[i].name, args->backend);
+        if (!known)
+            return bad_argument("--backend %s: unknown back end (mapping info lists them)", args->backend);
+    }
+    return KEEP_GOING;
+}
+

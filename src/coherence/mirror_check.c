@@ -1,0 +1,167 @@
+/*
+ * MAPPING_CHECK=unmarked: catch host writes that were never marked (see
+ * mirror_observe.h). Per family, one hash per 4 KiB page of the CPU side,
+ * taken after each sync over the pages valid on the CPU; before a sync to
+ * the GPU, a page that holds no marked (GPU-stale) byte and is valid on the
+ * CPU must hash the same. A page that also holds marked bytes is not checked
+ * (its marked bytes may change); the check therefore finds every unmarked
+ * write to a page that has no mark. Kept beside the mirror state, in a
+ * table of its own, so the mirror code carries only the hook calls.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include "coherence/mirror_observe.h"
+
+enum { CHECK_PAGE = 4096 };
+
+typedef struct family_hashes {
+    const mirror_state *st;
+    size_t              pages;
+    uint64_t           *hash;
+    unsigned char      *known; /* 1: hash[p] is the page's content at the last sync */
+} family_hashes;
+
+static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+static family_hashes  *table;
+static size_t          table_count, table_cap;
+
+_Atomic int mapping__mirror_check_mode;
+
+static void read_environment(void)
+{
+    const char *v = getenv("MAPPING_CHECK");
+    int mode = !v || !*v ? 1 : strcmp(v, "unmarked") == 0 ? 2 : 3;
+    atomic_store_explicit(&mapping__mirror_check_mode, mode, memory_order_relaxed);
+}
+
+bool mapping__mirror_check_enabled(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, read_environment);
+    return atomic_load_explicit(&mapping__mirror_check_mode, memory_order_relaxed) == 2;
+}
+
+/* 64-bit words, multiply-xorshift: several GB/s, and any change of a byte
+ * changes the hash with overwhelming probability. */
+static uint64_t page_hash(const unsigned char *p, size_t n)
+{
+    uint64_t h = 0x9e3779b97f4a7c15u ^ n, w;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        memcpy(&w, p + i, 8);
+        h = (h ^ w) * 0xff51afd7ed558ccdu;
+        h ^= h >> 32;
+    }
+    for (; i < n; i++)
+        h = (h ^ p[i]) * 0x100000001b3u;
+    return h ^ (h >> 29);
+}
+
+/* The family's table entry, made on first use; NULL when out of memory.
+ * Lock held. */
+static family_hashes *entry_of(const mirror_state *st)
+{
+    for (size_t i = 0; i < table_count; i++)
+        if (table[i].st == st)
+            return &table[i];
+    if (table_count == table_cap) {
+        size_t cap = table_cap ? 2 * table_cap : 8;
+        family_hashes *v = realloc(table, cap * sizeof *v);
+        if (!v)
+            return NULL;
+        table = v;
+        table_cap = cap;
+    }
+    size_t pages = (st->size + CHECK_PAGE - 1) / CHECK_PAGE;
+    family_hashes e = {st, pages, calloc(pages ? pages : 1, sizeof(uint64_t)), calloc(pages ? pages : 1, 1)};
+    if (!e.hash || !e.known) {
+        free(e.hash);
+        free(e.known);
+        return NULL;
+    }
+    table[table_count] = e;
+    return &table[table_count++];
+}
+
+static size_t page_bytes(const mirror_state *st, size_t page)
+{
+    size_t lo = page * CHECK_PAGE;
+    return st->size - lo < CHECK_PAGE ? st->size - lo : CHECK_PAGE;
+}
+
+/* Is the CPU side's content of the page what the last sync left, except
+ * where it was marked? Only pages that are valid on the CPU and hold no
+ * GPU-stale byte can be judged. */
+static bool page_judged(const mirror_state *st, size_t lo, size_t hi)
+{
+    return !mapping__rs_intersects(&st->stale[MIRROR_GPU], lo, hi) &&
+           !mapping__rs_intersects(&st->stale[MIRROR_CPU], lo, hi) &&
+           !mapping__rs_intersects(&st->pending[MIRROR_CPU], lo, hi);
+}
+
+mapping_status mapping__mirror_check_pages(const char *fn, mirror_state *st, size_t lo, size_t hi)
+{
+    if (atomic_load_explicit(&mapping__mirror_check_mode, memory_order_relaxed) == 3)
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: MAPPING_CHECK=%s is not a check (the one check is "
+                             "MAPPING_CHECK=unmarked)", fn, getenv("MAPPING_CHECK") ? getenv("MAPPING_CHECK") : "");
+    if (st->unified)
+        return MAPPING_OK;
+    pthread_mutex_lock(&table_lock);
+    family_hashes *e = entry_of(st);
+    size_t first_bad = SIZE_MAX, last_bad = 0, bad = 0;
+    for (size_t p = lo / CHECK_PAGE; e && p * CHECK_PAGE < hi; p++) {
+        size_t a = p * CHECK_PAGE, n = page_bytes(st, p);
+        if (!e->known[p] || !page_judged(st, a, a + n) || page_hash(st->cpu + a, n) == e->hash[p])
+            continue;
+        if (first_bad == SIZE_MAX)
+            first_bad = p;
+        last_bad = p;
+        bad++;
+    }
+    pthread_mutex_unlock(&table_lock);
+    if (!bad)
+        return MAPPING_OK;
+    size_t end = last_bad * CHECK_PAGE + page_bytes(st, last_bad);
+    return mapping__fail(MAPPING_ERR_CONFLICT,
+                         "%s: MAPPING_CHECK=unmarked: host bytes changed without a mark since the last sync in %zu "
+                         "page(s) of 4 KiB, pages %zu to %zu (bytes %zu to %zu of the mirror family); mark them with "
+                         "mapping_mirror_mark_cpu_modified, or they are never copied",
+                         fn, bad, first_bad, last_bad, first_bad * CHECK_PAGE, end);
+}
+
+void mapping__mirror_check_snapshot(mirror_state *st, size_t lo, size_t hi)
+{
+    if (st->unified || atomic_load_explicit(&mapping__mirror_check_mode, memory_order_relaxed) != 2)
+        return;
+    pthread_mutex_lock(&table_lock);
+    family_hashes *e = entry_of(st);
+    for (size_t p = lo / CHECK_PAGE; e && p * CHECK_PAGE < hi; p++) {
+        size_t a = p * CHECK_PAGE, n = page_bytes(st, p);
+        e->known[p] = !mapping__rs_intersects(&st->stale[MIRROR_CPU], a, a + n) &&
+                      !mapping__rs_intersects(&st->pending[MIRROR_CPU], a, a + n);
+        if (e->known[p])
+            e->hash[p] = page_hash(st->cpu + a, n);
+    }
+    pthread_mutex_unlock(&table_lock);
+}
+
+void mapping__mirror_check_forget(const mirror_state *st)
+{
+    if (atomic_load_explicit(&mapping__mirror_check_mode, memory_order_relaxed) != 2)
+        return;
+    pthread_mutex_lock(&table_lock);
+    for (size_t i = 0; i < table_count; i++)
+        if (table[i].st == st) {
+            free(table[i].hash);
+            free(table[i].known);
+            table[i] = table[--table_count];
+            break;
+        }
+    if (table_count == 0) {
+        free(table);
+        table = NULL;
+        table_cap = 0;
+    }
+    pthread_mutex_unlock(&table_lock);
+}

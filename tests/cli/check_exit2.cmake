@@ -1,0 +1,30 @@
+# Bad command lines exit 2 with a message on stderr and run nothing.
+# -DMAPPING=path/to/mapping
+set(cases
+  "bench|--only|foo" "bench|--backend|nope" "bench|--device|abc" "bench|--device|-1" "bench|--runs|0"
+  "bench|--runs|65" "bench|--runs|3x" "bench|--sizes|1K,2K" "bench|--sizes|4K,1K,2" "bench|--sizes|1K,4K,1"
+  "bench|--direction|sideways" "bench|--bogus" "bench|--json|--csv" "bench|stray" "info|--bogus" "info|stray"
+  "nonsense")
+foreach(case ${cases})
+  string(REPLACE "|" " " shown "${case}")
+  string(REPLACE "|" ";" args "${case}")
+  execute_process(COMMAND ${MAPPING} ${args} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 2)
+    message(FATAL_ERROR "mapping ${shown}: exit ${rc}, expected 2\n${out}\n${err}")
+  endif()
+  if(err STREQUAL "")
+    message(FATAL_ERROR "mapping ${shown}: exit 2 without a message on stderr")
+  endif()
+  if(out MATCHES "GB/s")
+    message(FATAL_ERROR "mapping ${shown}: ran a benchmark before refusing:\n${out}")
+  endif()
+  string(REGEX REPLACE "\n.*" "" first "${err}")
+  message(STATUS "mapping ${shown} -> 2: ${first}")
+endforeach()
+foreach(cmd "--version" "bench|--version" "info|--version")
+  string(REPLACE "|" ";" args "${cmd}")
+  execute_process(COMMAND ${MAPPING} ${args} RESULT_VARIABLE rc OUTPUT_VARIABLE out)
+  if(NOT rc EQUAL 0 OR NOT out MATCHES "[0-9]+\\.[0-9]+\\.[0-9]+")
+    message(FATAL_ERROR "mapping ${cmd}: exit ${rc}, output '${out}'")
+  endif()
+endforeach()
