@@ -165,7 +165,13 @@ void mapping_multimirror_destroy(mapping_multimirror *m)
                       (const void *)m);
         return;
     }
+    int closed = -1;
+    for (int j = 0; j < m->count && closed < 0; j++)
+        closed = mapping__device_alive(m->dev[j], m->dev_serial[j]) ? -1 : j;
     release(m);
+    if (closed >= 0) /* its host memory is freed; what the device held went with it */
+        mapping__fail(MAPPING_ERR_INVALID_HANDLE, "mapping_multimirror_destroy: device %d of %p was closed first", closed,
+                      (const void *)m);
 }
 
 size_t mapping_multimirror_size(const mapping_multimirror *m)

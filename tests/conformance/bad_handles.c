@@ -10,8 +10,8 @@
 #include <stdint.h>
 #include "harness.h"
 
-enum { KIND_DEVICE, KIND_BUFFER, KIND_STREAM, KIND_EVENT, KIND_MIRROR, KIND_BATCH, KIND_PIPELINE, KINDS };
-static const char *const kind_names[KINDS] = {"device", "buffer", "stream", "event", "mirror", "batch", "pipeline"};
+enum { KIND_DEVICE, KIND_BUFFER, KIND_STREAM, KIND_EVENT, KIND_MIRROR, KIND_BATCH, KIND_PIPELINE, KIND_MULTIMIRROR, KINDS };
+static const char *const kind_names[KINDS] = {"device", "buffer", "stream", "event", "mirror", "batch", "pipeline", "multimirror"};
 
 /* Live objects the calls use for their other arguments. */
 static struct {
@@ -22,6 +22,7 @@ static struct {
     mapping_mirror   *m;
     mapping_batch    *b;
     mapping_pipeline *p;
+    mapping_multimirror *mm;
 } live;
 static unsigned char host[256];
 
@@ -53,6 +54,7 @@ typedef struct bad_call {
 #define M ((mapping_mirror *)h)
 #define BT ((mapping_batch *)h)
 #define P ((mapping_pipeline *)h)
+#define MM ((mapping_multimirror *)h)
 #define STATUS_CALL(id, expr) \
     static mapping_status id(void *h) { (void)h; return (expr); }
 #define VOID_CALL(id, expr) \
@@ -75,6 +77,8 @@ static void *ptr_out;
 static char json_out[512];
 static size_t needed_out;
 static double seconds_out;
+static mapping_multimirror *multimirror_out;
+static mapping_mirror *shards_out[1];
 
 /* device */
 STATUS_CALL(dev_get_info, mapping_device_get_info(D, &info_out))
@@ -90,6 +94,11 @@ STATUS_CALL(dev_mirror_create, mapping_mirror_create(D, 64, 0, &mirror_out))
 STATUS_CALL(dev_mirror_wrap, mapping_mirror_wrap(D, host, 64, 0, &mirror_out))
 STATUS_CALL(dev_batch_create, mapping_batch_create(D, &batch_out))
 STATUS_CALL(dev_pipeline_create, mapping_pipeline_create(D, NULL, &pipeline_out))
+STATUS_CALL(dev_import_gpu, mapping_import_gpu(D, host, 0, 8, NULL, NULL, &buf_out))
+STATUS_CALL(dev_import_stream, mapping_import_stream(D, host, &stream_out))
+STATUS_CALL(dev_mirror_adopt, mapping_mirror_adopt(D, host, live.buf, 0, 8, 0, &mirror_out))
+STATUS_CALL(dev_multimirror_create, mapping_multimirror_create((mapping_device *const *)&h, 1, 64, &multimirror_out))
+STATUS_CALL(dev_mirror_sharded, mapping_mirror_create_sharded((mapping_device *const *)&h, 1, host, 64, 8, 0, shards_out))
 VOID_CALL(dev_close, mapping_close(D))
 VOID_CALL(dev_free_cpu, mapping_free_cpu(D, host))
 VOID_CALL(dev_stats_reset, mapping_device_stats_reset(D))
@@ -108,6 +117,9 @@ STATUS_CALL(buf_copy_dst, mapping_copy_gpu(NULL, live.buf, 0, B, 8, 8))
 STATUS_CALL(buf_fill, mapping_fill_gpu(NULL, B, 0, 8, 0))
 STATUS_CALL(buf_batch_to_gpu, mapping_batch_sync_to_gpu(live.b, host, B, 0, 8))
 STATUS_CALL(buf_batch_to_cpu, mapping_batch_sync_to_cpu(live.b, B, 0, host, 8))
+STATUS_CALL(buf_peer_src, mapping_copy_peer(NULL, B, 0, live.buf, 8, 8))
+STATUS_CALL(buf_peer_dst, mapping_copy_peer(NULL, live.buf, 0, B, 8, 8))
+STATUS_CALL(buf_mirror_adopt, mapping_mirror_adopt(live.dev, host, B, 0, 8, 0, &mirror_out))
 /* stream */
 VOID_CALL(s_destroy, mapping_stream_destroy(S))
 STATUS_CALL(s_synchronize, mapping_stream_synchronize(S))
@@ -124,6 +136,8 @@ STATUS_CALL(s_mirror_to_cpu, mapping_mirror_sync_to_cpu(S, live.m))
 STATUS_CALL(s_acquire_gpu, mapping_mirror_acquire_gpu(S, live.m, MAPPING_READ, &buf_out))
 STATUS_CALL(s_release_gpu, mapping_mirror_release_gpu(S, live.m))
 STATUS_CALL(s_batch_flush, mapping_batch_flush(S, live.b))
+STATUS_CALL(s_peer, mapping_copy_peer(S, live.buf, 0, live.buf, 8, 8))
+STATUS_CALL(s_multimirror_to_gpu, mapping_multimirror_sync_to_gpu(S, live.mm, 0))
 /* event */
 VOID_CALL(ev_destroy, mapping_event_destroy(E))
 STATUS_CALL(ev_wait, mapping_stream_wait_event(live.s, E))
@@ -159,6 +173,16 @@ STATUS_CALL(b_flush, mapping_batch_flush(NULL, BT))
 VOID_CALL(p_destroy, mapping_pipeline_destroy(P))
 STATUS_CALL(p_get_desc, mapping_pipeline_get_desc(P, &desc_out))
 STATUS_CALL(p_run, mapping_pipeline_run(P, host, host, 64, step_ok, NULL))
+/* multimirror */
+VOID_CALL(mm_destroy, mapping_multimirror_destroy(MM))
+GETTER_CALL(mm_size, mapping_multimirror_size(MM) == 0)
+GETTER_CALL(mm_cpu, mapping_multimirror_cpu(MM) == NULL)
+GETTER_CALL(mm_gpu, mapping_multimirror_gpu(MM, 0) == NULL)
+VOID_CALL(mm_stale_bytes, CHECK(mapping_multimirror_stale_bytes(MM, 0) == 0))
+STATUS_CALL(mm_mark_cpu, mapping_multimirror_mark_cpu_modified(MM, 0, 8))
+STATUS_CALL(mm_mark_gpu, mapping_multimirror_mark_gpu_modified(MM, 0, 0, 8))
+STATUS_CALL(mm_sync_to_gpu, mapping_multimirror_sync_to_gpu(NULL, MM, 0))
+STATUS_CALL(mm_sync_to_cpu, mapping_multimirror_sync_to_cpu(MM))
 
 #define ENTRY(kind, ret, id) {KIND_##kind, RET_##ret, #id, id},
 static const bad_call calls[] = {
@@ -167,17 +191,21 @@ static const bad_call calls[] = {
     ENTRY(DEVICE, STATUS, dev_stream_create) ENTRY(DEVICE, STATUS, dev_stats) ENTRY(DEVICE, STATUS, dev_stats_json)
     ENTRY(DEVICE, STATUS, dev_mirror_create) ENTRY(DEVICE, STATUS, dev_mirror_wrap)
     ENTRY(DEVICE, STATUS, dev_batch_create) ENTRY(DEVICE, STATUS, dev_pipeline_create) ENTRY(DEVICE, VOID, dev_close)
+    ENTRY(DEVICE, STATUS, dev_import_gpu) ENTRY(DEVICE, STATUS, dev_import_stream) ENTRY(DEVICE, STATUS, dev_mirror_adopt)
+    ENTRY(DEVICE, STATUS, dev_multimirror_create) ENTRY(DEVICE, STATUS, dev_mirror_sharded)
     ENTRY(DEVICE, VOID, dev_free_cpu) ENTRY(DEVICE, VOID, dev_stats_reset) ENTRY(DEVICE, GETTER, dev_backend_name)
     ENTRY(BUFFER, VOID, buf_free) ENTRY(BUFFER, GETTER, buf_size) ENTRY(BUFFER, GETTER, buf_device)
     ENTRY(BUFFER, STATUS, buf_native) ENTRY(BUFFER, STATUS, buf_sync_to_gpu) ENTRY(BUFFER, STATUS, buf_sync_to_cpu)
     ENTRY(BUFFER, STATUS, buf_sync_to_gpu_range) ENTRY(BUFFER, STATUS, buf_sync_to_cpu_range)
     ENTRY(BUFFER, STATUS, buf_copy_src) ENTRY(BUFFER, STATUS, buf_copy_dst) ENTRY(BUFFER, STATUS, buf_fill)
     ENTRY(BUFFER, STATUS, buf_batch_to_gpu) ENTRY(BUFFER, STATUS, buf_batch_to_cpu)
+    ENTRY(BUFFER, STATUS, buf_peer_src) ENTRY(BUFFER, STATUS, buf_peer_dst) ENTRY(BUFFER, STATUS, buf_mirror_adopt)
     ENTRY(STREAM, VOID, s_destroy) ENTRY(STREAM, STATUS, s_synchronize) ENTRY(STREAM, STATUS, s_native)
     ENTRY(STREAM, STATUS, s_launch_host) ENTRY(STREAM, STATUS, s_event_record) ENTRY(STREAM, STATUS, s_wait_event)
     ENTRY(STREAM, STATUS, s_sync_to_gpu_range) ENTRY(STREAM, STATUS, s_sync_to_cpu_range) ENTRY(STREAM, STATUS, s_copy)
     ENTRY(STREAM, STATUS, s_fill) ENTRY(STREAM, STATUS, s_mirror_to_gpu) ENTRY(STREAM, STATUS, s_mirror_to_cpu)
     ENTRY(STREAM, STATUS, s_acquire_gpu) ENTRY(STREAM, STATUS, s_release_gpu) ENTRY(STREAM, STATUS, s_batch_flush)
+    ENTRY(STREAM, STATUS, s_peer) ENTRY(STREAM, STATUS, s_multimirror_to_gpu)
     ENTRY(EVENT, VOID, ev_destroy) ENTRY(EVENT, STATUS, ev_wait) ENTRY(EVENT, STATUS, ev_synchronize)
     ENTRY(EVENT, STATUS, ev_query) ENTRY(EVENT, STATUS, ev_elapsed_start) ENTRY(EVENT, STATUS, ev_elapsed_end)
     ENTRY(MIRROR, VOID, m_destroy) ENTRY(MIRROR, GETTER, m_size) ENTRY(MIRROR, GETTER, m_cpu)
@@ -189,6 +217,10 @@ static const bad_call calls[] = {
     ENTRY(BATCH, VOID, b_destroy) ENTRY(BATCH, VOID, b_clear) ENTRY(BATCH, GETTER, b_count)
     ENTRY(BATCH, STATUS, b_to_gpu) ENTRY(BATCH, STATUS, b_to_cpu) ENTRY(BATCH, STATUS, b_flush)
     ENTRY(PIPELINE, VOID, p_destroy) ENTRY(PIPELINE, STATUS, p_get_desc) ENTRY(PIPELINE, STATUS, p_run)
+    ENTRY(MULTIMIRROR, VOID, mm_destroy) ENTRY(MULTIMIRROR, GETTER, mm_size) ENTRY(MULTIMIRROR, GETTER, mm_cpu)
+    ENTRY(MULTIMIRROR, GETTER, mm_gpu) ENTRY(MULTIMIRROR, VOID, mm_stale_bytes) ENTRY(MULTIMIRROR, STATUS, mm_mark_cpu)
+    ENTRY(MULTIMIRROR, STATUS, mm_mark_gpu) ENTRY(MULTIMIRROR, STATUS, mm_sync_to_gpu)
+    ENTRY(MULTIMIRROR, STATUS, mm_sync_to_cpu)
 };
 
 /* The bad values for one kind, and where each came from (for messages). */
@@ -224,6 +256,7 @@ static void make_objects(mapping_device *dev, void *objects[KINDS])
     mapping_mirror *m;
     mapping_batch *b;
     mapping_pipeline *p;
+    mapping_multimirror *mm;
     mapping_pipeline_desc desc = {.chunk_bytes = 4096, .depth = 1};
     CHECK_OK(mapping_allocate_gpu(dev, 64, &buf));
     CHECK_OK(mapping_stream_create(dev, &s));
@@ -231,12 +264,14 @@ static void make_objects(mapping_device *dev, void *objects[KINDS])
     CHECK_OK(mapping_mirror_create(dev, 64, 0, &m));
     CHECK_OK(mapping_batch_create(dev, &b));
     CHECK_OK(mapping_pipeline_create(dev, &desc, &p));
-    void *made[KINDS] = {dev, buf, s, ev, m, b, p};
+    CHECK_OK(mapping_multimirror_create(&dev, 1, 64, &mm));
+    void *made[KINDS] = {dev, buf, s, ev, m, b, p, mm};
     memcpy(objects, made, sizeof made);
 }
 
 static void destroy_objects(void *objects[KINDS])
 {
+    mapping_multimirror_destroy(objects[KIND_MULTIMIRROR]);
     mapping_pipeline_destroy(objects[KIND_PIPELINE]);
     mapping_batch_destroy(objects[KIND_BATCH]);
     mapping_mirror_destroy(objects[KIND_MIRROR]);
@@ -257,6 +292,7 @@ static void destroy_again(int kind, void *h)
     case KIND_MIRROR: mapping_mirror_destroy(h); break;
     case KIND_BATCH: mapping_batch_destroy(h); break;
     case KIND_PIPELINE: mapping_pipeline_destroy(h); break;
+    case KIND_MULTIMIRROR: mapping_multimirror_destroy(h); break;
     }
     if (mapping_last_error() != MAPPING_ERR_INVALID_HANDLE)
         test_fail(__FILE__, __LINE__, "destroying a freed %s %p again recorded %s, not ERR_INVALID_HANDLE",
@@ -275,6 +311,7 @@ TEST(stale_and_garbage_handles_are_refused_by_every_function)
     live.m = objects[KIND_MIRROR];
     live.b = objects[KIND_BATCH];
     live.p = objects[KIND_PIPELINE];
+    live.mm = objects[KIND_MULTIMIRROR];
     mapping_mirror *live_view;
     CHECK_OK(mapping_mirror_view(live.m, 8, 32, &live_view));
 
@@ -372,10 +409,12 @@ TEST(stale_and_garbage_handles_are_refused_by_every_function)
 
     /* Orphans of a closed device: destroying them frees what is theirs (no
      * leak under ASan) and records the error. */
-    for (int k = KIND_MIRROR; k <= KIND_PIPELINE; k++) {
+    for (int k = KIND_MIRROR; k <= KIND_MULTIMIRROR; k++) {
         mapping_clear_last_error();
         if (k == KIND_MIRROR)
             mapping_mirror_destroy(orphans[k]);
+        else if (k == KIND_MULTIMIRROR)
+            mapping_multimirror_destroy(orphans[k]);
         else if (k == KIND_BATCH)
             mapping_batch_destroy(orphans[k]);
         else
