@@ -34,7 +34,7 @@ static void state_free(mirror_state *st)
 
 static mapping_status handle_new(const char *fn, mirror_state *st, size_t offset, size_t size, mapping_mirror **out)
 {
-    mapping_mirror *m = calloc(1, sizeof *m);
+    mapping_mirror *m = mapping_os_calloc(1, sizeof *m);
     if (!m)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
     m->magic = MAPPING_MAGIC_MIRROR;
@@ -49,7 +49,7 @@ static mapping_status handle_new(const char *fn, mirror_state *st, size_t offset
 /* A new state: CPU valid everywhere, GPU stale everywhere. */
 static mapping_status state_new(const char *fn, mapping_device *dev, size_t bytes, mirror_state **out)
 {
-    mirror_state *st = calloc(1, sizeof *st);
+    mirror_state *st = mapping_os_calloc(1, sizeof *st);
     if (!st)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
     st->dev = dev;

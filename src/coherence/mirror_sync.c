@@ -117,7 +117,7 @@ static mapping_status inflight_reserve(mirror_state *st)
     if (st->n_inflight < st->cap_inflight)
         return MAPPING_OK;
     size_t cap = st->cap_inflight ? 2 * st->cap_inflight : 4;
-    mirror_inflight *v = realloc(st->inflight, cap * sizeof *v);
+    mirror_inflight *v = mapping_os_realloc(st->inflight, cap * sizeof *v);
     if (!v)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mirror: out of memory tracking queued copies");
     st->inflight = v;
@@ -166,7 +166,7 @@ static mapping_status exact_ranges(const mirror_state *st, int t, size_t lo, siz
         return MAPPING_OK;
     /* Each pending range can split one stale range in two. */
     size_t cap = count + mapping__rs_count(pend);
-    mapping_range *v = malloc(cap * sizeof *v);
+    mapping_range *v = mapping_os_malloc(cap * sizeof *v);
     if (!v)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mirror: out of memory listing stale ranges");
     size_t k = 0;
@@ -249,7 +249,7 @@ static mapping_status copy_ranges_batched(mapping_stream *stream, mirror_state *
     mapping_status status;
     if (!st->batch && (status = mapping__batch_create(st->dev, &st->batch)) != MAPPING_OK)
         return status;
-    mapping_transfer_range *list = malloc(n * sizeof *list);
+    mapping_transfer_range *list = mapping_os_malloc(n * sizeof *list);
     if (!list)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mirror sync: out of memory");
     for (size_t i = 0; i < n; i++)
@@ -311,7 +311,7 @@ static mapping_status sync_plan_make(const char *fn, mapping_stream *stream, mir
     *p = (sync_plan){0};
     if ((status = exact_ranges(st, t, lo, hi, &p->exact, &p->n_exact)) || p->n_exact == 0)
         return status;
-    p->merged = malloc(p->n_exact * sizeof *p->merged);
+    p->merged = mapping_os_malloc(p->n_exact * sizeof *p->merged);
     if (!p->merged)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
     if (stream && ((status = inflight_reserve(st)) || (status = mapping__rs_reserve(&st->pending[t], p->n_exact))))

@@ -16,7 +16,7 @@ static mapping_status check_batch(const char *fn, const mapping_batch *b)
 mapping_status mapping__batch_create(mapping_device *dev, mapping_batch **out)
 {
     *out = NULL;
-    mapping_batch *b = calloc(1, sizeof *b);
+    mapping_batch *b = mapping_os_calloc(1, sizeof *b);
     if (!b)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mapping_batch_create: out of memory");
     b->magic = MAPPING_MAGIC_BATCH;
@@ -75,7 +75,7 @@ mapping_status mapping__batch_push(mapping_batch *b, const batch_copy *c)
 {
     if (b->count == b->capacity) {
         size_t capacity = b->capacity ? b->capacity * 2 : 64;
-        batch_copy *copies = realloc(b->copies, capacity * sizeof *copies);
+        batch_copy *copies = mapping_os_realloc(b->copies, capacity * sizeof *copies);
         if (!copies)
             return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "batch: out of memory queueing copy %zu", b->count);
         b->copies = copies;

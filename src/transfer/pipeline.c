@@ -133,7 +133,7 @@ mapping_status mapping_pipeline_create(mapping_device *dev, const mapping_pipeli
     mapping_pipeline_desc d = desc ? *desc : (mapping_pipeline_desc){0};
     if (d.depth < 0 || d.depth > MAX_DEPTH)
         return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: depth %d is not 0 (default), 1, 2 or 3", fn, d.depth);
-    mapping_pipeline *p = calloc(1, sizeof *p);
+    mapping_pipeline *p = mapping_os_calloc(1, sizeof *p);
     if (!p)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
     p->magic = MAPPING_MAGIC_PIPELINE;

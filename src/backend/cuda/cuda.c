@@ -153,7 +153,7 @@ static mapping_status cuda_device_open(int index, const mapping_device_desc *des
 {
     (void)desc;
     const cuda_driver *cu = cuda_driver_get();
-    cuda_device *d = calloc(1, sizeof *d);
+    cuda_device *d = mapping_os_calloc(1, sizeof *d);
     if (!d)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "cuda: out of memory");
     d->cu = cu;
@@ -307,7 +307,7 @@ static mapping_status host_alloc_registered(cuda_device *d, size_t bytes, void *
 static mapping_status cuda_host_alloc(void *dev, size_t bytes, void **ptr, void **cookie)
 {
     cuda_device *d = dev;
-    cuda_host_block *b = calloc(1, sizeof *b);
+    cuda_host_block *b = mapping_os_calloc(1, sizeof *b);
     if (!b)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "cuda: out of memory");
     b->bytes = bytes;

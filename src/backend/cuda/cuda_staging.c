@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "backend/cuda/cuda_device.h"
+#include "os/os.h"
 #include "os/status.h"
 
 enum { STAGE_MIN_CLASS = 16 };                        /* 64 KiB */
@@ -49,7 +50,7 @@ cuda_stage_block *cuda_stage_get(cuda_device *d, size_t bytes, mapping_status *s
     pthread_mutex_unlock(&pool->lock);
     if (b)
         return b;
-    b = calloc(1, sizeof *b);
+    b = mapping_os_calloc(1, sizeof *b);
     if (!b) {
         *st = mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "cuda: out of memory");
         return NULL;
