@@ -303,6 +303,10 @@ static void mirror_work(sweep *sw)
         sw->bytes_lost += (cpu[i] != sw->value[i]) + (sw->readback[i] != sw->value[i]);
     sw->bytes_checked += 2 * MIRROR_BYTES;
     resume_fault(sw, paused);
+
+    /* Destroyed with a copy still queued: the memory goes after the copy. */
+    TRY(sw, mapping_mirror_mark_cpu_modified(sw->m, 0, MIRROR_BYTES), check_mirror(sw, 1, __LINE__));
+    TRY(sw, mapping_mirror_sync_to_gpu(sw->s, sw->m), check_mirror(sw, 1, __LINE__));
     mapping_mirror_destroy(sw->v);
     mapping_mirror_destroy(sw->m);
     sw->m = sw->v = NULL;
