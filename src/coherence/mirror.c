@@ -14,7 +14,16 @@ mapping_status mapping__mirror_check(const char *fn, const mapping_mirror *m)
 
 static void state_free(mirror_state *st)
 {
-    mapping__mirror_drain(st);
+    if (mapping__mirror_drain(st) != MAPPING_OK) {
+        /* A queued copy may still read or write the memory: rather than free
+         * it under the copy, leave it to mapping_close (it frees what a
+         * device still holds). */
+        mapping__log(0, "mapping_mirror_destroy: a queued copy could not be waited for: %s; the mirror's memory "
+                        "is left to mapping_close", mapping__last_message());
+        st->gpu = NULL;
+        st->owns_cpu = false;
+        st->pinned = false;
+    }
     if (st->batch)
         mapping__batch_destroy(st->batch);
     free(st->inflight);

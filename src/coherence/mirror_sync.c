@@ -104,12 +104,18 @@ mapping_status mapping__mirror_order(mirror_state *st, mapping_stream *stream, s
     return first;
 }
 
-void mapping__mirror_drain(mirror_state *st)
+mapping_status mapping__mirror_drain(mirror_state *st)
 {
+    mapping_status first = MAPPING_OK;
     while (st->n_inflight) {
-        mapping__event_synchronize(st->inflight[0].event);
+        mapping_status status = mapping__event_synchronize(st->inflight[0].event);
+        if (status != MAPPING_OK) /* a second try */
+            status = mapping__event_synchronize(st->inflight[0].event);
+        if (status != MAPPING_OK && first == MAPPING_OK)
+            first = status;
         entry_release(st, 0);
     }
+    return first;
 }
 
 static mapping_status inflight_reserve(mirror_state *st)
