@@ -2,9 +2,10 @@
  * The fuzz decoder: bytes -> operations -> checks against a byte model
  * (fuzz_ops.h). Public API only.
  *
- * Input layout: a header byte pair (mirror size, how the mirror is made, the
- * link the library plans with), then operations, each an opcode byte and
- * its parameter bytes, until the input ends or MAX_OPS have run. Every byte
+ * Input layout: a header (which device object: on the host back end one
+ * with a modelled slow link; the mirror's size; how the mirror is made; the
+ * link the library plans with), then operations, each an opcode byte and its
+ * parameter bytes, until the input ends or MAX_OPS have run. Every byte
  * string is a valid input; parameters past the end read as 0.
  *
  * Two worlds share the device and its two streams:
@@ -45,9 +46,19 @@ enum {
 
 /* ---- the device and what lives across inputs ---- */
 
-static mapping_device *dev;
-static mapping_stream *streams[2];
-static mapping_buffer *bufs[NBUF], *guard, *scratch; /* scratch: known content, a copy_gpu source */
+/* One device object and what the decoder keeps on it. On the host back end
+ * the second one models a slow link (20 us + 4 GB/s per copy), so queued
+ * work is still running when later operations come; the input's first byte
+ * picks the device. */
+typedef struct fuzz_device {
+    mapping_device *dev;
+    mapping_stream *streams[2];
+    mapping_buffer *bufs[NBUF], *guard, *scratch; /* scratch: known content, a copy_gpu source */
+} fuzz_device;
+
+static fuzz_device devices[2];
+static int         n_devices;
+static fuzz_device *D; /* the input's */
 static unsigned char   scratch_host[MIRROR_MAX];
 static atomic_uint     host_fn_runs;
 static unsigned long long total_ops, total_bytes_checked;
@@ -168,34 +179,51 @@ static void count_host_fn(void *user)
     atomic_fetch_add(&host_fn_runs, 1);
 }
 
-int fuzz_setup(void)
+static int device_setup(fuzz_device *d, const mapping_device_desc *desc)
 {
-    if (dev)
-        return 0;
-    const char *backend = getenv("MAPPING_BACKEND");
-    mapping_device_desc desc = {.backend = backend && *backend ? backend : "host"};
-    mapping_status st = mapping_open(&desc, &dev);
+    mapping_status st = mapping_open(desc, &d->dev);
     if (st != MAPPING_OK) {
-        printf("SKIP: back end %s: %s\n", desc.backend, mapping_last_error_message());
-        dev = NULL;
+        printf("SKIP: back end %s: %s\n", desc->backend, mapping_last_error_message());
+        d->dev = NULL;
         return st == MAPPING_ERR_NO_BACKEND || st == MAPPING_ERR_NO_DEVICE ? 77 : 1;
     }
     mapping_device_info info;
-    if (mapping_device_get_info(dev, &info))
+    if (mapping_device_get_info(d->dev, &info))
         return 1;
-    fprintf(stderr, "fuzz: back end %s, device %s\n", info.backend, info.name);
+    fprintf(stderr, "fuzz: back end %s, device %s%s\n", info.backend, info.name,
+            desc->link_latency > 0 ? ", a modelled slow link" : "");
     for (int i = 0; i < 2; i++)
-        if (mapping_stream_create(dev, &streams[i]))
+        if (mapping_stream_create(d->dev, &d->streams[i]))
             return 1;
     for (int i = 0; i < NBUF; i++)
-        if (mapping_allocate_gpu(dev, BUF_BYTES, &bufs[i]))
+        if (mapping_allocate_gpu(d->dev, BUF_BYTES, &d->bufs[i]))
             return 1;
-    if (mapping_allocate_gpu(dev, GUARD_BYTES, &guard) || mapping_allocate_gpu(dev, MIRROR_MAX, &scratch))
+    if (mapping_allocate_gpu(d->dev, GUARD_BYTES, &d->guard) || mapping_allocate_gpu(d->dev, MIRROR_MAX, &d->scratch))
         return 1;
+    if (mapping_sync_to_gpu(scratch_host, d->scratch))
+        return 1;
+    return 0;
+}
+
+int fuzz_setup(void)
+{
+    if (n_devices)
+        return 0;
+    const char *backend = getenv("MAPPING_BACKEND");
+    mapping_device_desc desc = {.backend = backend && *backend ? backend : "host"};
     for (size_t i = 0; i < MIRROR_MAX; i++)
         scratch_host[i] = (unsigned char)(i * 131 + 7);
-    if (mapping_sync_to_gpu(scratch_host, scratch))
-        return 1;
+    int st = device_setup(&devices[0], &desc);
+    if (st != 0)
+        return st;
+    n_devices = 1;
+    if (strcmp(desc.backend, "host") == 0) {
+        desc.link_latency = 20e-6;
+        desc.link_bandwidth = 4e9;
+        if ((st = device_setup(&devices[1], &desc)) != 0)
+            return st;
+        n_devices = 2;
+    }
     return 0;
 }
 
@@ -215,13 +243,13 @@ static int pick_stream(fuzz *f)
 
 static mapping_stream *stream_of(int k)
 {
-    return k < 2 ? streams[k] : NULL;
+    return k < 2 ? D->streams[k] : NULL;
 }
 
 static void sync_streams(fuzz *f)
 {
     for (int i = 0; i < 2; i++)
-        EXPECT(f, mapping_stream_synchronize(streams[i]), MAPPING_OK);
+        EXPECT(f, mapping_stream_synchronize(D->streams[i]), MAPPING_OK);
     f->busy[0] = f->busy[1] = 0;
 }
 
@@ -233,7 +261,7 @@ static void order_before(fuzz *f, int k)
     if (k == 2) {
         for (int i = 0; i < 2; i++)
             if (f->busy[i]) {
-                EXPECT(f, mapping_stream_synchronize(streams[i]), MAPPING_OK);
+                EXPECT(f, mapping_stream_synchronize(D->streams[i]), MAPPING_OK);
                 f->busy[i] = 0;
             }
         return;
@@ -241,8 +269,8 @@ static void order_before(fuzz *f, int k)
     int other = 1 - k;
     if (f->busy[other]) {
         mapping_event *ev;
-        EXPECT(f, mapping_event_record(streams[other], &ev), MAPPING_OK);
-        EXPECT(f, mapping_stream_wait_event(streams[k], ev), MAPPING_OK);
+        EXPECT(f, mapping_event_record(D->streams[other], &ev), MAPPING_OK);
+        EXPECT(f, mapping_stream_wait_event(D->streams[k], ev), MAPPING_OK);
         mapping_event_destroy(ev);
         f->busy[other] = 0;
     }
@@ -349,7 +377,7 @@ static void device_write(fuzz *f, mapping_stream *s, mapping_buffer *buf, size_t
         memset(f->value + lo, v, hi - lo);
     } else {
         size_t src = u16(f) % (MIRROR_MAX - (hi - lo) + 1);
-        EXPECT(f, mapping_copy_gpu(s, scratch, src, buf, lo, hi - lo), MAPPING_OK);
+        EXPECT(f, mapping_copy_gpu(s, D->scratch, src, buf, lo, hi - lo), MAPPING_OK);
         memcpy(f->value + lo, scratch_host + src, hi - lo);
     }
 }
@@ -544,9 +572,9 @@ static void op_batch_add(fuzz *f, int to_gpu)
     if (f->nq == MAX_QUEUED)
         return;
     if (to_gpu)
-        EXPECT(f, mapping_batch_sync_to_gpu(f->batch, f->hs + host_off, bufs[b], off, n), MAPPING_OK);
+        EXPECT(f, mapping_batch_sync_to_gpu(f->batch, f->hs + host_off, D->bufs[b], off, n), MAPPING_OK);
     else
-        EXPECT(f, mapping_batch_sync_to_cpu(f->batch, bufs[b], off, f->hd + host_off, n), MAPPING_OK);
+        EXPECT(f, mapping_batch_sync_to_cpu(f->batch, D->bufs[b], off, f->hd + host_off, n), MAPPING_OK);
     f->q[f->nq++] = (queued){to_gpu, b, off, host_off, n};
     if (mapping_batch_count(f->batch) != f->nq)
         fail(f, "batch count %zu, model %zu", mapping_batch_count(f->batch), f->nq);
@@ -559,9 +587,9 @@ static void op_batch_refused(fuzz *f)
     mapping_status want = zero ? MAPPING_ERR_ZERO_SIZE : MAPPING_ERR_OUT_OF_RANGE;
     trace(f, "batch refused add buf %d [%zu,+%zu)", b, off, n);
     if (u8(f) & 1)
-        EXPECT(f, mapping_batch_sync_to_gpu(f->batch, f->hs, bufs[b], off, n), want);
+        EXPECT(f, mapping_batch_sync_to_gpu(f->batch, f->hs, D->bufs[b], off, n), want);
     else
-        EXPECT(f, mapping_batch_sync_to_cpu(f->batch, bufs[b], off, f->hd, n), want);
+        EXPECT(f, mapping_batch_sync_to_cpu(f->batch, D->bufs[b], off, f->hd, n), want);
     if (mapping_batch_count(f->batch) != f->nq)
         fail(f, "a refused add changed the count: %zu, model %zu", mapping_batch_count(f->batch), f->nq);
 }
@@ -579,7 +607,7 @@ static void op_batch_flush(fuzz *f)
      * one small copy into a buffer of its own, which is always staged.
      * Remove this guard once item 3 is merged. */
     static const unsigned char guard_src[256] = {1};
-    EXPECT(f, mapping_batch_sync_to_gpu(f->batch, guard_src + f->flush_id % 256, guard, f->flush_id % GUARD_BYTES, 1),
+    EXPECT(f, mapping_batch_sync_to_gpu(f->batch, guard_src + f->flush_id % 256, D->guard, f->flush_id % GUARD_BYTES, 1),
            MAPPING_OK);
     order_before(f, k);
     EXPECT(f, mapping_batch_flush(stream_of(k), f->batch), MAPPING_OK);
@@ -616,7 +644,7 @@ static void op_batch_clear(fuzz *f, int recreate)
     trace(f, "batch %s (%zu copies dropped)", recreate ? "destroy+create" : "clear", f->nq);
     if (recreate) {
         mapping_batch_destroy(f->batch);
-        EXPECT(f, mapping_batch_create(dev, &f->batch), MAPPING_OK);
+        EXPECT(f, mapping_batch_create(D->dev, &f->batch), MAPPING_OK);
     } else {
         mapping_batch_clear(f->batch);
     }
@@ -635,20 +663,20 @@ static void op_direct(fuzz *f, int what)
     case 0:
         trace(f, "sync_to_gpu_range stream %d buf %d [%zu,+%zu) host %zu", k, b, off, n, host_off);
         order_before(f, k);
-        EXPECT(f, mapping_sync_to_gpu_range(s, f->hs + host_off, bufs[b], off, n), MAPPING_OK);
+        EXPECT(f, mapping_sync_to_gpu_range(s, f->hs + host_off, D->bufs[b], off, n), MAPPING_OK);
         model_h2d(f, b, off, f->hs + host_off, n);
         break;
     case 1:
         trace(f, "sync_to_cpu_range stream %d buf %d [%zu,+%zu) host %zu", k, b, off, n, host_off);
         order_before(f, k);
-        EXPECT(f, mapping_sync_to_cpu_range(s, bufs[b], off, f->hd + host_off, n), MAPPING_OK);
+        EXPECT(f, mapping_sync_to_cpu_range(s, D->bufs[b], off, f->hd + host_off, n), MAPPING_OK);
         model_d2h(f, b, off, host_off, n);
         break;
     case 2: {
         unsigned char v = (unsigned char)u8(f);
         trace(f, "fill_gpu stream %d buf %d [%zu,+%zu) = 0x%02x", k, b, off, n, v);
         order_before(f, k);
-        EXPECT(f, mapping_fill_gpu(s, bufs[b], off, n, v), MAPPING_OK);
+        EXPECT(f, mapping_fill_gpu(s, D->bufs[b], off, n, v), MAPPING_OK);
         memset(f->dv[b] + off, v, n);
         break;
     }
@@ -657,11 +685,11 @@ static void op_direct(fuzz *f, int what)
         size_t dst = host_off; /* a second offset in range */
         trace(f, "copy_gpu stream %d buf %d [%zu,+%zu) -> buf %d at %zu", k, b, off, n, b2, dst);
         if (b == b2 && off < dst + n && dst < off + n) {
-            EXPECT(f, mapping_copy_gpu(s, bufs[b], off, bufs[b2], dst, n), MAPPING_ERR_OVERLAP);
+            EXPECT(f, mapping_copy_gpu(s, D->bufs[b], off, D->bufs[b2], dst, n), MAPPING_ERR_OVERLAP);
             break;
         }
         order_before(f, k);
-        EXPECT(f, mapping_copy_gpu(s, bufs[b], off, bufs[b2], dst, n), MAPPING_OK);
+        EXPECT(f, mapping_copy_gpu(s, D->bufs[b], off, D->bufs[b2], dst, n), MAPPING_OK);
         memmove(f->dv[b2] + dst, f->dv[b] + off, n);
     }
     }
@@ -680,7 +708,7 @@ static void check_buffers(fuzz *f)
 {
     order_before(f, 2);
     for (int b = 0; b < NBUF; b++) {
-        EXPECT(f, mapping_sync_to_cpu_range(NULL, bufs[b], 0, f->readback, BUF_BYTES), MAPPING_OK);
+        EXPECT(f, mapping_sync_to_cpu_range(NULL, D->bufs[b], 0, f->readback, BUF_BYTES), MAPPING_OK);
         if (memcmp(f->readback, f->dv[b], BUF_BYTES) == 0)
             continue;
         for (size_t i = 0; i < BUF_BYTES; i++)
@@ -709,9 +737,9 @@ static void op_event(fuzz *f)
     int a = (int)(u8(f) % 2), how = (int)(u8(f) % 3);
     trace(f, "event on stream %d, %s", a, how == 0 ? "joined into the other" : how == 1 ? "synchronized" : "queried");
     mapping_event *ev;
-    EXPECT(f, mapping_event_record(streams[a], &ev), MAPPING_OK);
+    EXPECT(f, mapping_event_record(D->streams[a], &ev), MAPPING_OK);
     if (how == 0) {
-        EXPECT(f, mapping_stream_wait_event(streams[1 - a], ev), MAPPING_OK);
+        EXPECT(f, mapping_stream_wait_event(D->streams[1 - a], ev), MAPPING_OK);
         if (f->busy[a])
             f->busy[1 - a] = 1, f->busy[a] = 0;
     } else if (how == 1) {
@@ -740,7 +768,7 @@ static void op_stream_sync(fuzz *f)
 {
     int k = (int)(u8(f) % 2);
     trace(f, "stream_synchronize %d", k);
-    EXPECT(f, mapping_stream_synchronize(streams[k]), MAPPING_OK);
+    EXPECT(f, mapping_stream_synchronize(D->streams[k]), MAPPING_OK);
     f->busy[k] = 0;
 }
 
@@ -755,13 +783,16 @@ static void set_link(fuzz *f, unsigned which)
 {
     const mapping_link *l = &links[which % (sizeof links / sizeof links[0])];
     trace(f, "set link latency %g s, bandwidth %g B/s", l->latency, l->bandwidth);
-    EXPECT(f, mapping_device_set_link(dev, l), MAPPING_OK);
+    EXPECT(f, mapping_device_set_link(D->dev, l), MAPPING_OK);
 }
 
 /* ---- one input ---- */
 
 static void begin(fuzz *f)
 {
+    int which = (int)(u8(f) % (unsigned)n_devices);
+    D = &devices[which];
+    trace(f, "device %d%s", which, which ? " (a modelled slow link)" : "");
     unsigned size_sel = u16(f), how = u8(f);
     f->msize = 1 + size_sel % MIRROR_MAX;
     set_link(f, how >> 4);
@@ -771,12 +802,12 @@ static void begin(fuzz *f)
         for (size_t i = 0; i < f->msize; i++)
             ((unsigned char *)f->wrapped)[i] = f->value[i] = rnd8(f);
         trace(f, "mirror wrap %zu bytes%s", f->msize, how & 4 ? ", pinned" : "");
-        EXPECT(f, mapping_mirror_wrap(dev, f->wrapped, f->msize, how & 4 ? MAPPING_MIRROR_PIN : 0, &root),
+        EXPECT(f, mapping_mirror_wrap(D->dev, f->wrapped, f->msize, how & 4 ? MAPPING_MIRROR_PIN : 0, &root),
                MAPPING_OK);
     } else {
         unsigned flags = how % 4 == 2 ? MAPPING_MIRROR_UNIFIED : 0;
         trace(f, "mirror create %zu bytes%s", f->msize, flags ? ", unified" : "");
-        EXPECT(f, mapping_mirror_create(dev, f->msize, flags, &root), MAPPING_OK);
+        EXPECT(f, mapping_mirror_create(D->dev, f->msize, flags, &root), MAPPING_OK);
         memset(f->value, 0, f->msize); /* zero-filled */
     }
     f->handles[0] = root;
@@ -785,7 +816,7 @@ static void begin(fuzz *f)
     if (!f->root_cpu || !f->root_gpu || mapping_mirror_size(root) != f->msize)
         fail(f, "a new mirror's pointers or size are wrong");
     memset(f->stale[1], 1, f->msize);
-    EXPECT(f, mapping_batch_create(dev, &f->batch), MAPPING_OK);
+    EXPECT(f, mapping_batch_create(D->dev, &f->batch), MAPPING_OK);
     for (size_t i = 0; i < BUF_BYTES; i += 8) { /* 8 bytes a step: this runs for every input */
         rnd8(f);
         memcpy(f->hs + i, &f->rng, 8);
@@ -793,7 +824,7 @@ static void begin(fuzz *f)
     memset(f->hd, 0, sizeof f->hd);
     for (int b = 0; b < NBUF; b++) {
         unsigned char v = rnd8(f);
-        EXPECT(f, mapping_fill_gpu(NULL, bufs[b], 0, BUF_BYTES, v), MAPPING_OK);
+        EXPECT(f, mapping_fill_gpu(NULL, D->bufs[b], 0, BUF_BYTES, v), MAPPING_OK);
         memset(f->dv[b], v, BUF_BYTES);
     }
     f->runs_at_start = atomic_load(&host_fn_runs);
