@@ -19,13 +19,13 @@
 #include "harness.h"
 
 enum {
-    MIRROR_BYTES = 64 << 10,
-    RANGES = 20, /* from 16 ranges a sync is batched (on a link of 1 us and more) */
+    MIRROR_BYTES = 16 << 10,
+    RANGES = 17, /* from 16 ranges a sync is batched (on a link of 1 us and more) */
     SMALL = 96,
-    N_SMALL = 24,
-    BUF = 256 << 10,
-    LARGE = 128 << 10, /* straight through on the fast link (from 64 KiB) */
-    PIPE_BYTES = 512 << 10,
+    N_SMALL = 12,
+    LARGE = 64 << 10, /* straight through on the fast link (from 64 KiB) */
+    BUF = LARGE + 8192,
+    PIPE_BYTES = 256 << 10,
     MAX_RUNS = 4000
 };
 
