@@ -46,6 +46,7 @@ typedef struct sweep {
     struct batch_set *sets;               /* [2] */
     unsigned char     value[MIRROR_BYTES]; /* the mirror's content */
     unsigned char     readback[BUF];
+    unsigned char     wrapped[MIRROR_BYTES] __attribute__((aligned(4096)));
     unsigned char     pipe_src[PIPE_BYTES], pipe_dst[PIPE_BYTES];
     unsigned          seed;
 } sweep;
@@ -456,6 +457,67 @@ static void pipeline_work(sweep *sw)
     sw->pipe = NULL;
 }
 
+/* ---- unified and wrapped mirrors, host memory, host functions, events ---- */
+
+static void count_call(void *counter)
+{
+    (*(int *)counter)++;
+}
+
+static void other_work(sweep *sw)
+{
+    /* A unified mirror (syncs are prefetches or nothing). */
+    mapping_mirror *u;
+    unsigned char *p;
+    mapping_buffer *buf;
+    TRY(sw, mapping_mirror_create(sw->dev, MIRROR_BYTES, MAPPING_MIRROR_UNIFIED, &u), );
+    TRY(sw, mapping_mirror_acquire_cpu(u, MAPPING_WRITE, (void **)&p), );
+    test_pattern(sw->value, MIRROR_BYTES, sw->seed + 40);
+    memcpy(p, sw->value, MIRROR_BYTES);
+    TRY(sw, mapping_mirror_sync_to_gpu(sw->s, u), );
+    TRY(sw, mapping_mirror_acquire_gpu(sw->s, u, MAPPING_READ | MAPPING_WRITE, &buf), );
+    TRY(sw, mapping_fill_gpu(sw->s, buf, mapping_mirror_gpu_offset(u) + 100, 500, 0x77), );
+    memset(sw->value + 100, 0x77, 500);
+    TRY(sw, mapping_mirror_release_gpu(sw->s, u), );
+    TRY(sw, mapping_mirror_acquire_cpu(u, MAPPING_READ, (void **)&p), );
+    for (size_t i = 0; i < MIRROR_BYTES; i++)
+        sw->bytes_lost += p[i] != sw->value[i];
+    sw->bytes_checked += MIRROR_BYTES;
+    mapping_mirror_destroy(u);
+
+    /* The caller's memory, page-locked in place where the back end can. */
+    mapping_mirror *w;
+    test_pattern(sw->wrapped, MIRROR_BYTES, sw->seed + 50);
+    TRY(sw, mapping_mirror_wrap(sw->dev, sw->wrapped, MIRROR_BYTES, MAPPING_MIRROR_PIN, &w), );
+    TRY(sw, mapping_mirror_sync_to_gpu(NULL, w), );
+    int paused = pause_fault(sw);
+    CHECK_OK(mapping_sync_to_cpu_range(NULL, mapping_mirror_gpu(w), 0, sw->readback, MIRROR_BYTES));
+    for (size_t i = 0; i < MIRROR_BYTES; i++)
+        sw->bytes_lost += sw->readback[i] != sw->wrapped[i];
+    sw->bytes_checked += MIRROR_BYTES;
+    resume_fault(sw, paused);
+    mapping_mirror_destroy(w);
+
+    /* Page-locked memory, a host function, events joining two streams. */
+    void *host;
+    mapping_stream *s2;
+    mapping_event *ev;
+    int calls = 0;
+    TRY(sw, mapping_allocate_cpu(sw->dev, 4096, &host), );
+    TRY(sw, mapping_stream_create(sw->dev, &s2), );
+    TRY(sw, mapping_launch_host(sw->s, count_call, &calls), );
+    TRY(sw, mapping_event_record(sw->s, &ev), );
+    TRY(sw, mapping_stream_wait_event(s2, ev), );
+    TRY(sw, mapping_sync_to_gpu_range(s2, host, sw->sets[0].dst_buf, 0, 4096), );
+    TRY(sw, mapping_event_synchronize(ev), );
+    TRY(sw, mapping_stream_synchronize(s2), );
+    if (calls != 1)
+        test_fail(__FILE__, __LINE__, "after %s failed: the host function ran %d times", sw->failed_call, calls);
+    mapping_event_destroy(ev);
+    mapping_stream_destroy(s2);
+    mapping_free_cpu(sw->dev, host);
+}
+
 /* ---- one run ---- */
 
 static int list_empty(const mapping_list_node *head)
@@ -479,6 +541,7 @@ static void run_script(sweep *sw)
     batch_work(sw);
     mapping_batch_destroy(sw->batch);
     pipeline_work(sw);
+    other_work(sw);
     for (int i = 0; i < 2; i++) {
         mapping_free_gpu(sw->sets[i].dst_buf);
         mapping_free_gpu(sw->sets[i].src_buf);
