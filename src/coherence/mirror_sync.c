@@ -45,8 +45,9 @@ static bool entry_fold(mirror_state *st, size_t i)
     return true;
 }
 
-/* The copy failed or its event could not be waited for: the target stays
- * stale (its bytes are not trusted), and the range is no longer queued. */
+/* The copy completed but its result could not be recorded (out of memory):
+ * the target stays stale (its bytes are not trusted), and the range is no
+ * longer queued. */
 static void entry_abandon(mirror_state *st, size_t i)
 {
     mirror_inflight *e = &st->inflight[i];
@@ -64,14 +65,14 @@ void mapping__mirror_fold_completed(mirror_state *st)
     }
 }
 
-/* Waits for entry i and folds it; the entry is gone afterwards either way. */
+/* Waits for entry i and folds it (the entry is gone). If the wait fails the
+ * entry stays: its work may still run, so later calls stay ordered after it
+ * and wait for it again. */
 static mapping_status entry_wait(mirror_state *st, size_t i)
 {
     mapping_status status = mapping__event_synchronize(st->inflight[i].event);
-    if (status != MAPPING_OK) {
-        entry_abandon(st, i);
+    if (status != MAPPING_OK)
         return status;
-    }
     if (!entry_fold(st, i)) {
         entry_abandon(st, i);
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mirror: out of memory folding a completed copy");
@@ -89,9 +90,12 @@ mapping_status mapping__mirror_order(mirror_state *st, mapping_stream *stream, s
         if (e->hi <= lo || e->lo >= hi) {
             i++;
         } else if (!stream || (wait_target != MIRROR_ACCESS && e->target == wait_target)) {
-            mapping_status status = entry_wait(st, i); /* removes entry i */
+            size_t before = st->n_inflight;
+            mapping_status status = entry_wait(st, i); /* removes entry i, unless its wait failed */
             if (status && !first)
                 first = status;
+            if (st->n_inflight == before)
+                i++;
         } else {
             if (e->stream != stream) {
                 mapping_status status = mapping__stream_wait_event(stream, e->event);
