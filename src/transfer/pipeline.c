@@ -259,6 +259,8 @@ mapping_status mapping_pipeline_run(mapping_pipeline *p, const void *cpu_src, vo
     }
     for (int i = 0; i < p->desc.depth; i++) {
         st = mapping__stream_synchronize(p->slots[i].stream);
+        if (st != MAPPING_OK) /* a failed wait may not have waited: the slot's records are reused next run */
+            (void)mapping__stream_synchronize(p->slots[i].stream);
         if (first == MAPPING_OK)
             first = st;
         for (int lap = 0; lap < LAPS; lap++) {
