@@ -16,7 +16,7 @@
  *   memory directly (host writes, fill/copy on the device buffer), as the
  *   header asks of any caller.
  * - the buffer world: NBUF device buffers, a host source array and a host
- *   destination array, one batch, direct copies/fills on streams. The model
+ *   destination array, one batch, a pipeline, direct copies/fills on streams. The model
  *   holds every byte of the buffers (filled at the start) and of the
  *   destination array (with a "known" flag: overlapping device-to-host
  *   destinations of one flush are unspecified). The library does not order
@@ -91,6 +91,7 @@ typedef struct fuzz {
 
     /* buffer world */
     mapping_batch *batch;
+    mapping_pipeline *pipe; /* made by the first pipeline operation */
     queued         q[MAX_QUEUED];
     size_t         nq;
     int            busy[2]; /* buffer-world work on the stream not yet waited for or joined */
@@ -730,6 +731,32 @@ static void check_buffers(fuzz *f)
              f->host_fns);
 }
 
+/* ---- pipelines ---- */
+
+static mapping_status pipeline_step(mapping_stream *stream, const mapping_pipeline_chunk *c, void *user)
+{
+    (void)user; /* the identity: output = input */
+    return mapping_copy_gpu(stream, c->input, c->input_offset, c->output, c->output_offset, c->bytes);
+}
+
+/* Runs part of the host sources through a pipeline (made on first use, with
+ * a chunk size and depth from the input) into the host destinations. */
+static void op_pipeline(fuzz *f)
+{
+    unsigned sel = u8(f);
+    size_t n = 1 + u16(f) % BUF_BYTES, src = u16(f) % (BUF_BYTES - n + 1), dst = u16(f) % (BUF_BYTES - n + 1);
+    if (!f->pipe) {
+        mapping_pipeline_desc desc = {.chunk_bytes = (size_t)4096 << (sel % 5), .depth = 1 + (int)(sel / 5 % 3)};
+        trace(f, "pipeline create, chunks of %zu bytes, depth %d", desc.chunk_bytes, desc.depth);
+        EXPECT(f, mapping_pipeline_create(D->dev, &desc, &f->pipe), MAPPING_OK);
+    }
+    trace(f, "pipeline run of %zu bytes, host source %zu -> destination %zu", n, src, dst);
+    order_before(f, 2); /* earlier work may still use these host bytes */
+    EXPECT(f, mapping_pipeline_run(f->pipe, f->hs + src, f->hd + dst, n, pipeline_step, NULL), MAPPING_OK);
+    memcpy(f->hd_model + dst, f->hs + src, n);
+    memset(f->hd_known + dst, 1, n);
+}
+
 /* ---- streams, events, host functions, the link ---- */
 
 static void op_event(fuzz *f)
@@ -835,6 +862,7 @@ static void end(fuzz *f)
     check_mirror(f);
     check_buffers(f);
     mapping_batch_destroy(f->batch);
+    mapping_pipeline_destroy(f->pipe);
     for (int i = MAX_VIEWS; i >= 0; i--)
         if (f->handles[i])
             mapping_mirror_destroy(f->handles[i]);
@@ -868,7 +896,7 @@ int fuzz_run(const uint8_t *data, size_t size)
     begin(f);
     for (f->op_index = 0; f->pos < f->size && f->op_index < MAX_OPS; f->op_index++) {
         total_ops++;
-        switch (u8(f) % 28) {
+        switch (u8(f) % 29) {
         case 0: case 1: op_mirror_write_and_mark(f, 0); break;
         case 2: case 3: op_mirror_write_and_mark(f, 1); break;
         case 4: op_mirror_acquire_gpu(f); break;
@@ -892,6 +920,7 @@ int fuzz_run(const uint8_t *data, size_t size)
         case 24: op_host_fn(f); break;
         case 25: op_stream_sync(f); break;
         case 26: set_link(f, u8(f)); break;
+        case 27: op_pipeline(f); break;
         default: op_direct(f, (int)(u8(f) % 4)); break;
         }
     }
