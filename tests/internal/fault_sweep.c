@@ -612,3 +612,45 @@ TEST(fault_sweep_with_slow_copies_in_flight)
     setenv("MAPPING_HOST_LINK", "2e9,50e-6", 1);
     sweep_faults(KIND_BACKEND);
 }
+
+/* Opening and closing a device, with the n-th allocation failing: a failed
+ * open reports out of memory and leaves nothing behind (the sanitizer build
+ * checks for leaks); a device that opened works and closes. */
+TEST(fault_sweep_open_fails_cleanly_at_each_allocation)
+{
+    test_device(); /* SKIP where the back end is absent; loads it once */
+    mapping_device_desc desc = {.backend = test_backend()};
+    int n, failures = 0;
+    for (n = 0; n < 1000; n++) {
+        mapping_device *dev = NULL;
+        mapping_os_inject_alloc_fault(n);
+        mapping_clear_last_error();
+        mapping_status st = mapping_open(&desc, &dev);
+        int fired = mapping_os_alloc_fault_remaining() < 0;
+        mapping_os_inject_alloc_fault(-1);
+        if (st != MAPPING_OK) {
+            if (!fired)
+                test_fail(__FILE__, __LINE__, "mapping_open failed without an injected fault: %s",
+                          mapping_last_error_message());
+            CHECK(st == MAPPING_ERR_OUT_OF_HOST_MEMORY || st == MAPPING_ERR_OUT_OF_DEVICE_MEMORY);
+            CHECK(mapping_last_error() == st && mapping_last_error_message()[0]);
+            CHECK(dev == NULL);
+            failures++;
+            continue;
+        }
+        mapping_buffer *buf;
+        unsigned char in[256], out[256];
+        test_pattern(in, sizeof in, (unsigned)n);
+        CHECK_OK(mapping_allocate_gpu(dev, sizeof in, &buf));
+        CHECK_OK(mapping_sync_to_gpu(in, buf));
+        CHECK_OK(mapping_sync_to_cpu(buf, out));
+        CHECK_BYTES(out, in, sizeof in);
+        mapping_free_gpu(buf);
+        mapping_close(dev);
+        if (!fired)
+            break;
+    }
+    CHECK(n < 1000);
+    printf("mapping_open on %s: %d allocations failed in turn, %d opens refused, then a clean open\n",
+           test_backend(), n, failures);
+}
