@@ -164,12 +164,17 @@ static void fail(fuzz *f, const char *fmt, ...)
     abort();
 }
 
+/* The call returns `expected`; a call that succeeds records no error (the
+ * thread's last error stays as it was). */
 #define EXPECT(f, expr, expected)                                                                   \
     do {                                                                                            \
+        mapping_clear_last_error();                                                                 \
         mapping_status s_ = (expr), e_ = (expected);                                                \
         if (s_ != e_)                                                                               \
             fail(f, "%s returned %s, expected %s", #expr, mapping_status_name(s_),                 \
                  mapping_status_name(e_));                                                          \
+        if (s_ == MAPPING_OK && mapping_last_error() != MAPPING_OK)                                 \
+            fail(f, "%s succeeded but recorded an error", #expr);                                   \
     } while (0)
 
 /* ---- set-up, once per process ---- */
