@@ -1,10 +1,11 @@
 /*
- * The fault sweep. One script of mirror, view, intent, batch and pipeline
- * work runs again and again: the n-th run makes the n-th back-end call fail
- * (every fallible one: mapping__inject_fault_any), or, in the second test,
- * the n-th allocation of the library (mapping_os_inject_alloc_fault), for
- * n = 0, 1, 2, ... until a run no longer reaches the fault. After the call
- * that failed:
+ * The fault sweep (docs/testing.md). One script of mirror, view, intent,
+ * batch, pipeline, stream and event work runs again and again: the n-th run
+ * makes the n-th back-end call fail (every fallible one:
+ * mapping__inject_fault_any; on the host back end also with slow copies in
+ * flight), or the n-th allocation of the library
+ * (mapping_os_inject_alloc_fault), for n = 0, 1, 2, ... until a run no
+ * longer reaches the fault. After the call that failed:
  * - its status is the injected one (MAPPING_ERR_FAULT_INJECTED, or out of
  *   host or device memory), recorded with a message for mapping_last_error;
  * - the promises of the header hold: a mirror's bytes that it counts as valid
@@ -14,6 +15,9 @@
  * - retried without the fault, the call succeeds and the script goes on.
  * At the end of each run every byte the script moved is compared with a
  * model (bytes lost: must be 0) and the device holds no object of the run.
+ * A fault that a call handles itself (say, an event it could not record, so
+ * it waits instead) is printed as absorbed. The last test fails each
+ * allocation of mapping_open in turn.
  */
 #include "testing/test_hooks.h"
 #include "harness.h"
