@@ -722,7 +722,8 @@ MAPPING_API mapping_status mapping_mirror_adopt(mapping_device *dev, void *cpu_p
                                                 size_t gpu_offset, size_t bytes, unsigned flags,
                                                 mapping_mirror **out);
 /* Destroys a handle (root or view); the shared memory goes with the last
- * handle of the family, after its queued copies complete. NULL: no-op. */
+ * handle of the family, after its queued copies complete (if waiting for one
+ * fails twice, the memory is left to mapping_close). NULL: no-op. */
 MAPPING_API void            mapping_mirror_destroy(mapping_mirror *m);
 /* Bytes of this mirror or view; 0 for NULL. O(1). */
 MAPPING_API size_t          mapping_mirror_size(const mapping_mirror *m);
@@ -847,7 +848,9 @@ typedef struct mapping_batch mapping_batch;
  * flush that needs it and kept (grown when needed) for later flushes. */
 MAPPING_API mapping_status mapping_batch_create(mapping_device *dev, mapping_batch **out);
 /* Waits for the batch's last flush to complete (its staging memory is in use
- * until then), drops copies still queued, and frees the batch. NULL: no-op. */
+ * until then), drops copies still queued, and frees the batch. NULL: no-op.
+ * If that wait fails twice, the memory the flush may still use is not freed
+ * (its staging memory goes with mapping_close). */
 MAPPING_API void           mapping_batch_destroy(mapping_batch *b);
 
 /* Queue a copy of `bytes` bytes from cpu_src to gpu_dst[gpu_offset, +bytes).
@@ -869,7 +872,9 @@ MAPPING_API void           mapping_batch_clear(mapping_batch *b);
  * of the queued work come from mapping_stream_synchronize, as for any
  * stream operation. A flush of an empty batch does nothing and returns
  * MAPPING_OK. If the batch's previous flush was on a stream and has not
- * completed, this call first waits for it (the staging memory is reused).
+ * completed, this call first waits for it (the staging memory is reused); if
+ * that wait fails, this call fails with its status before doing anything
+ * (copy 0 is named, every copy stays queued).
  *
  * On failure (a transfer, scatter or gather could not be done or queued):
  * - the return value is that step's status, and mapping_last_error_message()

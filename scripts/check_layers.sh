@@ -9,6 +9,8 @@
 #   4. No back-end identity above the seam: no comparison with a back end's
 #      name or a device kind, except where a back end is chosen by name
 #      (src/core/backends.c).
+#   5. The library allocates through os/os.h (mapping_os_malloc, ...): the
+#      fault sweep (tests/internal/fault_sweep.c) fails any allocation.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bad=0
@@ -67,10 +69,18 @@ for layer in transfer coherence; do
   while IFS= read -r hit; do
     name=$(grep -oE '\bmapping_[a-z][a-z0-9_]*\(' <<<"${hit#*:*:}" | head -1)
     for call in $(grep -oE '\bmapping_[a-z][a-z0-9_]*\(' <<<"${hit#*:*:}"); do
+      case "$call" in mapping_os_*) continue;; esac # the os layer's helpers (os/os.h)
       grep -qxF "$call" <<<"$own" || fail "${hit%%:*}: calls ${call%(} (a public function of another layer; call its mapping__ twin)"
     done
   done < <(grep -nE '\bmapping_[a-z][a-z0-9_]*\(' src/$layer/*.c | grep -vE '^[^:]+:[0-9]+:[a-z]')
 done
+
+# 5. the library allocates through os/os.h (mapping_os_malloc, ...), so the
+#    fault sweep's failed allocations reach every allocation
+while IFS= read -r hit; do
+  fail "allocates without os/os.h (use mapping_os_malloc, _calloc, _realloc, _aligned_alloc): $hit"
+done < <(grep -rnE '(^|[^_a-z])(malloc|calloc|realloc|aligned_alloc|strdup)[[:space:]]*\(' src --include='*.c' |
+         grep -vE '^src/os/memory\.c:' | grep -vE '^[^:]+:[0-9]+:[[:space:]]*(/?\*|//)')
 
 # 4. back-end names and device kinds above the seam
 while IFS= read -r hit; do
@@ -78,5 +88,5 @@ while IFS= read -r hit; do
 done < <(grep -rnE '(strn?cmp|==)[^;]*"(host|opencl|cuda|cpu|gpu|accelerator)"' src/core src/transfer src/coherence src/observe \
            --include='*.c' --include='*.h' | grep -vE '^src/core/backends\.c:')
 
-if [ $bad -eq 0 ]; then echo "layering: ok (includes, the back-end seam, internal calls, no back-end names above the seam)"; fi
+if [ $bad -eq 0 ]; then echo "layering: ok (includes, the back-end seam, internal calls, no back-end names above the seam, allocations through os/)"; fi
 exit $bad

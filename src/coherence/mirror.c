@@ -39,7 +39,16 @@ static void state_forget(mirror_state *st)
 static void state_free(mirror_state *st)
 {
     mapping__mirror_check_forget(st);
-    mapping__mirror_drain(st);
+    if (mapping__mirror_drain(st) != MAPPING_OK) {
+        /* A queued copy may still read or write the memory: rather than free
+         * it under the copy, leave it to mapping_close (it frees what a
+         * device still holds). */
+        mapping__log(0, "mapping_mirror_destroy: a queued copy could not be waited for: %s; the mirror's memory "
+                        "is left to mapping_close", mapping__last_message());
+        st->gpu = NULL;
+        st->owns_cpu = false;
+        st->pinned = false;
+    }
     if (st->batch)
         mapping__batch_destroy(st->batch);
     free(st->inflight);
@@ -59,7 +68,7 @@ static void state_free(mirror_state *st)
 
 static mapping_status handle_new(const char *fn, mirror_state *st, size_t offset, size_t size, mapping_mirror **out)
 {
-    mapping_mirror *m = calloc(1, sizeof *m);
+    mapping_mirror *m = mapping_os_calloc(1, sizeof *m);
     if (!m || mapping__handle_add(MAPPING_HANDLE_MIRROR, m) != MAPPING_OK) {
         free(m);
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
@@ -76,7 +85,7 @@ static mapping_status handle_new(const char *fn, mirror_state *st, size_t offset
 /* A new state: CPU valid everywhere, GPU stale everywhere. */
 static mapping_status state_new(const char *fn, mapping_device *dev, size_t bytes, mirror_state **out)
 {
-    mirror_state *st = calloc(1, sizeof *st);
+    mirror_state *st = mapping_os_calloc(1, sizeof *st);
     if (!st)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
     st->dev = dev;

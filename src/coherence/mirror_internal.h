@@ -88,7 +88,9 @@ mapping_status mapping__mirror_record_access(mirror_state *st, mapping_stream *s
  * can take over many-range syncs here. */
 mapping_status mapping__mirror_copy_ranges(mapping_stream *stream, mirror_state *st, int target,
                                            const mapping_range *ranges, size_t n, size_t *done);
-void           mapping__mirror_drain(mirror_state *st); /* waits for everything; folds nothing */
+/* Waits for everything (a failed wait is tried twice); folds nothing. Not OK
+ * when some queued copy could not be waited for: it may still use the memory. */
+mapping_status mapping__mirror_drain(mirror_state *st);
 
 /* ---- mirror_unified.c ---- */
 /* Allocates unified memory for st (st->gpu, st->cpu) if the back end can;

@@ -46,8 +46,9 @@ static bool entry_fold(mirror_state *st, size_t i)
     return true;
 }
 
-/* The copy failed or its event could not be waited for: the target stays
- * stale (its bytes are not trusted), and the range is no longer queued. */
+/* The copy completed but its result could not be recorded (out of memory):
+ * the target stays stale (its bytes are not trusted), and the range is no
+ * longer queued. */
 static void entry_abandon(mirror_state *st, size_t i)
 {
     mirror_inflight *e = &st->inflight[i];
@@ -65,14 +66,14 @@ void mapping__mirror_fold_completed(mirror_state *st)
     }
 }
 
-/* Waits for entry i and folds it; the entry is gone afterwards either way. */
+/* Waits for entry i and folds it (the entry is gone). If the wait fails the
+ * entry stays: its work may still run, so later calls stay ordered after it
+ * and wait for it again. */
 static mapping_status entry_wait(mirror_state *st, size_t i)
 {
     mapping_status status = mapping__event_synchronize(st->inflight[i].event);
-    if (status != MAPPING_OK) {
-        entry_abandon(st, i);
+    if (status != MAPPING_OK)
         return status;
-    }
     if (!entry_fold(st, i)) {
         entry_abandon(st, i);
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mirror: out of memory folding a completed copy");
@@ -90,9 +91,12 @@ mapping_status mapping__mirror_order(mirror_state *st, mapping_stream *stream, s
         if (e->hi <= lo || e->lo >= hi) {
             i++;
         } else if (!stream || (wait_target != MIRROR_ACCESS && e->target == wait_target)) {
-            mapping_status status = entry_wait(st, i); /* removes entry i */
+            size_t before = st->n_inflight;
+            mapping_status status = entry_wait(st, i); /* removes entry i, unless its wait failed */
             if (status && !first)
                 first = status;
+            if (st->n_inflight == before)
+                i++;
         } else {
             if (e->stream != stream) {
                 mapping_status status = mapping__stream_wait_event(stream, e->event);
@@ -105,12 +109,18 @@ mapping_status mapping__mirror_order(mirror_state *st, mapping_stream *stream, s
     return first;
 }
 
-void mapping__mirror_drain(mirror_state *st)
+mapping_status mapping__mirror_drain(mirror_state *st)
 {
+    mapping_status first = MAPPING_OK;
     while (st->n_inflight) {
-        mapping__event_synchronize(st->inflight[0].event);
+        mapping_status status = mapping__event_synchronize(st->inflight[0].event);
+        if (status != MAPPING_OK) /* a second try */
+            status = mapping__event_synchronize(st->inflight[0].event);
+        if (status != MAPPING_OK && first == MAPPING_OK)
+            first = status;
         entry_release(st, 0);
     }
+    return first;
 }
 
 static mapping_status inflight_reserve(mirror_state *st)
@@ -118,7 +128,7 @@ static mapping_status inflight_reserve(mirror_state *st)
     if (st->n_inflight < st->cap_inflight)
         return MAPPING_OK;
     size_t cap = st->cap_inflight ? 2 * st->cap_inflight : 4;
-    mirror_inflight *v = realloc(st->inflight, cap * sizeof *v);
+    mirror_inflight *v = mapping_os_realloc(st->inflight, cap * sizeof *v);
     if (!v)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mirror: out of memory tracking queued copies");
     st->inflight = v;
@@ -167,7 +177,7 @@ static mapping_status exact_ranges(const mirror_state *st, int t, size_t lo, siz
         return MAPPING_OK;
     /* Each pending range can split one stale range in two. */
     size_t cap = count + mapping__rs_count(pend);
-    mapping_range *v = malloc(cap * sizeof *v);
+    mapping_range *v = mapping_os_malloc(cap * sizeof *v);
     if (!v)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mirror: out of memory listing stale ranges");
     size_t k = 0;
@@ -250,7 +260,7 @@ static mapping_status copy_ranges_batched(mapping_stream *stream, mirror_state *
     mapping_status status;
     if (!st->batch && (status = mapping__batch_create(st->dev, &st->batch)) != MAPPING_OK)
         return status;
-    mapping_transfer_range *list = malloc(n * sizeof *list);
+    mapping_transfer_range *list = mapping_os_malloc(n * sizeof *list);
     if (!list)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mirror sync: out of memory");
     for (size_t i = 0; i < n; i++)
@@ -312,7 +322,7 @@ static mapping_status sync_plan_make(const char *fn, mapping_stream *stream, mir
     *p = (sync_plan){0};
     if ((status = exact_ranges(st, t, lo, hi, &p->exact, &p->n_exact)) || p->n_exact == 0)
         return status;
-    p->merged = malloc(p->n_exact * sizeof *p->merged);
+    p->merged = mapping_os_malloc(p->n_exact * sizeof *p->merged);
     if (!p->merged)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
     if (stream && ((status = inflight_reserve(st)) || (status = mapping__rs_reserve(&st->pending[t], p->n_exact))))

@@ -3,6 +3,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include "os/os.h"
 #include "os/status.h"
 
 enum {
@@ -135,7 +136,7 @@ static size_t spare_needed(const mapping_range_set *s, size_t extra)
 static mapping_status pool_fill(mapping_range_set *s, size_t need)
 {
     while (s->spare < need) {
-        mapping_rs_node *node = malloc(sizeof *node);
+        mapping_rs_node *node = mapping_os_malloc(sizeof *node);
         if (!node)
             return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "range set: cannot grow to %zu nodes",
                                  s->nodes + s->spare + 1);

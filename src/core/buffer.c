@@ -13,7 +13,7 @@ typedef struct buffer_import {
 static mapping_status buffer_new(const char *fn, mapping_device *dev, size_t bytes, void **host,
                                  const buffer_import *import, mapping_buffer **out)
 {
-    mapping_buffer *buf = calloc(1, sizeof *buf);
+    mapping_buffer *buf = mapping_os_calloc(1, sizeof *buf);
     if (!buf)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
     mapping_status st = mapping__fault_check(dev, fn);

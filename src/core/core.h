@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include "backend/backend.h"
+#include "os/os.h"
 #include "os/status.h"
 #include "mapping.h"
 
@@ -69,6 +70,7 @@ struct mapping_device {
 
     _Atomic int fault_countdown; /* > 0: that many more operations succeed */
     _Atomic int fault_armed;
+    _Atomic int fault_any; /* 1: every fallible back-end call counts (mapping__inject_fault_any) */
 
     _Alignas(64) mapping_counters counters;
 };
@@ -194,6 +196,16 @@ void mapping__list_remove(mapping_device *dev, mapping_list_node *node);
  * now on fails with MAPPING_ERR_FAULT_INJECTED; n < 0 disarms. ---- */
 void           mapping__inject_fault(mapping_device *dev, int n);
 mapping_status mapping__fault_check(mapping_device *dev, const char *op);
+/* The same counting every fallible back-end call, not only transfers and
+ * device allocations: page-locked host memory, registrations, streams,
+ * events, host functions, stream waits, prefetches, and the waits
+ * (stream and event synchronize, event query) (n < 0 disarms). Those
+ * calls check with mapping__fault_check_any, which counts only in this mode.
+ * mapping__fault_remaining: -1 when no fault is armed (or it has fired),
+ * else how many calls still succeed before it. */
+void           mapping__inject_fault_any(mapping_device *dev, int n);
+mapping_status mapping__fault_check_any(mapping_device *dev, const char *op);
+int            mapping__fault_remaining(const mapping_device *dev);
 
 static inline void mapping__count(_Atomic uint64_t *counter, uint64_t value)
 {

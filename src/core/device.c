@@ -109,7 +109,7 @@ mapping_status mapping_open(const mapping_device_desc *desc, mapping_device **ou
         return mapping__fail(MAPPING_ERR_NO_DEVICE, "%s: %s has %d device(s); there is no device %d", fn, info.name,
                              info.device_count, d.device);
 
-    mapping_device *dev = calloc(1, sizeof *dev);
+    mapping_device *dev = mapping_os_calloc(1, sizeof *dev);
     if (!dev)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
     dev->be = be;

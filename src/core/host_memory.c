@@ -42,7 +42,7 @@ mapping_status mapping__host_registry_add(mapping_host_registry *r, void *ptr, s
     }
     if (r->count == r->capacity) {
         size_t capacity = r->capacity ? r->capacity * 2 : 16;
-        mapping_host_block *blocks = realloc(r->blocks, capacity * sizeof *blocks);
+        mapping_host_block *blocks = mapping_os_realloc(r->blocks, capacity * sizeof *blocks);
         if (!blocks) {
             st = mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "host memory registry: out of memory");
             goto out;

@@ -139,6 +139,9 @@ mapping_status mapping__prefetch(mapping_stream *stream, mapping_buffer *buf, si
                                  bool to_device)
 {
     mapping_device *dev = buf->dev;
+    mapping_status st = mapping__fault_check_any(dev, "prefetch");
+    if (st != MAPPING_OK)
+        return st;
     return dev->be->unified_prefetch(dev->state, mapping__stream_state(stream), buf->mem, offset, bytes, to_device);
 }
 
@@ -173,6 +176,9 @@ bool mapping__can_register_host(const mapping_device *dev)
 
 mapping_status mapping__stream_synchronize(mapping_stream *stream)
 {
+    mapping_status st = mapping__fault_check_any(stream->dev, "stream_synchronize");
+    if (st != MAPPING_OK)
+        return st;
     return stream->dev->be->stream_synchronize(stream->dev->state, stream->state);
 }
 
@@ -182,24 +188,36 @@ mapping_status mapping__launch_host(mapping_stream *stream, void (*fn)(void *use
         fn(user);
         return MAPPING_OK;
     }
+    mapping_status st = mapping__fault_check_any(stream->dev, "launch_host");
+    if (st != MAPPING_OK)
+        return st;
     mapping_trace_span span = mapping__trace_begin();
-    mapping_status st = stream->dev->be->launch_host(stream->dev->state, stream->state, fn, user);
+    st = stream->dev->be->launch_host(stream->dev->state, stream->state, fn, user);
     mapping__trace_host_fn(&span, stream->dev, stream, st);
     return st;
 }
 
 mapping_status mapping__stream_wait_event(mapping_stream *stream, mapping_event *event)
 {
+    mapping_status st = mapping__fault_check_any(stream->dev, "stream_wait_event");
+    if (st != MAPPING_OK)
+        return st;
     return stream->dev->be->event_wait(stream->dev->state, stream->state, event->state);
 }
 
 mapping_status mapping__event_synchronize(mapping_event *event)
 {
+    mapping_status st = mapping__fault_check_any(event->dev, "event_synchronize");
+    if (st != MAPPING_OK)
+        return st;
     return event->dev->be->event_synchronize(event->dev->state, event->state);
 }
 
 mapping_status mapping__event_query(const mapping_event *event)
 {
+    mapping_status st = mapping__fault_check_any(event->dev, "event_query");
+    if (st != MAPPING_OK)
+        return st;
     return event->dev->be->event_query(event->dev->state, event->state);
 }
 
@@ -258,6 +276,9 @@ mapping_status mapping__op_buffer_native(mapping_device *dev, void *mem, void **
 
 mapping_status mapping__op_host_alloc(mapping_device *dev, size_t bytes, void **ptr, void **cookie)
 {
+    mapping_status st = mapping__fault_check_any(dev, "host_alloc");
+    if (st != MAPPING_OK)
+        return st;
     return dev->be->host_alloc(dev->state, bytes, ptr, cookie);
 }
 
@@ -268,6 +289,9 @@ void mapping__op_host_free(mapping_device *dev, void *ptr, void *cookie)
 
 mapping_status mapping__op_host_register(mapping_device *dev, void *ptr, size_t bytes, void **cookie)
 {
+    mapping_status st = mapping__fault_check_any(dev, "host_register");
+    if (st != MAPPING_OK)
+        return st;
     return dev->be->host_register(dev->state, ptr, bytes, cookie);
 }
 
@@ -279,6 +303,9 @@ void mapping__op_host_unregister(mapping_device *dev, void *ptr, void *cookie)
 
 mapping_status mapping__op_stream_create(mapping_device *dev, void **state)
 {
+    mapping_status st = mapping__fault_check_any(dev, "stream_create");
+    if (st != MAPPING_OK)
+        return st;
     return dev->be->stream_create(dev->state, state);
 }
 
@@ -294,6 +321,9 @@ mapping_status mapping__op_stream_native(mapping_device *dev, void *state, void 
 
 mapping_status mapping__op_event_record(mapping_device *dev, void *stream_state, void **event_state)
 {
+    mapping_status st = mapping__fault_check_any(dev, "event_record");
+    if (st != MAPPING_OK)
+        return st;
     return dev->be->event_record(dev->state, stream_state, event_state);
 }
 

@@ -12,7 +12,7 @@
 static mapping_status stream_new(mapping_device *dev, void *native, mapping_stream **out)
 {
     *out = NULL;
-    mapping_stream *s = calloc(1, sizeof *s);
+    mapping_stream *s = mapping_os_calloc(1, sizeof *s);
     if (!s)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mapping_stream_create: out of memory");
     s->imported = native != NULL;
@@ -69,7 +69,7 @@ void mapping__stream_destroy(mapping_stream *stream)
 mapping_status mapping__event_record(mapping_stream *stream, mapping_event **out)
 {
     *out = NULL;
-    mapping_event *ev = calloc(1, sizeof *ev);
+    mapping_event *ev = mapping_os_calloc(1, sizeof *ev);
     if (!ev)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mapping_event_record: out of memory");
     mapping_device *dev = stream->dev;

@@ -1,7 +1,10 @@
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <unistd.h>
 #include "os/os.h"
+
+static bool alloc_fails(void);
 
 size_t mapping_os_page_size(void)
 {
@@ -19,7 +22,7 @@ void *mapping_os_alloc_locked(size_t bytes, bool *locked)
 {
     *locked = false;
     size_t rounded = round_to_pages(bytes);
-    if (rounded < bytes)
+    if (rounded < bytes || alloc_fails())
         return NULL;
     void *ptr = mmap(NULL, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (ptr == MAP_FAILED)
@@ -54,4 +57,58 @@ uint64_t mapping_os_physical_memory(void)
 {
     long pages = sysconf(_SC_PHYS_PAGES);
     return pages > 0 ? (uint64_t)pages * mapping_os_page_size() : 0;
+}
+
+/* ---- the allocators of the library, with a fault hook for tests ---- */
+
+static _Atomic long alloc_countdown; /* > 0: that many more allocations succeed */
+static _Atomic int  alloc_armed;
+
+void mapping_os_inject_alloc_fault(long n)
+{
+    if (n < 0) {
+        atomic_store(&alloc_armed, 0);
+        return;
+    }
+    atomic_store(&alloc_countdown, n);
+    atomic_store(&alloc_armed, 1);
+}
+
+long mapping_os_alloc_fault_remaining(void)
+{
+    if (!atomic_load(&alloc_armed))
+        return -1;
+    long n = atomic_load(&alloc_countdown);
+    return n > 0 ? n : 0;
+}
+
+/* True when this allocation is the one to fail (one per arming). */
+static bool alloc_fails(void)
+{
+    if (!atomic_load_explicit(&alloc_armed, memory_order_relaxed))
+        return false;
+    if (atomic_fetch_sub(&alloc_countdown, 1) > 0)
+        return false;
+    int armed = 1;
+    return atomic_compare_exchange_strong(&alloc_armed, &armed, 0);
+}
+
+void *mapping_os_malloc(size_t bytes)
+{
+    return alloc_fails() ? NULL : malloc(bytes);
+}
+
+void *mapping_os_calloc(size_t count, size_t size)
+{
+    return alloc_fails() ? NULL : calloc(count, size);
+}
+
+void *mapping_os_realloc(void *ptr, size_t bytes)
+{
+    return alloc_fails() ? NULL : realloc(ptr, bytes);
+}
+
+void *mapping_os_aligned_alloc(size_t alignment, size_t bytes)
+{
+    return alloc_fails() ? NULL : aligned_alloc(alignment, bytes);
 }

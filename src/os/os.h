@@ -22,6 +22,19 @@ void     mapping_os_sleep_until_ns(uint64_t deadline_ns);
 size_t mapping_os_page_size(void);
 void  *mapping_os_alloc_locked(size_t bytes, bool *locked);
 void   mapping_os_free_locked(void *ptr, size_t bytes, bool locked);
+/* The library allocates through these (malloc, calloc, realloc,
+ * aligned_alloc; free() frees), so tests can make an allocation fail:
+ * mapping_os_inject_alloc_fault(n) makes the (n+1)th allocation from now on
+ * (these four and mapping_os_alloc_locked, on any thread) return NULL, once;
+ * n < 0 disarms. mapping_os_alloc_fault_remaining(): -1 when no fault is
+ * armed (or it has fired), else how many allocations still succeed before
+ * it. Process-wide; for tests (testing/test_hooks.h). */
+void *mapping_os_malloc(size_t bytes);
+void *mapping_os_calloc(size_t count, size_t size);
+void *mapping_os_realloc(void *ptr, size_t bytes);
+void *mapping_os_aligned_alloc(size_t alignment, size_t bytes);
+void  mapping_os_inject_alloc_fault(long n);
+long  mapping_os_alloc_fault_remaining(void);
 /* Asks for transparent huge pages on a large region (a hint). */
 void   mapping_os_advise_huge_pages(void *ptr, size_t bytes);
 /* Physical memory in bytes (0 if unknown). */

@@ -9,6 +9,10 @@
  * - fault injection: mapping__inject_fault(dev, n) (declared in core/core.h,
  *   src/core/fault.c): the (n+1)th back-end operation from now on fails with
  *   MAPPING_ERR_FAULT_INJECTED; n < 0 disarms;
+ *   mapping__inject_fault_any(dev, n) counts every fallible back-end call
+ *   (streams, events, waits, page-locked memory too); mapping_os_inject_alloc_fault(n)
+ *   (os/os.h, src/os/memory.c) fails the (n+1)th allocation of the library;
+ *   tests/internal/fault_sweep.c sweeps both;
  * - the core objects and the back-end table (core/core.h), for tests that
  *   call a back end's operations directly;
  * - mapping__transfer_ranges (transfer/transfer.h), the coherence layer's

@@ -22,7 +22,7 @@ mapping_status mapping__batch_check(const char *fn, const mapping_batch *b)
 mapping_status mapping__batch_create(mapping_device *dev, mapping_batch **out)
 {
     *out = NULL;
-    mapping_batch *b = calloc(1, sizeof *b);
+    mapping_batch *b = mapping_os_calloc(1, sizeof *b);
     if (!b)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mapping_batch_create: out of memory");
     b->magic = MAPPING_MAGIC_BATCH;
@@ -32,18 +32,31 @@ mapping_status mapping__batch_create(mapping_device *dev, mapping_batch **out)
     return MAPPING_OK;
 }
 
-void mapping__batch_wait_pending(mapping_batch *b)
+/* The last flush's queued work reads the plan and the staging memory. If
+ * waiting for it fails, the event is kept: that work may still run, so its
+ * memory is not reused, and a later call waits again. */
+mapping_status mapping__batch_wait_pending(mapping_batch *b)
 {
-    if (b->pending) {
-        mapping__event_synchronize(b->pending);
-        mapping__event_destroy(b->pending);
-        b->pending = NULL;
-    }
+    if (!b->pending)
+        return MAPPING_OK;
+    mapping_status st = mapping__event_synchronize(b->pending);
+    if (st != MAPPING_OK)
+        return st;
+    mapping__event_destroy(b->pending);
+    b->pending = NULL;
+    return MAPPING_OK;
 }
 
 void mapping__batch_destroy(mapping_batch *b)
 {
-    mapping__batch_wait_pending(b);
+    /* Wait twice; then rather than free memory that the last flush's work may
+     * still use, leave the batch (and its staging, freed with the device) be. */
+    if (mapping__batch_wait_pending(b) != MAPPING_OK && mapping__batch_wait_pending(b) != MAPPING_OK) {
+        mapping__log(0, "mapping_batch_destroy: the last flush could not be waited for: %s; its memory is "
+                        "not freed (the staging memory goes with mapping_close)", mapping__last_message());
+        b->magic = MAPPING_MAGIC_DEAD;
+        return;
+    }
     mapping__batch_plan_free(&b->plan);
     mapping__batch_free_staging(b);
     free(b->copies);
@@ -108,7 +121,7 @@ mapping_status mapping__batch_push(mapping_batch *b, const batch_copy *c)
 {
     if (b->count == b->capacity) {
         size_t capacity = b->capacity ? b->capacity * 2 : 64;
-        batch_copy *copies = realloc(b->copies, capacity * sizeof *copies);
+        batch_copy *copies = mapping_os_realloc(b->copies, capacity * sizeof *copies);
         if (!copies)
             return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "batch: out of memory queueing copy %zu", b->count);
         b->copies = copies;

@@ -268,13 +268,28 @@ static mapping_status report_failure(mapping_batch *b, const batch_plan *p, mapp
                          (void *)c->buf, inner, done, p->count - done);
 }
 
+/* The previous flush could not be waited for: nothing was done. */
+static mapping_status report_not_started(mapping_batch *b, mapping_status st)
+{
+    char inner[384];
+    snprintf(inner, sizeof inner, "%s", mapping__last_message());
+    const batch_copy *c = &b->copies[0];
+    return mapping__fail(st,
+                         "mapping_batch_flush: copy 0 of %zu (%s, %zu bytes at offset %zu of buffer %p) was not done: "
+                         "waiting for the previous flush failed: %s; 0 copies done, %zu not done and still queued",
+                         b->count, c->to_gpu ? "host-to-device" : "device-to-host", c->bytes, c->offset,
+                         (void *)c->buf, inner, b->count);
+}
+
 mapping_status mapping__batch_flush(mapping_stream *stream, mapping_batch *b)
 {
     if (b->count == 0)
         return MAPPING_OK;
     /* The last flush's work may still read its plan and staging. */
-    mapping__batch_wait_pending(b);
-    mapping_status st = mapping__batch_plan(b, &b->plan, mapping__batch_large_bytes(b->dev));
+    mapping_status st = mapping__batch_wait_pending(b);
+    if (st != MAPPING_OK)
+        return report_not_started(b, st);
+    st = mapping__batch_plan(b, &b->plan, mapping__batch_large_bytes(b->dev));
     if (st != MAPPING_OK)
         return st;
     batch_plan *p = &b->plan;

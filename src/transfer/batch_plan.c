@@ -119,11 +119,11 @@ static mapping_status reserve(batch_plan *plan, size_t n)
         free(plan->groups);
         free(plan->done);
         free(plan->keys);
-        plan->order = malloc(n * sizeof *plan->order);
-        plan->group_of = malloc(n * sizeof *plan->group_of);
-        plan->groups = malloc(n * sizeof *plan->groups);
-        plan->done = malloc(n * sizeof *plan->done);
-        plan->keys = malloc(n * sizeof *plan->keys);
+        plan->order = mapping_os_malloc(n * sizeof *plan->order);
+        plan->group_of = mapping_os_malloc(n * sizeof *plan->group_of);
+        plan->groups = mapping_os_malloc(n * sizeof *plan->groups);
+        plan->done = mapping_os_malloc(n * sizeof *plan->done);
+        plan->keys = mapping_os_malloc(n * sizeof *plan->keys);
         plan->capacity = n;
         if (!plan->order || !plan->group_of || !plan->groups || !plan->done || !plan->keys)
             goto fail;
@@ -131,7 +131,7 @@ static mapping_status reserve(batch_plan *plan, size_t n)
     if (n > plan->copies_capacity) { /* becomes the batch's queue: room for what it holds now */
         free(plan->copies);
         plan->copies_capacity = n;
-        if (!(plan->copies = malloc(n * sizeof *plan->copies)))
+        if (!(plan->copies = mapping_os_malloc(n * sizeof *plan->copies)))
             goto fail;
     }
     return MAPPING_OK;

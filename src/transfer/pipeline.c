@@ -164,7 +164,7 @@ mapping_status mapping_pipeline_create(mapping_device *dev, const mapping_pipeli
     mapping_pipeline_desc d = desc ? *desc : (mapping_pipeline_desc){0};
     if (d.depth < 0 || d.depth > MAX_DEPTH)
         return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: depth %d is not 0 (default), 1, 2 or 3", fn, d.depth);
-    mapping_pipeline *p = calloc(1, sizeof *p);
+    mapping_pipeline *p = mapping_os_calloc(1, sizeof *p);
     if (!p)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
     p->magic = MAPPING_MAGIC_PIPELINE;
@@ -306,6 +306,8 @@ mapping_status mapping_pipeline_run(mapping_pipeline *p, const void *cpu_src, vo
     }
     for (int i = 0; i < p->desc.depth; i++) {
         st = mapping__stream_synchronize(p->slots[i].stream);
+        if (st != MAPPING_OK) /* a failed wait may not have waited: the slot's records are reused next run */
+            (void)mapping__stream_synchronize(p->slots[i].stream);
         if (first == MAPPING_OK)
             first = st;
         for (int lap = 0; lap < LAPS; lap++) {

@@ -92,7 +92,7 @@ static inline void mapping__batch_clear(mapping_batch *b)
     b->count = 0;
 }
 /* Waits for the last flush's work (it may still read the plan and staging). */
-void mapping__batch_wait_pending(mapping_batch *b);
+mapping_status mapping__batch_wait_pending(mapping_batch *b);
 /* Frees the page-locked and device staging buffers (batch_flush.c). */
 void mapping__batch_free_staging(mapping_batch *b);
 

@@ -166,7 +166,7 @@ static mapping_status cuda_device_open(int index, const mapping_device_desc *des
     mapping_status st = scatter_mode_from_env(&scatter_mode);
     if (st != MAPPING_OK)
         return st;
-    cuda_device *d = calloc(1, sizeof *d);
+    cuda_device *d = mapping_os_calloc(1, sizeof *d);
     if (!d)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "cuda: out of memory");
     d->cu = cu;
@@ -325,7 +325,7 @@ static mapping_status cuda_host_alloc(void *dev, size_t bytes, void **ptr, void 
     size_t page = mapping_os_page_size();
     if (bytes > SIZE_MAX - page)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "cuda: %zu bytes of host memory is too many", bytes);
-    cuda_host_block *b = calloc(1, sizeof *b);
+    cuda_host_block *b = mapping_os_calloc(1, sizeof *b);
     if (!b)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "cuda: out of memory");
     uintptr_t pooled;

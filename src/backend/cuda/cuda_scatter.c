@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_kernels_ptx.h"
+#include "os/os.h"
 #include "os/status.h"
 
 enum { KERNEL_THREADS = 256, KERNEL_MAX_BLOCKS = 65535 };
@@ -65,8 +66,8 @@ static mapping_status by_batch(cuda_device *d, cu_stream s, cu_deviceptr staging
                                size_t count, cu_deviceptr buffer, bool gather)
 {
     const cuda_driver *cu = d->cu;
-    cu_deviceptr *dsts = malloc(count * sizeof *dsts), *srcs = malloc(count * sizeof *srcs);
-    size_t *sizes = malloc(count * sizeof *sizes);
+    cu_deviceptr *dsts = mapping_os_malloc(count * sizeof *dsts), *srcs = mapping_os_malloc(count * sizeof *srcs);
+    size_t *sizes = mapping_os_malloc(count * sizeof *sizes);
     mapping_status st = MAPPING_OK;
     if (!dsts || !srcs || !sizes) {
         st = mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "cuda: out of memory for a batch of %zu copies", count);

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "backend/cuda/cuda_device.h"
+#include "os/os.h"
 #include "os/status.h"
 
 enum { STAGE_ALIGN = 64 };
@@ -45,7 +46,7 @@ static size_t header_bytes(void)
 
 static cuda_stage_chunk *chunk_new(cuda_device *d, size_t size, mapping_status *st)
 {
-    cuda_stage_chunk *c = calloc(1, sizeof *c);
+    cuda_stage_chunk *c = mapping_os_calloc(1, sizeof *c);
     if (!c) {
         *st = mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "cuda: out of memory");
         return NULL;

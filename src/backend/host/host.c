@@ -101,7 +101,7 @@ static mapping_status poison_from_env(bool *poison)
 static mapping_status host_device_open(int index, const mapping_device_desc *desc, void **out)
 {
     (void)index;
-    host_device *d = calloc(1, sizeof *d);
+    host_device *d = mapping_os_calloc(1, sizeof *d);
     if (!d)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "host: out of memory");
     d->poison = MAPPING_HOST_POISON_DEFAULT;
@@ -143,7 +143,7 @@ static mapping_status host_buffer_alloc(void *dev, size_t bytes, void **mem)
      * driver's allocations are. */
     size_t align = bytes >= ((size_t)2 << 20) ? ((size_t)2 << 20) : 64;
     size_t rounded = (bytes + align - 1) / align * align;
-    void *p = rounded >= bytes ? aligned_alloc(align, rounded) : NULL;
+    void *p = rounded >= bytes ? mapping_os_aligned_alloc(align, rounded) : NULL;
     if (!p)
         return mapping__fail(MAPPING_ERR_OUT_OF_DEVICE_MEMORY, "host: cannot allocate %zu bytes of device memory", bytes);
     mapping_os_advise_huge_pages(p, rounded);
@@ -184,7 +184,7 @@ typedef struct host_block {
 static mapping_status host_host_alloc(void *dev, size_t bytes, void **ptr, void **cookie)
 {
     (void)dev;
-    host_block *b = malloc(sizeof *b);
+    host_block *b = mapping_os_malloc(sizeof *b);
     if (!b)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "host: out of memory");
     b->bytes = bytes;

@@ -182,7 +182,7 @@ mapping_status host_submit(void *dev_, void *stream_, const host_op *op)
         run_op(dev, op);
         return MAPPING_OK;
     }
-    host_op *copy = malloc(sizeof *copy);
+    host_op *copy = mapping_os_malloc(sizeof *copy);
     if (!copy)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "host: out of memory queueing an operation");
     *copy = *op;
@@ -227,7 +227,7 @@ static void *stream_worker(void *arg)
 
 mapping_status host_stream_create(void *dev, void **out)
 {
-    host_stream *s = calloc(1, sizeof *s);
+    host_stream *s = mapping_os_calloc(1, sizeof *s);
     if (!s)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "host: out of memory");
     s->dev = dev;
@@ -278,7 +278,7 @@ void host_stream_destroy(void *dev, void *stream)
 
 mapping_status host_event_record(void *dev, void *stream, void **out)
 {
-    host_event *ev = calloc(1, sizeof *ev);
+    host_event *ev = mapping_os_calloc(1, sizeof *ev);
     if (!ev)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "host: out of memory");
     pthread_mutex_init(&ev->lock, NULL);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "backend/host/host_queue.h"
+#include "os/os.h"
 #include "os/status.h"
 
 typedef struct host_scatter_job {
@@ -33,7 +34,7 @@ static void run_job(void *arg)
 static mapping_status submit_job(void *dev, void *stream, void *staging, void *buffer, bool gather,
                                  const mapping_scatter_entry *table, size_t count)
 {
-    host_scatter_job *job = malloc(sizeof *job + count * sizeof *table);
+    host_scatter_job *job = mapping_os_malloc(sizeof *job + count * sizeof *table);
     if (!job)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "host: out of memory for a %s of %zu entries",
                              gather ? "gather" : "scatter", count);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "backend/opencl/opencl_internal.h"
+#include "os/os.h"
 #include "os/status.h"
 
 #ifndef MAPPING_OPENCL_HEADERS
@@ -152,7 +153,7 @@ static void opencl_device_close(void *dev)
 static mapping_status opencl_device_open(int index, const mapping_device_desc *desc, void **out)
 {
     (void)desc;
-    opencl_device *d = calloc(1, sizeof *d);
+    opencl_device *d = mapping_os_calloc(1, sizeof *d);
     if (!d)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "opencl: out of memory");
     pthread_mutex_init(&d->kernel_lock, NULL);

@@ -13,7 +13,7 @@
 
 static mapping_status wrap(cl_mem mem, void *svm, void **out)
 {
-    opencl_buffer *b = malloc(sizeof *b);
+    opencl_buffer *b = mapping_os_malloc(sizeof *b);
     if (!b)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "opencl: out of memory");
     b->mem = mem;
@@ -127,7 +127,7 @@ static void unmap_pinned(opencl_device *d, opencl_pinned *p)
 mapping_status opencl_host_alloc(void *dev, size_t bytes, void **ptr, void **cookie)
 {
     opencl_device *d = dev;
-    opencl_pinned *p = malloc(sizeof *p);
+    opencl_pinned *p = mapping_os_malloc(sizeof *p);
     if (!p)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "opencl: out of memory");
     const size_t page = mapping_os_page_size();

@@ -60,7 +60,7 @@ mapping_status opencl_finish_blocking(const char *call, cl_int err, cl_event ev)
 mapping_status opencl_stream_create(void *dev, void **out)
 {
     opencl_device *d = dev;
-    opencl_stream *s = calloc(1, sizeof *s);
+    opencl_stream *s = mapping_os_calloc(1, sizeof *s);
     if (!s)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "opencl: out of memory");
     cl_int err = CL_SUCCESS;
@@ -247,7 +247,7 @@ mapping_status opencl_launch_host(void *dev, void *stream, void (*fn)(void *), v
 {
     opencl_device *d = dev;
     opencl_stream *s = stream;
-    opencl_host_job *job = calloc(1, sizeof *job);
+    opencl_host_job *job = mapping_os_calloc(1, sizeof *job);
     if (!job)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "opencl: out of memory");
     job->fn = fn;
