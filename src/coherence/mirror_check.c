@@ -67,14 +67,14 @@ static family_hashes *entry_of(const mirror_state *st)
             return &table[i];
     if (table_count == table_cap) {
         size_t cap = table_cap ? 2 * table_cap : 8;
-        family_hashes *v = realloc(table, cap * sizeof *v);
+        family_hashes *v = mapping_os_realloc(table, cap * sizeof *v);
         if (!v)
             return NULL;
         table = v;
         table_cap = cap;
     }
     size_t pages = (st->size + CHECK_PAGE - 1) / CHECK_PAGE;
-    family_hashes e = {st, pages, calloc(pages ? pages : 1, sizeof(uint64_t)), calloc(pages ? pages : 1, 1)};
+    family_hashes e = {st, pages, mapping_os_calloc(pages ? pages : 1, sizeof(uint64_t)), mapping_os_calloc(pages ? pages : 1, 1)};
     if (!e.hash || !e.known) {
         free(e.hash);
         free(e.known);

@@ -127,7 +127,7 @@ mapping_status mapping_multimirror_create(mapping_device *const *devices, int co
                 return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: devices %d and %d are the same device", fn,
                                      i, j);
     }
-    mapping_multimirror *m = calloc(1, sizeof *m);
+    mapping_multimirror *m = mapping_os_calloc(1, sizeof *m);
     if (!m)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
     m->count = count;
@@ -372,7 +372,7 @@ static mapping_status record_queued(const char *fn, mapping_multimirror *m, mapp
 {
     if (m->n_queued == m->cap_queued) {
         size_t cap = m->cap_queued ? 2 * m->cap_queued : 4;
-        struct queued_sync *q = realloc(m->queued, cap * sizeof *q);
+        struct queued_sync *q = mapping_os_realloc(m->queued, cap * sizeof *q);
         if (!q)
             return oom(fn);
         m->queued = q;
@@ -398,7 +398,7 @@ static mapping_status sync_side(const char *fn, mapping_multimirror *m, mapping_
         return MAPPING_OK;
     /* The spans to fill, copied: the set changes as they are filled. */
     size_t n = stale->n;
-    mapping_span *spans = malloc(n * sizeof *spans);
+    mapping_span *spans = mapping_os_malloc(n * sizeof *spans);
     if (!spans)
         return oom(fn);
     memcpy(spans, stale->v, n * sizeof *spans);

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "coherence/span_set.h"
+#include "os/os.h"
 
 void mapping__span_set_free(mapping_span_set *s)
 {
@@ -30,7 +31,7 @@ static bool reserve(mapping_span_set *s, size_t n)
     size_t cap = s->cap ? s->cap * 2 : 8;
     while (cap < n)
         cap *= 2;
-    mapping_span *v = realloc(s->v, cap * sizeof *v);
+    mapping_span *v = mapping_os_realloc(s->v, cap * sizeof *v);
     if (!v)
         return false;
     s->v = v;

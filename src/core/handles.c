@@ -83,7 +83,7 @@ static void table_put(handle_table *t, uintptr_t key)
 
 static handle_table *table_new(size_t slots)
 {
-    handle_table *t = calloc(1, sizeof *t + slots * sizeof t->slots[0]);
+    handle_table *t = mapping_os_calloc(1, sizeof *t + slots * sizeof t->slots[0]);
     if (t)
         t->mask = slots - 1; /* calloc: every slot SLOT_EMPTY, max_probe 0 */
     return t;

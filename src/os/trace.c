@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "os/json.h"
+#include "os/os.h"
 #include "os/trace.h"
 
 _Atomic bool mapping__trace_active;
@@ -82,7 +83,7 @@ static void append(char phase, uint64_t t0, uint64_t t1, const mapping_trace_rec
     }
     if (trace.count == trace.capacity) {
         size_t cap = trace.capacity ? 2 * trace.capacity : 1024;
-        trace_event *v = realloc(trace.events, cap * sizeof *v);
+        trace_event *v = mapping_os_realloc(trace.events, cap * sizeof *v);
         if (!v) { /* out of memory: this event is lost, tracing goes on */
             pthread_mutex_unlock(&trace.lock);
             return;
@@ -192,7 +193,9 @@ static void reset_locked(void)
 
 mapping_status mapping__trace_start(const char *path)
 {
-    char *copy = path ? strdup(path) : NULL;
+    char *copy = path ? mapping_os_malloc(strlen(path) + 1) : NULL;
+    if (copy)
+        memcpy(copy, path, strlen(path) + 1);
     if (path && !copy)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mapping_trace_start: out of memory");
     pthread_mutex_lock(&trace.lock);

@@ -107,7 +107,7 @@ static mapping_status ensure_staging(mapping_batch *b, size_t bytes)
     while (capacity < bytes)
         capacity *= 2;
     batch_retired *old = NULL;
-    if (b->host_staging && !(old = malloc(sizeof *old)))
+    if (b->host_staging && !(old = mapping_os_malloc(sizeof *old)))
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mapping_batch_flush: out of memory");
     void *host = NULL;
     mapping_buffer *dev = NULL;
@@ -116,7 +116,7 @@ static mapping_status ensure_staging(mapping_batch *b, size_t bytes)
         st = mapping__allocate_gpu(b->dev, capacity, &dev);
     if (st != MAPPING_OK) {
         free(old);
-        batch_retired *r = host ? malloc(sizeof *r) : NULL;
+        batch_retired *r = host ? mapping_os_malloc(sizeof *r) : NULL;
         if (r) { /* freed with the batch, like the rest */
             *r = (batch_retired){b->retired, host, NULL};
             b->retired = r;

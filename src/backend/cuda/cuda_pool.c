@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "backend/cuda/cuda_device.h"
+#include "os/os.h"
 
 enum { UNIT = 4096 };
 
@@ -18,8 +19,8 @@ bool cuda_suballoc_init(cuda_suballoc *a, uintptr_t base, size_t bytes)
 {
     memset(a, 0, sizeof *a);
     size_t units = bytes / UNIT;
-    a->used = calloc((units + 63) / 64, sizeof *a->used);
-    a->length = calloc(units ? units : 1, sizeof *a->length);
+    a->used = mapping_os_calloc((units + 63) / 64, sizeof *a->used);
+    a->length = mapping_os_calloc(units ? units : 1, sizeof *a->length);
     if (!a->used || !a->length) {
         free(a->used);
         free(a->length);

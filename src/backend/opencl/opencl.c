@@ -228,7 +228,7 @@ static mapping_status opencl_device_adopt(const mapping_native_device *native, i
                                  "opencl: cl_command_queue %p is out of order; the device queue must be in order",
                                  (void *)queue);
     }
-    opencl_device *d = calloc(1, sizeof *d);
+    opencl_device *d = mapping_os_calloc(1, sizeof *d);
     if (!d)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "opencl: out of memory");
     pthread_mutex_init(&d->kernel_lock, NULL);

@@ -7,6 +7,7 @@
  */
 #include <stdlib.h>
 #include "backend/opencl/opencl_internal.h"
+#include "os/os.h"
 #include "os/status.h"
 #ifdef MAPPING_OPENCL_HEADERS
 
@@ -52,7 +53,7 @@ mapping_status opencl_buffer_import(void *dev, void *native, size_t offset, size
     if (offset > size || bytes > size - offset)
         return mapping__fail(MAPPING_ERR_OUT_OF_RANGE, "opencl: offset %zu + bytes %zu is past the end of cl_mem %p (%zu bytes)",
                              offset, bytes, native, size);
-    opencl_buffer *b = malloc(sizeof *b);
+    opencl_buffer *b = mapping_os_malloc(sizeof *b);
     if (!b)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "opencl: out of memory");
     b->svm = NULL;
@@ -106,7 +107,7 @@ mapping_status opencl_stream_import(void *dev, void *native, void **out)
     if (props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)
         return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT,
                              "opencl: cl_command_queue %p is out of order; a stream is an in-order queue", native);
-    opencl_stream *s = calloc(1, sizeof *s);
+    opencl_stream *s = mapping_os_calloc(1, sizeof *s);
     if (!s)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "opencl: out of memory");
     opencl_driver.clRetainCommandQueue(queue);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "backend/opencl/opencl_internal.h"
+#include "os/os.h"
 #include "os/status.h"
 
 #ifdef MAPPING_OPENCL_HEADERS
@@ -178,7 +179,7 @@ mapping_status opencl_peer_copy(void *dev, void *stream, void *src_dev, void *sr
     cl_mem src = ((opencl_buffer *)src_mem)->mem, dst = ((opencl_buffer *)dst_mem)->mem;
     if (!stream)
         return staged_copy(d, s, src, src_offset, dst, dst_offset, bytes);
-    staged_job *job = malloc(sizeof *job);
+    staged_job *job = mapping_os_malloc(sizeof *job);
     if (!job)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "opencl: out of memory");
     *job = (staged_job){d, s, stream, src, dst, src_offset, dst_offset, bytes};
