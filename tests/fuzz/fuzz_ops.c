@@ -39,7 +39,6 @@ enum {
     NBUF = 2,
     BUF_BYTES = 96 << 10, /* above the batch's smallest straight-through size (64 KiB) */
     LARGE_MIN = 64 << 10,
-    GUARD_BYTES = 4096,
     MAX_QUEUED = 256,
     TRACE_LINES = 48
 };
@@ -53,7 +52,7 @@ enum {
 typedef struct fuzz_device {
     mapping_device *dev;
     mapping_stream *streams[2];
-    mapping_buffer *bufs[NBUF], *guard, *scratch; /* scratch: known content, a copy_gpu source */
+    mapping_buffer *bufs[NBUF], *scratch; /* scratch: known content, a copy_gpu source */
 } fuzz_device;
 
 static fuzz_device devices[2];
@@ -204,7 +203,7 @@ static int device_setup(fuzz_device *d, const mapping_device_desc *desc)
     for (int i = 0; i < NBUF; i++)
         if (mapping_allocate_gpu(d->dev, BUF_BYTES, &d->bufs[i]))
             return 1;
-    if (mapping_allocate_gpu(d->dev, GUARD_BYTES, &d->guard) || mapping_allocate_gpu(d->dev, MIRROR_MAX, &d->scratch))
+    if (mapping_allocate_gpu(d->dev, MIRROR_MAX, &d->scratch))
         return 1;
     if (mapping_sync_to_gpu(scratch_host, d->scratch))
         return 1;
@@ -608,13 +607,6 @@ static void op_batch_flush(fuzz *f)
         EXPECT(f, mapping_batch_flush(stream_of(k), f->batch), MAPPING_OK);
         return;
     }
-    /* Issue 10 item 3: a flush with no staged group computes NULL + 0 in
-     * batch_flush.c (UBSan aborts). Until that is fixed, every flush carries
-     * one small copy into a buffer of its own, which is always staged.
-     * Remove this guard once item 3 is merged. */
-    static const unsigned char guard_src[256] = {1};
-    EXPECT(f, mapping_batch_sync_to_gpu(f->batch, guard_src + f->flush_id % 256, D->guard, f->flush_id % GUARD_BYTES, 1),
-           MAPPING_OK);
     order_before(f, k);
     EXPECT(f, mapping_batch_flush(stream_of(k), f->batch), MAPPING_OK);
     if (mapping_batch_count(f->batch) != 0)
