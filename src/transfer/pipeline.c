@@ -246,8 +246,8 @@ static mapping_status enqueue_chunk(pipeline_slot *s, size_t lap, const mapping_
         return mapping__fail(st, "mapping_pipeline_run: the step returned %s for chunk %zu (offset %zu, %zu bytes): %s",
                              mapping__status_name(st), chunk->index, chunk->offset, chunk->bytes, inner);
     }
-    if (!dst)
-        return MAPPING_OK;
+    if (!dst) /* still recorded: the next chunk of this slot and lap reuses copy_in[lap] */
+        return mapping__event_record(s->stream, &s->done[lap]);
     char *to = dst_locked ? dst + chunk->offset : s->stage_out;
     if ((st = mapping__read(s->stream, s->output, 0, to, chunk->bytes)) != MAPPING_OK)
         return st;
