@@ -27,7 +27,7 @@ static void entry_release(mirror_state *st, size_t i)
 static mapping_status apply_valid(mirror_state *st, int t, const mapping_range *v, size_t n)
 {
     mapping_status status;
-    if ((status = mapping__rs_remove_sorted(&st->modified[1 - t], v, n)) ||
+    if ((status = mapping__mirror_log_flush(st)) || (status = mapping__rs_remove_sorted(&st->modified[1 - t], v, n)) ||
         (status = mapping__rs_remove_sorted(&st->stale[t], v, n)) ||
         (status = mapping__rs_remove_sorted(&st->pending[t], v, n)))
         return status;
@@ -50,6 +50,7 @@ static bool entry_fold(mirror_state *st, size_t i)
 static void entry_abandon(mirror_state *st, size_t i)
 {
     mirror_inflight *e = &st->inflight[i];
+    mapping__mirror_log_flush(st); /* out of memory: the log stays, applied later */
     if (e->target != MIRROR_ACCESS)
         mapping__rs_remove_sorted(&st->pending[e->target], e->ranges, e->n);
     entry_release(st, i);
@@ -358,6 +359,8 @@ mapping_status mapping__mirror_sync(const char *fn, mapping_stream *stream, mapp
     if ((status = mapping__check_same_device(fn, st->dev, stream)))
         return status;
     size_t lo = m->offset, hi = lo + m->size;
+    if ((status = mapping__mirror_log_flush(st)))
+        return status;
     if (st->n_inflight)
         mapping__mirror_fold_completed(st);
     /* The clean case: one binary search, nothing else. */
