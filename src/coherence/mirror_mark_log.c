@@ -13,9 +13,10 @@
 #include <string.h>
 #include "coherence/mirror_internal.h"
 
-/* The log is applied once it holds this many marks and more than twice the
- * ranges already modified: its memory stays proportional to the set's, and
- * the applying work is amortised over as many marks as it touches ranges. */
+/* The log is applied once it holds this many marks and more than four times
+ * the ranges already modified: its memory stays proportional to the set's,
+ * and the work of applying it (a walk of the set) is amortised over at least
+ * a quarter as many marks as the set has ranges. */
 enum { LOG_MIN_FLUSH = 1 << 16 };
 
 static bool log_grow(mirror_state *st)
@@ -42,7 +43,7 @@ bool mapping__mirror_log_append(mirror_state *st, int x, size_t lo, size_t hi)
                 last->hi = hi;
             return true;
         }
-        if (st->log_n >= LOG_MIN_FLUSH && st->log_n > 2 * st->modified[x].count &&
+        if (st->log_n >= LOG_MIN_FLUSH && st->log_n > 4 * st->modified[x].count &&
             mapping__mirror_log_apply(st) != MAPPING_OK)
             return false;
     }
@@ -75,13 +76,16 @@ static void insertion_sort(mapping_range *v, size_t n)
  * Returns the sorted array: v or tmp. */
 static mapping_range *radix_sort(mapping_range *v, mapping_range *tmp, size_t n)
 {
-    enum { BITS = 11, BUCKETS = 1 << BITS };
+    enum { MAX_BITS = 11 };
     size_t all = 0;
     for (size_t i = 0; i < n; i++)
         all |= v[i].lo;
-    size_t count[BUCKETS];
+    /* Small logs: fewer buckets, so clearing and summing them stays small. */
+    const unsigned BITS = n < 4096 ? 8 : MAX_BITS;
+    const size_t BUCKETS = (size_t)1 << BITS;
+    size_t count[1 << MAX_BITS];
     for (unsigned shift = 0; shift < 64 && (all >> shift); shift += BITS) {
-        memset(count, 0, sizeof count);
+        memset(count, 0, BUCKETS * sizeof *count);
         for (size_t i = 0; i < n; i++)
             count[(v[i].lo >> shift) & (BUCKETS - 1)]++;
         size_t at = 0;

@@ -658,7 +658,7 @@ static mapping_status rebuild(mapping_range_set *s, const mapping_range *v, size
     if (m == 0)
         goto swap;
     size_t leaves = (m + RS_B - 1) / RS_B;
-    mapping_rs_node **level = malloc(leaves * sizeof *level);
+    mapping_rs_node **level = calloc(leaves, sizeof *level);
     size_t *last = malloc(leaves * sizeof *last); /* the last hi under each node of the level */
     if (!level || !last) {
         free(level);
@@ -744,7 +744,8 @@ static bool rebuild_pays(const mapping_range_set *s, size_t k)
     return k >= 64 && k * 16 >= s->count;
 }
 
-/* The set's intervals in order, into a new array with room for `extra` more. */
+/* The set's intervals in order, into a new array with room for `extra` more
+ * (NULL when out of memory). */
 static mapping_range *flatten(const mapping_range_set *s, size_t extra)
 {
     mapping_range *v = malloc((s->count + extra) * sizeof *v);
@@ -770,6 +771,13 @@ mapping_status mapping__rs_add_sorted(mapping_range_set *s, const mapping_range 
         return MAPPING_OK;
     }
     size_t n = s->count;
+    if (n == 0) { /* r is the set: merge touching neighbours in place of a copy */
+        size_t m = 1;
+        for (size_t q = 1; q < k; q++)
+            m += r[q].lo > r[q - 1].hi;
+        if (m == k)
+            return rebuild(s, r, k);
+    }
     mapping_range *old = flatten(s, 0), *out = malloc((n + k) * sizeof *out);
     if (!old || !out) {
         free(old);
@@ -796,7 +804,7 @@ mapping_status mapping__rs_add_sorted(mapping_range_set *s, const mapping_range 
 static mapping_status remove_by_rebuild(mapping_range_set *s, const mapping_range *r, size_t k)
 {
     size_t n = s->count;
-    mapping_range *v = flatten(s, k); /* a removal splits at most one interval */
+    mapping_range *v = flatten(s, 0);
     if (!v)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "range set: out of memory removing %zu ranges", k);
     mapping_range *out = malloc((n + k) * sizeof *out);
