@@ -16,6 +16,8 @@ double   mapping_os_now(void);
 /* Sleeps until the monotonic clock reads `deadline_ns` (spins for the last
  * few microseconds, so short modelled latencies are kept). */
 void     mapping_os_sleep_until_ns(uint64_t deadline_ns);
+/* Sleeps (never spins) until the deadline, with a 1 us timer slack for the sleep only. */
+void     mapping_os_nap_until_ns(uint64_t deadline_ns);
 
 /* Page size, and page-aligned host memory that is mlock()ed where the
  * process may lock it (*locked says whether it was). */
