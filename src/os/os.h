@@ -41,4 +41,16 @@ void mapping_os_copy_streaming(void *dst, const void *src, size_t bytes);
 void *mapping_os_dlopen_first(const char *env_override, const char *const *names, char *why, size_t why_size);
 void *mapping_os_dlsym(void *lib, const char *name);
 
+/* The per-user cache (os/cache_file.c): the path of file `name` in the cache
+ * directory ($MAPPING_CACHE_DIR, else $XDG_CACHE_HOME/mapping, else
+ * $HOME/.cache/mapping; made if missing), 0; -1 when there is none or it is
+ * "off". */
+int      mapping_os_cache_path(const char *name, char *out, size_t len);
+/* The whole file, malloc'd (NULL if missing, empty, unreadable or over max bytes). */
+void    *mapping_os_read_file(const char *path, size_t max, size_t *len);
+/* Writes the file through a temporary one and rename(): readers never see half a file. 0 or -1. */
+int      mapping_os_write_file_atomic(const char *path, const void *data, size_t len);
+/* FNV-1a, continuing from h (start with 0xcbf29ce484222325). */
+uint64_t mapping_os_hash64(const void *data, size_t len, uint64_t h);
+
 #endif

@@ -40,8 +40,9 @@
     X(clGetProgramBuildInfo) X(clReleaseProgram) X(clCreateKernel) X(clReleaseKernel) X(clSetKernelArg)     \
     X(clGetKernelWorkGroupInfo) X(clEnqueueNDRangeKernel)
 
-/* OpenCL 2.0+ entry points: NULL when the loader lacks them (then no SVM). */
-#define OPENCL_OPTIONAL_ENTRY_POINTS(X) X(clSVMAlloc) X(clSVMFree)
+/* OpenCL 2.0+ entry points: NULL when the loader lacks them (then no SVM);
+ * and the program-binary calls, without which kernels are built from source. */
+#define OPENCL_OPTIONAL_ENTRY_POINTS(X) X(clSVMAlloc) X(clSVMFree) X(clCreateProgramWithBinary) X(clGetProgramInfo)
 
 typedef struct opencl_api {
 #define OPENCL_API_FIELD_(name) __typeof__(&name) name;

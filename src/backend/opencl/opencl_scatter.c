@@ -119,25 +119,36 @@ static mapping_status build_kernels(opencl_device *d)
 {
     if (d->kernels_built)
         return MAPPING_OK;
-    const char *source = kernel_source;
+    const char *source = kernel_source, *options = "";
     cl_int err = CL_SUCCESS;
-    d->program = opencl_driver.clCreateProgramWithSource(d->context, 1, &source, NULL, &err);
-    if (err != CL_SUCCESS) {
-        d->program = NULL;
-        return opencl_fail("clCreateProgramWithSource", err);
-    }
-    if ((err = opencl_driver.clBuildProgram(d->program, 1, &d->device, "", NULL, NULL)) != CL_SUCCESS) {
-        mapping_status st = build_failure(d, err);
+    /* A binary kept by an earlier process first; a source build otherwise
+     * (or when the cached program lacks a kernel), which is then kept. */
+    bool cached = (d->program = opencl_program_from_cache(d, source, options)) != NULL;
+    for (;;) {
+        if (!cached) {
+            d->program = opencl_driver.clCreateProgramWithSource(d->context, 1, &source, NULL, &err);
+            if (err != CL_SUCCESS) {
+                d->program = NULL;
+                return opencl_fail("clCreateProgramWithSource", err);
+            }
+            if ((err = opencl_driver.clBuildProgram(d->program, 1, &d->device, options, NULL, NULL)) != CL_SUCCESS) {
+                mapping_status st = build_failure(d, err);
+                opencl_kernels_release(d);
+                return st;
+            }
+        }
+        d->scatter = opencl_driver.clCreateKernel(d->program, "mapping_scatter", &err);
+        if (err == CL_SUCCESS)
+            d->gather = opencl_driver.clCreateKernel(d->program, "mapping_gather", &err);
+        if (err == CL_SUCCESS)
+            break;
         opencl_kernels_release(d);
-        return st;
+        if (!cached)
+            return opencl_fail("clCreateKernel", err);
+        cached = false;
     }
-    d->scatter = opencl_driver.clCreateKernel(d->program, "mapping_scatter", &err);
-    if (err == CL_SUCCESS)
-        d->gather = opencl_driver.clCreateKernel(d->program, "mapping_gather", &err);
-    if (err != CL_SUCCESS) {
-        opencl_kernels_release(d);
-        return opencl_fail("clCreateKernel", err);
-    }
+    if (!cached)
+        opencl_program_to_cache(d, d->program, source, options);
     size_t max[2] = {OPENCL_GROUP, OPENCL_GROUP};
     for (int i = 0; i < 2; i++)
         if (opencl_driver.clGetKernelWorkGroupInfo(i ? d->gather : d->scatter, d->device, CL_KERNEL_WORK_GROUP_SIZE,
