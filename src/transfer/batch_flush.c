@@ -209,7 +209,7 @@ static mapping_status report_failure(mapping_batch *b, const batch_plan *p, mapp
     char inner[384];
     snprintf(inner, sizeof inner, "%s", mapping__last_message());
     size_t first = p->count, done = 0;
-    b->count = 0;
+    mapping__batch_clear(b);
     for (size_t i = 0; i < p->count; i++) {
         if (p->done[i]) {
             done++;
@@ -218,6 +218,8 @@ static mapping_status report_failure(mapping_batch *b, const batch_plan *p, mapp
         if (first == p->count)
             first = i;
         b->copies[b->count++] = p->copies[i]; /* capacity >= p->count: see mapping__batch_plan */
+        if (p->copies[i].bytes > b->largest)
+            b->largest = p->copies[i].bytes;
     }
     if (done)
         mapping__count(&b->dev->counters.batch_flushes, 1);
@@ -235,7 +237,9 @@ mapping_status mapping__batch_flush(mapping_stream *stream, mapping_batch *b)
         return MAPPING_OK;
     /* The last flush's work may still read its plan and staging. */
     mapping__batch_wait_pending(b);
-    mapping_status st = mapping__batch_plan(b, &b->plan, mapping__batch_large_bytes(b->dev));
+    /* Only a copy of BATCH_LARGE_MIN bytes or more can go straight through. */
+    size_t large = b->largest >= BATCH_LARGE_MIN ? mapping__batch_large_bytes(b->dev) : BATCH_LARGE_MIN;
+    mapping_status st = mapping__batch_plan(b, &b->plan, large);
     if (st != MAPPING_OK)
         return st;
     batch_plan *p = &b->plan;
@@ -298,7 +302,7 @@ mapping_status mapping__transfer_ranges(mapping_stream *stream, mapping_batch *r
     if (st == MAPPING_OK)
         st = mapping__batch_flush(stream, b);
     else
-        b->count = 0;
+        mapping__batch_clear(b);
 out:
     if (b != reuse)
         mapping__batch_destroy(b);

@@ -63,6 +63,7 @@ struct mapping_batch {
     mapping_device *dev;
     batch_copy     *copies;
     size_t          count, capacity;
+    size_t          largest;      /* bytes of the largest queued copy */
 
     batch_plan      plan;         /* of the last flush */
     mapping_event  *pending;      /* the last flush's end, when it was on a stream */
@@ -79,13 +80,16 @@ mapping_status mapping__batch_flush(mapping_stream *stream, mapping_batch *b);
 static inline void mapping__batch_clear(mapping_batch *b)
 {
     b->count = 0;
+    b->largest = 0;
 }
 /* Waits for the last flush's work (it may still read the plan and staging). */
 void mapping__batch_wait_pending(mapping_batch *b);
 /* Frees the page-locked and device staging buffers (batch_flush.c). */
 void mapping__batch_free_staging(mapping_batch *b);
 
-/* Groups at least this large go straight through (from the device's link). */
+/* Groups at least this large go straight through (from the device's link);
+ * never fewer than BATCH_LARGE_MIN bytes. */
+enum { BATCH_LARGE_MIN = 64 << 10 };
 size_t mapping__batch_large_bytes(mapping_device *dev);
 /* Builds plan from b's queued copies, which move into the plan: on success b
  * is left empty (its queue array is the plan's spare one, at least as large);

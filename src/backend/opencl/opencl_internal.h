@@ -102,6 +102,8 @@ mapping_status opencl_scatter(void *dev, void *stream, void *staging_mem, size_t
 mapping_status opencl_gather(void *dev, void *stream, void *src_mem, void *staging_mem, size_t table_offset,
                           const mapping_scatter_entry *table, size_t count);
 void           opencl_kernels_release(opencl_device *d);
+/* At open: builds the kernels if a kept program binary allows it cheaply. */
+void           opencl_kernels_prepare(opencl_device *d);
 /* Program binaries kept between processes (opencl_program_cache.c): a built
  * program from the cache, or NULL (then build from source and store it). */
 cl_program     opencl_program_from_cache(opencl_device *d, const char *source, const char *options);

@@ -16,8 +16,10 @@
  *
  * The kernels read the table from the staging buffer (at table_offset),
  * where the batch layer has already written it on the same stream. Built
- * once per device, on first use; the program and kernel objects are kept
- * with the device.
+ * once per device: at open when an earlier process kept the program binary
+ * (opencl_program_cache.c; ~1-2 ms on PoCL), else on first use from source
+ * (20-100 ms on PoCL), and then kept. The program and kernel objects are
+ * kept with the device.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -114,8 +116,9 @@ static mapping_status build_failure(opencl_device *d, cl_int err)
                          opencl_error_name(err), err, log);
 }
 
-/* With kernel_lock held. */
-static mapping_status build_kernels(opencl_device *d)
+/* With kernel_lock held. cache_only: only from a kept binary (at open),
+ * else nothing (MAPPING_OK, not built). */
+static mapping_status build_kernels_from(opencl_device *d, bool cache_only)
 {
     if (d->kernels_built)
         return MAPPING_OK;
@@ -124,6 +127,8 @@ static mapping_status build_kernels(opencl_device *d)
     /* A binary kept by an earlier process first; a source build otherwise
      * (or when the cached program lacks a kernel), which is then kept. */
     bool cached = (d->program = opencl_program_from_cache(d, source, options)) != NULL;
+    if (cache_only && !cached)
+        return MAPPING_OK;
     for (;;) {
         if (!cached) {
             d->program = opencl_driver.clCreateProgramWithSource(d->context, 1, &source, NULL, &err);
@@ -145,6 +150,8 @@ static mapping_status build_kernels(opencl_device *d)
         opencl_kernels_release(d);
         if (!cached)
             return opencl_fail("clCreateKernel", err);
+        if (cache_only)
+            return MAPPING_OK;
         cached = false;
     }
     if (!cached)
@@ -160,6 +167,18 @@ static mapping_status build_kernels(opencl_device *d)
         d->group_size *= 2;
     d->kernels_built = true;
     return MAPPING_OK;
+}
+
+static mapping_status build_kernels(opencl_device *d)
+{
+    return build_kernels_from(d, false);
+}
+
+void opencl_kernels_prepare(opencl_device *d)
+{
+    pthread_mutex_lock(&d->kernel_lock);
+    build_kernels_from(d, true);
+    pthread_mutex_unlock(&d->kernel_lock);
 }
 
 void opencl_kernels_release(opencl_device *d)
