@@ -27,6 +27,8 @@ typedef struct opencl_device {
     bool            kernels_built;
     cl_program      program;
     cl_kernel       scatter, gather;
+    cl_kernel       scatter_slices, gather_slices; /* CPU devices, small entries: a slice of entries per work-item */
+    cl_uint         compute_units;
     size_t          group_size;   /* work-items per work-group of their launches */
     bool            sliced_lanes; /* CPU device: an entry's work-items copy contiguous slices */
 } opencl_device;
