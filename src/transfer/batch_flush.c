@@ -296,7 +296,7 @@ mapping_status mapping__transfer_ranges(mapping_stream *stream, mapping_batch *r
             continue;
         char *h = (char *)host + ranges[i].host_offset;
         batch_copy c = {.buf = buf, .offset = ranges[i].buffer_offset, .bytes = ranges[i].bytes, .to_gpu = to_gpu,
-                        .src = h, .dst = h};
+                        .dst = h};
         st = mapping__batch_push(b, &c);
     }
     if (st == MAPPING_OK)

@@ -18,8 +18,10 @@ typedef struct batch_copy {
     mapping_buffer *buf;
     size_t          offset; /* in buf */
     size_t          bytes;
-    const void     *src;    /* host source (to_gpu) */
-    void           *dst;    /* host destination (!to_gpu) */
+    union {                 /* one host pointer: a 40-byte record, not 48 */
+        const void *src;    /* host source (to_gpu) */
+        void       *dst;    /* host destination (!to_gpu) */
+    };
     bool            to_gpu;
 } batch_copy;
 
