@@ -36,7 +36,11 @@ struct bench_floor {
     cl_int (*enqueue)(cl_command_queue, cl_kernel, cl_uint, const size_t *, const size_t *, const size_t *, cl_uint,
                       const cl_event *, cl_event *);
     cl_int (*finish)(cl_command_queue);
+    cl_int (*release_kernel)(cl_kernel);
+    cl_int (*release_program)(cl_program);
+    cl_int (*release_queue)(cl_command_queue);
     cl_command_queue queue;
+    cl_program       program;
     cl_kernel        k;
 #endif
 };
@@ -65,13 +69,17 @@ static int floor_kernel(bench_floor *f)
     __typeof__(&clBuildProgram) build;
     __typeof__(&clCreateKernel) create_kernel;
     __typeof__(&clSetKernelArg) set_arg;
-    void *sym[7] = {dlsym(lib, "clCreateCommandQueue"), dlsym(lib, "clCreateProgramWithSource"),
-                    dlsym(lib, "clBuildProgram"),       dlsym(lib, "clCreateKernel"),
-                    dlsym(lib, "clSetKernelArg"),       dlsym(lib, "clEnqueueNDRangeKernel"),
-                    dlsym(lib, "clFinish")};
-    for (int i = 0; i < 7; i++)
+    void *sym[10] = {dlsym(lib, "clCreateCommandQueue"), dlsym(lib, "clCreateProgramWithSource"),
+                     dlsym(lib, "clBuildProgram"),       dlsym(lib, "clCreateKernel"),
+                     dlsym(lib, "clSetKernelArg"),       dlsym(lib, "clEnqueueNDRangeKernel"),
+                     dlsym(lib, "clFinish"),             dlsym(lib, "clReleaseKernel"),
+                     dlsym(lib, "clReleaseProgram"),     dlsym(lib, "clReleaseCommandQueue")};
+    for (int i = 0; i < 10; i++)
         if (!sym[i])
             return 1;
+    memcpy(&f->release_kernel, &sym[7], sizeof sym[7]);
+    memcpy(&f->release_program, &sym[8], sizeof sym[8]);
+    memcpy(&f->release_queue, &sym[9], sizeof sym[9]);
     memcpy(&create_queue, &sym[0], sizeof sym[0]);
     memcpy(&create_program, &sym[1], sizeof sym[1]);
     memcpy(&build, &sym[2], sizeof sym[2]);
@@ -84,16 +92,24 @@ static int floor_kernel(bench_floor *f)
     cl_context context = nd.context;
     cl_device_id device = nd.device;
     f->queue = create_queue(context, device, 0, &err);
-    if (err != CL_SUCCESS)
+    if (err != CL_SUCCESS) {
+        f->queue = NULL;
         return 1;
-    cl_program p = create_program(context, 1, &src, NULL, &err);
-    if (err != CL_SUCCESS || build(p, 1, &device, "", NULL, NULL) != CL_SUCCESS)
+    }
+    f->program = create_program(context, 1, &src, NULL, &err);
+    if (err != CL_SUCCESS) {
+        f->program = NULL;
         return 1;
-    f->k = create_kernel(p, "mapping_floor", &err);
+    }
+    if (build(f->program, 1, &device, "", NULL, NULL) != CL_SUCCESS)
+        return 1;
+    f->k = create_kernel(f->program, "mapping_floor", &err);
+    if (err != CL_SUCCESS) {
+        f->k = NULL;
+        return 1;
+    }
     cl_mem m = mem;
-    if (err != CL_SUCCESS || set_arg(f->k, 0, sizeof m, &m) != CL_SUCCESS)
-        return 1;
-    return 0;
+    return set_arg(f->k, 0, sizeof m, &m) != CL_SUCCESS;
 }
 #endif
 
@@ -150,8 +166,16 @@ void bench_floor_close(bench_floor *f)
 {
     if (!f)
         return;
+#ifdef FLOOR_HAVE_CL
+    if (f->k)
+        f->release_kernel(f->k);
+    if (f->program)
+        f->release_program(f->program);
+    if (f->queue)
+        f->release_queue(f->queue);
+#endif
     if (f->host)
         mapping_free_cpu(f->dev, f->host);
     mapping_free_gpu(f->buf);
-    free(f); /* the queue and kernel stay: the bench process ends soon, the library holds libOpenCL */
+    free(f); /* libOpenCL stays loaded: the library holds it too */
 }
