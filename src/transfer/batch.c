@@ -92,6 +92,12 @@ static mapping_status check_copy(const char *fn, const mapping_batch *b, const v
                                  const mapping_buffer *buf, const char *buf_name, size_t offset, size_t bytes)
 {
     mapping_status st;
+    /* The usual case in a few compares; the buffer through its own check
+     * (the one place that knows what a live buffer is). The full sequence
+     * below names the first problem otherwise. */
+    if (b && b->magic == MAPPING_MAGIC_BATCH && host && buf && mapping__check_buffer(fn, buf_name, buf) == MAPPING_OK &&
+        bytes && offset <= buf->size && bytes <= buf->size - offset && buf->dev == b->dev)
+        return MAPPING_OK;
     if ((st = check_batch(fn, b)) || (st = mapping__check_ptr(fn, host_name, host)) ||
         (st = mapping__check_buffer(fn, buf_name, buf)) ||
         (st = mapping__check_range(fn, buf_name, offset, bytes, buf->size)))
