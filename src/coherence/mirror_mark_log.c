@@ -135,29 +135,36 @@ static mapping_range *sorted_log(mirror_state *st, mapping_range **scratch, size
     return v;
 }
 
-mapping_status mapping__mirror_log_apply(mirror_state *st)
+mapping_status mapping__mirror_log_sort(mirror_state *st)
 {
-    if (!st->log_n)
-        return MAPPING_OK;
     mapping_range *scratch, *v;
     size_t m;
     if (!(v = sorted_log(st, &scratch, &m)))
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mirror: out of memory applying %zu marks", st->log_n);
+    if (v != st->log)
+        memcpy(st->log, v, m * sizeof *v);
+    free(scratch);
+    st->log_n = m;
+    return MAPPING_OK;
+}
+
+mapping_status mapping__mirror_log_apply(mirror_state *st)
+{
+    if (!st->log_n)
+        return MAPPING_OK;
+    mapping_status status;
+    if ((status = mapping__mirror_log_sort(st)))
+        return status;
+    mapping_range *v = st->log;
+    size_t m = st->log_n;
     int x = st->log_side, y = 1 - x;
     /* As mapping__mirror_mark, in its order: the other side becomes stale
      * first, so modified[x] stays within it. Each step is idempotent: a
      * failure keeps the log, and the next flush redoes it all. */
-    mapping_status status;
     if ((status = mapping__rs_add_sorted(&st->stale[y], v, m)) ||
         (status = mapping__rs_add_sorted(&st->modified[x], v, m)) ||
-        (status = mapping__rs_remove_sorted(&st->stale[x], v, m))) {
-        if (v != st->log) /* the sorted, merged marks stand for the log */
-            memcpy(st->log, v, m * sizeof *v);
-        st->log_n = m;
-        free(scratch);
-        return status;
-    }
-    free(scratch);
+        (status = mapping__rs_remove_sorted(&st->stale[x], v, m)))
+        return status; /* the log, sorted and merged, stays */
     st->log_n = 0;
     return MAPPING_OK;
 }

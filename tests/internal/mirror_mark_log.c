@@ -92,3 +92,44 @@ TEST(a_logged_mark_is_synced_even_with_copies_queued)
     mapping_mirror_destroy(m);
     mapping_stream_destroy(s);
 }
+
+TEST(a_blocking_sync_straight_after_logged_marks_copies_exactly_them)
+{
+    enum { SIZE = 1 << 18 };
+    mapping_device *dev = test_device();
+    mapping_mirror *m = test_synced_mirror(dev, SIZE, 0, 4);
+    unsigned char *cpu = mapping_mirror_cpu(m);
+    unsigned long long r = 777;
+    for (int round = 0; round < 4; round++) {
+        size_t marks = round % 2 ? 3000 : 10, bytes = 0;
+        unsigned char *hit = calloc(SIZE, 1);
+        CHECK(hit != NULL);
+        for (size_t k = 0; k < marks; k++) {
+            size_t lo = next_random(&r) % (SIZE - 64), len = 1 + next_random(&r) % 64;
+            for (size_t i = lo; i < lo + len; i++) {
+                cpu[i] = (unsigned char)(k + round);
+                bytes += !hit[i];
+                hit[i] = 1;
+            }
+            CHECK_OK(mapping_mirror_mark_cpu_modified(m, lo, len));
+        }
+        if (round == 3) { /* a view's sync goes the usual way, then the rest */
+            mapping_mirror *view;
+            CHECK_OK(mapping_mirror_view(m, SIZE / 2, SIZE / 2, &view));
+            CHECK_OK(mapping_mirror_sync_to_gpu(NULL, view));
+            mapping_mirror_destroy(view);
+        }
+        mapping_stats before = test_stats(dev);
+        CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m)); /* straight after the marks: the log is not applied first */
+        mapping_stats after = test_stats(dev);
+        if (round != 3)
+            CHECK(after.sync_skipped_bytes - before.sync_skipped_bytes <= SIZE - bytes);
+        CHECK(mapping__rs_count(mapping__test_mirror_stale(m, MAPPING_GPU)) == 0);
+        CHECK(mapping__rs_count(mapping__test_mirror_modified(m, MAPPING_CPU)) == 0);
+        CHECK(mapping__rs_count(mapping__test_mirror_stale(m, MAPPING_CPU)) == 0);
+        CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == 0);
+        test_check_mirror_sides_equal(m);
+        free(hit);
+    }
+    mapping_mirror_destroy(m);
+}
