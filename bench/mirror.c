@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "bench.h"
+#include "floor.h"
 
 typedef struct mirror_job {
     mapping_mirror *m;
@@ -135,8 +136,19 @@ static int cmp_size(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* 3: scattered modifications, on one device. Returns a table row. */
-static int scattered_row(bench_ctx *ctx, mapping_device *dev, size_t size, double *row)
+/* The batch a careful programmer would write for the same ranges: one
+ * batch, reused, each range added, one blocking flush. */
+static int careful_batch(mirror_job *j, mapping_batch *b)
+{
+    for (size_t i = 0; i < j->count; i++)
+        if (mapping_batch_sync_to_gpu(b, (char *)j->cpu + j->offsets[i], j->gpu, j->offsets[i], j->bytes) != MAPPING_OK)
+            return 1;
+    return mapping_batch_flush(NULL, b) != MAPPING_OK;
+}
+
+/* 3: scattered modifications, on one device. Returns a table row, and in
+ * vs[] the row of the floor table. */
+static int scattered_row(bench_ctx *ctx, mapping_device *dev, size_t size, double *row, double *vs)
 {
     enum { COUNT = 1000, BYTES = 64 };
     static size_t offsets[COUNT];
@@ -147,6 +159,8 @@ static int scattered_row(bench_ctx *ctx, mapping_device *dev, size_t size, doubl
     }
     qsort(offsets, COUNT, sizeof offsets[0], cmp_size);
     mapping_mirror *m = NULL;
+    mapping_batch *batch = NULL;
+    bench_floor *floor = NULL;
     if (bench_check(mapping_mirror_create(dev, size, 0, &m), "mirror_create"))
         return 1;
     mirror_job j = {m, mapping_mirror_gpu(m), mapping_mirror_cpu(m), size, 0, offsets, COUNT, BYTES};
@@ -158,8 +172,12 @@ static int scattered_row(bench_ctx *ctx, mapping_device *dev, size_t size, doubl
     /* Each run times one whole copy, one mirror sync (after marking) and
      * one round of single copies; a whole copy precedes each of the last
      * two, so both start from the same cache state. */
-    double ts[64], tw[64], t1[64];
+    double ts[64], tw[64], t1[64], tms[64], tb[64], tf[64], rf[64], rb[64];
     int runs = ctx->runs < 64 ? ctx->runs : 64;
+    batch = NULL;
+    floor = bench_floor_open(dev, j.count * j.bytes);
+    if (bench_check(mapping_batch_create(dev, &batch), "batch_create") || careful_batch(&j, batch))
+        goto out;
     uint64_t copies0 = 0, copies1 = 0, bytes0 = 0, bytes1 = 0;
     for (int k = 0; k < runs; k++) {
         double t0 = bench_now();
@@ -180,7 +198,29 @@ static int scattered_row(bench_ctx *ctx, mapping_device *dev, size_t size, doubl
         if (do_single_copies(&j))
             goto out;
         t1[k] = bench_now() - t0;
+        /* The edits marked one by one and one sync, against the careful
+         * batch and the floor, in turns. */
+        for (int turn = 0; turn < 2; turn++) { /* who goes first alternates by round */
+            t0 = bench_now();
+            if ((turn + k) % 2 == 0) {
+                if (mark_scattered(&j) || mapping_mirror_sync_to_gpu(NULL, m) != MAPPING_OK)
+                    goto out;
+                tms[k] = bench_now() - t0;
+            } else {
+                if (careful_batch(&j, batch))
+                    goto out;
+                tb[k] = bench_now() - t0;
+            }
+        }
+        tf[k] = floor ? bench_floor_sample(floor, 1) : NAN;
+        rf[k] = tms[k] / tf[k];
+        rb[k] = tms[k] / tb[k];
     }
+    vs[0] = bench_median(tms, runs) * 1e6;
+    vs[1] = bench_median(tb, runs) * 1e6;
+    vs[2] = floor ? bench_median(tf, runs) * 1e6 : NAN;
+    vs[3] = floor ? bench_median(rf, runs) : NAN;
+    vs[4] = bench_median(rb, runs);
     double sync = bench_median(ts, runs), whole = bench_median(tw, runs), singles = bench_median(t1, runs);
     row[0] = sync * 1e6;
     row[1] = whole * 1e6;
@@ -193,6 +233,8 @@ static int scattered_row(bench_ctx *ctx, mapping_device *dev, size_t size, doubl
     row[8] = link.bandwidth * 1e-9;
     rc = 0;
 out:
+    bench_floor_close(floor);
+    mapping_batch_destroy(batch);
     mapping_mirror_destroy(m);
     return rc;
 }
@@ -205,9 +247,9 @@ static int scattered(bench_ctx *ctx, size_t size)
     snprintf(title, sizeof title, "1,000 scattered 64-byte modifications in a %s mirror: one sync vs the baselines",
              bench_size_name(size, name, sizeof name));
     bench_table t;
-    double row[9];
+    double row[9], vs[2][5] = {{NAN, NAN, NAN, NAN, NAN}, {NAN, NAN, NAN, NAN, NAN}};
     bench_table_begin(ctx, &t, "mirror_scattered", title, "device", 2, 9, cols);
-    if (scattered_row(ctx, ctx->dev, size, row))
+    if (scattered_row(ctx, ctx->dev, size, row, vs[0]))
         return 1;
     bench_table_row(&t, ctx->info.backend, row);
     double speed_whole = row[5], speed_single = row[6], link_whole = NAN, link_single = NAN;
@@ -217,7 +259,7 @@ static int scattered(bench_ctx *ctx, size_t size)
         mapping_device *pcie = NULL;
         mapping_device_desc desc = {.backend = "host", .link_bandwidth = 25e9, .link_latency = 5e-6};
         if (!bench_check(mapping_open(&desc, &pcie), "open host with a link model")) {
-            if (scattered_row(ctx, pcie, size, row) == 0) {
+            if (scattered_row(ctx, pcie, size, row, vs[1]) == 0) {
                 bench_table_row(&t, "host, link 25 GB/s 5 us", row);
                 link_whole = row[5];
                 link_single = row[6];
@@ -229,6 +271,24 @@ static int scattered(bench_ctx *ctx, size_t size)
     bench_note(ctx, "Below 16 stale ranges, two ranges become one copy when gap / link bandwidth < link latency "
                     "(the link as mapping_device_link measured it on that device); from 16 on, the sync packs them "
                     "into one staged transfer and a device-side scatter (copies = driver transfers).");
+    static const char *const vcols[] = {"marks+sync us", "batch us", "floor us", "m+s/floor", "m+s/batch"};
+    bench_table_begin(ctx, &t, "mirror_scattered_floor",
+                      "The same 1,000 edits marked one by one + one sync, against the batch a careful programmer "
+                      "would write (add each range, one flush) and the floor",
+                      "device", 2, 5, vcols);
+    bench_table_row(&t, ctx->info.backend, vs[0]);
+    if (!isnan(vs[1][0]))
+        bench_table_row(&t, "host, link 25 GB/s 5 us", vs[1]);
+    bench_table_end(&t);
+    bench_note(ctx, "floor = one contiguous blocking copy of the 64,000 bytes from page-locked memory%s; ratios: the "
+                    "median of each round's ratio.",
+                    strcmp(ctx->info.backend, "opencl") ? "" : " plus one trivial kernel launch and finish");
+    bench_figure(ctx, "mirror_scattered_vs_floor", vs[0][3], "x", "(marks + sync) / floor (target <= 2)");
+    bench_figure(ctx, "mirror_scattered_vs_batch", vs[0][4], "x", "(marks + sync) / careful batch (target <= 1.1)");
+    if (!isnan(vs[1][0])) {
+        bench_figure(ctx, "mirror_scattered_link_vs_floor", vs[1][3], "x", "link model: (marks + sync) / floor (target <= 1.5)");
+        bench_figure(ctx, "mirror_scattered_link_vs_batch", vs[1][4], "x", "link model: (marks + sync) / careful batch");
+    }
     bench_figure(ctx, "mirror_scattered_vs_whole", speed_whole, "x", "whole-buffer copy / mirror sync (target > 1)");
     bench_figure(ctx, "mirror_scattered_vs_singles", speed_single, "x", "1,000 single copies / mirror sync (target > 1)");
     if (!isnan(link_whole)) {

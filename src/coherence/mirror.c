@@ -49,6 +49,7 @@ static void state_free(mirror_state *st)
         st->owns_cpu = false;
         st->pinned = false;
     }
+    mapping__mirror_log_free(st);
     if (st->batch)
         mapping__batch_destroy(st->batch);
     free(st->inflight);
@@ -290,6 +291,9 @@ static bool has_unsynced_modification(const mirror_state *st, int y, size_t lo, 
 mapping_status mapping__mirror_mark(const char *fn, mirror_state *st, int x, size_t lo, size_t hi, bool discard)
 {
     int y = 1 - x;
+    mapping_status status;
+    if ((status = mapping__mirror_log_flush(st)))
+        return status;
     if (!discard && has_unsynced_modification(st, y, lo, hi)) {
         mapping__count(&st->dev->counters.conflicts, 1);
         return mapping__fail(MAPPING_ERR_CONFLICT,
@@ -297,7 +301,6 @@ mapping_status mapping__mirror_mark(const char *fn, mirror_state *st, int x, siz
                              hi, y == MIRROR_CPU ? "CPU" : "GPU");
     }
     /* Reserve first: every change below then succeeds, so the mark is all or nothing. */
-    mapping_status status;
     if ((status = mapping__rs_reserve(&st->stale[y], 1)) || (status = mapping__rs_reserve(&st->modified[x], 1)) ||
         (status = mapping__rs_reserve(&st->stale[x], 1)) || (status = mapping__rs_reserve(&st->modified[y], 1)))
         return status;
@@ -316,8 +319,10 @@ static mapping_status mark_public(const char *fn, mapping_mirror *m, int x, size
         return status;
     mirror_state *st = m->st;
     size_t lo = m->offset + offset, hi = lo + bytes;
-    if ((status = mapping__mirror_order(st, NULL, lo, hi, MIRROR_ACCESS)))
+    if (st->n_inflight && (status = mapping__mirror_order(st, NULL, lo, hi, MIRROR_ACCESS)))
         return status;
+    if (mapping__mirror_log_append(st, x, lo, hi))
+        return MAPPING_OK;
     return mapping__mirror_mark(fn, st, x, lo, hi, false);
 }
 
@@ -344,5 +349,7 @@ size_t mapping_mirror_stale_bytes(const mapping_mirror *m, mapping_side side)
     size_t lo = m->offset, hi = lo + m->size;
     if (st->n_inflight)
         mapping__mirror_order(st, NULL, lo, hi, MIRROR_ACCESS);
+    if (mapping__mirror_log_flush(st) != MAPPING_OK)
+        return 0; /* out of memory, recorded */
     return mapping__rs_bytes_in(&st->stale[side - 1], lo, hi);
 }

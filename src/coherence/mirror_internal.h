@@ -55,6 +55,13 @@ typedef struct mirror_state {
     size_t           n_inflight, cap_inflight;
 
     mapping_batch *batch; /* many-range syncs go through it; made on first need */
+
+    /* Marks not yet applied to the range sets (mirror_mark_log.c): all of
+     * side log_side, appended in a few ns; the sets see them at the next
+     * flush, which every reader and writer of the sets calls first. */
+    mapping_range *log;
+    size_t         log_n, log_cap;
+    int            log_side;
 } mirror_state;
 
 struct mapping_mirror {
@@ -69,6 +76,21 @@ mapping_status mapping__mirror_check(const char *fn, const mapping_mirror *m);
  * work first. discard: drop the other side's unsynced modifications there
  * instead of reporting a conflict. All-or-nothing. */
 mapping_status mapping__mirror_mark(const char *fn, mirror_state *st, int x, size_t lo, size_t hi, bool discard);
+
+/* ---- mirror_mark_log.c ---- */
+/* Appends a mark of side x over [lo, hi) to the log when that is exact: no
+ * queued work to order, no modification of the other side to conflict with,
+ * and the log holds marks of x only. False: mark the slow way. */
+bool           mapping__mirror_log_append(mirror_state *st, int x, size_t lo, size_t hi);
+/* Sorts the log by lo and merges ranges that overlap or touch, in place. */
+mapping_status mapping__mirror_log_sort(mirror_state *st);
+/* Applies the logged marks to the range sets (sorted and merged first). */
+mapping_status mapping__mirror_log_apply(mirror_state *st);
+static inline mapping_status mapping__mirror_log_flush(mirror_state *st)
+{
+    return st->log_n ? mapping__mirror_log_apply(st) : MAPPING_OK;
+}
+void           mapping__mirror_log_free(mirror_state *st);
 
 /* ---- mirror_sync.c ---- */
 /* Folds every in-flight entry whose event has completed. */

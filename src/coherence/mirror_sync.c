@@ -28,7 +28,7 @@ static void entry_release(mirror_state *st, size_t i)
 static mapping_status apply_valid(mirror_state *st, int t, const mapping_range *v, size_t n)
 {
     mapping_status status;
-    if ((status = mapping__rs_remove_sorted(&st->modified[1 - t], v, n)) ||
+    if ((status = mapping__mirror_log_flush(st)) || (status = mapping__rs_remove_sorted(&st->modified[1 - t], v, n)) ||
         (status = mapping__rs_remove_sorted(&st->stale[t], v, n)) ||
         (status = mapping__rs_remove_sorted(&st->pending[t], v, n)))
         return status;
@@ -52,6 +52,7 @@ static bool entry_fold(mirror_state *st, size_t i)
 static void entry_abandon(mirror_state *st, size_t i)
 {
     mirror_inflight *e = &st->inflight[i];
+    mapping__mirror_log_flush(st); /* out of memory: the log stays, applied later */
     if (e->target != MIRROR_ACCESS)
         mapping__rs_remove_sorted(&st->pending[e->target], e->ranges, e->n);
     entry_release(st, i);
@@ -361,6 +362,61 @@ static mapping_status sync_record(mapping_stream *stream, mirror_state *st, int 
 }
 
 static mapping_status sync_checked(const char *fn, mapping_stream *stream, mapping_mirror *m, int t);
+/* A blocking sync of the whole family to t, with marks of the other side
+ * logged and nothing queued: the logged ranges need not enter the trees
+ * only to leave them. The stale ranges are the tree's and the log's, merged
+ * in one pass; once copied, stale[t] and modified[1 - t] are empty. Only the
+ * log's effect on the source's own staleness is applied to a tree. On a
+ * failed copy the log is applied as usual (nothing became valid). */
+static mapping_status sync_whole_with_log(mirror_state *st, int t, mirror_sync_report *report)
+{
+    int s = 1 - t;
+    mapping_status status;
+    if ((status = mapping__mirror_log_sort(st)) ||
+        (status = mapping__rs_remove_sorted(&st->stale[s], st->log, st->log_n)))
+        return status;
+    const mapping_range *u = st->log;
+    size_t k = st->log_n, n_old = mapping__rs_count(&st->stale[t]);
+    mapping_range *exact = mapping_os_malloc((n_old + k) * sizeof *exact);
+    if (!exact)
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mirror sync: out of memory");
+    size_t n = 0, j = 0;
+    mapping_rs_cursor c;
+    mapping_range r;
+    bool ok = mapping__rs_seek(&st->stale[t], 0, &c, &r);
+    while (ok || j < k) { /* both sorted and disjoint: a merge, joining what touches */
+        mapping_range x;
+        if (ok && (j >= k || r.lo <= u[j].lo)) {
+            x = r;
+            ok = mapping__rs_next(&c, &r);
+        } else {
+            x = u[j++];
+        }
+        if (n && x.lo <= exact[n - 1].hi) {
+            if (x.hi > exact[n - 1].hi)
+                exact[n - 1].hi = x.hi;
+        } else {
+            exact[n++] = x;
+        }
+    }
+    mapping_link link = {0, 0};
+    if (n >= 2 && mapping__device_link(st->dev, &link) != MAPPING_OK)
+        link = (mapping_link){0, 0};
+    size_t n_merged = merge_ranges(st, s, exact, n, merge_gap_limit(st, n, &link)), done = 0;
+    *report = (mirror_sync_report){.stale_ranges = n, .copies = n_merged};
+    for (size_t q = 0; q < n_merged; q++)
+        report->moved += exact[q].hi - exact[q].lo;
+    status = mapping__mirror_copy_ranges(NULL, st, t, exact, n_merged, &done);
+    free(exact);
+    if (status != MAPPING_OK) {
+        mapping__mirror_log_apply(st); /* out of memory: the log stays, applied later */
+        return status;
+    }
+    mapping__rs_free(&st->stale[t]);
+    mapping__rs_free(&st->modified[s]);
+    st->log_n = 0;
+    return MAPPING_OK;
+}
 
 mapping_status mapping__mirror_sync(const char *fn, mapping_stream *stream, mapping_mirror *m, int t)
 {
@@ -385,6 +441,19 @@ static mapping_status sync_checked(const char *fn, mapping_stream *stream, mappi
     if (!stream && st->unified && t == MIRROR_CPU && (status = mapping__device_synchronize(st->dev)))
         return status;
     mapping_trace_span span = mapping__trace_begin();
+    /* Not with MAPPING_CHECK=unmarked: the check reads the marked ranges, so the log must be applied. */
+    if (st->log_n && st->log_side != t && !stream && !st->n_inflight && !st->unified && lo == 0 && hi == st->size &&
+        !mapping__rs_count(&st->pending[t]) && !mapping__mirror_check_on()) {
+        mirror_sync_report report = {0};
+        if ((status = sync_whole_with_log(st, t, &report)) == MAPPING_OK) {
+            report.skipped = m->size > report.moved ? m->size - report.moved : 0;
+            mapping__count(&st->dev->counters.sync_skipped_bytes, report.skipped);
+        }
+        mapping__mirror_sync_done(&span, stream, m, t, report, status);
+        return status;
+    }
+    if ((status = mapping__mirror_log_flush(st)))
+        return status;
     if (st->n_inflight)
         mapping__mirror_fold_completed(st);
     if (t == MIRROR_GPU && (status = mapping__mirror_check_unmarked(fn, st, lo, hi)))

@@ -617,12 +617,17 @@ mapping_status mapping__rs_remove(mapping_range_set *s, size_t lo, size_t hi)
     return MAPPING_OK;
 }
 
+static bool           rebuild_pays(const mapping_range_set *s, size_t k);
+static mapping_status remove_by_rebuild(mapping_range_set *s, const mapping_range *r, size_t k);
+
 mapping_status mapping__rs_remove_sorted(mapping_range_set *s, const mapping_range *r, size_t k)
 {
     if (k == 0 || !s->root)
         return MAPPING_OK;
     if (k == 1)
         return mapping__rs_remove(s, r[0].lo, r[0].hi);
+    if (rebuild_pays(s, k))
+        return remove_by_rebuild(s, r, k);
     /* A removal splits only an interval that strictly contains it; earlier
      * removals (to its left) only shrink that interval. */
     size_t splits = 0;
@@ -638,6 +643,194 @@ mapping_status mapping__rs_remove_sorted(mapping_range_set *s, const mapping_ran
         mapping__rs_remove(s, r[q].lo, r[q].hi); /* cannot fail: reserved */
     pool_trim(s, RS_POOL_SLACK); /* nodes freed by a large removal go back */
     return MAPPING_OK;
+}
+
+/* ---- bulk: rebuilding the tree from a sorted array ---- */
+
+/* The same set built afresh from v[0..m) (sorted, disjoint, not adjacent):
+ * leaves and internal nodes filled evenly (at least half full), O(m). The
+ * spare pool carries over. All or nothing: on failure s is unchanged. */
+static mapping_status rebuild(mapping_range_set *s, const mapping_range *v, size_t m)
+{
+    mapping_range_set t;
+    mapping__rs_init(&t);
+    t.pool = s->pool;
+    t.spare = s->spare;
+    if (m == 0)
+        goto swap;
+    size_t leaves = (m + RS_B - 1) / RS_B;
+    mapping_rs_node **level = calloc(leaves, sizeof *level);
+    size_t *last = malloc(leaves * sizeof *last); /* the last hi under each node of the level */
+    if (!level || !last) {
+        free(level);
+        free(last);
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "range set: cannot rebuild %zu ranges", m);
+    }
+    size_t made = 0, at = 0, total = 0;
+    for (size_t i = 0; i < leaves; i++) {
+        mapping_rs_node *leaf = malloc(sizeof *leaf);
+        if (!leaf)
+            goto fail;
+        size_t take = m / leaves + (i < m % leaves);
+        leaf->n = (unsigned)take;
+        for (size_t q = 0; q < take; q++, at++) {
+            leaf->lo[q] = v[at].lo;
+            leaf->hi[q] = v[at].hi;
+            total += v[at].hi - v[at].lo;
+        }
+        leaf->prev = i ? level[i - 1] : NULL;
+        leaf->next = NULL;
+        if (i)
+            level[i - 1]->next = leaf;
+        level[i] = leaf;
+        last[i] = leaf->hi[take - 1];
+        made++;
+    }
+    t.first = level[0];
+    t.last = level[leaves - 1];
+    t.levels = 1;
+    t.nodes = leaves;
+    for (size_t c = leaves; c > 1;) { /* c nodes at this level: parents over them */
+        size_t parents = (c + RS_B) / (RS_B + 1), k = 0;
+        for (size_t p = 0; p < parents; p++) {
+            mapping_rs_node *node = malloc(sizeof *node);
+            if (!node) {
+                /* nodes made so far on this level are not linked: free them, then the rest below */
+                for (size_t q = 0; q < p; q++)
+                    free_subtree(level[q], t.levels + 1);
+                for (size_t q = k; q < c; q++)
+                    free_subtree(level[q], t.levels);
+                free(level);
+                free(last);
+                return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "range set: cannot rebuild %zu ranges", m);
+            }
+            size_t take = c / parents + (p < c % parents);
+            node->n = (unsigned)(take - 1);
+            for (size_t q = 0; q < take; q++, k++) {
+                node->child[q] = level[k];
+                if (q + 1 < take)
+                    node->sep[q] = last[k];
+            }
+            size_t hi = last[k - 1];
+            level[p] = node;
+            last[p] = hi;
+        }
+        t.nodes += parents;
+        t.levels++;
+        c = parents;
+    }
+    t.root = level[0];
+    t.count = m;
+    t.total = total;
+    free(level);
+    free(last);
+swap:
+    s->pool = NULL;
+    s->spare = 0;
+    mapping__rs_free(s);
+    *s = t;
+    return MAPPING_OK;
+fail:
+    for (size_t q = 0; q < made; q++)
+        free(level[q]);
+    free(level);
+    free(last);
+    return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "range set: cannot rebuild %zu ranges", m);
+}
+
+/* Rebuild rather than k single operations when k is a large part of the set:
+ * a walk of n intervals and a build cost about as much as n / 16 descents. */
+static bool rebuild_pays(const mapping_range_set *s, size_t k)
+{
+    return k >= 64 && k * 16 >= s->count;
+}
+
+/* The set's intervals in order, into a new array with room for `extra` more
+ * (NULL when out of memory). */
+static mapping_range *flatten(const mapping_range_set *s, size_t extra)
+{
+    mapping_range *v = malloc((s->count + extra) * sizeof *v);
+    if (!v)
+        return NULL;
+    size_t n = 0;
+    for (const mapping_rs_node *leaf = s->first; leaf; leaf = leaf->next)
+        for (unsigned i = 0; i < leaf->n; i++)
+            v[n++] = (mapping_range){leaf->lo[i], leaf->hi[i]};
+    return v;
+}
+
+mapping_status mapping__rs_add_sorted(mapping_range_set *s, const mapping_range *r, size_t k)
+{
+    if (k == 0)
+        return MAPPING_OK;
+    if (!rebuild_pays(s, k)) {
+        mapping_status status = mapping__rs_reserve(s, k);
+        if (status != MAPPING_OK)
+            return status;
+        for (size_t q = 0; q < k; q++)
+            mapping__rs_add(s, r[q].lo, r[q].hi); /* cannot fail: reserved */
+        return MAPPING_OK;
+    }
+    size_t n = s->count;
+    if (n == 0) { /* r is the set: merge touching neighbours in place of a copy */
+        size_t m = 1;
+        for (size_t q = 1; q < k; q++)
+            m += r[q].lo > r[q - 1].hi;
+        if (m == k)
+            return rebuild(s, r, k);
+    }
+    mapping_range *old = flatten(s, 0), *out = malloc((n + k) * sizeof *out);
+    if (!old || !out) {
+        free(old);
+        free(out);
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "range set: out of memory adding %zu ranges", k);
+    }
+    size_t i = 0, j = 0, m = 0;
+    while (i < n || j < k) {
+        mapping_range x = (j >= k || (i < n && old[i].lo <= r[j].lo)) ? old[i++] : r[j++];
+        if (m && x.lo <= out[m - 1].hi) { /* overlaps or touches the last: merge */
+            if (x.hi > out[m - 1].hi)
+                out[m - 1].hi = x.hi;
+        } else {
+            out[m++] = x;
+        }
+    }
+    free(old);
+    mapping_status status = rebuild(s, out, m);
+    free(out);
+    return status;
+}
+
+/* remove_sorted by a walk and a rebuild. */
+static mapping_status remove_by_rebuild(mapping_range_set *s, const mapping_range *r, size_t k)
+{
+    size_t n = s->count;
+    mapping_range *v = flatten(s, 0);
+    if (!v)
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "range set: out of memory removing %zu ranges", k);
+    mapping_range *out = malloc((n + k) * sizeof *out);
+    if (!out) {
+        free(v);
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "range set: out of memory removing %zu ranges", k);
+    }
+    size_t m = 0, j = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t lo = v[i].lo, hi = v[i].hi;
+        while (j < k && r[j].hi <= lo) /* removals wholly before this interval */
+            j++;
+        for (size_t q = j; q < k && r[q].lo < hi && lo < hi; q++) {
+            if (r[q].lo > lo)
+                out[m++] = (mapping_range){lo, r[q].lo};
+            if (r[q].hi > lo)
+                lo = r[q].hi;
+        }
+        if (lo < hi)
+            out[m++] = (mapping_range){lo, hi};
+    }
+    free(v);
+    mapping_status status = rebuild(s, out, m);
+    free(out);
+    return status;
 }
 
 /* ---- lookups ---- */

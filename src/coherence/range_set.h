@@ -73,9 +73,14 @@ mapping_status mapping__rs_add(mapping_range_set *s, size_t lo, size_t hi);
 /* Difference with [lo, hi). Creates at most one interval (a split). */
 mapping_status mapping__rs_remove(mapping_range_set *s, size_t lo, size_t hi);
 /* Difference with each of r[0..k) (sorted by lo, disjoint): k removals,
- * O(k log n + intervals deleted). All or nothing (it reserves for the splits
+ * O(k log n + intervals deleted), or a walk and rebuild, O(n + k), when k
+ * is a large part of the set. All or nothing (it reserves for the splits
  * it will make first); replaces any earlier reservation. */
 mapping_status mapping__rs_remove_sorted(mapping_range_set *s, const mapping_range *r, size_t k);
+/* Union with each of r[0..k) (sorted by lo, disjoint): k insertions, or
+ * when k is a large part of the set one O(n + k) walk and rebuild. All or
+ * nothing; replaces any earlier reservation. */
+mapping_status mapping__rs_add_sorted(mapping_range_set *s, const mapping_range *r, size_t k);
 
 /* The first interval with hi > pos into *r, and a cursor on it; false (and
  * *r untouched) if there is none. O(log n). */

@@ -1,3 +1,5 @@
+#include <errno.h>
+#include <sys/prctl.h>
 #include <time.h>
 #include "os/os.h"
 
@@ -27,4 +29,18 @@ void mapping_os_sleep_until_ns(uint64_t deadline_ns)
             nanosleep(&ts, NULL);
         }
     }
+}
+
+void mapping_os_nap_until_ns(uint64_t deadline_ns)
+{
+    struct timespec ts = {(time_t)(deadline_ns / 1000000000u), (long)(deadline_ns % 1000000000u)};
+    /* Linux wakes a sleeping thread up to its timer slack late (50 us by
+     * default): the sleep runs with a 1 us slack, then the thread's own comes back. */
+    int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+    if (slack > 1000)
+        prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
+    }
+    if (slack > 1000)
+        prctl(PR_SET_TIMERSLACK, (unsigned long)slack, 0, 0, 0);
 }

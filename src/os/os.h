@@ -16,6 +16,8 @@ double   mapping_os_now(void);
 /* Sleeps until the monotonic clock reads `deadline_ns` (spins for the last
  * few microseconds, so short modelled latencies are kept). */
 void     mapping_os_sleep_until_ns(uint64_t deadline_ns);
+/* Sleeps (never spins) until the deadline, with a 1 us timer slack for the sleep only. */
+void     mapping_os_nap_until_ns(uint64_t deadline_ns);
 
 /* Page size, and page-aligned host memory that is mlock()ed where the
  * process may lock it (*locked says whether it was). */
@@ -69,5 +71,16 @@ const char *mapping_os_link_check(double bandwidth, double latency);
  * sign, space, hex, inf or nan), finite, followed by the end of the text or
  * one of end_chars (*end then points there). */
 bool mapping_os_parse_double(const char *text, const char *end_chars, const char **end, double *out);
+/* The per-user cache (os/cache_file.c): the path of file `name` in the cache
+ * directory ($MAPPING_CACHE_DIR, else $XDG_CACHE_HOME/mapping, else
+ * $HOME/.cache/mapping; made if missing), 0; -1 when there is none or it is
+ * "off". */
+int      mapping_os_cache_path(const char *name, char *out, size_t len);
+/* The whole file, malloc'd (NULL if missing, empty, unreadable or over max bytes). */
+void    *mapping_os_read_file(const char *path, size_t max, size_t *len);
+/* Writes the file through a temporary one and rename(): readers never see half a file. 0 or -1. */
+int      mapping_os_write_file_atomic(const char *path, const void *data, size_t len);
+/* FNV-1a, continuing from h (start with 0xcbf29ce484222325). */
+uint64_t mapping_os_hash64(const void *data, size_t len, uint64_t h);
 
 #endif

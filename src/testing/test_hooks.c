@@ -12,16 +12,19 @@ static int side_index(mapping_side side)
 
 const mapping_range_set *mapping__test_mirror_stale(const mapping_mirror *m, mapping_side side)
 {
+    mapping__mirror_log_flush(m->st); /* the sets as marking one by one would have left them */
     return &m->st->stale[side_index(side)];
 }
 
 const mapping_range_set *mapping__test_mirror_modified(const mapping_mirror *m, mapping_side side)
 {
+    mapping__mirror_log_flush(m->st); /* the sets as marking one by one would have left them */
     return &m->st->modified[side_index(side)];
 }
 
 const mapping_range_set *mapping__test_mirror_pending(const mapping_mirror *m, mapping_side side)
 {
+    mapping__mirror_log_flush(m->st); /* the sets as marking one by one would have left them */
     return &m->st->pending[side_index(side)];
 }
 

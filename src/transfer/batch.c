@@ -114,7 +114,7 @@ size_t mapping_batch_count(const mapping_batch *b)
 void mapping_batch_clear(mapping_batch *b)
 {
     if (b && mapping__batch_check("mapping_batch_clear", b) == MAPPING_OK)
-        b->count = 0;
+        mapping__batch_clear(b);
 }
 
 mapping_status mapping__batch_push(mapping_batch *b, const batch_copy *c)
@@ -128,6 +128,8 @@ mapping_status mapping__batch_push(mapping_batch *b, const batch_copy *c)
         b->capacity = capacity;
     }
     b->copies[b->count++] = *c;
+    if (c->bytes > b->largest)
+        b->largest = c->bytes;
     mapping__count(&b->dev->counters.batch_copies, 1);
     return MAPPING_OK;
 }
@@ -136,7 +138,15 @@ static mapping_status check_copy(const char *fn, const mapping_batch *b, const v
                                  const mapping_buffer *buf, const char *buf_name, size_t offset, size_t bytes)
 {
     mapping_status st;
-    if ((st = mapping__batch_check(fn, b)) || (st = mapping__check_ptr(fn, host_name, host)) ||
+    if ((st = mapping__batch_check(fn, b)))
+        return st;
+    /* The usual case in a few compares; the buffer through its own check
+     * (the one place that knows what a live buffer is). The full sequence
+     * below names the first problem otherwise. */
+    if (host && buf && mapping__check_buffer(fn, buf_name, buf) == MAPPING_OK && bytes && offset <= buf->size &&
+        bytes <= buf->size - offset && buf->dev == b->dev)
+        return MAPPING_OK;
+    if ((st = mapping__check_ptr(fn, host_name, host)) ||
         (st = mapping__check_buffer(fn, buf_name, buf)) ||
         (st = mapping__check_range(fn, buf_name, offset, bytes, buf->size)))
         return st;
@@ -172,13 +182,14 @@ mapping_status mapping_batch_sync_to_cpu(mapping_batch *b, const mapping_buffer 
 
 /* Straight through once the latency is a small part of the transfer: a
  * group this large gains little from merging and would cost a CPU copy into
- * staging. */
+ * staging. Never below BATCH_LARGE_MIN: a batch whose copies are all smaller
+ * does not need the link (measuring it costs a new device ~15 ms). */
 size_t mapping__batch_large_bytes(mapping_device *dev)
 {
     mapping_link link;
     double bytes = 0;
     if (mapping__device_link(dev, &link) == MAPPING_OK)
         bytes = 4 * link.latency * link.bandwidth;
-    const double lo = 64 << 10, hi = 4 << 20;
+    const double lo = BATCH_LARGE_MIN, hi = 4 << 20;
     return (size_t)(bytes < lo ? lo : bytes > hi ? hi : bytes);
 }

@@ -34,6 +34,30 @@ static bool is_staged(const batch_plan *p, size_t copy, bool to_gpu)
     return c->to_gpu == to_gpu && p->groups[p->group_of[copy]].staged;
 }
 
+/* A copy between host memory and staging (never overlapping). Scattered
+ * copies are mostly small: from 16 to 64 bytes they are two overlapping
+ * 16- or 32-byte moves, inline, instead of a call into memcpy each. */
+static inline void copy_bytes(unsigned char *dst, const unsigned char *src, size_t n)
+{
+    if (n >= 16 && n <= 64) {
+        if (n <= 32) {
+            unsigned char a[16], b[16];
+            memcpy(a, src, 16);
+            memcpy(b, src + n - 16, 16);
+            memcpy(dst, a, 16);
+            memcpy(dst + n - 16, b, 16);
+        } else {
+            unsigned char a[32], b[32];
+            memcpy(a, src, 32);
+            memcpy(b, src + n - 32, 32);
+            memcpy(dst, a, 32);
+            memcpy(dst + n - 32, b, 32);
+        }
+        return;
+    }
+    memcpy(dst, src, n);
+}
+
 /* In add order, so that of two overlapping copies the later one wins. */
 static void pack_sources(void *arg)
 {
@@ -42,7 +66,7 @@ static void pack_sources(void *arg)
         if (is_staged(p, i, true)) {
             const batch_copy *c = &p->copies[i];
             const batch_group *g = &p->groups[p->group_of[i]];
-            memcpy(p->host_staging + g->staging_offset + (c->offset - g->lo), c->src, c->bytes);
+            copy_bytes((unsigned char *)p->host_staging + g->staging_offset + (c->offset - g->lo), c->src, c->bytes);
         }
 }
 
@@ -53,7 +77,7 @@ static void unpack_destinations(void *arg)
         if (is_staged(p, i, false)) {
             const batch_copy *c = &p->copies[i];
             const batch_group *g = &p->groups[p->group_of[i]];
-            memcpy(c->dst, p->host_staging + g->staging_offset + (c->offset - g->lo), c->bytes);
+            copy_bytes(c->dst, (unsigned char *)p->host_staging + g->staging_offset + (c->offset - g->lo), c->bytes);
         }
 }
 
@@ -248,7 +272,7 @@ static mapping_status report_failure(mapping_batch *b, const batch_plan *p, mapp
     char inner[384];
     snprintf(inner, sizeof inner, "%s", mapping__last_message());
     size_t first = p->count, done = 0;
-    b->count = 0;
+    mapping__batch_clear(b);
     for (size_t i = 0; i < p->count; i++) {
         if (p->done[i]) {
             done++;
@@ -257,6 +281,8 @@ static mapping_status report_failure(mapping_batch *b, const batch_plan *p, mapp
         if (first == p->count)
             first = i;
         b->copies[b->count++] = p->copies[i]; /* capacity >= p->count: see mapping__batch_plan */
+        if (p->copies[i].bytes > b->largest)
+            b->largest = p->copies[i].bytes;
     }
     if (done)
         mapping__count(&b->dev->counters.batch_flushes, 1);
@@ -289,7 +315,9 @@ mapping_status mapping__batch_flush(mapping_stream *stream, mapping_batch *b)
     mapping_status st = mapping__batch_wait_pending(b);
     if (st != MAPPING_OK)
         return report_not_started(b, st);
-    st = mapping__batch_plan(b, &b->plan, mapping__batch_large_bytes(b->dev));
+    /* Only a copy of BATCH_LARGE_MIN bytes or more can go straight through. */
+    size_t large = b->largest >= BATCH_LARGE_MIN ? mapping__batch_large_bytes(b->dev) : BATCH_LARGE_MIN;
+    st = mapping__batch_plan(b, &b->plan, large);
     if (st != MAPPING_OK)
         return st;
     batch_plan *p = &b->plan;
@@ -348,13 +376,13 @@ mapping_status mapping__transfer_ranges(mapping_stream *stream, mapping_batch *r
             continue;
         char *h = (char *)host + ranges[i].host_offset;
         batch_copy c = {.buf = buf, .offset = ranges[i].buffer_offset, .bytes = ranges[i].bytes, .to_gpu = to_gpu,
-                        .src = h, .dst = h};
+                        .dst = h};
         st = mapping__batch_push(b, &c);
     }
     if (st == MAPPING_OK)
         st = mapping__batch_flush(stream, b);
     else
-        b->count = 0;
+        mapping__batch_clear(b);
 out:
     if (b != reuse)
         mapping__batch_destroy(b);

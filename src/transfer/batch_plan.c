@@ -160,6 +160,7 @@ mapping_status mapping__batch_plan(mapping_batch *b, batch_plan *plan, size_t la
     b->copies = spare;
     b->capacity = spare_capacity;
     b->count = 0;
+    b->largest = 0;
 
     plan->count = n;
     plan->group_count = plan->h2d_groups = 0;

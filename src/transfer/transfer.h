@@ -18,8 +18,10 @@ typedef struct batch_copy {
     mapping_buffer *buf;
     size_t          offset; /* in buf */
     size_t          bytes;
-    const void     *src;    /* host source (to_gpu) */
-    void           *dst;    /* host destination (!to_gpu) */
+    union {                 /* one host pointer: a 40-byte record, not 48 */
+        const void *src;    /* host source (to_gpu) */
+        void       *dst;    /* host destination (!to_gpu) */
+    };
     bool            to_gpu;
 } batch_copy;
 
@@ -65,6 +67,7 @@ struct mapping_batch {
     bool            busy;       /* a flush is running (re-entry from a callback is refused) */
     batch_copy     *copies;
     size_t          count, capacity;
+    size_t          largest;      /* bytes of the largest queued copy */
 
     batch_plan      plan;         /* of the last flush */
     mapping_event  *pending;      /* the last flush's end, when it was on a stream */
@@ -90,13 +93,16 @@ mapping_status mapping__batch_flush(mapping_stream *stream, mapping_batch *b);
 static inline void mapping__batch_clear(mapping_batch *b)
 {
     b->count = 0;
+    b->largest = 0;
 }
 /* Waits for the last flush's work (it may still read the plan and staging). */
 mapping_status mapping__batch_wait_pending(mapping_batch *b);
 /* Frees the page-locked and device staging buffers (batch_flush.c). */
 void mapping__batch_free_staging(mapping_batch *b);
 
-/* Groups at least this large go straight through (from the device's link). */
+/* Groups at least this large go straight through (from the device's link);
+ * never fewer than BATCH_LARGE_MIN bytes. */
+enum { BATCH_LARGE_MIN = 64 << 10 };
 size_t mapping__batch_large_bytes(mapping_device *dev);
 /* Builds plan from b's queued copies, which move into the plan: on success b
  * is left empty (its queue array is the plan's spare one, at least as large);

@@ -1,5 +1,6 @@
 /* The range set against a plain array of flags, one per byte. */
 #include <stdlib.h>
+#include <string.h>
 #include "coherence/range_set.h"
 #include "harness.h"
 
@@ -203,6 +204,53 @@ UNIT_TEST(range_set_bulk_removal_matches_one_by_one_removal)
         check_against_flags(&s, flags, N);
         mapping__rs_free(&s);
     }
+}
+
+/* Sorted, disjoint ranges in [0, n) (some touching), also set/cleared in flags. */
+static size_t random_sorted(unsigned long long *r, mapping_range *v, size_t cap, size_t n, size_t gap,
+                            unsigned char *flags, unsigned char value)
+{
+    size_t k = 0, pos = rng_next(r) % gap;
+    while (k < cap && pos < n) {
+        size_t hi = pos + 1 + rng_next(r) % 24;
+        hi = hi > n ? n : hi;
+        v[k++] = (mapping_range){pos, hi};
+        memset(flags + pos, value, hi - pos);
+        pos = hi + rng_next(r) % gap;
+    }
+    return k;
+}
+
+/* Bulk union and difference, through single operations (few ranges) and
+ * through a walk and rebuild (many ranges against the set's size). */
+UNIT_TEST(range_set_bulk_add_and_removal_match_the_model_by_either_path)
+{
+    enum { N = 1 << 16, ROUNDS = 60, CAP = 8192 };
+    unsigned seed = test_seed(11u);
+    printf("seed %u (replay with MAPPING_TEST_SEED=%u)\n", seed, seed);
+    unsigned long long r = seed ? seed : 1;
+    unsigned char *flags = calloc(N, 1);
+    mapping_range *v = malloc(CAP * sizeof *v);
+    CHECK(flags && v);
+    mapping_range_set s;
+    mapping__rs_init(&s);
+    for (int round = 0; round < ROUNDS; round++) {
+        size_t gap = (size_t)1 << (2 + rng_next(&r) % 12); /* from dense to sparse: both paths */
+        size_t k = random_sorted(&r, v, CAP, N, gap, flags, 1);
+        CHECK_OK(mapping__rs_add_sorted(&s, v, k));
+        check_against_flags(&s, flags, N);
+        gap = (size_t)1 << (2 + rng_next(&r) % 12);
+        k = random_sorted(&r, v, CAP, N, gap, flags, 0);
+        CHECK_OK(mapping__rs_remove_sorted(&s, v, k));
+        check_against_flags(&s, flags, N);
+        if (rng_next(&r) % 8 == 0) { /* now and then from empty */
+            mapping__rs_free(&s);
+            memset(flags, 0, N);
+        }
+    }
+    mapping__rs_free(&s);
+    free(flags);
+    free(v);
 }
 
 /* ---- large sets: splits, merges and redistribution at every level ---- */

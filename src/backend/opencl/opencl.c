@@ -176,6 +176,7 @@ static mapping_status opencl_device_open(int index, const mapping_device_desc *d
         opencl_device_close(d);
         return opencl_fail("clCreateCommandQueue", err);
     }
+    opencl_kernels_prepare(d); /* from a kept binary only: no first-use build */
     *out = d;
     return MAPPING_OK;
 }

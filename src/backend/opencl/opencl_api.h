@@ -41,8 +41,11 @@
     X(clGetKernelWorkGroupInfo) X(clEnqueueNDRangeKernel)                                                  \
     X(clRetainContext) /* several devices share a platform's context */
 
-/* OpenCL 2.0+ entry points: NULL when the loader lacks them (then no SVM). */
-#define OPENCL_OPTIONAL_ENTRY_POINTS(X) X(clSVMAlloc) X(clSVMFree) OPENCL_IMPORT_ENTRY_POINTS(X)
+/* OpenCL 2.0+ entry points: NULL when the loader lacks them (then no SVM);
+ * the program-binary calls, without which kernels are built from source;
+ * and the adoption calls. */
+#define OPENCL_OPTIONAL_ENTRY_POINTS(X)                                                                        \
+    X(clSVMAlloc) X(clSVMFree) X(clCreateProgramWithBinary) X(clGetProgramInfo) OPENCL_IMPORT_ENTRY_POINTS(X)
 /* For adopting objects made elsewhere (opencl_import.c); NULL: no adoption. */
 #define OPENCL_IMPORT_ENTRY_POINTS(X)                                                                          \
     X(clRetainCommandQueue) X(clRetainMemObject) X(clGetContextInfo)                                     \

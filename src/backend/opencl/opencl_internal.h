@@ -28,6 +28,8 @@ typedef struct opencl_device {
     bool            kernels_built;
     cl_program      program;
     cl_kernel       scatter, gather;
+    cl_kernel       scatter_slices, gather_slices; /* CPU devices, small entries: a slice of entries per work-item */
+    cl_uint         compute_units;
     size_t          group_size;   /* work-items per work-group of their launches */
     bool            sliced_lanes; /* CPU device: an entry's work-items copy contiguous slices */
 } opencl_device;
@@ -104,6 +106,12 @@ mapping_status opencl_scatter(void *dev, void *stream, void *staging_mem, size_t
 mapping_status opencl_gather(void *dev, void *stream, void *src_mem, void *staging_mem, size_t table_offset,
                           const mapping_scatter_entry *table, size_t count);
 void           opencl_kernels_release(opencl_device *d);
+/* At open: builds the kernels if a kept program binary allows it cheaply. */
+void           opencl_kernels_prepare(opencl_device *d);
+/* Program binaries kept between processes (opencl_program_cache.c): a built
+ * program from the cache, or NULL (then build from source and store it). */
+cl_program     opencl_program_from_cache(opencl_device *d, const char *source, const char *options);
+void           opencl_program_to_cache(opencl_device *d, cl_program program, const char *source, const char *options);
 
 /* opencl_peer.c: one context per platform shared by its open devices (a
  * reference each), and copies between devices. */

@@ -12,12 +12,19 @@
  * work-items of a work-group one after another on one core, each lane copies
  * one contiguous slice (an interleaved walk would stride through the entry
  * `lanes` times), and lanes only pay off when an entry is large enough to
- * spread over several work-groups, hence over several cores.
+ * spread over several work-groups, hence over several cores. When every entry
+ * of a launch on a CPU device is small (one lane each), the slice kernels
+ * take it instead: one work-item (and work-group) per contiguous slice of at
+ * least SLICE_MIN entries, a few slices per compute unit, each a plain loop
+ * over its entries. PoCL then runs a few work-group calls rather than one
+ * per 64 entries, and no work-item is scheduled per entry.
  *
  * The kernels read the table from the staging buffer (at table_offset),
  * where the batch layer has already written it on the same stream. Built
- * once per device, on first use; the program and kernel objects are kept
- * with the device.
+ * once per device: at open when an earlier process kept the program binary
+ * (opencl_program_cache.c; ~1-2 ms on PoCL), else on first use from source
+ * (20-100 ms on PoCL), and then kept. The program and kernel objects are
+ * kept with the device.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -77,6 +84,41 @@ static const char kernel_source[] =
     "    ulong3 e = load_entry(staging, table_offset, entry);\n"
     "    copy_range(buffer + e.s1, staging + e.s0, e.s2, id & ((1ul << lane_bits) - 1), 1ul << lane_bits, sliced);\n"
     "}\n"
+    "/* CPU devices, entries below a lane's worth: one work-item per contiguous\n"
+    " * slice of `per` entries, a plain loop (no per-entry work-item to schedule). */\n"
+    "void copy_small(__global uchar *dst, __global const uchar *src, ulong bytes)\n"
+    "{\n"
+    "    ulong n = bytes / 16;\n"
+    "    if ((((ulong)dst | (ulong)src) & 15) == 0) {\n"
+    "        __global uint4 *d = (__global uint4 *)dst;\n"
+    "        __global const uint4 *s = (__global const uint4 *)src;\n"
+    "        for (ulong i = 0; i < n; i++)\n"
+    "            d[i] = s[i];\n"
+    "    } else {\n"
+    "        for (ulong i = 0; i < n; i++)\n"
+    "            vstore16(vload16(i, src), i, dst);\n"
+    "    }\n"
+    "    for (ulong i = n * 16; i < bytes; i++)\n"
+    "        dst[i] = src[i];\n"
+    "}\n"
+    "__kernel void mapping_scatter_slices(__global const uchar *staging, __global uchar *buffer, ulong table_offset,\n"
+    "                                     ulong count, ulong per)\n"
+    "{\n"
+    "    ulong begin = get_global_id(0) * per, end = min(count, begin + per);\n"
+    "    for (ulong i = begin; i < end; i++) {\n"
+    "        ulong3 e = load_entry(staging, table_offset, i);\n"
+    "        copy_small(buffer + e.s1, staging + e.s0, e.s2);\n"
+    "    }\n"
+    "}\n"
+    "__kernel void mapping_gather_slices(__global uchar *staging, __global const uchar *buffer, ulong table_offset,\n"
+    "                                    ulong count, ulong per)\n"
+    "{\n"
+    "    ulong begin = get_global_id(0) * per, end = min(count, begin + per);\n"
+    "    for (ulong i = begin; i < end; i++) {\n"
+    "        ulong3 e = load_entry(staging, table_offset, i);\n"
+    "        copy_small(staging + e.s0, buffer + e.s1, e.s2);\n"
+    "    }\n"
+    "}\n"
     "__kernel void mapping_gather(__global uchar *staging, __global const uchar *buffer, ulong table_offset,\n"
     "                             ulong count, uint lane_bits, uint sliced)\n"
     "{\n"
@@ -89,6 +131,8 @@ static const char kernel_source[] =
 
 /* Work-items per work-group at most (the kernel's limit may be lower). */
 enum { OPENCL_GROUP = 64 };
+/* CPU devices: entries per work-item of the slice kernels at least. */
+enum { SLICE_MIN = 256 };
 
 /* How many work-items an entry gets: one per lane_bytes of the largest
  * entry, rounded up to a power of two, at most max_lanes; and fewer when the
@@ -114,30 +158,50 @@ static mapping_status build_failure(opencl_device *d, cl_int err)
                          opencl_error_name(err), err, log);
 }
 
-/* With kernel_lock held. */
-static mapping_status build_kernels(opencl_device *d)
+/* With kernel_lock held. cache_only: only from a kept binary (at open),
+ * else nothing (MAPPING_OK, not built). */
+static mapping_status build_kernels_from(opencl_device *d, bool cache_only)
 {
     if (d->kernels_built)
         return MAPPING_OK;
-    const char *source = kernel_source;
+    const char *source = kernel_source, *options = "";
     cl_int err = CL_SUCCESS;
-    d->program = opencl_driver.clCreateProgramWithSource(d->context, 1, &source, NULL, &err);
-    if (err != CL_SUCCESS) {
-        d->program = NULL;
-        return opencl_fail("clCreateProgramWithSource", err);
-    }
-    if ((err = opencl_driver.clBuildProgram(d->program, 1, &d->device, "", NULL, NULL)) != CL_SUCCESS) {
-        mapping_status st = build_failure(d, err);
+    /* A binary kept by an earlier process first; a source build otherwise
+     * (or when the cached program lacks a kernel), which is then kept. */
+    bool cached = (d->program = opencl_program_from_cache(d, source, options)) != NULL;
+    if (cache_only && !cached)
+        return MAPPING_OK;
+    for (;;) {
+        if (!cached) {
+            d->program = opencl_driver.clCreateProgramWithSource(d->context, 1, &source, NULL, &err);
+            if (err != CL_SUCCESS) {
+                d->program = NULL;
+                return opencl_fail("clCreateProgramWithSource", err);
+            }
+            if ((err = opencl_driver.clBuildProgram(d->program, 1, &d->device, options, NULL, NULL)) != CL_SUCCESS) {
+                mapping_status st = build_failure(d, err);
+                opencl_kernels_release(d);
+                return st;
+            }
+        }
+        d->scatter = opencl_driver.clCreateKernel(d->program, "mapping_scatter", &err);
+        if (err == CL_SUCCESS)
+            d->gather = opencl_driver.clCreateKernel(d->program, "mapping_gather", &err);
+        if (err == CL_SUCCESS)
+            d->scatter_slices = opencl_driver.clCreateKernel(d->program, "mapping_scatter_slices", &err);
+        if (err == CL_SUCCESS)
+            d->gather_slices = opencl_driver.clCreateKernel(d->program, "mapping_gather_slices", &err);
+        if (err == CL_SUCCESS)
+            break;
         opencl_kernels_release(d);
-        return st;
+        if (!cached)
+            return opencl_fail("clCreateKernel", err);
+        if (cache_only)
+            return MAPPING_OK;
+        cached = false;
     }
-    d->scatter = opencl_driver.clCreateKernel(d->program, "mapping_scatter", &err);
-    if (err == CL_SUCCESS)
-        d->gather = opencl_driver.clCreateKernel(d->program, "mapping_gather", &err);
-    if (err != CL_SUCCESS) {
-        opencl_kernels_release(d);
-        return opencl_fail("clCreateKernel", err);
-    }
+    if (!cached)
+        opencl_program_to_cache(d, d->program, source, options);
     size_t max[2] = {OPENCL_GROUP, OPENCL_GROUP};
     for (int i = 0; i < 2; i++)
         if (opencl_driver.clGetKernelWorkGroupInfo(i ? d->gather : d->scatter, d->device, CL_KERNEL_WORK_GROUP_SIZE,
@@ -147,8 +211,25 @@ static mapping_status build_kernels(opencl_device *d)
     d->group_size = 1; /* a power of two, like the lanes per entry: an entry's lanes never straddle groups needlessly */
     while (d->group_size * 2 <= group && d->group_size * 2 <= OPENCL_GROUP)
         d->group_size *= 2;
+    cl_uint units = 1;
+    if (opencl_driver.clGetDeviceInfo(d->device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL) != CL_SUCCESS ||
+        units == 0)
+        units = 1;
+    d->compute_units = units;
     d->kernels_built = true;
     return MAPPING_OK;
+}
+
+static mapping_status build_kernels(opencl_device *d)
+{
+    return build_kernels_from(d, false);
+}
+
+void opencl_kernels_prepare(opencl_device *d)
+{
+    pthread_mutex_lock(&d->kernel_lock);
+    build_kernels_from(d, true);
+    pthread_mutex_unlock(&d->kernel_lock);
 }
 
 void opencl_kernels_release(opencl_device *d)
@@ -157,6 +238,11 @@ void opencl_kernels_release(opencl_device *d)
         opencl_driver.clReleaseKernel(d->scatter);
     if (d->gather)
         opencl_driver.clReleaseKernel(d->gather);
+    if (d->scatter_slices)
+        opencl_driver.clReleaseKernel(d->scatter_slices);
+    if (d->gather_slices)
+        opencl_driver.clReleaseKernel(d->gather_slices);
+    d->scatter_slices = d->gather_slices = NULL;
     if (d->program)
         opencl_driver.clReleaseProgram(d->program);
     d->scatter = d->gather = NULL;
@@ -196,17 +282,32 @@ static mapping_status launch(opencl_device *d, void *stream, bool scatter, cl_me
     cl_event ev = NULL;
     cl_int err = CL_SUCCESS;
     if (st == MAPPING_OK) {
-        /* Both kernels: (staging, buffer, table_offset, count, lane_bits, sliced). */
-        cl_kernel k = scatter ? d->scatter : d->gather;
+        /* The lane kernels: (staging, buffer, table_offset, count, lane_bits, sliced);
+         * the slice kernels: (staging, buffer, table_offset, count, per). */
+        bool slices = sliced && lane_bits == 0;
+        cl_kernel k = slices ? (scatter ? d->scatter_slices : d->gather_slices) : scatter ? d->scatter : d->gather;
         cl_ulong offset = table_offset, entries = count;
+        size_t items = 0;
         err = opencl_driver.clSetKernelArg(k, 0, sizeof staging, &staging) | opencl_driver.clSetKernelArg(k, 1, sizeof buffer, &buffer) |
-              opencl_driver.clSetKernelArg(k, 2, sizeof offset, &offset) | opencl_driver.clSetKernelArg(k, 3, sizeof entries, &entries) |
-              opencl_driver.clSetKernelArg(k, 4, sizeof lane_bits, &lane_bits) | opencl_driver.clSetKernelArg(k, 5, sizeof sliced, &sliced);
+              opencl_driver.clSetKernelArg(k, 2, sizeof offset, &offset) | opencl_driver.clSetKernelArg(k, 3, sizeof entries, &entries);
+        if (slices) {
+            /* A few slices per compute unit (for balance), each of at least
+             * SLICE_MIN entries (so the loop, not the launch, dominates). */
+            size_t want = (size_t)d->compute_units * 4, by_size = (count + SLICE_MIN - 1) / SLICE_MIN;
+            items = want < by_size ? want : by_size;
+            cl_ulong per = (count + items - 1) / items;
+            items = (size_t)((count + per - 1) / per);
+            err |= opencl_driver.clSetKernelArg(k, 4, sizeof per, &per);
+        } else {
+            err |= opencl_driver.clSetKernelArg(k, 4, sizeof lane_bits, &lane_bits) |
+                   opencl_driver.clSetKernelArg(k, 5, sizeof sliced, &sliced);
+        }
         if (err != CL_SUCCESS) {
             st = mapping__fail(MAPPING_ERR_DRIVER, "opencl: clSetKernelArg of the %s kernel failed",
                                scatter ? "scatter" : "gather");
         } else {
-            size_t local = d->group_size, global = ((count << lane_bits) + local - 1) / local * local;
+            size_t local = slices ? 1 : d->group_size,
+                   global = slices ? items : ((count << lane_bits) + local - 1) / local * local;
             err = opencl_driver.clEnqueueNDRangeKernel(opencl_queue_of(d, stream), k, 1, NULL, &global, &local, 0, NULL,
                                              stream ? NULL : &ev);
             if (err != CL_SUCCESS)
