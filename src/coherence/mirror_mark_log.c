@@ -22,7 +22,7 @@ enum { LOG_MIN_FLUSH = 1 << 16 };
 static bool log_grow(mirror_state *st)
 {
     size_t cap = st->log_cap ? 2 * st->log_cap : 256;
-    mapping_range *v = realloc(st->log, cap * sizeof *v);
+    mapping_range *v = mapping_os_realloc(st->log, cap * sizeof *v);
     if (!v)
         return false;
     st->log = v;
@@ -117,7 +117,7 @@ static mapping_range *sorted_log(mirror_state *st, mapping_range **scratch, size
         if (k <= 32) {
             insertion_sort(v, k);
         } else {
-            if (!(*scratch = malloc(k * sizeof **scratch)))
+            if (!(*scratch = mapping_os_malloc(k * sizeof **scratch)))
                 return NULL;
             v = radix_sort(v, *scratch, k);
         }

@@ -659,8 +659,8 @@ static mapping_status rebuild(mapping_range_set *s, const mapping_range *v, size
     if (m == 0)
         goto swap;
     size_t leaves = (m + RS_B - 1) / RS_B;
-    mapping_rs_node **level = calloc(leaves, sizeof *level);
-    size_t *last = malloc(leaves * sizeof *last); /* the last hi under each node of the level */
+    mapping_rs_node **level = mapping_os_calloc(leaves, sizeof *level);
+    size_t *last = mapping_os_malloc(leaves * sizeof *last); /* the last hi under each node of the level */
     if (!level || !last) {
         free(level);
         free(last);
@@ -668,7 +668,7 @@ static mapping_status rebuild(mapping_range_set *s, const mapping_range *v, size
     }
     size_t made = 0, at = 0, total = 0;
     for (size_t i = 0; i < leaves; i++) {
-        mapping_rs_node *leaf = malloc(sizeof *leaf);
+        mapping_rs_node *leaf = mapping_os_malloc(sizeof *leaf);
         if (!leaf)
             goto fail;
         size_t take = m / leaves + (i < m % leaves);
@@ -693,7 +693,7 @@ static mapping_status rebuild(mapping_range_set *s, const mapping_range *v, size
     for (size_t c = leaves; c > 1;) { /* c nodes at this level: parents over them */
         size_t parents = (c + RS_B) / (RS_B + 1), k = 0;
         for (size_t p = 0; p < parents; p++) {
-            mapping_rs_node *node = malloc(sizeof *node);
+            mapping_rs_node *node = mapping_os_malloc(sizeof *node);
             if (!node) {
                 /* nodes made so far on this level are not linked: free them, then the rest below */
                 for (size_t q = 0; q < p; q++)
@@ -749,7 +749,7 @@ static bool rebuild_pays(const mapping_range_set *s, size_t k)
  * (NULL when out of memory). */
 static mapping_range *flatten(const mapping_range_set *s, size_t extra)
 {
-    mapping_range *v = malloc((s->count + extra) * sizeof *v);
+    mapping_range *v = mapping_os_malloc((s->count + extra) * sizeof *v);
     if (!v)
         return NULL;
     size_t n = 0;
@@ -779,7 +779,7 @@ mapping_status mapping__rs_add_sorted(mapping_range_set *s, const mapping_range 
         if (m == k)
             return rebuild(s, r, k);
     }
-    mapping_range *old = flatten(s, 0), *out = malloc((n + k) * sizeof *out);
+    mapping_range *old = flatten(s, 0), *out = mapping_os_malloc((n + k) * sizeof *out);
     if (!old || !out) {
         free(old);
         free(out);
@@ -808,7 +808,7 @@ static mapping_status remove_by_rebuild(mapping_range_set *s, const mapping_rang
     mapping_range *v = flatten(s, 0);
     if (!v)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "range set: out of memory removing %zu ranges", k);
-    mapping_range *out = malloc((n + k) * sizeof *out);
+    mapping_range *out = mapping_os_malloc((n + k) * sizeof *out);
     if (!out) {
         free(v);
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "range set: out of memory removing %zu ranges", k);

@@ -59,7 +59,7 @@ void *mapping_os_read_file(const char *path, size_t max, size_t *len)
     void *data = NULL;
     long size;
     if (fseek(f, 0, SEEK_END) == 0 && (size = ftell(f)) > 0 && (size_t)size <= max && fseek(f, 0, SEEK_SET) == 0 &&
-        (data = malloc((size_t)size)) && fread(data, 1, (size_t)size, f) == (size_t)size) {
+        (data = mapping_os_malloc((size_t)size)) && fread(data, 1, (size_t)size, f) == (size_t)size) {
         *len = (size_t)size;
     } else {
         free(data);

@@ -99,7 +99,7 @@ void opencl_program_to_cache(opencl_device *d, cl_program program, const char *s
         return;
     uint64_t key = cache_key(d, source, options);
     char path[4200];
-    unsigned char *file = malloc(sizeof(cache_header) + size);
+    unsigned char *file = mapping_os_malloc(sizeof(cache_header) + size);
     if (!file)
         return;
     unsigned char *binary = file + sizeof(cache_header);
