@@ -44,25 +44,25 @@ static mapping_status status_of(cu_result r)
     }
 }
 
-mapping_status cuda_check(cu_result r, const char *call)
+mapping_status mapping__cuda_check(cu_result r, const char *call)
 {
     if (r == CU_SUCCESS)
         return MAPPING_OK;
-    return mapping__fail_driver(status_of(r), "cuda", call, r, cuda_error_name(r));
+    return mapping__fail_driver(status_of(r), "cuda", call, r, mapping__cuda_error_name(r));
 }
 
-mapping_status cuda_enter(cuda_device *d, bool *pushed)
+mapping_status mapping__cuda_enter(cuda_device *d, bool *pushed)
 {
     cu_context current = NULL;
     *pushed = false;
     if (d->cu->cuCtxGetCurrent(&current) == CU_SUCCESS && current == d->ctx)
         return MAPPING_OK;
-    mapping_status st = cuda_check(d->cu->cuCtxPushCurrent_v2(d->ctx), "cuCtxPushCurrent_v2");
+    mapping_status st = mapping__cuda_check(d->cu->cuCtxPushCurrent_v2(d->ctx), "cuCtxPushCurrent_v2");
     *pushed = st == MAPPING_OK;
     return st;
 }
 
-void cuda_leave(cuda_device *d, bool pushed)
+void mapping__cuda_leave(cuda_device *d, bool pushed)
 {
     if (pushed) {
         cu_context popped;
@@ -74,23 +74,23 @@ void cuda_leave(cuda_device *d, bool pushed)
 #define IN_CONTEXT(d, ...)                                  \
     do {                                                    \
         bool pushed_;                                       \
-        if ((st = cuda_enter((d), &pushed_)) != MAPPING_OK) \
+        if ((st = mapping__cuda_enter((d), &pushed_)) != MAPPING_OK) \
             break;                                          \
         __VA_ARGS__;                                        \
-        cuda_leave((d), pushed_);                           \
+        mapping__cuda_leave((d), pushed_);                           \
     } while (0)
 
 /* ---- loading and devices ---- */
 
 static mapping_status cuda_load(char *why, size_t why_size, int *device_count)
 {
-    const cuda_driver *cu = cuda_driver_load(why, why_size);
+    const cuda_driver *cu = mapping__cuda_driver_load(why, why_size);
     if (!cu)
         return MAPPING_ERR_NO_BACKEND;
     int count = 0;
     cu_result r = cu->cuDeviceGetCount(&count);
     if (r != CU_SUCCESS) {
-        snprintf(why, why_size, "cuDeviceGetCount failed: %s (%d)", cuda_error_name(r), r);
+        snprintf(why, why_size, "cuDeviceGetCount failed: %s (%d)", mapping__cuda_error_name(r), r);
         return MAPPING_ERR_NO_BACKEND;
     }
     *device_count = count;
@@ -105,9 +105,9 @@ static int attribute(const cuda_driver *cu, cu_device dev, int attr)
 
 static mapping_status cuda_device_info(int index, mapping_device_info *info)
 {
-    const cuda_driver *cu = cuda_driver_get();
+    const cuda_driver *cu = mapping__cuda_driver_get();
     cu_device dev;
-    mapping_status st = cuda_check(cu->cuDeviceGet(&dev, index), "cuDeviceGet");
+    mapping_status st = mapping__cuda_check(cu->cuDeviceGet(&dev, index), "cuDeviceGet");
     if (st != MAPPING_OK)
         return st;
     memset(info, 0, sizeof *info);
@@ -129,11 +129,11 @@ static mapping_status cuda_device_info(int index, mapping_device_info *info)
         info->caps |= MAPPING_CAP_UNIFIED;
     if ((info->caps & MAPPING_CAP_UNIFIED) && attribute(cu, dev, CU_ATTR_CONCURRENT_MANAGED_ACCESS))
         info->caps |= MAPPING_CAP_CONCURRENT_UNIFIED;
-    if (cuda_driver_has_batch_copy(cu))
+    if (mapping__cuda_driver_has_batch_copy(cu))
         info->caps |= MAPPING_CAP_BATCH_COPY;
     if (attribute(cu, dev, CU_ATTR_HOST_REGISTER_SUPPORTED))
         info->caps |= MAPPING_CAP_HOST_REGISTER;
-    if (cuda_driver_has_kernels(cu))
+    if (mapping__cuda_driver_has_kernels(cu))
         info->caps |= MAPPING_CAP_DEVICE_KERNELS;
     return MAPPING_OK;
 }
@@ -161,7 +161,7 @@ static mapping_status scatter_mode_from_env(cuda_scatter_mode *mode)
 static mapping_status cuda_device_open(int index, const mapping_device_desc *desc, void **out)
 {
     (void)desc;
-    const cuda_driver *cu = cuda_driver_get();
+    const cuda_driver *cu = mapping__cuda_driver_get();
     cuda_scatter_mode scatter_mode;
     mapping_status st = scatter_mode_from_env(&scatter_mode);
     if (st != MAPPING_OK)
@@ -171,20 +171,20 @@ static mapping_status cuda_device_open(int index, const mapping_device_desc *des
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "cuda: out of memory");
     d->cu = cu;
     d->ordinal = index;
-    st = cuda_check(cu->cuDeviceGet(&d->device, index), "cuDeviceGet");
+    st = mapping__cuda_check(cu->cuDeviceGet(&d->device, index), "cuDeviceGet");
     if (st == MAPPING_OK)
-        st = cuda_check(cu->cuDevicePrimaryCtxRetain(&d->ctx, d->device), "cuDevicePrimaryCtxRetain");
+        st = mapping__cuda_check(cu->cuDevicePrimaryCtxRetain(&d->ctx, d->device), "cuDevicePrimaryCtxRetain");
     if (st != MAPPING_OK) {
         free(d);
         return st;
     }
     IN_CONTEXT(d, {
-        st = cuda_check(cu->cuStreamCreate(&d->internal, CU_STREAM_NON_BLOCKING_), "cuStreamCreate");
+        st = mapping__cuda_check(cu->cuStreamCreate(&d->internal, CU_STREAM_NON_BLOCKING_), "cuStreamCreate");
         /* The staging arena's first chunk: no page-locked allocation per copy. */
-        if (st == MAPPING_OK && (st = cuda_staging_init(d)) != MAPPING_OK)
+        if (st == MAPPING_OK && (st = mapping__cuda_staging_init(d)) != MAPPING_OK)
             cu->cuStreamDestroy_v2(d->internal);
         if (st == MAPPING_OK) /* best effort: without them, the driver serves every allocation */
-            cuda_pools_init(d);
+            mapping__cuda_pools_init(d);
     });
     if (st != MAPPING_OK) {
         cu->cuDevicePrimaryCtxRelease_v2(d->device);
@@ -206,9 +206,9 @@ static void cuda_device_close(void *dev)
     IN_CONTEXT(d, {
         d->cu->cuStreamSynchronize(d->internal);
         d->cu->cuStreamDestroy_v2(d->internal);
-        cuda_kernels_unload(d);
-        cuda_staging_destroy(d);
-        cuda_pools_destroy(d);
+        mapping__cuda_kernels_unload(d);
+        mapping__cuda_staging_destroy(d);
+        mapping__cuda_pools_destroy(d);
     });
     (void)st;
     pthread_mutex_destroy(&d->kernels_lock);
@@ -232,13 +232,13 @@ static mapping_status cuda_buffer_alloc(void *dev, size_t bytes, void **mem)
 {
     cuda_device *d = dev;
     uintptr_t pooled;
-    if (cuda_suballoc_take(&d->device_pool, bytes, &pooled)) { /* no driver call */
+    if (mapping__cuda_suballoc_take(&d->device_pool, bytes, &pooled)) { /* no driver call */
         *mem = (void *)pooled;
         return MAPPING_OK;
     }
     cu_deviceptr p = 0;
     mapping_status st;
-    IN_CONTEXT(d, st = cuda_check(d->cu->cuMemAlloc_v2(&p, bytes), "cuMemAlloc_v2"));
+    IN_CONTEXT(d, st = mapping__cuda_check(d->cu->cuMemAlloc_v2(&p, bytes), "cuMemAlloc_v2"));
     if (st == MAPPING_OK)
         *mem = (void *)(uintptr_t)p;
     return st;
@@ -247,12 +247,12 @@ static mapping_status cuda_buffer_alloc(void *dev, size_t bytes, void **mem)
 static void cuda_buffer_free(void *dev, void *mem)
 {
     cuda_device *d = dev;
-    if (cuda_suballoc_give(&d->device_pool, (uintptr_t)mem))
+    if (mapping__cuda_suballoc_give(&d->device_pool, (uintptr_t)mem))
         return;
     mapping_status st;
     IN_CONTEXT(d, {
-        st = cuda_check(d->cu->cuMemFree_v2(cuda_ptr(mem)), "cuMemFree_v2");
-        cuda_staging_trim(d); /* a free already: trimming here adds no new wait */
+        st = mapping__cuda_check(d->cu->cuMemFree_v2(cuda_ptr(mem)), "cuMemFree_v2");
+        mapping__cuda_staging_trim(d); /* a free already: trimming here adds no new wait */
     });
     (void)st;
 }
@@ -271,7 +271,7 @@ static mapping_status cuda_buffer_alloc_unified(void *dev, size_t bytes, void **
         return mapping__fail(MAPPING_ERR_UNSUPPORTED, "cuda: device %d has no managed memory", d->ordinal);
     cu_deviceptr p = 0;
     mapping_status st;
-    IN_CONTEXT(d, st = cuda_check(d->cu->cuMemAllocManaged(&p, bytes, CU_MEM_ATTACH_GLOBAL_), "cuMemAllocManaged"));
+    IN_CONTEXT(d, st = mapping__cuda_check(d->cu->cuMemAllocManaged(&p, bytes, CU_MEM_ATTACH_GLOBAL_), "cuMemAllocManaged"));
     if (st == MAPPING_OK)
         *mem = *host = (void *)(uintptr_t)p; /* one address for CPU and device */
     return st;
@@ -283,10 +283,10 @@ static mapping_status prefetch(cuda_device *d, cu_stream s, cu_deviceptr p, size
     if (cu->cuMemPrefetchAsync_v2) {
         cu_mem_location to = {to_device ? CU_MEM_LOCATION_TYPE_DEVICE_ : CU_MEM_LOCATION_TYPE_HOST_,
                               to_device ? d->device : 0};
-        return cuda_check(cu->cuMemPrefetchAsync_v2(p, bytes, to, 0, s), "cuMemPrefetchAsync_v2");
+        return mapping__cuda_check(cu->cuMemPrefetchAsync_v2(p, bytes, to, 0, s), "cuMemPrefetchAsync_v2");
     }
     if (cu->cuMemPrefetchAsync)
-        return cuda_check(cu->cuMemPrefetchAsync(p, bytes, to_device ? d->device : CU_DEVICE_CPU_, s),
+        return mapping__cuda_check(cu->cuMemPrefetchAsync(p, bytes, to_device ? d->device : CU_DEVICE_CPU_, s),
                           "cuMemPrefetchAsync");
     return MAPPING_OK; /* a hint the driver cannot take */
 }
@@ -303,7 +303,7 @@ static mapping_status cuda_unified_prefetch(void *dev, void *stream, void *mem, 
     IN_CONTEXT(d, {
         st = prefetch(d, stream ? stream : LEGACY_STREAM, cuda_ptr(mem) + offset, bytes, to_device);
         if (st == MAPPING_OK && !stream)
-            st = cuda_check(d->cu->cuStreamSynchronize(LEGACY_STREAM), "cuStreamSynchronize");
+            st = mapping__cuda_check(d->cu->cuStreamSynchronize(LEGACY_STREAM), "cuStreamSynchronize");
     });
     return st;
 }
@@ -329,13 +329,13 @@ static mapping_status cuda_host_alloc(void *dev, size_t bytes, void **ptr, void 
     if (!b)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "cuda: out of memory");
     uintptr_t pooled;
-    if (page == CUDA_POOL_UNIT && cuda_suballoc_take(&d->host_pool, bytes, &pooled)) { /* no driver call */
+    if (page == CUDA_POOL_UNIT && mapping__cuda_suballoc_take(&d->host_pool, bytes, &pooled)) { /* no driver call */
         *ptr = (void *)pooled;
         *cookie = b;
         return MAPPING_OK;
     }
     mapping_status st;
-    IN_CONTEXT(d, st = cuda_check(d->cu->cuMemHostAlloc(&b->base, bytes + page, CU_MEMHOSTALLOC_PORTABLE_),
+    IN_CONTEXT(d, st = mapping__cuda_check(d->cu->cuMemHostAlloc(&b->base, bytes + page, CU_MEMHOSTALLOC_PORTABLE_),
                                   "cuMemHostAlloc"));
     if (st == MAPPING_ERR_OUT_OF_DEVICE_MEMORY)
         st = MAPPING_ERR_OUT_OF_HOST_MEMORY;
@@ -353,14 +353,14 @@ static void cuda_host_free(void *dev, void *ptr, void *cookie)
     cuda_device *d = dev;
     cuda_host_block *b = cookie;
     if (!b->base) {
-        cuda_suballoc_give(&d->host_pool, (uintptr_t)ptr);
+        mapping__cuda_suballoc_give(&d->host_pool, (uintptr_t)ptr);
         free(b);
         return;
     }
     mapping_status st;
     IN_CONTEXT(d, {
-        st = cuda_check(d->cu->cuMemFreeHost(b->base), "cuMemFreeHost");
-        cuda_staging_trim(d); /* a free already: trimming here adds no new wait */
+        st = mapping__cuda_check(d->cu->cuMemFreeHost(b->base), "cuMemFreeHost");
+        mapping__cuda_staging_trim(d); /* a free already: trimming here adds no new wait */
     });
     (void)st;
     free(b);
@@ -370,7 +370,7 @@ static mapping_status cuda_host_register(void *dev, void *ptr, size_t bytes, voi
 {
     cuda_device *d = dev;
     mapping_status st;
-    IN_CONTEXT(d, st = cuda_check(d->cu->cuMemHostRegister_v2(ptr, bytes, CU_MEMHOSTREGISTER_PORTABLE_),
+    IN_CONTEXT(d, st = mapping__cuda_check(d->cu->cuMemHostRegister_v2(ptr, bytes, CU_MEMHOSTREGISTER_PORTABLE_),
                                   "cuMemHostRegister_v2"));
     if (st == MAPPING_OK)
         *cookie = ptr;
@@ -382,7 +382,7 @@ static void cuda_host_unregister(void *dev, void *ptr, void *cookie)
     (void)cookie;
     cuda_device *d = dev;
     mapping_status st;
-    IN_CONTEXT(d, st = cuda_check(d->cu->cuMemHostUnregister(ptr), "cuMemHostUnregister"));
+    IN_CONTEXT(d, st = mapping__cuda_check(d->cu->cuMemHostUnregister(ptr), "cuMemHostUnregister"));
     (void)st;
 }
 
@@ -393,7 +393,7 @@ static mapping_status cuda_stream_create(void *dev, void **stream)
     cuda_device *d = dev;
     cu_stream s = NULL;
     mapping_status st;
-    IN_CONTEXT(d, st = cuda_check(d->cu->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING_), "cuStreamCreate"));
+    IN_CONTEXT(d, st = mapping__cuda_check(d->cu->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING_), "cuStreamCreate"));
     if (st == MAPPING_OK)
         *stream = s;
     return st;
@@ -404,8 +404,8 @@ static void cuda_stream_destroy(void *dev, void *stream)
     cuda_device *d = dev;
     mapping_status st;
     IN_CONTEXT(d, {
-        st = cuda_check(d->cu->cuStreamDestroy_v2(stream), "cuStreamDestroy_v2");
-        cuda_staging_trim(d);
+        st = mapping__cuda_check(d->cu->cuStreamDestroy_v2(stream), "cuStreamDestroy_v2");
+        mapping__cuda_staging_trim(d);
     });
     (void)st;
 }
@@ -416,7 +416,7 @@ static mapping_status cuda_stream_synchronize(void *dev, void *stream)
     mapping_status st;
     /* No allocation or free here: the arena is trimmed where memory is
      * freed anyway (cuda_staging.c). */
-    IN_CONTEXT(d, st = cuda_check(d->cu->cuStreamSynchronize(stream), "cuStreamSynchronize"));
+    IN_CONTEXT(d, st = mapping__cuda_check(d->cu->cuStreamSynchronize(stream), "cuStreamSynchronize"));
     return st;
 }
 
@@ -432,7 +432,7 @@ static mapping_status cuda_stream_native(void *dev, void *stream, void **native)
 /* After a legacy-stream call that may return early: wait for it. */
 static mapping_status finish_blocking(cuda_device *d, mapping_status st)
 {
-    return st == MAPPING_OK ? cuda_check(d->cu->cuStreamSynchronize(LEGACY_STREAM), "cuStreamSynchronize") : st;
+    return st == MAPPING_OK ? mapping__cuda_check(d->cu->cuStreamSynchronize(LEGACY_STREAM), "cuStreamSynchronize") : st;
 }
 
 static mapping_status cuda_write(void *dev, void *stream, const void *src, const mapping_host_ref *pinned,
@@ -443,13 +443,13 @@ static mapping_status cuda_write(void *dev, void *stream, const void *src, const
     cu_deviceptr dst = cuda_ptr(dst_mem) + dst_offset;
     mapping_status st;
     if (!stream && pinned) /* synchronous: the fast path the latency figure measures */
-        IN_CONTEXT(d, st = cuda_check(cu->cuMemcpyHtoD_v2(dst, src, bytes), "cuMemcpyHtoD_v2"));
+        IN_CONTEXT(d, st = mapping__cuda_check(cu->cuMemcpyHtoD_v2(dst, src, bytes), "cuMemcpyHtoD_v2"));
     else if (!stream)
-        IN_CONTEXT(d, st = finish_blocking(d, cuda_check(cu->cuMemcpyHtoD_v2(dst, src, bytes), "cuMemcpyHtoD_v2")));
+        IN_CONTEXT(d, st = finish_blocking(d, mapping__cuda_check(cu->cuMemcpyHtoD_v2(dst, src, bytes), "cuMemcpyHtoD_v2")));
     else if (pinned)
-        IN_CONTEXT(d, st = cuda_check(cu->cuMemcpyHtoDAsync_v2(dst, src, bytes, stream), "cuMemcpyHtoDAsync_v2"));
+        IN_CONTEXT(d, st = mapping__cuda_check(cu->cuMemcpyHtoDAsync_v2(dst, src, bytes, stream), "cuMemcpyHtoDAsync_v2"));
     else
-        IN_CONTEXT(d, st = cuda_staged_write(d, stream, src, dst, bytes));
+        IN_CONTEXT(d, st = mapping__cuda_staged_write(d, stream, src, dst, bytes));
     return st;
 }
 
@@ -461,11 +461,11 @@ static mapping_status cuda_read(void *dev, void *stream, void *src_mem, size_t s
     cu_deviceptr src = cuda_ptr(src_mem) + src_offset;
     mapping_status st;
     if (!stream) /* returns once the copy has completed, pageable or not */
-        IN_CONTEXT(d, st = cuda_check(cu->cuMemcpyDtoH_v2(dst, src, bytes), "cuMemcpyDtoH_v2"));
+        IN_CONTEXT(d, st = mapping__cuda_check(cu->cuMemcpyDtoH_v2(dst, src, bytes), "cuMemcpyDtoH_v2"));
     else if (pinned)
-        IN_CONTEXT(d, st = cuda_check(cu->cuMemcpyDtoHAsync_v2(dst, src, bytes, stream), "cuMemcpyDtoHAsync_v2"));
+        IN_CONTEXT(d, st = mapping__cuda_check(cu->cuMemcpyDtoHAsync_v2(dst, src, bytes, stream), "cuMemcpyDtoHAsync_v2"));
     else
-        IN_CONTEXT(d, st = cuda_staged_read(d, stream, src, dst, bytes));
+        IN_CONTEXT(d, st = mapping__cuda_staged_read(d, stream, src, dst, bytes));
     return st;
 }
 
@@ -477,9 +477,9 @@ static mapping_status cuda_copy(void *dev, void *stream, void *src_mem, size_t s
     cu_deviceptr src = cuda_ptr(src_mem) + src_offset, dst = cuda_ptr(dst_mem) + dst_offset;
     mapping_status st;
     if (!stream)
-        IN_CONTEXT(d, st = finish_blocking(d, cuda_check(cu->cuMemcpyDtoD_v2(dst, src, bytes), "cuMemcpyDtoD_v2")));
+        IN_CONTEXT(d, st = finish_blocking(d, mapping__cuda_check(cu->cuMemcpyDtoD_v2(dst, src, bytes), "cuMemcpyDtoD_v2")));
     else
-        IN_CONTEXT(d, st = cuda_check(cu->cuMemcpyDtoDAsync_v2(dst, src, bytes, stream), "cuMemcpyDtoDAsync_v2"));
+        IN_CONTEXT(d, st = mapping__cuda_check(cu->cuMemcpyDtoDAsync_v2(dst, src, bytes, stream), "cuMemcpyDtoDAsync_v2"));
     return st;
 }
 
@@ -490,9 +490,9 @@ static mapping_status cuda_fill(void *dev, void *stream, void *mem, size_t offse
     cu_deviceptr dst = cuda_ptr(mem) + offset;
     mapping_status st;
     if (!stream)
-        IN_CONTEXT(d, st = finish_blocking(d, cuda_check(cu->cuMemsetD8_v2(dst, value, bytes), "cuMemsetD8_v2")));
+        IN_CONTEXT(d, st = finish_blocking(d, mapping__cuda_check(cu->cuMemsetD8_v2(dst, value, bytes), "cuMemsetD8_v2")));
     else
-        IN_CONTEXT(d, st = cuda_check(cu->cuMemsetD8Async(dst, value, bytes, stream), "cuMemsetD8Async"));
+        IN_CONTEXT(d, st = mapping__cuda_check(cu->cuMemsetD8Async(dst, value, bytes, stream), "cuMemsetD8Async"));
     return st;
 }
 
@@ -500,7 +500,7 @@ static mapping_status cuda_launch_host(void *dev, void *stream, void (*fn)(void 
 {
     cuda_device *d = dev;
     mapping_status st;
-    IN_CONTEXT(d, st = cuda_check(d->cu->cuLaunchHostFunc(stream, fn, user), "cuLaunchHostFunc"));
+    IN_CONTEXT(d, st = mapping__cuda_check(d->cu->cuLaunchHostFunc(stream, fn, user), "cuLaunchHostFunc"));
     return st;
 }
 
@@ -513,8 +513,8 @@ static mapping_status cuda_event_record(void *dev, void *stream, void **event)
     cu_event e = NULL;
     mapping_status st;
     IN_CONTEXT(d, {
-        st = cuda_check(cu->cuEventCreate(&e, CU_EVENT_DEFAULT_), "cuEventCreate");
-        if (st == MAPPING_OK && (st = cuda_check(cu->cuEventRecord(e, stream), "cuEventRecord")) != MAPPING_OK)
+        st = mapping__cuda_check(cu->cuEventCreate(&e, CU_EVENT_DEFAULT_), "cuEventCreate");
+        if (st == MAPPING_OK && (st = mapping__cuda_check(cu->cuEventRecord(e, stream), "cuEventRecord")) != MAPPING_OK)
             cu->cuEventDestroy_v2(e);
     });
     if (st == MAPPING_OK)
@@ -526,7 +526,7 @@ static mapping_status cuda_event_wait(void *dev, void *stream, void *event)
 {
     cuda_device *d = dev;
     mapping_status st;
-    IN_CONTEXT(d, st = cuda_check(d->cu->cuStreamWaitEvent(stream, event, 0), "cuStreamWaitEvent"));
+    IN_CONTEXT(d, st = mapping__cuda_check(d->cu->cuStreamWaitEvent(stream, event, 0), "cuStreamWaitEvent"));
     return st;
 }
 
@@ -534,7 +534,7 @@ static mapping_status cuda_event_synchronize(void *dev, void *event)
 {
     cuda_device *d = dev;
     mapping_status st;
-    IN_CONTEXT(d, st = cuda_check(d->cu->cuEventSynchronize(event), "cuEventSynchronize"));
+    IN_CONTEXT(d, st = mapping__cuda_check(d->cu->cuEventSynchronize(event), "cuEventSynchronize"));
     return st;
 }
 
@@ -545,7 +545,7 @@ static mapping_status cuda_event_query(void *dev, void *event)
     IN_CONTEXT(d, {
         cu_result r = d->cu->cuEventQuery(event);
         /* Not ready is an answer, not a failure: nothing is recorded. */
-        st = r == CU_ERROR_NOT_READY ? MAPPING_ERR_NOT_READY : cuda_check(r, "cuEventQuery");
+        st = r == CU_ERROR_NOT_READY ? MAPPING_ERR_NOT_READY : mapping__cuda_check(r, "cuEventQuery");
     });
     return st;
 }
@@ -555,7 +555,7 @@ static mapping_status cuda_event_elapsed(void *dev, void *start, void *end, doub
     cuda_device *d = dev;
     float ms = 0;
     mapping_status st;
-    IN_CONTEXT(d, st = cuda_check(d->cu->cuEventElapsedTime(&ms, start, end), "cuEventElapsedTime"));
+    IN_CONTEXT(d, st = mapping__cuda_check(d->cu->cuEventElapsedTime(&ms, start, end), "cuEventElapsedTime"));
     if (st == MAPPING_OK)
         *seconds = (double)ms * 1e-3;
     return st;
@@ -565,7 +565,7 @@ static void cuda_event_destroy(void *dev, void *event)
 {
     cuda_device *d = dev;
     mapping_status st;
-    IN_CONTEXT(d, st = cuda_check(d->cu->cuEventDestroy_v2(event), "cuEventDestroy_v2"));
+    IN_CONTEXT(d, st = mapping__cuda_check(d->cu->cuEventDestroy_v2(event), "cuEventDestroy_v2"));
     (void)st;
 }
 
@@ -609,7 +609,7 @@ static mapping_status cuda_device_synchronize(void *dev)
 {
     cuda_device *d = dev;
     mapping_status st;
-    IN_CONTEXT(d, st = cuda_check(d->cu->cuStreamSynchronize(LEGACY_STREAM), "cuStreamSynchronize"));
+    IN_CONTEXT(d, st = mapping__cuda_check(d->cu->cuStreamSynchronize(LEGACY_STREAM), "cuStreamSynchronize"));
     return st;
 }
 
@@ -637,8 +637,8 @@ const mapping_backend mapping_backend_cuda = {
     .read = cuda_read,
     .copy = cuda_copy,
     .fill = cuda_fill,
-    .scatter = cuda_scatter,
-    .gather = cuda_gather,
+    .scatter = mapping__cuda_scatter,
+    .gather = mapping__cuda_gather,
     .launch_host = cuda_launch_host,
     .event_record = cuda_event_record,
     .event_wait = cuda_event_wait,
@@ -646,7 +646,7 @@ const mapping_backend mapping_backend_cuda = {
     .event_query = cuda_event_query,
     .event_elapsed = cuda_event_elapsed,
     .event_destroy = cuda_event_destroy,
-    .peer_copy = cuda_peer_copy,
+    .peer_copy = mapping__cuda_peer_copy,
     .device_synchronize = cuda_device_synchronize,
     .buffer_import = cuda_buffer_import,
     .buffer_unimport = cuda_buffer_unimport,

@@ -88,13 +88,13 @@ static inline cu_deviceptr cuda_ptr(void *mem)
 
 /* Map a CUresult to a status and record the failure of `call` with the raw
  * code and its name. CU_SUCCESS gives MAPPING_OK and records nothing. */
-mapping_status cuda_check(cu_result r, const char *call);
+mapping_status mapping__cuda_check(cu_result r, const char *call);
 /* Makes d's context current on this thread (pushing it only when another
- * one is current); *pushed says whether cuda_leave must pop it. */
-mapping_status cuda_enter(cuda_device *d, bool *pushed);
-void           cuda_leave(cuda_device *d, bool pushed);
+ * one is current); *pushed says whether mapping__cuda_leave must pop it. */
+mapping_status mapping__cuda_enter(cuda_device *d, bool *pushed);
+void           mapping__cuda_leave(cuda_device *d, bool pushed);
 /* cuda_peer.c: mapping_backend.peer_copy. */
-mapping_status cuda_peer_copy(void *dev, void *stream, void *src_dev, void *src_mem, size_t src_offset,
+mapping_status mapping__cuda_peer_copy(void *dev, void *stream, void *src_dev, void *src_mem, size_t src_offset,
                               void *dst_mem, size_t dst_offset, size_t bytes);
 
 /* ---- staging arena (cuda_staging.c) ----
@@ -102,31 +102,31 @@ mapping_status cuda_peer_copy(void *dev, void *stream, void *src_dev, void *src_
  * high-water mark, and is called only where the back end frees driver memory
  * anyway (never from a synchronize, a copy or a host function); destroy
  * frees everything. The context must be current for all three. */
-mapping_status cuda_staging_init(cuda_device *d);
-void           cuda_staging_trim(cuda_device *d);
-void           cuda_staging_destroy(cuda_device *d);
+mapping_status mapping__cuda_staging_init(cuda_device *d);
+void           mapping__cuda_staging_trim(cuda_device *d);
+void           mapping__cuda_staging_destroy(cuda_device *d);
 
 /* ---- small allocations from regions made at open (cuda_pool.c) ----
  * take fails (false) when the request is over CUDA_POOL_MAX_BYTES or finds
  * no room; give returns false for an address outside the region. The
  * context must be current for init and destroy. */
-bool cuda_suballoc_init(cuda_suballoc *a, uintptr_t base, size_t bytes);
-void cuda_suballoc_destroy(cuda_suballoc *a);
-bool cuda_suballoc_take(cuda_suballoc *a, size_t bytes, uintptr_t *out);
-bool cuda_suballoc_give(cuda_suballoc *a, uintptr_t p);
-void cuda_pools_init(cuda_device *d);
-void cuda_pools_destroy(cuda_device *d);
+bool mapping__cuda_suballoc_init(cuda_suballoc *a, uintptr_t base, size_t bytes);
+void mapping__cuda_suballoc_destroy(cuda_suballoc *a);
+bool mapping__cuda_suballoc_take(cuda_suballoc *a, size_t bytes, uintptr_t *out);
+bool mapping__cuda_suballoc_give(cuda_suballoc *a, uintptr_t p);
+void mapping__cuda_pools_init(cuda_device *d);
+void mapping__cuda_pools_destroy(cuda_device *d);
 
 /* Asynchronous copies of pageable host memory through a staging block: they
  * return once queued, never waiting for the stream (cuda_staging.c). */
-mapping_status cuda_staged_write(cuda_device *d, cu_stream s, const void *src, cu_deviceptr dst, size_t bytes);
-mapping_status cuda_staged_read(cuda_device *d, cu_stream s, cu_deviceptr src, void *dst, size_t bytes);
+mapping_status mapping__cuda_staged_write(cuda_device *d, cu_stream s, const void *src, cu_deviceptr dst, size_t bytes);
+mapping_status mapping__cuda_staged_read(cuda_device *d, cu_stream s, cu_deviceptr src, void *dst, size_t bytes);
 
-/* ---- scatter / gather (cuda_scatter.c) ---- */
-mapping_status cuda_scatter(void *dev, void *stream, void *staging_mem, size_t table_offset,
+/* ---- scatter / gather (mapping__cuda_scatter.c) ---- */
+mapping_status mapping__cuda_scatter(void *dev, void *stream, void *staging_mem, size_t table_offset,
                             const mapping_scatter_entry *table, size_t count, void *dst_mem);
-mapping_status cuda_gather(void *dev, void *stream, void *src_mem, void *staging_mem, size_t table_offset,
+mapping_status mapping__cuda_gather(void *dev, void *stream, void *src_mem, void *staging_mem, size_t table_offset,
                            const mapping_scatter_entry *table, size_t count);
-void           cuda_kernels_unload(cuda_device *d);
+void           mapping__cuda_kernels_unload(cuda_device *d);
 
 #endif /* MAPPING_CUDA_DEVICE_H */

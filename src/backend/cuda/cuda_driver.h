@@ -27,7 +27,7 @@ typedef struct cu_func_st *cu_function;
 typedef void (*cu_host_fn)(void *user);
 
 /* CUresult values the back end treats specially (the rest are named by
- * cuda_error_name()). */
+ * mapping__cuda_error_name()). */
 enum {
     CU_SUCCESS = 0,
     CU_ERROR_INVALID_VALUE = 1,
@@ -161,16 +161,16 @@ typedef struct cuda_driver {
 
 /* The process's driver, loaded once (cuda_loader.c). Returns NULL and writes
  * a one-line reason into why when there is no usable driver. */
-const cuda_driver *cuda_driver_load(char *why, size_t why_size);
-/* The loaded driver (NULL before a successful cuda_driver_load). */
-const cuda_driver *cuda_driver_get(void);
+const cuda_driver *mapping__cuda_driver_load(char *why, size_t why_size);
+/* The loaded driver (NULL before a successful mapping__cuda_driver_load). */
+const cuda_driver *mapping__cuda_driver_get(void);
 /* "CUDA_ERROR_OUT_OF_MEMORY": the driver's name for a CUresult when it has
  * one, else the name from our own table, else "unknown CUresult". Never NULL
  * (works before any driver is loaded). */
-const char *cuda_error_name(cu_result code);
+const char *mapping__cuda_error_name(cu_result code);
 /* Does the driver offer batched copies (cuMemcpyBatchAsync)? */
-bool cuda_driver_has_batch_copy(const cuda_driver *cu);
+bool mapping__cuda_driver_has_batch_copy(const cuda_driver *cu);
 /* Can the driver load and launch the library's own kernels? */
-bool cuda_driver_has_kernels(const cuda_driver *cu);
+bool mapping__cuda_driver_has_kernels(const cuda_driver *cu);
 
 #endif /* MAPPING_CUDA_DRIVER_H */

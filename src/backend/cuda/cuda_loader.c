@@ -58,7 +58,7 @@ static const struct {
     {999, "CUDA_ERROR_UNKNOWN"},
 };
 
-const char *cuda_error_name(cu_result code)
+const char *mapping__cuda_error_name(cu_result code)
 {
     const char *name = NULL;
     if (loaded && loaded->cuGetErrorName && loaded->cuGetErrorName(code, &name) == CU_SUCCESS && name)
@@ -129,8 +129,8 @@ static void load(void)
         return;
     cu_result r = driver.cuInit(0);
     if (r != CU_SUCCESS) {
-        /* cuda_error_name() must not ask this driver yet: it is not usable. */
-        const char *name = cuda_error_name(r);
+        /* mapping__cuda_error_name() must not ask this driver yet: it is not usable. */
+        const char *name = mapping__cuda_error_name(r);
         const char *hint = r == CU_ERROR_STUB_LIBRARY ? " (the toolkit's stub libcuda, not a driver)"
                            : r == CU_ERROR_NO_DEVICE  ? " (no NVIDIA GPU visible)"
                                                       : "";
@@ -142,7 +142,7 @@ static void load(void)
     loaded = &driver;
 }
 
-const cuda_driver *cuda_driver_load(char *why, size_t why_size)
+const cuda_driver *mapping__cuda_driver_load(char *why, size_t why_size)
 {
     pthread_once(&load_once, load);
     if (!loaded && why)
@@ -150,17 +150,17 @@ const cuda_driver *cuda_driver_load(char *why, size_t why_size)
     return loaded;
 }
 
-const cuda_driver *cuda_driver_get(void)
+const cuda_driver *mapping__cuda_driver_get(void)
 {
     return loaded;
 }
 
-bool cuda_driver_has_batch_copy(const cuda_driver *cu)
+bool mapping__cuda_driver_has_batch_copy(const cuda_driver *cu)
 {
     return cu->cuMemcpyBatchAsync_v2 || cu->cuMemcpyBatchAsync;
 }
 
-bool cuda_driver_has_kernels(const cuda_driver *cu)
+bool mapping__cuda_driver_has_kernels(const cuda_driver *cu)
 {
     return cu->cuModuleLoadData && cu->cuModuleUnload && cu->cuModuleGetFunction && cu->cuLaunchKernel;
 }

@@ -47,10 +47,10 @@ static void enable_peer_access(cuda_device *d, cuda_device *s)
     cu_result r = cu->cuCtxEnablePeerAccess(s->ctx, 0);
     if (r != CU_SUCCESS && r != CU_ERROR_PEER_ACCESS_ALREADY_ENABLED_)
         mapping__log(2, "cuda: peer access from device %d to %d not enabled (%s); copies are staged by the driver",
-                     d->ordinal, s->ordinal, cuda_error_name(r));
+                     d->ordinal, s->ordinal, mapping__cuda_error_name(r));
 }
 
-mapping_status cuda_peer_copy(void *dev, void *stream, void *src_dev, void *src_mem, size_t src_offset,
+mapping_status mapping__cuda_peer_copy(void *dev, void *stream, void *src_dev, void *src_mem, size_t src_offset,
                               void *dst_mem, size_t dst_offset, size_t bytes)
 {
     cuda_device *d = dev, *s = src_dev;
@@ -58,16 +58,16 @@ mapping_status cuda_peer_copy(void *dev, void *stream, void *src_dev, void *src_
     cu_deviceptr src = cuda_ptr(src_mem) + src_offset, dst = cuda_ptr(dst_mem) + dst_offset;
     cu_stream on = stream ? (cu_stream)stream : d->internal;
     bool pushed;
-    mapping_status st = cuda_enter(d, &pushed);
+    mapping_status st = mapping__cuda_enter(d, &pushed);
     if (st != MAPPING_OK)
         return st;
     enable_peer_access(d, s);
     if (cu->cuMemcpyPeerAsync)
-        st = cuda_check(cu->cuMemcpyPeerAsync(dst, d->ctx, src, s->ctx, bytes, on), "cuMemcpyPeerAsync");
+        st = mapping__cuda_check(cu->cuMemcpyPeerAsync(dst, d->ctx, src, s->ctx, bytes, on), "cuMemcpyPeerAsync");
     else
-        st = cuda_check(cu->cuMemcpyDtoDAsync_v2(dst, src, bytes, on), "cuMemcpyDtoDAsync_v2");
+        st = mapping__cuda_check(cu->cuMemcpyDtoDAsync_v2(dst, src, bytes, on), "cuMemcpyDtoDAsync_v2");
     if (st == MAPPING_OK && !stream)
-        st = cuda_check(cu->cuStreamSynchronize(on), "cuStreamSynchronize");
-    cuda_leave(d, pushed);
+        st = mapping__cuda_check(cu->cuStreamSynchronize(on), "cuStreamSynchronize");
+    mapping__cuda_leave(d, pushed);
     return st;
 }

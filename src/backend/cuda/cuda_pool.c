@@ -15,7 +15,7 @@
 
 enum { UNIT = 4096 };
 
-bool cuda_suballoc_init(cuda_suballoc *a, uintptr_t base, size_t bytes)
+bool mapping__cuda_suballoc_init(cuda_suballoc *a, uintptr_t base, size_t bytes)
 {
     memset(a, 0, sizeof *a);
     size_t units = bytes / UNIT;
@@ -33,7 +33,7 @@ bool cuda_suballoc_init(cuda_suballoc *a, uintptr_t base, size_t bytes)
     return true;
 }
 
-void cuda_suballoc_destroy(cuda_suballoc *a)
+void mapping__cuda_suballoc_destroy(cuda_suballoc *a)
 {
     if (a->used)
         pthread_mutex_destroy(&a->lock);
@@ -57,7 +57,7 @@ static void mark(cuda_suballoc *a, size_t first, size_t n, bool used)
     }
 }
 
-bool cuda_suballoc_take(cuda_suballoc *a, size_t bytes, uintptr_t *out)
+bool mapping__cuda_suballoc_take(cuda_suballoc *a, size_t bytes, uintptr_t *out)
 {
     if (!a->units || bytes == 0 || bytes > CUDA_POOL_MAX_BYTES)
         return false;
@@ -82,7 +82,7 @@ bool cuda_suballoc_take(cuda_suballoc *a, size_t bytes, uintptr_t *out)
     return found;
 }
 
-bool cuda_suballoc_give(cuda_suballoc *a, uintptr_t p)
+bool mapping__cuda_suballoc_give(cuda_suballoc *a, uintptr_t p)
 {
     if (!a->units || p < a->base || p >= a->base + a->units * UNIT)
         return false;
@@ -99,12 +99,12 @@ bool cuda_suballoc_give(cuda_suballoc *a, uintptr_t p)
 static const size_t POOL_DEVICE_BYTES = (size_t)16 << 20;
 static const size_t POOL_HOST_BYTES = (size_t)8 << 20;
 
-void cuda_pools_init(cuda_device *d)
+void mapping__cuda_pools_init(cuda_device *d)
 {
     const cuda_driver *cu = d->cu;
     cu_deviceptr dev = 0;
     if (cu->cuMemAlloc_v2(&dev, POOL_DEVICE_BYTES) == CU_SUCCESS) {
-        if (cuda_suballoc_init(&d->device_pool, (uintptr_t)dev, POOL_DEVICE_BYTES))
+        if (mapping__cuda_suballoc_init(&d->device_pool, (uintptr_t)dev, POOL_DEVICE_BYTES))
             d->device_pool_mem = dev;
         else
             cu->cuMemFree_v2(dev);
@@ -114,17 +114,17 @@ void cuda_pools_init(cuda_device *d)
     void *host = NULL;
     if (cu->cuMemHostAlloc(&host, POOL_HOST_BYTES + UNIT, CU_MEMHOSTALLOC_PORTABLE_) == CU_SUCCESS) {
         uintptr_t aligned = ((uintptr_t)host + UNIT - 1) / UNIT * UNIT;
-        if (cuda_suballoc_init(&d->host_pool, aligned, POOL_HOST_BYTES))
+        if (mapping__cuda_suballoc_init(&d->host_pool, aligned, POOL_HOST_BYTES))
             d->host_pool_mem = host;
         else
             cu->cuMemFreeHost(host);
     }
 }
 
-void cuda_pools_destroy(cuda_device *d)
+void mapping__cuda_pools_destroy(cuda_device *d)
 {
-    cuda_suballoc_destroy(&d->device_pool);
-    cuda_suballoc_destroy(&d->host_pool);
+    mapping__cuda_suballoc_destroy(&d->device_pool);
+    mapping__cuda_suballoc_destroy(&d->host_pool);
     if (d->device_pool_mem)
         d->cu->cuMemFree_v2(d->device_pool_mem);
     if (d->host_pool_mem)

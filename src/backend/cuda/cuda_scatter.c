@@ -26,7 +26,7 @@ static bool kernel_ready(cuda_device *d)
     pthread_mutex_lock(&d->kernels_lock);
     if (!d->kernels_tried) {
         d->kernels_tried = true;
-        if (cuda_driver_has_kernels(cu)) {
+        if (mapping__cuda_driver_has_kernels(cu)) {
             cu_result r = cu->cuModuleLoadData(&d->module, cuda_kernels_ptx);
             if (r == CU_SUCCESS && (r = cu->cuModuleGetFunction(&d->copy_entries, d->module,
                                                                  "mapping_copy_entries")) != CU_SUCCESS) {
@@ -35,7 +35,7 @@ static bool kernel_ready(cuda_device *d)
             if (r != CU_SUCCESS) {
                 d->module = NULL;
                 mapping__log(1, "cuda: cannot load the scatter/gather kernel (%s, %d); using one copy per entry",
-                             cuda_error_name(r), r);
+                             mapping__cuda_error_name(r), r);
             }
         }
     }
@@ -44,7 +44,7 @@ static bool kernel_ready(cuda_device *d)
     return ready;
 }
 
-void cuda_kernels_unload(cuda_device *d)
+void mapping__cuda_kernels_unload(cuda_device *d)
 {
     if (d->module)
         d->cu->cuModuleUnload(d->module);
@@ -58,7 +58,7 @@ static mapping_status by_kernel(cuda_device *d, cu_stream s, cu_deviceptr stagin
     unsigned long long n = count;
     void *params[] = {&staging, &table, &n, &buffer, &gather};
     unsigned blocks = count < KERNEL_MAX_BLOCKS ? (unsigned)count : KERNEL_MAX_BLOCKS;
-    return cuda_check(d->cu->cuLaunchKernel(d->copy_entries, blocks, 1, 1, KERNEL_THREADS, 1, 1, 0, s, params, NULL),
+    return mapping__cuda_check(d->cu->cuLaunchKernel(d->copy_entries, blocks, 1, 1, KERNEL_THREADS, 1, 1, 0, s, params, NULL),
                       "cuLaunchKernel");
 }
 
@@ -83,11 +83,11 @@ static mapping_status by_batch(cuda_device *d, cu_stream s, cu_deviceptr staging
     cu_memcpy_attributes attrs = {CU_MEMCPY_SRC_ACCESS_ORDER_STREAM_, here, here, 0};
     size_t attr_index = 0;
     if (cu->cuMemcpyBatchAsync_v2) {
-        st = cuda_check(cu->cuMemcpyBatchAsync_v2(dsts, srcs, sizes, count, &attrs, &attr_index, 1, s),
+        st = mapping__cuda_check(cu->cuMemcpyBatchAsync_v2(dsts, srcs, sizes, count, &attrs, &attr_index, 1, s),
                         "cuMemcpyBatchAsync_v2");
     } else {
         size_t fail_index = 0;
-        st = cuda_check(cu->cuMemcpyBatchAsync(dsts, srcs, sizes, count, &attrs, &attr_index, 1, &fail_index, s),
+        st = mapping__cuda_check(cu->cuMemcpyBatchAsync(dsts, srcs, sizes, count, &attrs, &attr_index, 1, &fail_index, s),
                         "cuMemcpyBatchAsync");
     }
 out:
@@ -103,7 +103,7 @@ static mapping_status by_copies(cuda_device *d, cu_stream s, cu_deviceptr stagin
     mapping_status st = MAPPING_OK;
     for (size_t i = 0; i < count && st == MAPPING_OK; i++) {
         cu_deviceptr at_staging = staging + table[i].staging_offset, at_buffer = buffer + table[i].buffer_offset;
-        st = cuda_check(d->cu->cuMemcpyDtoDAsync_v2(gather ? at_staging : at_buffer, gather ? at_buffer : at_staging,
+        st = mapping__cuda_check(d->cu->cuMemcpyDtoDAsync_v2(gather ? at_staging : at_buffer, gather ? at_buffer : at_staging,
                                                     (size_t)table[i].bytes, s),
                         "cuMemcpyDtoDAsync_v2");
     }
@@ -114,7 +114,7 @@ static mapping_status run(cuda_device *d, cu_stream stream, cu_deviceptr staging
                           const mapping_scatter_entry *table, size_t count, cu_deviceptr buffer, bool gather)
 {
     cu_stream s = stream ? stream : d->internal;
-    bool batch = cuda_driver_has_batch_copy(d->cu);
+    bool batch = mapping__cuda_driver_has_batch_copy(d->cu);
     cuda_scatter_mode mode = d->scatter_mode;
     if (mode == CUDA_SCATTER_AUTO)
         mode = batch ? CUDA_SCATTER_BATCH : CUDA_SCATTER_KERNEL;
@@ -127,32 +127,32 @@ static mapping_status run(cuda_device *d, cu_stream stream, cu_deviceptr staging
                         : mode == CUDA_SCATTER_KERNEL ? by_kernel(d, s, staging, table_offset, count, buffer, gather)
                                                       : by_copies(d, s, staging, table, count, buffer, gather);
     if (st == MAPPING_OK && !stream)
-        st = cuda_check(d->cu->cuStreamSynchronize(s), "cuStreamSynchronize");
+        st = mapping__cuda_check(d->cu->cuStreamSynchronize(s), "cuStreamSynchronize");
     return st;
 }
 
-mapping_status cuda_scatter(void *dev, void *stream, void *staging_mem, size_t table_offset,
+mapping_status mapping__cuda_scatter(void *dev, void *stream, void *staging_mem, size_t table_offset,
                             const mapping_scatter_entry *table, size_t count, void *dst_mem)
 {
     cuda_device *d = dev;
     bool pushed;
-    mapping_status st = cuda_enter(d, &pushed);
+    mapping_status st = mapping__cuda_enter(d, &pushed);
     if (st != MAPPING_OK)
         return st;
     st = run(d, stream, cuda_ptr(staging_mem), table_offset, table, count, cuda_ptr(dst_mem), false);
-    cuda_leave(d, pushed);
+    mapping__cuda_leave(d, pushed);
     return st;
 }
 
-mapping_status cuda_gather(void *dev, void *stream, void *src_mem, void *staging_mem, size_t table_offset,
+mapping_status mapping__cuda_gather(void *dev, void *stream, void *src_mem, void *staging_mem, size_t table_offset,
                            const mapping_scatter_entry *table, size_t count)
 {
     cuda_device *d = dev;
     bool pushed;
-    mapping_status st = cuda_enter(d, &pushed);
+    mapping_status st = mapping__cuda_enter(d, &pushed);
     if (st != MAPPING_OK)
         return st;
     st = run(d, stream, cuda_ptr(staging_mem), table_offset, table, count, cuda_ptr(src_mem), true);
-    cuda_leave(d, pushed);
+    mapping__cuda_leave(d, pushed);
     return st;
 }

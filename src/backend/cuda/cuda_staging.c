@@ -52,7 +52,7 @@ static cuda_stage_chunk *chunk_new(cuda_device *d, size_t size, mapping_status *
         return NULL;
     }
     void *p = NULL;
-    *st = cuda_check(d->cu->cuMemHostAlloc(&p, size, CU_MEMHOSTALLOC_PORTABLE_), "cuMemHostAlloc");
+    *st = mapping__cuda_check(d->cu->cuMemHostAlloc(&p, size, CU_MEMHOSTALLOC_PORTABLE_), "cuMemHostAlloc");
     if (*st != MAPPING_OK) {
         if (*st == MAPPING_ERR_OUT_OF_DEVICE_MEMORY)
             *st = MAPPING_ERR_OUT_OF_HOST_MEMORY;
@@ -70,7 +70,7 @@ static void chunk_free(cuda_device *d, cuda_stage_chunk *c)
     free(c);
 }
 
-mapping_status cuda_staging_init(cuda_device *d)
+mapping_status mapping__cuda_staging_init(cuda_device *d)
 {
     cuda_staging *arena = &d->staging;
     memset(arena, 0, sizeof *arena);
@@ -183,7 +183,7 @@ static void *block_data(cuda_stage_block *b)
     return (char *)b + header_bytes();
 }
 
-void cuda_staging_trim(cuda_device *d)
+void mapping__cuda_staging_trim(cuda_device *d)
 {
     cuda_staging *arena = &d->staging;
     cuda_stage_chunk *doomed = NULL;
@@ -208,7 +208,7 @@ void cuda_staging_trim(cuda_device *d)
     }
 }
 
-void cuda_staging_destroy(cuda_device *d)
+void mapping__cuda_staging_destroy(cuda_device *d)
 {
     cuda_staging *arena = &d->staging;
     while (arena->chunks) {
@@ -242,7 +242,7 @@ static mapping_status queue_done(cuda_device *d, cu_stream s, cu_host_fn done, c
 {
     if (d->cu->cuLaunchHostFunc(s, done, b) == CU_SUCCESS)
         return MAPPING_OK;
-    mapping_status st = cuda_check(d->cu->cuStreamSynchronize(s), "cuStreamSynchronize");
+    mapping_status st = mapping__cuda_check(d->cu->cuStreamSynchronize(s), "cuStreamSynchronize");
     if (st == MAPPING_OK)
         done(b);
     else
@@ -250,14 +250,14 @@ static mapping_status queue_done(cuda_device *d, cu_stream s, cu_host_fn done, c
     return st;
 }
 
-mapping_status cuda_staged_write(cuda_device *d, cu_stream s, const void *src, cu_deviceptr dst, size_t bytes)
+mapping_status mapping__cuda_staged_write(cuda_device *d, cu_stream s, const void *src, cu_deviceptr dst, size_t bytes)
 {
     mapping_status st;
     cuda_stage_block *b = stage_get(d, bytes, &st);
     if (!b)
         return st;
     memcpy(block_data(b), src, bytes);
-    st = cuda_check(d->cu->cuMemcpyHtoDAsync_v2(dst, block_data(b), bytes, s), "cuMemcpyHtoDAsync_v2");
+    st = mapping__cuda_check(d->cu->cuMemcpyHtoDAsync_v2(dst, block_data(b), bytes, s), "cuMemcpyHtoDAsync_v2");
     if (st != MAPPING_OK) {
         stage_put(b);
         return st;
@@ -265,7 +265,7 @@ mapping_status cuda_staged_write(cuda_device *d, cu_stream s, const void *src, c
     return queue_done(d, s, write_done, b);
 }
 
-mapping_status cuda_staged_read(cuda_device *d, cu_stream s, cu_deviceptr src, void *dst, size_t bytes)
+mapping_status mapping__cuda_staged_read(cuda_device *d, cu_stream s, cu_deviceptr src, void *dst, size_t bytes)
 {
     mapping_status st;
     cuda_stage_block *b = stage_get(d, bytes, &st);
@@ -273,7 +273,7 @@ mapping_status cuda_staged_read(cuda_device *d, cu_stream s, cu_deviceptr src, v
         return st;
     b->copy_out = dst;
     b->copy_out_bytes = bytes;
-    st = cuda_check(d->cu->cuMemcpyDtoHAsync_v2(block_data(b), src, bytes, s), "cuMemcpyDtoHAsync_v2");
+    st = mapping__cuda_check(d->cu->cuMemcpyDtoHAsync_v2(block_data(b), src, bytes, s), "cuMemcpyDtoHAsync_v2");
     if (st != MAPPING_OK) {
         stage_put(b);
         return st;

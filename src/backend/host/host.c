@@ -213,7 +213,7 @@ static mapping_status host_write(void *dev, void *stream, const void *src, const
     (void)pinned;
     host_op op = {.kind = HOST_OP_COPY, .dst = (char *)dst_mem + dst_offset, .src = src, .bytes = bytes,
                   .link_direction = HOST_LINK_H2D};
-    return host_submit(dev, stream, &op);
+    return mapping__host_submit(dev, stream, &op);
 }
 
 static mapping_status host_read(void *dev, void *stream, void *src_mem, size_t src_offset, void *dst,
@@ -222,7 +222,7 @@ static mapping_status host_read(void *dev, void *stream, void *src_mem, size_t s
     (void)pinned;
     host_op op = {.kind = HOST_OP_COPY, .dst = dst, .src = (const char *)src_mem + src_offset, .bytes = bytes,
                   .link_direction = HOST_LINK_D2H};
-    return host_submit(dev, stream, &op);
+    return mapping__host_submit(dev, stream, &op);
 }
 
 static mapping_status host_copy(void *dev, void *stream, void *src_mem, size_t src_offset, void *dst_mem,
@@ -230,19 +230,19 @@ static mapping_status host_copy(void *dev, void *stream, void *src_mem, size_t s
 {
     host_op op = {.kind = HOST_OP_COPY, .dst = (char *)dst_mem + dst_offset,
                   .src = (const char *)src_mem + src_offset, .bytes = bytes, .link_direction = HOST_LINK_NONE};
-    return host_submit(dev, stream, &op);
+    return mapping__host_submit(dev, stream, &op);
 }
 
 static mapping_status host_fill(void *dev, void *stream, void *mem, size_t offset, size_t bytes, unsigned char value)
 {
     host_op op = {.kind = HOST_OP_FILL, .dst = (char *)mem + offset, .bytes = bytes, .value = value};
-    return host_submit(dev, stream, &op);
+    return mapping__host_submit(dev, stream, &op);
 }
 
 static mapping_status host_launch_host(void *dev, void *stream, void (*fn)(void *), void *user)
 {
     host_op op = {.kind = HOST_OP_FUNCTION, .fn = fn, .user = user};
-    return host_submit(dev, stream, &op);
+    return mapping__host_submit(dev, stream, &op);
 }
 
 /* Virtual devices share the process's memory: a peer copy is a memcpy on
@@ -286,22 +286,22 @@ const mapping_backend mapping_backend_host = {
     .buffer_alloc_unified = host_buffer_alloc_unified,
     .host_alloc = host_host_alloc,
     .host_free = host_host_free,
-    .stream_create = host_stream_create,
-    .stream_destroy = host_stream_destroy,
-    .stream_synchronize = host_stream_synchronize,
+    .stream_create = mapping__host_stream_create,
+    .stream_destroy = mapping__host_stream_destroy,
+    .stream_synchronize = mapping__host_stream_synchronize,
     .write = host_write,
     .read = host_read,
     .copy = host_copy,
     .fill = host_fill,
-    .scatter = host_scatter,
-    .gather = host_gather,
+    .scatter = mapping__host_scatter,
+    .gather = mapping__host_gather,
     .launch_host = host_launch_host,
-    .event_record = host_event_record,
-    .event_wait = host_event_wait,
-    .event_synchronize = host_event_synchronize,
-    .event_query = host_event_query,
-    .event_elapsed = host_event_elapsed,
-    .event_destroy = host_event_destroy,
+    .event_record = mapping__host_event_record,
+    .event_wait = mapping__host_event_wait,
+    .event_synchronize = mapping__host_event_synchronize,
+    .event_query = mapping__host_event_query,
+    .event_elapsed = mapping__host_event_elapsed,
+    .event_destroy = mapping__host_event_destroy,
     .peer_copy = host_peer_copy,
     .buffer_import = host_buffer_import,
     .buffer_unimport = host_buffer_unimport,

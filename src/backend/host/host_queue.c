@@ -172,7 +172,7 @@ static void run_op(host_device *dev, const host_op *op)
     }
 }
 
-mapping_status host_submit(void *dev_, void *stream_, const host_op *op)
+mapping_status mapping__host_submit(void *dev_, void *stream_, const host_op *op)
 {
     host_device *dev = dev_;
     host_stream *s = stream_;
@@ -223,7 +223,7 @@ static void *stream_worker(void *arg)
     return NULL;
 }
 
-mapping_status host_stream_create(void *dev, void **out)
+mapping_status mapping__host_stream_create(void *dev, void **out)
 {
     host_stream *s = mapping_os_calloc(1, sizeof *s);
     if (!s)
@@ -244,7 +244,7 @@ mapping_status host_stream_create(void *dev, void **out)
     return MAPPING_OK;
 }
 
-mapping_status host_stream_synchronize(void *dev, void *stream)
+mapping_status mapping__host_stream_synchronize(void *dev, void *stream)
 {
     (void)dev;
     host_stream *s = stream;
@@ -257,7 +257,7 @@ mapping_status host_stream_synchronize(void *dev, void *stream)
     return st;
 }
 
-void host_stream_destroy(void *dev, void *stream)
+void mapping__host_stream_destroy(void *dev, void *stream)
 {
     (void)dev;
     host_stream *s = stream;
@@ -274,7 +274,7 @@ void host_stream_destroy(void *dev, void *stream)
 
 /* ---- events ---- */
 
-mapping_status host_event_record(void *dev, void *stream, void **out)
+mapping_status mapping__host_event_record(void *dev, void *stream, void **out)
 {
     host_event *ev = mapping_os_calloc(1, sizeof *ev);
     if (!ev)
@@ -283,7 +283,7 @@ mapping_status host_event_record(void *dev, void *stream, void **out)
     pthread_cond_init(&ev->done_cond, NULL);
     atomic_init(&ev->refs, 2); /* the handle and the queued record */
     host_op op = {.kind = HOST_OP_EVENT_RECORD, .event = ev};
-    mapping_status st = host_submit(dev, stream, &op);
+    mapping_status st = mapping__host_submit(dev, stream, &op);
     if (st != MAPPING_OK) {
         event_release(ev);
         event_release(ev);
@@ -293,25 +293,25 @@ mapping_status host_event_record(void *dev, void *stream, void **out)
     return MAPPING_OK;
 }
 
-mapping_status host_event_wait(void *dev, void *stream, void *event)
+mapping_status mapping__host_event_wait(void *dev, void *stream, void *event)
 {
     host_event *ev = event;
     atomic_fetch_add(&ev->refs, 1);
     host_op op = {.kind = HOST_OP_EVENT_WAIT, .event = ev};
-    mapping_status st = host_submit(dev, stream, &op);
+    mapping_status st = mapping__host_submit(dev, stream, &op);
     if (st != MAPPING_OK)
         event_release(ev);
     return st;
 }
 
-mapping_status host_event_synchronize(void *dev, void *event)
+mapping_status mapping__host_event_synchronize(void *dev, void *event)
 {
     (void)dev;
     event_wait_done(event);
     return MAPPING_OK;
 }
 
-mapping_status host_event_query(void *dev, void *event)
+mapping_status mapping__host_event_query(void *dev, void *event)
 {
     (void)dev;
     host_event *ev = event;
@@ -321,10 +321,10 @@ mapping_status host_event_query(void *dev, void *event)
     return done ? MAPPING_OK : MAPPING_ERR_NOT_READY;
 }
 
-mapping_status host_event_elapsed(void *dev, void *start, void *end, double *seconds)
+mapping_status mapping__host_event_elapsed(void *dev, void *start, void *end, double *seconds)
 {
     host_event *a = start, *b = end;
-    if (host_event_query(dev, a) != MAPPING_OK || host_event_query(dev, b) != MAPPING_OK)
+    if (mapping__host_event_query(dev, a) != MAPPING_OK || mapping__host_event_query(dev, b) != MAPPING_OK)
         return mapping__fail(MAPPING_ERR_NOT_READY, "mapping_event_elapsed: an event has not completed yet");
     pthread_mutex_lock(&a->lock);
     uint64_t ta = a->time_ns;
@@ -336,7 +336,7 @@ mapping_status host_event_elapsed(void *dev, void *start, void *end, double *sec
     return MAPPING_OK;
 }
 
-void host_event_destroy(void *dev, void *event)
+void mapping__host_event_destroy(void *dev, void *event)
 {
     (void)dev;
     event_release(event);

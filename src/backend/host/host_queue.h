@@ -60,23 +60,23 @@ typedef struct host_op {
 } host_op;
 
 /* Runs op now when stream is NULL, else queues a copy of it. */
-mapping_status host_submit(void *dev, void *stream, const host_op *op);
+mapping_status mapping__host_submit(void *dev, void *stream, const host_op *op);
 
-/* backend/host/host_scatter.c: mapping_backend.scatter / .gather. */
-mapping_status host_scatter(void *dev, void *stream, void *staging_mem, size_t table_offset,
+/* backend/host/mapping__host_scatter.c: mapping_backend.scatter / .gather. */
+mapping_status mapping__host_scatter(void *dev, void *stream, void *staging_mem, size_t table_offset,
                             const mapping_scatter_entry *table, size_t count, void *dst_mem);
-mapping_status host_gather(void *dev, void *stream, void *src_mem, void *staging_mem, size_t table_offset,
+mapping_status mapping__host_gather(void *dev, void *stream, void *src_mem, void *staging_mem, size_t table_offset,
                            const mapping_scatter_entry *table, size_t count);
 
-mapping_status host_stream_create(void *dev, void **stream);
-void           host_stream_destroy(void *dev, void *stream);
-mapping_status host_stream_synchronize(void *dev, void *stream);
+mapping_status mapping__host_stream_create(void *dev, void **stream);
+void           mapping__host_stream_destroy(void *dev, void *stream);
+mapping_status mapping__host_stream_synchronize(void *dev, void *stream);
 
-mapping_status host_event_record(void *dev, void *stream, void **event);
-mapping_status host_event_wait(void *dev, void *stream, void *event);
-mapping_status host_event_synchronize(void *dev, void *event);
-mapping_status host_event_query(void *dev, void *event);
-mapping_status host_event_elapsed(void *dev, void *start, void *end, double *seconds);
-void           host_event_destroy(void *dev, void *event);
+mapping_status mapping__host_event_record(void *dev, void *stream, void **event);
+mapping_status mapping__host_event_wait(void *dev, void *stream, void *event);
+mapping_status mapping__host_event_synchronize(void *dev, void *event);
+mapping_status mapping__host_event_query(void *dev, void *event);
+mapping_status mapping__host_event_elapsed(void *dev, void *start, void *end, double *seconds);
+void           mapping__host_event_destroy(void *dev, void *event);
 
 #endif

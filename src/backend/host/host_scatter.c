@@ -44,20 +44,20 @@ static mapping_status submit_job(void *dev, void *stream, void *staging, void *b
     job->count = count;
     memcpy(job->table, table, count * sizeof *table);
     host_op op = {.kind = HOST_OP_FUNCTION, .fn = run_job, .user = job};
-    mapping_status st = host_submit(dev, stream, &op);
+    mapping_status st = mapping__host_submit(dev, stream, &op);
     if (st != MAPPING_OK)
         free(job);
     return st;
 }
 
-mapping_status host_scatter(void *dev, void *stream, void *staging_mem, size_t table_offset,
+mapping_status mapping__host_scatter(void *dev, void *stream, void *staging_mem, size_t table_offset,
                             const mapping_scatter_entry *table, size_t count, void *dst_mem)
 {
     (void)table_offset; /* the host table is the same memory's content */
     return submit_job(dev, stream, staging_mem, dst_mem, false, table, count);
 }
 
-mapping_status host_gather(void *dev, void *stream, void *src_mem, void *staging_mem, size_t table_offset,
+mapping_status mapping__host_gather(void *dev, void *stream, void *src_mem, void *staging_mem, size_t table_offset,
                            const mapping_scatter_entry *table, size_t count)
 {
     (void)table_offset;

@@ -36,7 +36,7 @@ static int device_count;
 static void info_string(cl_device_id dev, cl_device_info what, char *out, size_t size)
 {
     out[0] = '\0';
-    if (opencl_driver.clGetDeviceInfo(dev, what, size, out, NULL) != CL_SUCCESS)
+    if (mapping__opencl_driver.clGetDeviceInfo(dev, what, size, out, NULL) != CL_SUCCESS)
         out[0] = '\0';
     out[size - 1] = '\0';
 }
@@ -50,28 +50,28 @@ static void describe(int index, cl_platform_id platform, cl_device_id dev)
     strcpy(info->backend, "opencl");
     info->index = index;
     cl_device_type type = 0;
-    opencl_driver.clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof type, &type, NULL);
+    mapping__opencl_driver.clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof type, &type, NULL);
     strcpy(info->kind, type & CL_DEVICE_TYPE_GPU ? "gpu" : type & CL_DEVICE_TYPE_CPU ? "cpu" : "accelerator");
     info_string(dev, CL_DEVICE_NAME, info->name, sizeof info->name);
     info_string(dev, CL_DEVICE_VENDOR, info->vendor, sizeof info->vendor);
     char platform_version[512] = "", driver[64] = "";
-    if (opencl_driver.clGetPlatformInfo(platform, CL_PLATFORM_VERSION, sizeof platform_version, platform_version, NULL))
+    if (mapping__opencl_driver.clGetPlatformInfo(platform, CL_PLATFORM_VERSION, sizeof platform_version, platform_version, NULL))
         platform_version[0] = '\0';
     platform_version[sizeof platform_version - 1] = '\0';
     platform_version[strcspn(platform_version, ",")] = '\0'; /* PoCL appends its build options */
     info_string(dev, CL_DRIVER_VERSION, driver, sizeof driver);
     snprintf(info->driver, sizeof info->driver, "%.72s; driver %.40s", platform_version, driver);
     cl_ulong memory = 0;
-    opencl_driver.clGetDeviceInfo(dev, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof memory, &memory, NULL);
+    mapping__opencl_driver.clGetDeviceInfo(dev, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof memory, &memory, NULL);
     info->memory_bytes = memory;
 
     /* SVM is an OpenCL 2.0 query: a 1.x device answers with an error, i.e. none. */
     cl_device_svm_capabilities svm = 0;
-    if (opencl_driver.clGetDeviceInfo(dev, CL_DEVICE_SVM_CAPABILITIES, sizeof svm, &svm, NULL) != CL_SUCCESS)
+    if (mapping__opencl_driver.clGetDeviceInfo(dev, CL_DEVICE_SVM_CAPABILITIES, sizeof svm, &svm, NULL) != CL_SUCCESS)
         svm = 0;
-    devices[index].svm_fine = (svm & CL_DEVICE_SVM_FINE_GRAIN_BUFFER) && opencl_driver.clSVMAlloc && opencl_driver.clSVMFree;
+    devices[index].svm_fine = (svm & CL_DEVICE_SVM_FINE_GRAIN_BUFFER) && mapping__opencl_driver.clSVMAlloc && mapping__opencl_driver.clSVMFree;
     cl_bool compiler = CL_FALSE;
-    opencl_driver.clGetDeviceInfo(dev, CL_DEVICE_COMPILER_AVAILABLE, sizeof compiler, &compiler, NULL);
+    mapping__opencl_driver.clGetDeviceInfo(dev, CL_DEVICE_COMPILER_AVAILABLE, sizeof compiler, &compiler, NULL);
 
     info->caps = MAPPING_CAP_PINNED_HOST | MAPPING_CAP_ASYNC_COPY | MAPPING_CAP_TIMING;
     if (devices[index].svm_fine)
@@ -85,31 +85,31 @@ static void describe(int index, cl_platform_id platform, cl_device_id dev)
 static mapping_status opencl_load(char *why, size_t why_size, int *count)
 {
     *count = 0;
-    mapping_status st = opencl_api_load(why, why_size);
+    mapping_status st = mapping__opencl_api_load(why, why_size);
     if (st != MAPPING_OK)
         return st;
     cl_uint nplatforms = 0;
-    cl_int err = opencl_driver.clGetPlatformIDs(0, NULL, &nplatforms);
+    cl_int err = mapping__opencl_driver.clGetPlatformIDs(0, NULL, &nplatforms);
     if (err == -1001 /* CL_PLATFORM_NOT_FOUND_KHR */ || (err == CL_SUCCESS && nplatforms == 0)) {
         snprintf(why, why_size, "the OpenCL loader found no platform (no ICD in /etc/OpenCL/vendors?)");
         return MAPPING_ERR_NO_DEVICE;
     }
     if (err != CL_SUCCESS) {
-        snprintf(why, why_size, "clGetPlatformIDs failed: %s (%d)", opencl_error_name(err), err);
+        snprintf(why, why_size, "clGetPlatformIDs failed: %s (%d)", mapping__opencl_error_name(err), err);
         return MAPPING_ERR_DRIVER;
     }
     cl_platform_id platforms[16];
     if (nplatforms > 16)
         nplatforms = 16;
-    if ((err = opencl_driver.clGetPlatformIDs(nplatforms, platforms, NULL)) != CL_SUCCESS) {
-        snprintf(why, why_size, "clGetPlatformIDs failed: %s (%d)", opencl_error_name(err), err);
+    if ((err = mapping__opencl_driver.clGetPlatformIDs(nplatforms, platforms, NULL)) != CL_SUCCESS) {
+        snprintf(why, why_size, "clGetPlatformIDs failed: %s (%d)", mapping__opencl_error_name(err), err);
         return MAPPING_ERR_DRIVER;
     }
     for (cl_uint p = 0; p < nplatforms && device_count < OPENCL_MAX_DEVICES; p++) {
         cl_device_id ids[OPENCL_MAX_DEVICES];
         cl_uint n = 0;
         /* A platform without devices answers CL_DEVICE_NOT_FOUND: skip it. */
-        if (opencl_driver.clGetDeviceIDs(platforms[p], CL_DEVICE_TYPE_ALL, OPENCL_MAX_DEVICES, ids, &n) != CL_SUCCESS)
+        if (mapping__opencl_driver.clGetDeviceIDs(platforms[p], CL_DEVICE_TYPE_ALL, OPENCL_MAX_DEVICES, ids, &n) != CL_SUCCESS)
             continue;
         for (cl_uint i = 0; i < n && i < OPENCL_MAX_DEVICES && device_count < OPENCL_MAX_DEVICES; i++) {
             devices[device_count].platform = platforms[p];
@@ -137,15 +137,15 @@ static mapping_status opencl_device_info(int index, mapping_device_info *info)
 static void opencl_device_close(void *dev)
 {
     opencl_device *d = dev;
-    opencl_kernels_release(d);
+    mapping__opencl_kernels_release(d);
     if (d->queue) {
-        opencl_driver.clFinish(d->queue);
-        opencl_driver.clReleaseCommandQueue(d->queue);
+        mapping__opencl_driver.clFinish(d->queue);
+        mapping__opencl_driver.clReleaseCommandQueue(d->queue);
     }
     if (d->context && d->context_adopted)
-        opencl_driver.clReleaseContext(d->context);
+        mapping__opencl_driver.clReleaseContext(d->context);
     else if (d->context)
-        opencl_context_release(d->context);
+        mapping__opencl_context_release(d->context);
     pthread_mutex_destroy(&d->kernel_lock);
     free(d);
 }
@@ -162,21 +162,21 @@ static mapping_status opencl_device_open(int index, const mapping_device_desc *d
     d->svm_fine = devices[index].svm_fine;
     d->sliced_lanes = !strcmp(devices[index].info.kind, "cpu");
     cl_int err = CL_SUCCESS;
-    d->context = opencl_context_acquire(d->platform, d->device, &err); /* shared by the platform's devices */
+    d->context = mapping__opencl_context_acquire(d->platform, d->device, &err); /* shared by the platform's devices */
     if (err != CL_SUCCESS) {
         d->context = NULL;
         opencl_device_close(d);
-        return opencl_fail("clCreateContext", err);
+        return mapping__opencl_fail("clCreateContext", err);
     }
     /* No profiling here: blocking calls are not timed by events, and an
      * expert's queue for plain transfers would not pay for timestamps. */
-    d->queue = opencl_driver.clCreateCommandQueue(d->context, d->device, 0, &err);
+    d->queue = mapping__opencl_driver.clCreateCommandQueue(d->context, d->device, 0, &err);
     if (err != CL_SUCCESS) {
         d->queue = NULL;
         opencl_device_close(d);
-        return opencl_fail("clCreateCommandQueue", err);
+        return mapping__opencl_fail("clCreateCommandQueue", err);
     }
-    opencl_kernels_prepare(d); /* from a kept binary only: no first-use build */
+    mapping__opencl_kernels_prepare(d); /* from a kept binary only: no first-use build */
     *out = d;
     return MAPPING_OK;
 }
@@ -185,7 +185,7 @@ static mapping_status opencl_device_open(int index, const mapping_device_desc *d
  * retaining them; the device must be one this back end lists. */
 static mapping_status opencl_device_adopt(const mapping_native_device *native, int *index, void **out)
 {
-    if (!opencl_can_import())
+    if (!mapping__opencl_can_import())
         return mapping__fail(MAPPING_ERR_UNSUPPORTED, "opencl: the OpenCL library lacks clRetainContext and friends");
     cl_context context = native->context;
     cl_device_id device = native->device;
@@ -199,13 +199,13 @@ static mapping_status opencl_device_adopt(const mapping_native_device *native, i
                              "opencl: cl_device_id %p is not one of the %d devices the OpenCL platforms list",
                              (void *)device, device_count);
     cl_uint n = 0;
-    cl_int err = opencl_driver.clGetContextInfo(context, CL_CONTEXT_NUM_DEVICES, sizeof n, &n, NULL);
+    cl_int err = mapping__opencl_driver.clGetContextInfo(context, CL_CONTEXT_NUM_DEVICES, sizeof n, &n, NULL);
     if (err != CL_SUCCESS)
-        return opencl_fail("clGetContextInfo(CL_CONTEXT_NUM_DEVICES)", err);
+        return mapping__opencl_fail("clGetContextInfo(CL_CONTEXT_NUM_DEVICES)", err);
     cl_device_id in_context[OPENCL_MAX_DEVICES];
     if (n == 0 || n > OPENCL_MAX_DEVICES ||
-        (err = opencl_driver.clGetContextInfo(context, CL_CONTEXT_DEVICES, n * sizeof *in_context, in_context, NULL)))
-        return err ? opencl_fail("clGetContextInfo(CL_CONTEXT_DEVICES)", err)
+        (err = mapping__opencl_driver.clGetContextInfo(context, CL_CONTEXT_DEVICES, n * sizeof *in_context, in_context, NULL)))
+        return err ? mapping__opencl_fail("clGetContextInfo(CL_CONTEXT_DEVICES)", err)
                    : mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "opencl: the context has %u devices", n);
     bool member = false;
     for (cl_uint i = 0; i < n; i++)
@@ -217,10 +217,10 @@ static mapping_status opencl_device_adopt(const mapping_native_device *native, i
         cl_context qcontext = NULL;
         cl_device_id qdevice = NULL;
         cl_command_queue_properties props = 0;
-        if ((err = opencl_driver.clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof qcontext, &qcontext, NULL)) ||
-            (err = opencl_driver.clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof qdevice, &qdevice, NULL)) ||
-            (err = opencl_driver.clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof props, &props, NULL)))
-            return opencl_fail("clGetCommandQueueInfo", err);
+        if ((err = mapping__opencl_driver.clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof qcontext, &qcontext, NULL)) ||
+            (err = mapping__opencl_driver.clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof qdevice, &qdevice, NULL)) ||
+            (err = mapping__opencl_driver.clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof props, &props, NULL)))
+            return mapping__opencl_fail("clGetCommandQueueInfo", err);
         if (qcontext != context || qdevice != device)
             return mapping__fail(MAPPING_ERR_DEVICE_MISMATCH,
                                  "opencl: cl_command_queue %p belongs to another context or device", (void *)queue);
@@ -237,18 +237,18 @@ static mapping_status opencl_device_adopt(const mapping_native_device *native, i
     d->device = device;
     d->svm_fine = devices[found].svm_fine;
     d->sliced_lanes = !strcmp(devices[found].info.kind, "cpu");
-    opencl_driver.clRetainContext(context);
+    mapping__opencl_driver.clRetainContext(context);
     d->context = context;
     d->context_adopted = true;
     if (queue) {
-        opencl_driver.clRetainCommandQueue(queue);
+        mapping__opencl_driver.clRetainCommandQueue(queue);
         d->queue = queue;
     } else {
-        d->queue = opencl_driver.clCreateCommandQueue(context, device, 0, &err);
+        d->queue = mapping__opencl_driver.clCreateCommandQueue(context, device, 0, &err);
         if (err != CL_SUCCESS) {
             d->queue = NULL;
             opencl_device_close(d);
-            return opencl_fail("clCreateCommandQueue", err);
+            return mapping__opencl_fail("clCreateCommandQueue", err);
         }
     }
     *index = found;
@@ -273,38 +273,38 @@ const mapping_backend mapping_backend_opencl = {
     .device_open = opencl_device_open,
     .device_close = opencl_device_close,
     .device_native = opencl_device_native,
-    .buffer_alloc = opencl_buffer_alloc,
-    .buffer_free = opencl_buffer_free,
-    .buffer_native = opencl_buffer_native,
-    .buffer_alloc_unified = opencl_buffer_alloc_unified,
+    .buffer_alloc = mapping__opencl_buffer_alloc,
+    .buffer_free = mapping__opencl_buffer_free,
+    .buffer_native = mapping__opencl_buffer_native,
+    .buffer_alloc_unified = mapping__opencl_buffer_alloc_unified,
     .unified_prefetch = NULL, /* fine-grain SVM needs no migration hint; see docs/opencl.md */
-    .host_alloc = opencl_host_alloc,
-    .host_free = opencl_host_free,
+    .host_alloc = mapping__opencl_host_alloc,
+    .host_free = mapping__opencl_host_free,
     .host_register = NULL, /* CL_MEM_USE_HOST_PTR may copy: not a way to page-lock in place */
     .host_unregister = NULL,
-    .stream_create = opencl_stream_create,
-    .stream_destroy = opencl_stream_destroy,
-    .stream_synchronize = opencl_stream_synchronize,
-    .stream_native = opencl_stream_native,
-    .write = opencl_write,
-    .read = opencl_read,
-    .copy = opencl_copy,
-    .fill = opencl_fill,
-    .scatter = opencl_scatter,
-    .gather = opencl_gather,
-    .launch_host = opencl_launch_host,
-    .event_record = opencl_event_record,
-    .event_wait = opencl_event_wait,
-    .event_synchronize = opencl_event_synchronize,
-    .event_query = opencl_event_query,
-    .event_elapsed = opencl_event_elapsed,
-    .event_destroy = opencl_event_destroy,
-    .peer_copy = opencl_peer_copy,
+    .stream_create = mapping__opencl_stream_create,
+    .stream_destroy = mapping__opencl_stream_destroy,
+    .stream_synchronize = mapping__opencl_stream_synchronize,
+    .stream_native = mapping__opencl_stream_native,
+    .write = mapping__opencl_write,
+    .read = mapping__opencl_read,
+    .copy = mapping__opencl_copy,
+    .fill = mapping__opencl_fill,
+    .scatter = mapping__opencl_scatter,
+    .gather = mapping__opencl_gather,
+    .launch_host = mapping__opencl_launch_host,
+    .event_record = mapping__opencl_event_record,
+    .event_wait = mapping__opencl_event_wait,
+    .event_synchronize = mapping__opencl_event_synchronize,
+    .event_query = mapping__opencl_event_query,
+    .event_elapsed = mapping__opencl_event_elapsed,
+    .event_destroy = mapping__opencl_event_destroy,
+    .peer_copy = mapping__opencl_peer_copy,
     .device_adopt = opencl_device_adopt,
-    .device_synchronize = opencl_device_synchronize,
-    .buffer_import = opencl_buffer_import,
-    .buffer_unimport = opencl_buffer_unimport,
-    .stream_import = opencl_stream_import,
-    .stream_unimport = opencl_stream_unimport,
+    .device_synchronize = mapping__opencl_device_synchronize,
+    .buffer_import = mapping__opencl_buffer_import,
+    .buffer_unimport = mapping__opencl_buffer_unimport,
+    .stream_import = mapping__opencl_stream_import,
+    .stream_unimport = mapping__opencl_stream_unimport,
 };
 #endif /* MAPPING_OPENCL_HEADERS */

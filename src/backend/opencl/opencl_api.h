@@ -58,21 +58,21 @@ typedef struct opencl_api {
 #undef OPENCL_API_FIELD_
 } opencl_api;
 
-/* The table; valid after opencl_api_load() returned MAPPING_OK. */
-extern opencl_api opencl_driver;
+/* The table; valid after mapping__opencl_api_load() returned MAPPING_OK. */
+extern opencl_api mapping__opencl_driver;
 
 /* Loads the library ($MAPPING_OPENCL_LIBRARY, else libOpenCL.so.1, else
  * libOpenCL.so) and resolves every entry point, once per process. On failure
  * writes the reason (dlerror(), or the first missing symbol) into why. */
-mapping_status opencl_api_load(char *why, size_t why_size);
+mapping_status mapping__opencl_api_load(char *why, size_t why_size);
 
 /* "CL_INVALID_VALUE" for -30; "CL_UNKNOWN_ERROR" for codes it does not know. */
-const char *opencl_error_name(cl_int code);
+const char *mapping__opencl_error_name(cl_int code);
 /* Records a failed driver call (raw code and name) and returns the matching
  * status: out-of-memory codes map to MAPPING_ERR_OUT_OF_*_MEMORY, the rest to
  * MAPPING_ERR_DRIVER. */
-mapping_status opencl_fail(const char *call, cl_int code);
-mapping_status opencl_status_of(cl_int code);
+mapping_status mapping__opencl_fail(const char *call, cl_int code);
+mapping_status mapping__opencl_status_of(cl_int code);
 
 #endif /* MAPPING_OPENCL_HEADERS */
 #endif

@@ -25,7 +25,7 @@
     X(CL_INVALID_DEVICE_PARTITION_COUNT) X(CL_INVALID_PIPE_SIZE) X(CL_INVALID_DEVICE_QUEUE)                  \
     X(CL_INVALID_SPEC_ID) X(CL_MAX_SIZE_RESTRICTION_EXCEEDED)
 
-const char *opencl_error_name(cl_int code)
+const char *mapping__opencl_error_name(cl_int code)
 {
     switch (code) {
 #define OPENCL_ERROR_CASE_(name) \
@@ -39,7 +39,7 @@ const char *opencl_error_name(cl_int code)
     return "CL_UNKNOWN_ERROR";
 }
 
-mapping_status opencl_status_of(cl_int code)
+mapping_status mapping__opencl_status_of(cl_int code)
 {
     switch (code) {
     case CL_SUCCESS:
@@ -54,8 +54,8 @@ mapping_status opencl_status_of(cl_int code)
     }
 }
 
-mapping_status opencl_fail(const char *call, cl_int code)
+mapping_status mapping__opencl_fail(const char *call, cl_int code)
 {
-    return mapping__fail_driver(opencl_status_of(code), "opencl", call, code, opencl_error_name(code));
+    return mapping__fail_driver(mapping__opencl_status_of(code), "opencl", call, code, mapping__opencl_error_name(code));
 }
 #endif /* MAPPING_OPENCL_HEADERS */

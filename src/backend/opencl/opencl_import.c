@@ -11,38 +11,38 @@
 #include "os/status.h"
 #ifdef MAPPING_OPENCL_HEADERS
 
-bool opencl_can_import(void)
+bool mapping__opencl_can_import(void)
 {
-    return opencl_driver.clRetainContext && opencl_driver.clRetainCommandQueue && opencl_driver.clRetainMemObject &&
-           opencl_driver.clGetContextInfo && opencl_driver.clGetCommandQueueInfo && opencl_driver.clCreateSubBuffer;
+    return mapping__opencl_driver.clRetainContext && mapping__opencl_driver.clRetainCommandQueue && mapping__opencl_driver.clRetainMemObject &&
+           mapping__opencl_driver.clGetContextInfo && mapping__opencl_driver.clGetCommandQueueInfo && mapping__opencl_driver.clCreateSubBuffer;
 }
 
 /* The device's own queue takes the library's blocking calls and, per the
  * NULL-stream contract, the caller's work too: finishing it waits for both. */
-mapping_status opencl_device_synchronize(void *dev)
+mapping_status mapping__opencl_device_synchronize(void *dev)
 {
-    cl_int err = opencl_driver.clFinish(((opencl_device *)dev)->queue);
-    return err == CL_SUCCESS ? MAPPING_OK : opencl_fail("clFinish (device queue)", err);
+    cl_int err = mapping__opencl_driver.clFinish(((opencl_device *)dev)->queue);
+    return err == CL_SUCCESS ? MAPPING_OK : mapping__opencl_fail("clFinish (device queue)", err);
 }
 
 /* native[offset, +bytes): the cl_mem itself (retained) when offset is 0,
  * else a sub-buffer (whose origin must be aligned to the device's
  * CL_DEVICE_MEM_BASE_ADDR_ALIGN). */
-mapping_status opencl_buffer_import(void *dev, void *native, size_t offset, size_t bytes, void **out)
+mapping_status mapping__opencl_buffer_import(void *dev, void *native, size_t offset, size_t bytes, void **out)
 {
     opencl_device *d = dev;
-    if (!opencl_can_import())
+    if (!mapping__opencl_can_import())
         return mapping__fail(MAPPING_ERR_UNSUPPORTED, "opencl: the OpenCL library lacks clRetainMemObject and friends");
     cl_mem mem = native;
     cl_context context = NULL;
     size_t size = 0;
     cl_mem_object_type type = 0;
     cl_int err;
-    if ((err = opencl_driver.clGetMemObjectInfo(mem, CL_MEM_TYPE, sizeof type, &type, NULL)) ||
-        (err = opencl_driver.clGetMemObjectInfo(mem, CL_MEM_CONTEXT, sizeof context, &context, NULL)) ||
-        (err = opencl_driver.clGetMemObjectInfo(mem, CL_MEM_SIZE, sizeof size, &size, NULL)))
-        return mapping__fail_driver(err == CL_INVALID_MEM_OBJECT ? MAPPING_ERR_INVALID_HANDLE : opencl_status_of(err),
-                                    "opencl", "clGetMemObjectInfo (import)", err, opencl_error_name(err));
+    if ((err = mapping__opencl_driver.clGetMemObjectInfo(mem, CL_MEM_TYPE, sizeof type, &type, NULL)) ||
+        (err = mapping__opencl_driver.clGetMemObjectInfo(mem, CL_MEM_CONTEXT, sizeof context, &context, NULL)) ||
+        (err = mapping__opencl_driver.clGetMemObjectInfo(mem, CL_MEM_SIZE, sizeof size, &size, NULL)))
+        return mapping__fail_driver(err == CL_INVALID_MEM_OBJECT ? MAPPING_ERR_INVALID_HANDLE : mapping__opencl_status_of(err),
+                                    "opencl", "clGetMemObjectInfo (import)", err, mapping__opencl_error_name(err));
     if (type != CL_MEM_OBJECT_BUFFER)
         return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "opencl: cl_mem %p is an image, not a buffer", native);
     if (context != d->context)
@@ -58,49 +58,49 @@ mapping_status opencl_buffer_import(void *dev, void *native, size_t offset, size
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "opencl: out of memory");
     b->svm = NULL;
     if (offset == 0) {
-        opencl_driver.clRetainMemObject(mem);
+        mapping__opencl_driver.clRetainMemObject(mem);
         b->mem = mem;
     } else {
         cl_buffer_region region = {offset, bytes};
-        b->mem = opencl_driver.clCreateSubBuffer(mem, 0, CL_BUFFER_CREATE_TYPE_REGION, &region, &err);
+        b->mem = mapping__opencl_driver.clCreateSubBuffer(mem, 0, CL_BUFFER_CREATE_TYPE_REGION, &region, &err);
         if (err != CL_SUCCESS) {
             free(b);
             if (err == CL_MISALIGNED_SUB_BUFFER_OFFSET) {
                 cl_uint bits = 0;
-                opencl_driver.clGetDeviceInfo(d->device, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof bits, &bits, NULL);
+                mapping__opencl_driver.clGetDeviceInfo(d->device, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof bits, &bits, NULL);
                 return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT,
                                      "opencl: clCreateSubBuffer (import) failed: CL_MISALIGNED_SUB_BUFFER_OFFSET "
                                      "(%d): offset %zu is not a multiple of the device's base address alignment "
                                      "(%u bytes)",
                                      (int)err, offset, bits / 8);
             }
-            return opencl_fail("clCreateSubBuffer (import)", err);
+            return mapping__opencl_fail("clCreateSubBuffer (import)", err);
         }
     }
     *out = b;
     return MAPPING_OK;
 }
 
-void opencl_buffer_unimport(void *dev, void *mem)
+void mapping__opencl_buffer_unimport(void *dev, void *mem)
 {
-    opencl_buffer_free(dev, mem); /* releases the library's reference; no SVM behind it */
+    mapping__opencl_buffer_free(dev, mem); /* releases the library's reference; no SVM behind it */
 }
 
-mapping_status opencl_stream_import(void *dev, void *native, void **out)
+mapping_status mapping__opencl_stream_import(void *dev, void *native, void **out)
 {
     opencl_device *d = dev;
-    if (!opencl_can_import())
+    if (!mapping__opencl_can_import())
         return mapping__fail(MAPPING_ERR_UNSUPPORTED, "opencl: the OpenCL library lacks clRetainCommandQueue and friends");
     cl_command_queue queue = native;
     cl_context context = NULL;
     cl_device_id device = NULL;
     cl_command_queue_properties props = 0;
     cl_int err;
-    if ((err = opencl_driver.clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof context, &context, NULL)) ||
-        (err = opencl_driver.clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof device, &device, NULL)) ||
-        (err = opencl_driver.clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof props, &props, NULL)))
-        return mapping__fail_driver(err == CL_INVALID_COMMAND_QUEUE ? MAPPING_ERR_INVALID_HANDLE : opencl_status_of(err),
-                                    "opencl", "clGetCommandQueueInfo (import)", err, opencl_error_name(err));
+    if ((err = mapping__opencl_driver.clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof context, &context, NULL)) ||
+        (err = mapping__opencl_driver.clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof device, &device, NULL)) ||
+        (err = mapping__opencl_driver.clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof props, &props, NULL)))
+        return mapping__fail_driver(err == CL_INVALID_COMMAND_QUEUE ? MAPPING_ERR_INVALID_HANDLE : mapping__opencl_status_of(err),
+                                    "opencl", "clGetCommandQueueInfo (import)", err, mapping__opencl_error_name(err));
     if (context != d->context || device != d->device)
         return mapping__fail(MAPPING_ERR_DEVICE_MISMATCH,
                              "opencl: cl_command_queue %p belongs to another context or device", native);
@@ -110,7 +110,7 @@ mapping_status opencl_stream_import(void *dev, void *native, void **out)
     opencl_stream *s = mapping_os_calloc(1, sizeof *s);
     if (!s)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "opencl: out of memory");
-    opencl_driver.clRetainCommandQueue(queue);
+    mapping__opencl_driver.clRetainCommandQueue(queue);
     s->queue = queue;
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->cond, NULL);
@@ -118,8 +118,8 @@ mapping_status opencl_stream_import(void *dev, void *native, void **out)
     return MAPPING_OK;
 }
 
-void opencl_stream_unimport(void *dev, void *stream)
+void mapping__opencl_stream_unimport(void *dev, void *stream)
 {
-    opencl_stream_destroy(dev, stream); /* finishes the queue, releases the library's reference */
+    mapping__opencl_stream_destroy(dev, stream); /* finishes the queue, releases the library's reference */
 }
 #endif /* MAPPING_OPENCL_HEADERS */

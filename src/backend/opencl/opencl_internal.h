@@ -3,7 +3,7 @@
  *   opencl.c          load, devices, the back-end table
  *   opencl_memory.c   buffers, page-locked host memory, SVM
  *   opencl_queue.c    streams, transfers, host functions, events
- *   opencl_scatter.c  the scatter/gather kernel
+ *   mapping__opencl_scatter.c  the scatter/gather kernel
  */
 #ifndef MAPPING_BACKEND_OPENCL_INTERNAL_H
 #define MAPPING_BACKEND_OPENCL_INTERNAL_H
@@ -17,7 +17,7 @@ typedef struct opencl_device {
     cl_platform_id   platform;
     cl_device_id     device;
     cl_context       context;
-    bool             context_adopted; /* the caller's (retained), not from opencl_context_acquire */
+    bool             context_adopted; /* the caller's (retained), not from mapping__opencl_context_acquire */
     cl_command_queue queue;    /* in order, for blocking calls (stream == NULL) */
     bool             svm_fine; /* fine-grain buffer SVM: buffer_alloc_unified works */
 
@@ -63,34 +63,34 @@ typedef struct opencl_stream {
 } opencl_stream;
 
 /* Records the first asynchronous error of a stream (thread-safe). */
-void opencl_stream_record_error(opencl_stream *s, mapping_status st, const char *message);
+void mapping__opencl_stream_record_error(opencl_stream *s, mapping_status st, const char *message);
 
 /* Device, memory, queue and scatter operations (the table is in opencl.c). */
-mapping_status opencl_buffer_alloc(void *dev, size_t bytes, void **mem);
-mapping_status opencl_buffer_alloc_unified(void *dev, size_t bytes, void **mem, void **host);
-void           opencl_buffer_free(void *dev, void *mem);
-mapping_status opencl_buffer_native(void *dev, void *mem, void **native);
-mapping_status opencl_host_alloc(void *dev, size_t bytes, void **ptr, void **cookie);
-void           opencl_host_free(void *dev, void *ptr, void *cookie);
+mapping_status mapping__opencl_buffer_alloc(void *dev, size_t bytes, void **mem);
+mapping_status mapping__opencl_buffer_alloc_unified(void *dev, size_t bytes, void **mem, void **host);
+void           mapping__opencl_buffer_free(void *dev, void *mem);
+mapping_status mapping__opencl_buffer_native(void *dev, void *mem, void **native);
+mapping_status mapping__opencl_host_alloc(void *dev, size_t bytes, void **ptr, void **cookie);
+void           mapping__opencl_host_free(void *dev, void *ptr, void *cookie);
 
-mapping_status opencl_stream_create(void *dev, void **stream);
-void           opencl_stream_destroy(void *dev, void *stream);
-mapping_status opencl_stream_synchronize(void *dev, void *stream);
-mapping_status opencl_stream_native(void *dev, void *stream, void **native);
-mapping_status opencl_write(void *dev, void *stream, const void *src, const mapping_host_ref *pinned, void *dst_mem,
+mapping_status mapping__opencl_stream_create(void *dev, void **stream);
+void           mapping__opencl_stream_destroy(void *dev, void *stream);
+mapping_status mapping__opencl_stream_synchronize(void *dev, void *stream);
+mapping_status mapping__opencl_stream_native(void *dev, void *stream, void **native);
+mapping_status mapping__opencl_write(void *dev, void *stream, const void *src, const mapping_host_ref *pinned, void *dst_mem,
                          size_t dst_offset, size_t bytes);
-mapping_status opencl_read(void *dev, void *stream, void *src_mem, size_t src_offset, void *dst,
+mapping_status mapping__opencl_read(void *dev, void *stream, void *src_mem, size_t src_offset, void *dst,
                         const mapping_host_ref *pinned, size_t bytes);
-mapping_status opencl_copy(void *dev, void *stream, void *src_mem, size_t src_offset, void *dst_mem, size_t dst_offset,
+mapping_status mapping__opencl_copy(void *dev, void *stream, void *src_mem, size_t src_offset, void *dst_mem, size_t dst_offset,
                         size_t bytes);
-mapping_status opencl_fill(void *dev, void *stream, void *mem, size_t offset, size_t bytes, unsigned char value);
-mapping_status opencl_launch_host(void *dev, void *stream, void (*fn)(void *), void *user);
-mapping_status opencl_event_record(void *dev, void *stream, void **event);
-mapping_status opencl_event_wait(void *dev, void *stream, void *event);
-mapping_status opencl_event_synchronize(void *dev, void *event);
-mapping_status opencl_event_query(void *dev, void *event);
-mapping_status opencl_event_elapsed(void *dev, void *start, void *end, double *seconds);
-void           opencl_event_destroy(void *dev, void *event);
+mapping_status mapping__opencl_fill(void *dev, void *stream, void *mem, size_t offset, size_t bytes, unsigned char value);
+mapping_status mapping__opencl_launch_host(void *dev, void *stream, void (*fn)(void *), void *user);
+mapping_status mapping__opencl_event_record(void *dev, void *stream, void **event);
+mapping_status mapping__opencl_event_wait(void *dev, void *stream, void *event);
+mapping_status mapping__opencl_event_synchronize(void *dev, void *event);
+mapping_status mapping__opencl_event_query(void *dev, void *event);
+mapping_status mapping__opencl_event_elapsed(void *dev, void *start, void *end, double *seconds);
+void           mapping__opencl_event_destroy(void *dev, void *event);
 
 /* The queue a call goes to: the stream's, or the device's for blocking calls. */
 static inline cl_command_queue opencl_queue_of(opencl_device *d, void *stream)
@@ -99,33 +99,33 @@ static inline cl_command_queue opencl_queue_of(opencl_device *d, void *stream)
 }
 /* Waits for an event of a blocking call and releases it; MAPPING_OK or the
  * failure (of the wait, or of the command). */
-mapping_status opencl_finish_blocking(const char *call, cl_int err, cl_event ev);
+mapping_status mapping__opencl_finish_blocking(const char *call, cl_int err, cl_event ev);
 
-mapping_status opencl_scatter(void *dev, void *stream, void *staging_mem, size_t table_offset,
+mapping_status mapping__opencl_scatter(void *dev, void *stream, void *staging_mem, size_t table_offset,
                            const mapping_scatter_entry *table, size_t count, void *dst_mem);
-mapping_status opencl_gather(void *dev, void *stream, void *src_mem, void *staging_mem, size_t table_offset,
+mapping_status mapping__opencl_gather(void *dev, void *stream, void *src_mem, void *staging_mem, size_t table_offset,
                           const mapping_scatter_entry *table, size_t count);
-void           opencl_kernels_release(opencl_device *d);
+void           mapping__opencl_kernels_release(opencl_device *d);
 /* At open: builds the kernels if a kept program binary allows it cheaply. */
-void           opencl_kernels_prepare(opencl_device *d);
+void           mapping__opencl_kernels_prepare(opencl_device *d);
 /* Program binaries kept between processes (opencl_program_cache.c): a built
  * program from the cache, or NULL (then build from source and store it). */
-cl_program     opencl_program_from_cache(opencl_device *d, const char *source, const char *options);
-void           opencl_program_to_cache(opencl_device *d, cl_program program, const char *source, const char *options);
+cl_program     mapping__opencl_program_from_cache(opencl_device *d, const char *source, const char *options);
+void           mapping__opencl_program_to_cache(opencl_device *d, cl_program program, const char *source, const char *options);
 
 /* opencl_peer.c: one context per platform shared by its open devices (a
  * reference each), and copies between devices. */
-cl_context     opencl_context_acquire(cl_platform_id platform, cl_device_id device, cl_int *err);
-void           opencl_context_release(cl_context context);
-mapping_status opencl_peer_copy(void *dev, void *stream, void *src_dev, void *src_mem, size_t src_offset,
+cl_context     mapping__opencl_context_acquire(cl_platform_id platform, cl_device_id device, cl_int *err);
+void           mapping__opencl_context_release(cl_context context);
+mapping_status mapping__opencl_peer_copy(void *dev, void *stream, void *src_dev, void *src_mem, size_t src_offset,
                                 void *dst_mem, size_t dst_offset, size_t bytes);
 /* Adopting objects made elsewhere (opencl_import.c). */
-bool           opencl_can_import(void); /* the entry points are there */
-mapping_status opencl_device_synchronize(void *dev);
-mapping_status opencl_buffer_import(void *dev, void *native, size_t offset, size_t bytes, void **mem);
-void           opencl_buffer_unimport(void *dev, void *mem);
-mapping_status opencl_stream_import(void *dev, void *native, void **stream);
-void           opencl_stream_unimport(void *dev, void *stream);
+bool           mapping__opencl_can_import(void); /* the entry points are there */
+mapping_status mapping__opencl_device_synchronize(void *dev);
+mapping_status mapping__opencl_buffer_import(void *dev, void *native, size_t offset, size_t bytes, void **mem);
+void           mapping__opencl_buffer_unimport(void *dev, void *mem);
+mapping_status mapping__opencl_stream_import(void *dev, void *native, void **stream);
+void           mapping__opencl_stream_unimport(void *dev, void *stream);
 
 #endif /* MAPPING_OPENCL_HEADERS */
 #endif

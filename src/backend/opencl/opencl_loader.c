@@ -10,7 +10,7 @@
 #include "os/os.h"
 #ifdef MAPPING_OPENCL_HEADERS
 
-opencl_api opencl_driver;
+opencl_api mapping__opencl_driver;
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static mapping_status load_status;
@@ -49,11 +49,11 @@ static void load_library(void)
     }
     OPENCL_OPTIONAL_ENTRY_POINTS(OPENCL_RESOLVE_OPTIONAL_)
 #undef OPENCL_RESOLVE_OPTIONAL_
-    opencl_driver = api;
+    mapping__opencl_driver = api;
     load_status = MAPPING_OK;
 }
 
-mapping_status opencl_api_load(char *why, size_t why_size)
+mapping_status mapping__opencl_api_load(char *why, size_t why_size)
 {
     pthread_once(&load_once, load_library);
     if (load_status != MAPPING_OK && why)

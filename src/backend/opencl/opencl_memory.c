@@ -22,59 +22,59 @@ static mapping_status wrap(cl_mem mem, void *svm, void **out)
     return MAPPING_OK;
 }
 
-mapping_status opencl_buffer_alloc(void *dev, size_t bytes, void **out)
+mapping_status mapping__opencl_buffer_alloc(void *dev, size_t bytes, void **out)
 {
     opencl_device *d = dev;
     cl_int err = CL_SUCCESS;
-    cl_mem mem = opencl_driver.clCreateBuffer(d->context, CL_MEM_READ_WRITE, bytes, NULL, &err);
+    cl_mem mem = mapping__opencl_driver.clCreateBuffer(d->context, CL_MEM_READ_WRITE, bytes, NULL, &err);
     if (err != CL_SUCCESS)
-        return opencl_fail("clCreateBuffer", err);
+        return mapping__opencl_fail("clCreateBuffer", err);
     mapping_status st = wrap(mem, NULL, out);
     if (st != MAPPING_OK)
-        opencl_driver.clReleaseMemObject(mem);
+        mapping__opencl_driver.clReleaseMemObject(mem);
     return st;
 }
 
 /* Fine-grain buffer SVM only: the CPU may then use the memory without
  * map/unmap, which is what "unified" promises. Coarse-grain SVM would need a
  * map around every CPU access, so it is not offered (MAPPING_ERR_UNSUPPORTED). */
-mapping_status opencl_buffer_alloc_unified(void *dev, size_t bytes, void **out, void **host)
+mapping_status mapping__opencl_buffer_alloc_unified(void *dev, size_t bytes, void **out, void **host)
 {
     opencl_device *d = dev;
     if (!d->svm_fine)
         return mapping__fail(MAPPING_ERR_UNSUPPORTED,
                              "opencl: the device has no fine-grain buffer SVM (OpenCL 2.0), so no unified memory");
-    void *svm = opencl_driver.clSVMAlloc(d->context, CL_MEM_READ_WRITE | CL_MEM_SVM_FINE_GRAIN_BUFFER, bytes, 0);
+    void *svm = mapping__opencl_driver.clSVMAlloc(d->context, CL_MEM_READ_WRITE | CL_MEM_SVM_FINE_GRAIN_BUFFER, bytes, 0);
     if (!svm)
         return mapping__fail(MAPPING_ERR_OUT_OF_DEVICE_MEMORY, "opencl: clSVMAlloc of %zu bytes failed", bytes);
     /* A buffer over an SVM pointer uses that memory (OpenCL 2.0, 5.6.1). */
     cl_int err = CL_SUCCESS;
-    cl_mem mem = opencl_driver.clCreateBuffer(d->context, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, bytes, svm, &err);
+    cl_mem mem = mapping__opencl_driver.clCreateBuffer(d->context, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, bytes, svm, &err);
     if (err != CL_SUCCESS) {
-        opencl_driver.clSVMFree(d->context, svm);
-        return opencl_fail("clCreateBuffer(CL_MEM_USE_HOST_PTR, SVM pointer)", err);
+        mapping__opencl_driver.clSVMFree(d->context, svm);
+        return mapping__opencl_fail("clCreateBuffer(CL_MEM_USE_HOST_PTR, SVM pointer)", err);
     }
     mapping_status st = wrap(mem, svm, out);
     if (st != MAPPING_OK) {
-        opencl_driver.clReleaseMemObject(mem);
-        opencl_driver.clSVMFree(d->context, svm);
+        mapping__opencl_driver.clReleaseMemObject(mem);
+        mapping__opencl_driver.clSVMFree(d->context, svm);
         return st;
     }
     *host = svm;
     return MAPPING_OK;
 }
 
-void opencl_buffer_free(void *dev, void *mem)
+void mapping__opencl_buffer_free(void *dev, void *mem)
 {
     opencl_device *d = dev;
     opencl_buffer *b = mem;
-    opencl_driver.clReleaseMemObject(b->mem);
+    mapping__opencl_driver.clReleaseMemObject(b->mem);
     if (b->svm)
-        opencl_driver.clSVMFree(d->context, b->svm); /* the caller has waited for work using it */
+        mapping__opencl_driver.clSVMFree(d->context, b->svm); /* the caller has waited for work using it */
     free(b);
 }
 
-mapping_status opencl_buffer_native(void *dev, void *mem, void **native)
+mapping_status mapping__opencl_buffer_native(void *dev, void *mem, void **native)
 {
     (void)dev;
     *native = ((opencl_buffer *)mem)->mem;
@@ -92,18 +92,18 @@ typedef struct opencl_pinned {
 static mapping_status map_pinned(opencl_device *d, size_t bytes, opencl_pinned *p)
 {
     cl_int err = CL_SUCCESS;
-    p->mem = opencl_driver.clCreateBuffer(d->context, CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR, bytes, NULL, &err);
+    p->mem = mapping__opencl_driver.clCreateBuffer(d->context, CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR, bytes, NULL, &err);
     if (err != CL_SUCCESS) {
         /* It is host memory that ran out (or is too large), not device memory. */
-        mapping_status st = opencl_status_of(err);
+        mapping_status st = mapping__opencl_status_of(err);
         return mapping__fail_driver(st == MAPPING_ERR_OUT_OF_DEVICE_MEMORY ? MAPPING_ERR_OUT_OF_HOST_MEMORY : st,
-                                    "opencl", "clCreateBuffer(CL_MEM_ALLOC_HOST_PTR)", err, opencl_error_name(err));
+                                    "opencl", "clCreateBuffer(CL_MEM_ALLOC_HOST_PTR)", err, mapping__opencl_error_name(err));
     }
-    p->mapped = opencl_driver.clEnqueueMapBuffer(d->queue, p->mem, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, bytes, 0, NULL,
+    p->mapped = mapping__opencl_driver.clEnqueueMapBuffer(d->queue, p->mem, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, bytes, 0, NULL,
                                        NULL, &err);
     if (err != CL_SUCCESS) {
-        opencl_driver.clReleaseMemObject(p->mem);
-        return opencl_fail("clEnqueueMapBuffer", err);
+        mapping__opencl_driver.clReleaseMemObject(p->mem);
+        return mapping__opencl_fail("clEnqueueMapBuffer", err);
     }
     return MAPPING_OK;
 }
@@ -111,12 +111,12 @@ static mapping_status map_pinned(opencl_device *d, size_t bytes, opencl_pinned *
 static void unmap_pinned(opencl_device *d, opencl_pinned *p)
 {
     cl_event ev = NULL;
-    cl_int err = opencl_driver.clEnqueueUnmapMemObject(d->queue, p->mem, p->mapped, 0, NULL, &ev);
+    cl_int err = mapping__opencl_driver.clEnqueueUnmapMemObject(d->queue, p->mem, p->mapped, 0, NULL, &ev);
     if (err == CL_SUCCESS) {
-        opencl_driver.clWaitForEvents(1, &ev);
-        opencl_driver.clReleaseEvent(ev);
+        mapping__opencl_driver.clWaitForEvents(1, &ev);
+        mapping__opencl_driver.clReleaseEvent(ev);
     }
-    opencl_driver.clReleaseMemObject(p->mem);
+    mapping__opencl_driver.clReleaseMemObject(p->mem);
 }
 
 /* The mapped pointer is what the caller gets: drivers page-lock the memory
@@ -124,7 +124,7 @@ static void unmap_pinned(opencl_device *d, opencl_pinned *p)
  * (DMA) path. The library promises page alignment; a driver that maps at a
  * smaller alignment gets a buffer one page larger, used from its first page
  * boundary. */
-mapping_status opencl_host_alloc(void *dev, size_t bytes, void **ptr, void **cookie)
+mapping_status mapping__opencl_host_alloc(void *dev, size_t bytes, void **ptr, void **cookie)
 {
     opencl_device *d = dev;
     opencl_pinned *p = mapping_os_malloc(sizeof *p);
@@ -146,7 +146,7 @@ mapping_status opencl_host_alloc(void *dev, size_t bytes, void **ptr, void **coo
     return MAPPING_OK;
 }
 
-void opencl_host_free(void *dev, void *ptr, void *cookie)
+void mapping__opencl_host_free(void *dev, void *ptr, void *cookie)
 {
     (void)ptr;
     unmap_pinned(dev, cookie);

@@ -34,10 +34,10 @@ static bool sharing_enabled(void)
 static cl_context create_context(cl_platform_id platform, cl_uint n, const cl_device_id *ids, cl_int *err)
 {
     cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)platform, 0};
-    return opencl_driver.clCreateContext(props, n, ids, NULL, NULL, err);
+    return mapping__opencl_driver.clCreateContext(props, n, ids, NULL, NULL, err);
 }
 
-cl_context opencl_context_acquire(cl_platform_id platform, cl_device_id device, cl_int *err)
+cl_context mapping__opencl_context_acquire(cl_platform_id platform, cl_device_id device, cl_int *err)
 {
     if (!sharing_enabled())
         return create_context(platform, 1, &device, err);
@@ -46,7 +46,7 @@ cl_context opencl_context_acquire(cl_platform_id platform, cl_device_id device, 
     int free_slot = -1;
     for (int i = 0; i < SHARED_MAX && !context; i++) {
         if (shared[i].users > 0 && shared[i].platform == platform) {
-            *err = opencl_driver.clRetainContext(shared[i].context);
+            *err = mapping__opencl_driver.clRetainContext(shared[i].context);
             if (*err == CL_SUCCESS) {
                 context = shared[i].context;
                 shared[i].users++;
@@ -59,7 +59,7 @@ cl_context opencl_context_acquire(cl_platform_id platform, cl_device_id device, 
         cl_device_id ids[64];
         cl_uint n = 0;
         if (free_slot < 0 ||
-            opencl_driver.clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, 64, ids, &n) != CL_SUCCESS || n == 0) {
+            mapping__opencl_driver.clGetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, 64, ids, &n) != CL_SUCCESS || n == 0) {
             context = create_context(platform, 1, &device, err); /* not shared */
         } else {
             context = create_context(platform, n < 64 ? n : 64, ids, err);
@@ -74,14 +74,14 @@ cl_context opencl_context_acquire(cl_platform_id platform, cl_device_id device, 
     return *err == CL_SUCCESS ? context : NULL;
 }
 
-void opencl_context_release(cl_context context)
+void mapping__opencl_context_release(cl_context context)
 {
     pthread_mutex_lock(&shared_lock);
     for (int i = 0; i < SHARED_MAX; i++)
         if (shared[i].users > 0 && shared[i].context == context)
             shared[i].users--;
     pthread_mutex_unlock(&shared_lock);
-    opencl_driver.clReleaseContext(context);
+    mapping__opencl_driver.clReleaseContext(context);
 }
 
 /* ---- the staged copy: two page-locked chunks, the read of chunk i + 1 from
@@ -92,8 +92,8 @@ static cl_int wait_release(cl_event *ev)
 {
     cl_int err = CL_SUCCESS;
     if (*ev) {
-        err = opencl_driver.clWaitForEvents(1, ev);
-        opencl_driver.clReleaseEvent(*ev);
+        err = mapping__opencl_driver.clWaitForEvents(1, ev);
+        mapping__opencl_driver.clReleaseEvent(*ev);
         *ev = NULL;
     }
     return err;
@@ -108,11 +108,11 @@ static mapping_status staged_copy(opencl_device *d, opencl_device *s, cl_mem src
     cl_event rd[2] = {NULL, NULL}, wr[2] = {NULL, NULL};
     mapping_status st = MAPPING_OK;
     for (int b = 0; b < (count > 1 ? 2 : 1) && st == MAPPING_OK; b++)
-        st = opencl_host_alloc(s, chunk, &host[b], &cookie[b]);
+        st = mapping__opencl_host_alloc(s, chunk, &host[b], &cookie[b]);
     const char *call = "clEnqueueReadBuffer";
     cl_int err = CL_SUCCESS;
     if (st == MAPPING_OK)
-        err = opencl_driver.clEnqueueReadBuffer(s->queue, src, CL_FALSE, src_offset, chunk, host[0], 0, NULL, &rd[0]);
+        err = mapping__opencl_driver.clEnqueueReadBuffer(s->queue, src, CL_FALSE, src_offset, chunk, host[0], 0, NULL, &rd[0]);
     for (size_t i = 0; i < count && st == MAPPING_OK && err == CL_SUCCESS; i++) {
         int b = (int)(i % 2), nb = 1 - b;
         size_t n = i + 1 < count ? chunk : bytes - i * chunk;
@@ -125,17 +125,17 @@ static mapping_status staged_copy(opencl_device *d, opencl_device *s, cl_mem src
             if ((err = wait_release(&wr[nb])) != CL_SUCCESS)
                 break;
             call = "clEnqueueReadBuffer";
-            err = opencl_driver.clEnqueueReadBuffer(s->queue, src, CL_FALSE, src_offset + (i + 1) * chunk, next,
+            err = mapping__opencl_driver.clEnqueueReadBuffer(s->queue, src, CL_FALSE, src_offset + (i + 1) * chunk, next,
                                                     host[nb], 0, NULL, &rd[nb]);
             if (err != CL_SUCCESS)
                 break;
-            opencl_driver.clFlush(s->queue);
+            mapping__opencl_driver.clFlush(s->queue);
         }
         call = "clEnqueueWriteBuffer";
-        err = opencl_driver.clEnqueueWriteBuffer(d->queue, dst, CL_FALSE, dst_offset + i * chunk, n, host[b], 0, NULL,
+        err = mapping__opencl_driver.clEnqueueWriteBuffer(d->queue, dst, CL_FALSE, dst_offset + i * chunk, n, host[b], 0, NULL,
                                                  &wr[b]);
         if (err == CL_SUCCESS)
-            opencl_driver.clFlush(d->queue);
+            mapping__opencl_driver.clFlush(d->queue);
     }
     for (int b = 0; b < 2; b++) { /* everything in flight ends before the memory goes */
         cl_int e1 = wait_release(&rd[b]), e2 = wait_release(&wr[b]);
@@ -146,9 +146,9 @@ static mapping_status staged_copy(opencl_device *d, opencl_device *s, cl_mem src
     }
     for (int b = 0; b < 2; b++)
         if (host[b])
-            opencl_host_free(s, host[b], cookie[b]);
+            mapping__opencl_host_free(s, host[b], cookie[b]);
     if (st == MAPPING_OK && err != CL_SUCCESS)
-        st = opencl_fail(call, err);
+        st = mapping__opencl_fail(call, err);
     return st;
 }
 
@@ -166,16 +166,16 @@ static void run_staged_job(void *arg)
     staged_job *job = arg;
     mapping_status st = staged_copy(job->d, job->s, job->src, job->src_offset, job->dst, job->dst_offset, job->bytes);
     if (st != MAPPING_OK)
-        opencl_stream_record_error(job->stream, st, mapping_last_error_message());
+        mapping__opencl_stream_record_error(job->stream, st, mapping_last_error_message());
     free(job);
 }
 
-mapping_status opencl_peer_copy(void *dev, void *stream, void *src_dev, void *src_mem, size_t src_offset,
+mapping_status mapping__opencl_peer_copy(void *dev, void *stream, void *src_dev, void *src_mem, size_t src_offset,
                                 void *dst_mem, size_t dst_offset, size_t bytes)
 {
     opencl_device *d = dev, *s = src_dev;
     if (d->context == s->context)
-        return opencl_copy(dev, stream, src_mem, src_offset, dst_mem, dst_offset, bytes);
+        return mapping__opencl_copy(dev, stream, src_mem, src_offset, dst_mem, dst_offset, bytes);
     cl_mem src = ((opencl_buffer *)src_mem)->mem, dst = ((opencl_buffer *)dst_mem)->mem;
     if (!stream)
         return staged_copy(d, s, src, src_offset, dst, dst_offset, bytes);
@@ -183,7 +183,7 @@ mapping_status opencl_peer_copy(void *dev, void *stream, void *src_dev, void *sr
     if (!job)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "opencl: out of memory");
     *job = (staged_job){d, s, stream, src, dst, src_offset, dst_offset, bytes};
-    mapping_status st = opencl_launch_host(dev, stream, run_staged_job, job);
+    mapping_status st = mapping__opencl_launch_host(dev, stream, run_staged_job, job);
     if (st != MAPPING_OK)
         free(job);
     return st;

@@ -28,8 +28,8 @@ typedef struct cache_header {
 static uint64_t hash_info(uint64_t h, bool device, opencl_device *d, cl_uint param)
 {
     char text[512] = "";
-    cl_int err = device ? opencl_driver.clGetDeviceInfo(d->device, param, sizeof text - 1, text, NULL)
-                        : opencl_driver.clGetPlatformInfo(d->platform, param, sizeof text - 1, text, NULL);
+    cl_int err = device ? mapping__opencl_driver.clGetDeviceInfo(d->device, param, sizeof text - 1, text, NULL)
+                        : mapping__opencl_driver.clGetPlatformInfo(d->platform, param, sizeof text - 1, text, NULL);
     if (err != CL_SUCCESS)
         text[0] = '\0';
     return mapping_os_hash64(text, strlen(text) + 1, h);
@@ -55,9 +55,9 @@ static bool cache_file(uint64_t key, char *path, size_t len)
     return mapping_os_cache_path(name, path, len) == 0;
 }
 
-cl_program opencl_program_from_cache(opencl_device *d, const char *source, const char *options)
+cl_program mapping__opencl_program_from_cache(opencl_device *d, const char *source, const char *options)
 {
-    if (!opencl_driver.clCreateProgramWithBinary || !opencl_driver.clGetProgramInfo)
+    if (!mapping__opencl_driver.clCreateProgramWithBinary || !mapping__opencl_driver.clGetProgramInfo)
         return NULL;
     uint64_t key = cache_key(d, source, options);
     char path[4200];
@@ -74,13 +74,13 @@ cl_program opencl_program_from_cache(opencl_device *d, const char *source, const
         if (!memcmp(h.magic, MAGIC, sizeof MAGIC) && h.key == key && h.size == size &&
             h.check == mapping_os_hash64(binary, size, 0xcbf29ce484222325ull)) {
             cl_int err = CL_SUCCESS, status = CL_SUCCESS;
-            program = opencl_driver.clCreateProgramWithBinary(d->context, 1, &d->device, &size, &binary, &status, &err);
+            program = mapping__opencl_driver.clCreateProgramWithBinary(d->context, 1, &d->device, &size, &binary, &status, &err);
             if (err != CL_SUCCESS || status != CL_SUCCESS) {
                 if (err == CL_SUCCESS)
-                    opencl_driver.clReleaseProgram(program);
+                    mapping__opencl_driver.clReleaseProgram(program);
                 program = NULL;
-            } else if (opencl_driver.clBuildProgram(program, 1, &d->device, options, NULL, NULL) != CL_SUCCESS) {
-                opencl_driver.clReleaseProgram(program);
+            } else if (mapping__opencl_driver.clBuildProgram(program, 1, &d->device, options, NULL, NULL) != CL_SUCCESS) {
+                mapping__opencl_driver.clReleaseProgram(program);
                 program = NULL;
             }
         }
@@ -89,12 +89,12 @@ cl_program opencl_program_from_cache(opencl_device *d, const char *source, const
     return program;
 }
 
-void opencl_program_to_cache(opencl_device *d, cl_program program, const char *source, const char *options)
+void mapping__opencl_program_to_cache(opencl_device *d, cl_program program, const char *source, const char *options)
 {
-    if (!opencl_driver.clGetProgramInfo)
+    if (!mapping__opencl_driver.clGetProgramInfo)
         return;
     size_t size = 0;
-    if (opencl_driver.clGetProgramInfo(program, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) != CL_SUCCESS ||
+    if (mapping__opencl_driver.clGetProgramInfo(program, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) != CL_SUCCESS ||
         size == 0 || size > MAX_BINARY)
         return;
     uint64_t key = cache_key(d, source, options);
@@ -104,7 +104,7 @@ void opencl_program_to_cache(opencl_device *d, cl_program program, const char *s
         return;
     unsigned char *binary = file + sizeof(cache_header);
     if (cache_file(key, path, sizeof path) &&
-        opencl_driver.clGetProgramInfo(program, CL_PROGRAM_BINARIES, sizeof binary, &binary, NULL) == CL_SUCCESS) {
+        mapping__opencl_driver.clGetProgramInfo(program, CL_PROGRAM_BINARIES, sizeof binary, &binary, NULL) == CL_SUCCESS) {
         cache_header h = {.key = key, .size = size, .check = mapping_os_hash64(binary, size, 0xcbf29ce484222325ull)};
         memcpy(h.magic, MAGIC, sizeof MAGIC);
         memcpy(file, &h, sizeof h);

@@ -23,7 +23,7 @@
 #include "os/status.h"
 #ifdef MAPPING_OPENCL_HEADERS
 
-void opencl_stream_record_error(opencl_stream *s, mapping_status st, const char *message)
+void mapping__opencl_stream_record_error(opencl_stream *s, mapping_status st, const char *message)
 {
     pthread_mutex_lock(&s->lock);
     if (s->first_error == MAPPING_OK) {
@@ -37,37 +37,37 @@ void opencl_stream_record_error(opencl_stream *s, mapping_status st, const char 
 static mapping_status event_outcome(const char *what, cl_event ev)
 {
     cl_int status = CL_COMPLETE;
-    cl_int err = opencl_driver.clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL);
+    cl_int err = mapping__opencl_driver.clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL);
     if (err != CL_SUCCESS)
-        return opencl_fail("clGetEventInfo", err);
+        return mapping__opencl_fail("clGetEventInfo", err);
     if (status < 0) /* a failed command's status is its error code */
-        return opencl_fail(what, status);
+        return mapping__opencl_fail(what, status);
     return MAPPING_OK;
 }
 
-mapping_status opencl_finish_blocking(const char *call, cl_int err, cl_event ev)
+mapping_status mapping__opencl_finish_blocking(const char *call, cl_int err, cl_event ev)
 {
     if (err != CL_SUCCESS)
-        return opencl_fail(call, err);
-    err = opencl_driver.clWaitForEvents(1, &ev);
-    mapping_status st = err == CL_SUCCESS ? event_outcome(call, ev) : opencl_fail(call, err);
-    opencl_driver.clReleaseEvent(ev);
+        return mapping__opencl_fail(call, err);
+    err = mapping__opencl_driver.clWaitForEvents(1, &ev);
+    mapping_status st = err == CL_SUCCESS ? event_outcome(call, ev) : mapping__opencl_fail(call, err);
+    mapping__opencl_driver.clReleaseEvent(ev);
     return st;
 }
 
 /* ---- streams ---- */
 
-mapping_status opencl_stream_create(void *dev, void **out)
+mapping_status mapping__opencl_stream_create(void *dev, void **out)
 {
     opencl_device *d = dev;
     opencl_stream *s = mapping_os_calloc(1, sizeof *s);
     if (!s)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "opencl: out of memory");
     cl_int err = CL_SUCCESS;
-    s->queue = opencl_driver.clCreateCommandQueue(d->context, d->device, CL_QUEUE_PROFILING_ENABLE, &err);
+    s->queue = mapping__opencl_driver.clCreateCommandQueue(d->context, d->device, CL_QUEUE_PROFILING_ENABLE, &err);
     if (err != CL_SUCCESS) {
         free(s);
-        return opencl_fail("clCreateCommandQueue", err);
+        return mapping__opencl_fail("clCreateCommandQueue", err);
     }
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->cond, NULL);
@@ -76,7 +76,7 @@ mapping_status opencl_stream_create(void *dev, void **out)
 }
 
 /* Called after stream_synchronize: no host job is pending. */
-void opencl_stream_destroy(void *dev, void *stream)
+void mapping__opencl_stream_destroy(void *dev, void *stream)
 {
     (void)dev;
     opencl_stream *s = stream;
@@ -87,8 +87,8 @@ void opencl_stream_destroy(void *dev, void *stream)
     pthread_mutex_unlock(&s->lock);
     if (joined)
         pthread_join(s->worker, NULL);
-    opencl_driver.clFinish(s->queue);
-    opencl_driver.clReleaseCommandQueue(s->queue);
+    mapping__opencl_driver.clFinish(s->queue);
+    mapping__opencl_driver.clReleaseCommandQueue(s->queue);
     pthread_cond_destroy(&s->cond);
     pthread_mutex_destroy(&s->lock);
     free(s);
@@ -96,13 +96,13 @@ void opencl_stream_destroy(void *dev, void *stream)
 
 /* A marker after everything queued; its status says whether that work
  * failed. Then the first error a host-function worker recorded. */
-mapping_status opencl_stream_synchronize(void *dev, void *stream)
+mapping_status mapping__opencl_stream_synchronize(void *dev, void *stream)
 {
     (void)dev;
     opencl_stream *s = stream;
     cl_event ev = NULL;
-    cl_int err = opencl_driver.clEnqueueMarkerWithWaitList(s->queue, 0, NULL, &ev);
-    mapping_status st = opencl_finish_blocking("clEnqueueMarkerWithWaitList (stream_synchronize)", err, ev);
+    cl_int err = mapping__opencl_driver.clEnqueueMarkerWithWaitList(s->queue, 0, NULL, &ev);
+    mapping_status st = mapping__opencl_finish_blocking("clEnqueueMarkerWithWaitList (stream_synchronize)", err, ev);
     pthread_mutex_lock(&s->lock);
     mapping_status first = s->first_error;
     char message[sizeof s->error_message];
@@ -118,7 +118,7 @@ mapping_status opencl_stream_synchronize(void *dev, void *stream)
     return st;
 }
 
-mapping_status opencl_stream_native(void *dev, void *stream, void **native)
+mapping_status mapping__opencl_stream_native(void *dev, void *stream, void **native)
 {
     (void)dev;
     *native = ((opencl_stream *)stream)->queue;
@@ -133,47 +133,47 @@ mapping_status opencl_stream_native(void *dev, void *stream, void **native)
  * not used as a copy source: while mapped, its device-side content is
  * undefined, so clEnqueueCopyBuffer from it would be wrong on drivers that
  * keep a device copy. Both paths are therefore the same call. */
-mapping_status opencl_write(void *dev, void *stream, const void *src, const mapping_host_ref *pinned, void *dst_mem,
+mapping_status mapping__opencl_write(void *dev, void *stream, const void *src, const mapping_host_ref *pinned, void *dst_mem,
                          size_t dst_offset, size_t bytes)
 {
     (void)pinned;
     cl_command_queue q = opencl_queue_of(dev, stream);
-    cl_int err = opencl_driver.clEnqueueWriteBuffer(q, ((opencl_buffer *)dst_mem)->mem, stream ? CL_FALSE : CL_TRUE, dst_offset,
+    cl_int err = mapping__opencl_driver.clEnqueueWriteBuffer(q, ((opencl_buffer *)dst_mem)->mem, stream ? CL_FALSE : CL_TRUE, dst_offset,
                                           bytes, src, 0, NULL, NULL);
-    return err == CL_SUCCESS ? MAPPING_OK : opencl_fail("clEnqueueWriteBuffer", err);
+    return err == CL_SUCCESS ? MAPPING_OK : mapping__opencl_fail("clEnqueueWriteBuffer", err);
 }
 
-mapping_status opencl_read(void *dev, void *stream, void *src_mem, size_t src_offset, void *dst,
+mapping_status mapping__opencl_read(void *dev, void *stream, void *src_mem, size_t src_offset, void *dst,
                         const mapping_host_ref *pinned, size_t bytes)
 {
-    (void)pinned; /* see opencl_write */
+    (void)pinned; /* see mapping__opencl_write */
     cl_command_queue q = opencl_queue_of(dev, stream);
-    cl_int err = opencl_driver.clEnqueueReadBuffer(q, ((opencl_buffer *)src_mem)->mem, stream ? CL_FALSE : CL_TRUE, src_offset,
+    cl_int err = mapping__opencl_driver.clEnqueueReadBuffer(q, ((opencl_buffer *)src_mem)->mem, stream ? CL_FALSE : CL_TRUE, src_offset,
                                          bytes, dst, 0, NULL, NULL);
-    return err == CL_SUCCESS ? MAPPING_OK : opencl_fail("clEnqueueReadBuffer", err);
+    return err == CL_SUCCESS ? MAPPING_OK : mapping__opencl_fail("clEnqueueReadBuffer", err);
 }
 
-mapping_status opencl_copy(void *dev, void *stream, void *src_mem, size_t src_offset, void *dst_mem, size_t dst_offset,
+mapping_status mapping__opencl_copy(void *dev, void *stream, void *src_mem, size_t src_offset, void *dst_mem, size_t dst_offset,
                         size_t bytes)
 {
     cl_event ev = NULL;
-    cl_int err = opencl_driver.clEnqueueCopyBuffer(opencl_queue_of(dev, stream), ((opencl_buffer *)src_mem)->mem,
+    cl_int err = mapping__opencl_driver.clEnqueueCopyBuffer(opencl_queue_of(dev, stream), ((opencl_buffer *)src_mem)->mem,
                                          ((opencl_buffer *)dst_mem)->mem, src_offset, dst_offset, bytes, 0, NULL,
                                          stream ? NULL : &ev);
     if (!stream)
-        return opencl_finish_blocking("clEnqueueCopyBuffer", err, ev);
-    return err == CL_SUCCESS ? MAPPING_OK : opencl_fail("clEnqueueCopyBuffer", err);
+        return mapping__opencl_finish_blocking("clEnqueueCopyBuffer", err, ev);
+    return err == CL_SUCCESS ? MAPPING_OK : mapping__opencl_fail("clEnqueueCopyBuffer", err);
 }
 
-mapping_status opencl_fill(void *dev, void *stream, void *mem, size_t offset, size_t bytes, unsigned char value)
+mapping_status mapping__opencl_fill(void *dev, void *stream, void *mem, size_t offset, size_t bytes, unsigned char value)
 {
     cl_event ev = NULL;
     cl_uchar pattern = value;
-    cl_int err = opencl_driver.clEnqueueFillBuffer(opencl_queue_of(dev, stream), ((opencl_buffer *)mem)->mem, &pattern,
+    cl_int err = mapping__opencl_driver.clEnqueueFillBuffer(opencl_queue_of(dev, stream), ((opencl_buffer *)mem)->mem, &pattern,
                                          sizeof pattern, offset, bytes, 0, NULL, stream ? NULL : &ev);
     if (!stream)
-        return opencl_finish_blocking("clEnqueueFillBuffer", err, ev);
-    return err == CL_SUCCESS ? MAPPING_OK : opencl_fail("clEnqueueFillBuffer", err);
+        return mapping__opencl_finish_blocking("clEnqueueFillBuffer", err, ev);
+    return err == CL_SUCCESS ? MAPPING_OK : mapping__opencl_fail("clEnqueueFillBuffer", err);
 }
 
 /* ---- host functions ---- */
@@ -184,7 +184,7 @@ static void settle(cl_event marker)
 {
     for (;;) {
         cl_int status = CL_COMPLETE;
-        if (opencl_driver.clGetEventInfo(marker, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL) !=
+        if (mapping__opencl_driver.clGetEventInfo(marker, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL) !=
                 CL_SUCCESS ||
             status <= CL_COMPLETE)
             return;
@@ -210,7 +210,7 @@ static void *host_worker(void *arg)
         pthread_mutex_unlock(&s->lock);
         if (!job)
             return NULL; /* stopping, and nothing left */
-        cl_int err = opencl_driver.clWaitForEvents(1, &job->reached);
+        cl_int err = mapping__opencl_driver.clWaitForEvents(1, &job->reached);
         if (err != CL_SUCCESS || s->failed) {
             /* The work queued before fn failed, or could not be waited for:
              * fn must not run against unfinished data. It is skipped, and
@@ -227,8 +227,8 @@ static void *host_worker(void *arg)
                 snprintf(message, sizeof message,
                          "opencl: clWaitForEvents failed: %s (%d): the work before a host function failed; the "
                          "function was not run and the stream runs no host function any more",
-                         opencl_error_name(err), err);
-                opencl_stream_record_error(s, MAPPING_ERR_DRIVER, message);
+                         mapping__opencl_error_name(err), err);
+                mapping__opencl_stream_record_error(s, MAPPING_ERR_DRIVER, message);
                 pthread_mutex_lock(&s->lock);
                 s->failed = true;
                 pthread_mutex_unlock(&s->lock);
@@ -236,14 +236,14 @@ static void *host_worker(void *arg)
         } else {
             job->fn(job->user);
         }
-        opencl_driver.clSetUserEventStatus(job->done, CL_COMPLETE);
-        opencl_driver.clReleaseEvent(job->reached);
-        opencl_driver.clReleaseEvent(job->done);
+        mapping__opencl_driver.clSetUserEventStatus(job->done, CL_COMPLETE);
+        mapping__opencl_driver.clReleaseEvent(job->reached);
+        mapping__opencl_driver.clReleaseEvent(job->done);
         free(job);
     }
 }
 
-mapping_status opencl_launch_host(void *dev, void *stream, void (*fn)(void *), void *user)
+mapping_status mapping__opencl_launch_host(void *dev, void *stream, void (*fn)(void *), void *user)
 {
     opencl_device *d = dev;
     opencl_stream *s = stream;
@@ -264,19 +264,19 @@ mapping_status opencl_launch_host(void *dev, void *stream, void (*fn)(void *), v
         }
         s->worker_started = true;
     }
-    job->done = opencl_driver.clCreateUserEvent(d->context, &err);
+    job->done = mapping__opencl_driver.clCreateUserEvent(d->context, &err);
     if (err != CL_SUCCESS) {
-        st = opencl_fail("clCreateUserEvent", err);
+        st = mapping__opencl_fail("clCreateUserEvent", err);
         goto fail;
     }
-    if ((err = opencl_driver.clEnqueueMarkerWithWaitList(s->queue, 0, NULL, &job->reached)) != CL_SUCCESS) {
-        st = opencl_fail("clEnqueueMarkerWithWaitList", err);
+    if ((err = mapping__opencl_driver.clEnqueueMarkerWithWaitList(s->queue, 0, NULL, &job->reached)) != CL_SUCCESS) {
+        st = mapping__opencl_fail("clEnqueueMarkerWithWaitList", err);
         goto fail_done;
     }
-    if ((err = opencl_driver.clEnqueueBarrierWithWaitList(s->queue, 1, &job->done, NULL)) != CL_SUCCESS) {
+    if ((err = mapping__opencl_driver.clEnqueueBarrierWithWaitList(s->queue, 1, &job->done, NULL)) != CL_SUCCESS) {
         /* The marker is queued already; with no job for it nothing waits on it. */
-        opencl_driver.clReleaseEvent(job->reached);
-        st = opencl_fail("clEnqueueBarrierWithWaitList", err);
+        mapping__opencl_driver.clReleaseEvent(job->reached);
+        st = mapping__opencl_fail("clEnqueueBarrierWithWaitList", err);
         goto fail_done;
     }
     if (s->tail)
@@ -286,11 +286,11 @@ mapping_status opencl_launch_host(void *dev, void *stream, void (*fn)(void *), v
     s->tail = job;
     pthread_cond_signal(&s->cond);
     pthread_mutex_unlock(&s->lock);
-    opencl_driver.clFlush(s->queue); /* so the marker is reached without a later wait */
+    mapping__opencl_driver.clFlush(s->queue); /* so the marker is reached without a later wait */
     return MAPPING_OK;
 fail_done:
-    opencl_driver.clSetUserEventStatus(job->done, CL_COMPLETE);
-    opencl_driver.clReleaseEvent(job->done);
+    mapping__opencl_driver.clSetUserEventStatus(job->done, CL_COMPLETE);
+    mapping__opencl_driver.clReleaseEvent(job->done);
 fail:
     pthread_mutex_unlock(&s->lock);
     free(job);
@@ -299,76 +299,76 @@ fail:
 
 /* ---- events: markers on profiling queues ---- */
 
-mapping_status opencl_event_record(void *dev, void *stream, void **out)
+mapping_status mapping__opencl_event_record(void *dev, void *stream, void **out)
 {
     (void)dev;
     opencl_stream *s = stream;
     cl_event ev = NULL;
-    cl_int err = opencl_driver.clEnqueueMarkerWithWaitList(s->queue, 0, NULL, &ev);
+    cl_int err = mapping__opencl_driver.clEnqueueMarkerWithWaitList(s->queue, 0, NULL, &ev);
     if (err != CL_SUCCESS)
-        return opencl_fail("clEnqueueMarkerWithWaitList", err);
-    opencl_driver.clFlush(s->queue); /* an event polled with event_query must make progress */
+        return mapping__opencl_fail("clEnqueueMarkerWithWaitList", err);
+    mapping__opencl_driver.clFlush(s->queue); /* an event polled with event_query must make progress */
     *out = ev;
     return MAPPING_OK;
 }
 
-mapping_status opencl_event_wait(void *dev, void *stream, void *event)
+mapping_status mapping__opencl_event_wait(void *dev, void *stream, void *event)
 {
     (void)dev;
     opencl_stream *s = stream;
     cl_event ev = event;
-    cl_int err = opencl_driver.clEnqueueBarrierWithWaitList(s->queue, 1, &ev, NULL);
+    cl_int err = mapping__opencl_driver.clEnqueueBarrierWithWaitList(s->queue, 1, &ev, NULL);
     if (err != CL_SUCCESS)
-        return opencl_fail("clEnqueueBarrierWithWaitList", err);
-    opencl_driver.clFlush(s->queue);
+        return mapping__opencl_fail("clEnqueueBarrierWithWaitList", err);
+    mapping__opencl_driver.clFlush(s->queue);
     return MAPPING_OK;
 }
 
-mapping_status opencl_event_synchronize(void *dev, void *event)
+mapping_status mapping__opencl_event_synchronize(void *dev, void *event)
 {
     (void)dev;
     cl_event ev = event;
-    cl_int err = opencl_driver.clWaitForEvents(1, &ev);
+    cl_int err = mapping__opencl_driver.clWaitForEvents(1, &ev);
     if (err != CL_SUCCESS)
-        return opencl_fail("clWaitForEvents", err);
+        return mapping__opencl_fail("clWaitForEvents", err);
     return event_outcome("the work before the event", ev);
 }
 
-mapping_status opencl_event_query(void *dev, void *event)
+mapping_status mapping__opencl_event_query(void *dev, void *event)
 {
     (void)dev;
     cl_int status = CL_COMPLETE;
-    cl_int err = opencl_driver.clGetEventInfo(event, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL);
+    cl_int err = mapping__opencl_driver.clGetEventInfo(event, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL);
     if (err != CL_SUCCESS)
-        return opencl_fail("clGetEventInfo", err);
+        return mapping__opencl_fail("clGetEventInfo", err);
     if (status < 0)
-        return opencl_fail("the work before the event", status);
+        return mapping__opencl_fail("the work before the event", status);
     return status == CL_COMPLETE ? MAPPING_OK : MAPPING_ERR_NOT_READY;
 }
 
 /* Timestamps are the markers' CL_PROFILING_COMMAND_END: the moment the stream
  * passed the point where the event was recorded. */
-mapping_status opencl_event_elapsed(void *dev, void *start, void *end, double *seconds)
+mapping_status mapping__opencl_event_elapsed(void *dev, void *start, void *end, double *seconds)
 {
     cl_ulong t[2] = {0, 0};
     void *events[2] = {start, end};
     for (int i = 0; i < 2; i++) {
-        mapping_status st = opencl_event_query(dev, events[i]);
+        mapping_status st = mapping__opencl_event_query(dev, events[i]);
         if (st == MAPPING_ERR_NOT_READY)
             return mapping__fail(st, "mapping_event_elapsed: the %s event has not completed", i ? "end" : "start");
         if (st != MAPPING_OK)
             return st;
-        cl_int err = opencl_driver.clGetEventProfilingInfo(events[i], CL_PROFILING_COMMAND_END, sizeof t[i], &t[i], NULL);
+        cl_int err = mapping__opencl_driver.clGetEventProfilingInfo(events[i], CL_PROFILING_COMMAND_END, sizeof t[i], &t[i], NULL);
         if (err != CL_SUCCESS)
-            return opencl_fail("clGetEventProfilingInfo(CL_PROFILING_COMMAND_END)", err);
+            return mapping__opencl_fail("clGetEventProfilingInfo(CL_PROFILING_COMMAND_END)", err);
     }
     *seconds = ((double)t[1] - (double)t[0]) * 1e-9;
     return MAPPING_OK;
 }
 
-void opencl_event_destroy(void *dev, void *event)
+void mapping__opencl_event_destroy(void *dev, void *event)
 {
     (void)dev;
-    opencl_driver.clReleaseEvent(event);
+    mapping__opencl_driver.clReleaseEvent(event);
 }
 #endif /* MAPPING_OPENCL_HEADERS */

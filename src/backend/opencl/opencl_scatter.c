@@ -148,14 +148,14 @@ static const opencl_lane_policy cpu_lanes = {4096, 1024, (size_t)1 << 16};
 static mapping_status build_failure(opencl_device *d, cl_int err)
 {
     char log[512] = "";
-    opencl_driver.clGetProgramBuildInfo(d->program, d->device, CL_PROGRAM_BUILD_LOG, sizeof log, log, NULL);
+    mapping__opencl_driver.clGetProgramBuildInfo(d->program, d->device, CL_PROGRAM_BUILD_LOG, sizeof log, log, NULL);
     log[sizeof log - 1] = '\0';
     for (char *c = log; *c; c++)
         if (*c == '\n')
             *c = ' ';
     /* The format of mapping__fail_driver, with the build log after it. */
     return mapping__fail(MAPPING_ERR_DRIVER, "opencl: clBuildProgram failed: %s (%d); scatter/gather kernel log: %s",
-                         opencl_error_name(err), err, log);
+                         mapping__opencl_error_name(err), err, log);
 }
 
 /* With kernel_lock held. cache_only: only from a kept binary (at open),
@@ -168,43 +168,43 @@ static mapping_status build_kernels_from(opencl_device *d, bool cache_only)
     cl_int err = CL_SUCCESS;
     /* A binary kept by an earlier process first; a source build otherwise
      * (or when the cached program lacks a kernel), which is then kept. */
-    bool cached = (d->program = opencl_program_from_cache(d, source, options)) != NULL;
+    bool cached = (d->program = mapping__opencl_program_from_cache(d, source, options)) != NULL;
     if (cache_only && !cached)
         return MAPPING_OK;
     for (;;) {
         if (!cached) {
-            d->program = opencl_driver.clCreateProgramWithSource(d->context, 1, &source, NULL, &err);
+            d->program = mapping__opencl_driver.clCreateProgramWithSource(d->context, 1, &source, NULL, &err);
             if (err != CL_SUCCESS) {
                 d->program = NULL;
-                return opencl_fail("clCreateProgramWithSource", err);
+                return mapping__opencl_fail("clCreateProgramWithSource", err);
             }
-            if ((err = opencl_driver.clBuildProgram(d->program, 1, &d->device, options, NULL, NULL)) != CL_SUCCESS) {
+            if ((err = mapping__opencl_driver.clBuildProgram(d->program, 1, &d->device, options, NULL, NULL)) != CL_SUCCESS) {
                 mapping_status st = build_failure(d, err);
-                opencl_kernels_release(d);
+                mapping__opencl_kernels_release(d);
                 return st;
             }
         }
-        d->scatter = opencl_driver.clCreateKernel(d->program, "mapping_scatter", &err);
+        d->scatter = mapping__opencl_driver.clCreateKernel(d->program, "mapping_scatter", &err);
         if (err == CL_SUCCESS)
-            d->gather = opencl_driver.clCreateKernel(d->program, "mapping_gather", &err);
+            d->gather = mapping__opencl_driver.clCreateKernel(d->program, "mapping_gather", &err);
         if (err == CL_SUCCESS)
-            d->scatter_slices = opencl_driver.clCreateKernel(d->program, "mapping_scatter_slices", &err);
+            d->scatter_slices = mapping__opencl_driver.clCreateKernel(d->program, "mapping_scatter_slices", &err);
         if (err == CL_SUCCESS)
-            d->gather_slices = opencl_driver.clCreateKernel(d->program, "mapping_gather_slices", &err);
+            d->gather_slices = mapping__opencl_driver.clCreateKernel(d->program, "mapping_gather_slices", &err);
         if (err == CL_SUCCESS)
             break;
-        opencl_kernels_release(d);
+        mapping__opencl_kernels_release(d);
         if (!cached)
-            return opencl_fail("clCreateKernel", err);
+            return mapping__opencl_fail("clCreateKernel", err);
         if (cache_only)
             return MAPPING_OK;
         cached = false;
     }
     if (!cached)
-        opencl_program_to_cache(d, d->program, source, options);
+        mapping__opencl_program_to_cache(d, d->program, source, options);
     size_t max[2] = {OPENCL_GROUP, OPENCL_GROUP};
     for (int i = 0; i < 2; i++)
-        if (opencl_driver.clGetKernelWorkGroupInfo(i ? d->gather : d->scatter, d->device, CL_KERNEL_WORK_GROUP_SIZE,
+        if (mapping__opencl_driver.clGetKernelWorkGroupInfo(i ? d->gather : d->scatter, d->device, CL_KERNEL_WORK_GROUP_SIZE,
                                          sizeof max[i], &max[i], NULL) != CL_SUCCESS)
             max[i] = 1;
     size_t group = max[0] < max[1] ? max[0] : max[1];
@@ -212,7 +212,7 @@ static mapping_status build_kernels_from(opencl_device *d, bool cache_only)
     while (d->group_size * 2 <= group && d->group_size * 2 <= OPENCL_GROUP)
         d->group_size *= 2;
     cl_uint units = 1;
-    if (opencl_driver.clGetDeviceInfo(d->device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL) != CL_SUCCESS ||
+    if (mapping__opencl_driver.clGetDeviceInfo(d->device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL) != CL_SUCCESS ||
         units == 0)
         units = 1;
     d->compute_units = units;
@@ -225,26 +225,26 @@ static mapping_status build_kernels(opencl_device *d)
     return build_kernels_from(d, false);
 }
 
-void opencl_kernels_prepare(opencl_device *d)
+void mapping__opencl_kernels_prepare(opencl_device *d)
 {
     pthread_mutex_lock(&d->kernel_lock);
     build_kernels_from(d, true);
     pthread_mutex_unlock(&d->kernel_lock);
 }
 
-void opencl_kernels_release(opencl_device *d)
+void mapping__opencl_kernels_release(opencl_device *d)
 {
     if (d->scatter)
-        opencl_driver.clReleaseKernel(d->scatter);
+        mapping__opencl_driver.clReleaseKernel(d->scatter);
     if (d->gather)
-        opencl_driver.clReleaseKernel(d->gather);
+        mapping__opencl_driver.clReleaseKernel(d->gather);
     if (d->scatter_slices)
-        opencl_driver.clReleaseKernel(d->scatter_slices);
+        mapping__opencl_driver.clReleaseKernel(d->scatter_slices);
     if (d->gather_slices)
-        opencl_driver.clReleaseKernel(d->gather_slices);
+        mapping__opencl_driver.clReleaseKernel(d->gather_slices);
     d->scatter_slices = d->gather_slices = NULL;
     if (d->program)
-        opencl_driver.clReleaseProgram(d->program);
+        mapping__opencl_driver.clReleaseProgram(d->program);
     d->scatter = d->gather = NULL;
     d->program = NULL;
     d->kernels_built = false;
@@ -288,8 +288,8 @@ static mapping_status launch(opencl_device *d, void *stream, bool scatter, cl_me
         cl_kernel k = slices ? (scatter ? d->scatter_slices : d->gather_slices) : scatter ? d->scatter : d->gather;
         cl_ulong offset = table_offset, entries = count;
         size_t items = 0;
-        err = opencl_driver.clSetKernelArg(k, 0, sizeof staging, &staging) | opencl_driver.clSetKernelArg(k, 1, sizeof buffer, &buffer) |
-              opencl_driver.clSetKernelArg(k, 2, sizeof offset, &offset) | opencl_driver.clSetKernelArg(k, 3, sizeof entries, &entries);
+        err = mapping__opencl_driver.clSetKernelArg(k, 0, sizeof staging, &staging) | mapping__opencl_driver.clSetKernelArg(k, 1, sizeof buffer, &buffer) |
+              mapping__opencl_driver.clSetKernelArg(k, 2, sizeof offset, &offset) | mapping__opencl_driver.clSetKernelArg(k, 3, sizeof entries, &entries);
         if (slices) {
             /* A few slices per compute unit (for balance), each of at least
              * SLICE_MIN entries (so the loop, not the launch, dominates). */
@@ -297,10 +297,10 @@ static mapping_status launch(opencl_device *d, void *stream, bool scatter, cl_me
             items = want < by_size ? want : by_size;
             cl_ulong per = (count + items - 1) / items;
             items = (size_t)((count + per - 1) / per);
-            err |= opencl_driver.clSetKernelArg(k, 4, sizeof per, &per);
+            err |= mapping__opencl_driver.clSetKernelArg(k, 4, sizeof per, &per);
         } else {
-            err |= opencl_driver.clSetKernelArg(k, 4, sizeof lane_bits, &lane_bits) |
-                   opencl_driver.clSetKernelArg(k, 5, sizeof sliced, &sliced);
+            err |= mapping__opencl_driver.clSetKernelArg(k, 4, sizeof lane_bits, &lane_bits) |
+                   mapping__opencl_driver.clSetKernelArg(k, 5, sizeof sliced, &sliced);
         }
         if (err != CL_SUCCESS) {
             st = mapping__fail(MAPPING_ERR_DRIVER, "opencl: clSetKernelArg of the %s kernel failed",
@@ -308,26 +308,26 @@ static mapping_status launch(opencl_device *d, void *stream, bool scatter, cl_me
         } else {
             size_t local = slices ? 1 : d->group_size,
                    global = slices ? items : ((count << lane_bits) + local - 1) / local * local;
-            err = opencl_driver.clEnqueueNDRangeKernel(opencl_queue_of(d, stream), k, 1, NULL, &global, &local, 0, NULL,
+            err = mapping__opencl_driver.clEnqueueNDRangeKernel(opencl_queue_of(d, stream), k, 1, NULL, &global, &local, 0, NULL,
                                              stream ? NULL : &ev);
             if (err != CL_SUCCESS)
-                st = opencl_fail("clEnqueueNDRangeKernel", err);
+                st = mapping__opencl_fail("clEnqueueNDRangeKernel", err);
         }
     }
     pthread_mutex_unlock(&d->kernel_lock);
     if (st == MAPPING_OK && !stream)
-        st = opencl_finish_blocking("clEnqueueNDRangeKernel", CL_SUCCESS, ev);
+        st = mapping__opencl_finish_blocking("clEnqueueNDRangeKernel", CL_SUCCESS, ev);
     return st;
 }
 
-mapping_status opencl_scatter(void *dev, void *stream, void *staging_mem, size_t table_offset,
+mapping_status mapping__opencl_scatter(void *dev, void *stream, void *staging_mem, size_t table_offset,
                            const mapping_scatter_entry *table, size_t count, void *dst_mem)
 {
     return launch(dev, stream, true, ((opencl_buffer *)staging_mem)->mem, ((opencl_buffer *)dst_mem)->mem, table_offset,
                   table, count);
 }
 
-mapping_status opencl_gather(void *dev, void *stream, void *src_mem, void *staging_mem, size_t table_offset,
+mapping_status mapping__opencl_gather(void *dev, void *stream, void *src_mem, void *staging_mem, size_t table_offset,
                           const mapping_scatter_entry *table, size_t count)
 {
     return launch(dev, stream, false, ((opencl_buffer *)staging_mem)->mem, ((opencl_buffer *)src_mem)->mem, table_offset,

@@ -113,10 +113,10 @@ UNIT_TEST(cuda_toolkit_stub_library_makes_cuda_unavailable_with_a_clear_reason)
 UNIT_TEST(cuda_error_names_are_known_without_a_driver)
 {
 #ifdef MAPPING_WITH_CUDA
-    CHECK(strcmp(cuda_error_name(2), "CUDA_ERROR_OUT_OF_MEMORY") == 0);
-    CHECK(strcmp(cuda_error_name(34), "CUDA_ERROR_STUB_LIBRARY") == 0);
-    CHECK(strcmp(cuda_error_name(600), "CUDA_ERROR_NOT_READY") == 0);
-    CHECK(strcmp(cuda_error_name(123456), "unknown CUresult") == 0);
+    CHECK(strcmp(mapping__cuda_error_name(2), "CUDA_ERROR_OUT_OF_MEMORY") == 0);
+    CHECK(strcmp(mapping__cuda_error_name(34), "CUDA_ERROR_STUB_LIBRARY") == 0);
+    CHECK(strcmp(mapping__cuda_error_name(600), "CUDA_ERROR_NOT_READY") == 0);
+    CHECK(strcmp(mapping__cuda_error_name(123456), "unknown CUresult") == 0);
 #else
     test_skip("the cuda back end is not compiled into this build");
 #endif

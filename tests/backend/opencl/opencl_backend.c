@@ -30,7 +30,7 @@ static mapping_device *open_opencl(void)
     do {                                                                                                  \
         cl_int e_ = (expr);                                                                               \
         if (e_ != CL_SUCCESS)                                                                             \
-            test_fail(__FILE__, __LINE__, "%s returned %s (%d)", #expr, opencl_error_name(e_), (int)e_);    \
+            test_fail(__FILE__, __LINE__, "%s returned %s (%d)", #expr, mapping__opencl_error_name(e_), (int)e_);    \
     } while (0)
 
 static void opencl_native_handles_run_a_user_kernel_on_the_library_stream_body(void)
@@ -44,10 +44,10 @@ static void opencl_native_handles_run_a_user_kernel_on_the_library_stream_body(v
                                 "{ size_t i = get_global_id(0); x[i] = x[i] * a + 1.0f; }\n";
     cl_int err = CL_SUCCESS;
     cl_device_id device = nd.device;
-    cl_program program = opencl_driver.clCreateProgramWithSource(nd.context, 1, &source, NULL, &err);
+    cl_program program = mapping__opencl_driver.clCreateProgramWithSource(nd.context, 1, &source, NULL, &err);
     CHECK_CL(err);
-    CHECK_CL(opencl_driver.clBuildProgram(program, 1, &device, "", NULL, NULL));
-    cl_kernel kernel = opencl_driver.clCreateKernel(program, "affine", &err);
+    CHECK_CL(mapping__opencl_driver.clBuildProgram(program, 1, &device, "", NULL, NULL));
+    cl_kernel kernel = mapping__opencl_driver.clCreateKernel(program, "affine", &err);
     CHECK_CL(err);
 
     enum { N = 1000 };
@@ -67,22 +67,22 @@ static void opencl_native_handles_run_a_user_kernel_on_the_library_stream_body(v
     cl_mem m = mem;
     float a = 2.0f;
     size_t global = N;
-    CHECK_CL(opencl_driver.clSetKernelArg(kernel, 0, sizeof m, &m));
-    CHECK_CL(opencl_driver.clSetKernelArg(kernel, 1, sizeof a, &a));
-    CHECK_CL(opencl_driver.clEnqueueNDRangeKernel(queue, kernel, 1, NULL, &global, NULL, 0, NULL, NULL));
+    CHECK_CL(mapping__opencl_driver.clSetKernelArg(kernel, 0, sizeof m, &m));
+    CHECK_CL(mapping__opencl_driver.clSetKernelArg(kernel, 1, sizeof a, &a));
+    CHECK_CL(mapping__opencl_driver.clEnqueueNDRangeKernel(queue, kernel, 1, NULL, &global, NULL, 0, NULL, NULL));
     CHECK_OK(mapping_sync_to_cpu_range(s, buf, 0, out, sizeof out));
     CHECK_OK(mapping_stream_synchronize(s));
     for (int i = 0; i < N; i++)
         CHECK(out[i] == (float)i * 2.0f + 1.0f);
 
     /* The device's blocking queue is in order with blocking calls, too. */
-    CHECK_CL(opencl_driver.clEnqueueNDRangeKernel(nd.queue, kernel, 1, NULL, &global, NULL, 0, NULL, NULL));
+    CHECK_CL(mapping__opencl_driver.clEnqueueNDRangeKernel(nd.queue, kernel, 1, NULL, &global, NULL, 0, NULL, NULL));
     CHECK_OK(mapping_sync_to_cpu(buf, out));
     for (int i = 0; i < N; i++)
         CHECK(out[i] == ((float)i * 2.0f + 1.0f) * 2.0f + 1.0f);
 
-    opencl_driver.clReleaseKernel(kernel);
-    opencl_driver.clReleaseProgram(program);
+    mapping__opencl_driver.clReleaseKernel(kernel);
+    mapping__opencl_driver.clReleaseProgram(program);
     mapping_stream_destroy(s);
     mapping_free_gpu(buf);
     mapping_close(dev);
@@ -256,8 +256,8 @@ static void opencl_driver_errors_name_the_call_and_the_cl_code_body(void)
     CHECK_STATUS(mapping_allocate_cpu(dev, (size_t)1 << 52, &host), MAPPING_ERR_OUT_OF_HOST_MEMORY);
     CHECK(host == NULL);
     CHECK(strstr(mapping_last_error_message(), "CL_MEM_ALLOC_HOST_PTR") != NULL);
-    CHECK(strcmp(opencl_error_name(CL_INVALID_VALUE), "CL_INVALID_VALUE") == 0);
-    CHECK(strcmp(opencl_error_name(-12345), "CL_UNKNOWN_ERROR") == 0);
+    CHECK(strcmp(mapping__opencl_error_name(CL_INVALID_VALUE), "CL_INVALID_VALUE") == 0);
+    CHECK(strcmp(mapping__opencl_error_name(-12345), "CL_UNKNOWN_ERROR") == 0);
     mapping_close(dev);
 }
 
@@ -270,8 +270,8 @@ static void opencl_an_asynchronous_error_is_reported_once_by_stream_synchronize_
     mapping_device *dev = open_opencl();
     mapping_stream *s;
     CHECK_OK(mapping_stream_create(dev, &s));
-    opencl_stream_record_error(s->state, MAPPING_ERR_DRIVER, "opencl: first failure");
-    opencl_stream_record_error(s->state, MAPPING_ERR_OUT_OF_DEVICE_MEMORY, "opencl: second failure");
+    mapping__opencl_stream_record_error(s->state, MAPPING_ERR_DRIVER, "opencl: first failure");
+    mapping__opencl_stream_record_error(s->state, MAPPING_ERR_OUT_OF_DEVICE_MEMORY, "opencl: second failure");
     CHECK_STATUS(mapping_stream_synchronize(s), MAPPING_ERR_DRIVER);
     CHECK(strcmp(mapping_last_error_message(), "opencl: first failure") == 0);
     CHECK_OK(mapping_stream_synchronize(s));
@@ -458,17 +458,17 @@ static void opencl_a_failed_wait_skips_the_host_function_and_fails_the_stream_bo
     /* Flush 2 from the second half, with the wait before its unpacking
      * function failing at once: run anyway, that function would copy
      * flush 1's staged bytes into out2. */
-    real_wait = opencl_driver.clWaitForEvents;
+    real_wait = mapping__opencl_driver.clWaitForEvents;
     main_thread = pthread_self();
     atomic_store(&wait_failures_armed, 1);
-    opencl_driver.clWaitForEvents = failing_wait;
+    mapping__opencl_driver.clWaitForEvents = failing_wait;
     for (int i = 0; i < COPIES; i++)
         CHECK_OK(mapping_batch_sync_to_cpu(b, buf, HALF + (size_t)i * STRIDE, out2 + i * SIZE, SIZE));
     mapping_status flushed = mapping_batch_flush(s, b);
     mapping_status synced = mapping_stream_synchronize(s);
     char msg[512];
     snprintf(msg, sizeof msg, "%s", mapping_last_error_message());
-    opencl_driver.clWaitForEvents = real_wait;
+    mapping__opencl_driver.clWaitForEvents = real_wait;
     CHECK(atomic_load(&wait_failures_armed) == 0); /* the fault happened */
     CHECK_BYTES(out2, sentinel, sizeof out2); /* untouched */
     CHECK_OK(flushed); /* queued: the failure shows at synchronize */
