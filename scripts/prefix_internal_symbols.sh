@@ -27,7 +27,7 @@ for backend in host opencl cuda; do
   fi
 done
 mapfile -t names < <(awk 'NF == 3 && $2 ~ /^[A-Z]$/ {print $3}' <<<"$symbols" |
-                     grep -vE '^mapping_' | sort -u)
+                     grep -vE '^(mapping_|__(odr_asan|asan|ubsan|tsan))' | sort -u)
 if [ ${#names[@]} -eq 0 ]; then
   echo "prefix_internal_symbols: every global symbol already starts with mapping_"
   exit 0

@@ -136,6 +136,11 @@ int mapping__backend_default(void)
             return i;
         fallback = i;
     }
+    /* None available: the first compiled one (host), so that mapping_open
+     * says why it is unavailable (e.g. a bad MAPPING_HOST_DEVICES). */
+    for (int i = 0; i < SLOT_COUNT && fallback < 0; i++)
+        if (slots[i].be)
+            fallback = i;
     return fallback;
 }
 

@@ -79,6 +79,11 @@ TEST(environment_variables_are_parsed_strictly)
     CHECK_OK(open_with_env("MAPPING_DEVICE", "0", &d));
     mapping_close(d);
 
+    if (strcmp(test_backend(), "opencl") == 0) {
+        static const char *const bad_share[] = {"yes", "2", "0 ", "off"};
+        for (size_t i = 0; i < sizeof bad_share / sizeof bad_share[0]; i++, refused++)
+            check_env_refused("MAPPING_OPENCL_SHARED_CONTEXT", bad_share[i], MAPPING_ERR_INVALID_ARGUMENT);
+    }
     if (strcmp(test_backend(), "host") == 0) {
         static const char *const bad_links[] = {"garbage", "nan,nan", "25GB/s", "25e9,",     ",5e-6", "25e9,5e-6,1",
                                                 "inf",     "1e-300",  "25e9,1e12", " 25e9", "-1",    "0x10",

@@ -27,17 +27,18 @@ static int host_device_count = 1;
 
 static mapping_status host_load(char *why, size_t why_size, int *device_count)
 {
-    (void)why;
-    (void)why_size;
+    /* Decimal digits only (no sign, space or suffix): anything else makes
+     * the back end unavailable, with the reason (mapping_open names it). */
     const char *env = getenv("MAPPING_HOST_DEVICES");
     if (env && *env) {
-        char *end;
-        long n = strtol(env, &end, 10);
-        if (*end || n < 1 || n > HOST_MAX_DEVICES)
-            mapping__log(1, "host: MAPPING_HOST_DEVICES=\"%s\" is not a count from 1 to %d; using 1 device", env,
-                         HOST_MAX_DEVICES);
-        else
-            host_device_count = (int)n;
+        long n = 0;
+        for (const char *c = env; *c && n <= HOST_MAX_DEVICES; c++)
+            n = *c >= '0' && *c <= '9' ? n * 10 + (*c - '0') : HOST_MAX_DEVICES + 1;
+        if (n < 1 || n > HOST_MAX_DEVICES) {
+            snprintf(why, why_size, "MAPPING_HOST_DEVICES=\"%s\" is not a count from 1 to %d", env, HOST_MAX_DEVICES);
+            return MAPPING_ERR_INVALID_ARGUMENT;
+        }
+        host_device_count = (int)n;
     }
     *device_count = host_device_count;
     return MAPPING_OK;

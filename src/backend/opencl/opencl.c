@@ -153,6 +153,10 @@ static void opencl_device_close(void *dev)
 static mapping_status opencl_device_open(int index, const mapping_device_desc *desc, void **out)
 {
     (void)desc;
+    const char *share = getenv("MAPPING_OPENCL_SHARED_CONTEXT"); /* read again by opencl_peer.c */
+    if (share && *share && strcmp(share, "0") && strcmp(share, "1"))
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT,
+                             "mapping_open: MAPPING_OPENCL_SHARED_CONTEXT=\"%s\" is not 0 or 1", share);
     opencl_device *d = mapping_os_calloc(1, sizeof *d);
     if (!d)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "opencl: out of memory");
