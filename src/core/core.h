@@ -131,6 +131,11 @@ mapping_status mapping__check_buffer(const char *fn, const char *what, const map
 mapping_status mapping__check_stream(const char *fn, const mapping_stream *stream); /* NULL is fine */
 mapping_status mapping__check_event(const char *fn, const char *what, const mapping_event *ev);
 mapping_status mapping__check_range(const char *fn, const char *what, size_t offset, size_t bytes, size_t size);
+/* A device-to-device copy's arguments: the stream (NULL is fine), both
+ * buffers, both ranges, and no overlap within one buffer. Which devices may
+ * take part is the caller's own check. */
+mapping_status mapping__check_copy(const char *fn, const mapping_stream *stream, const mapping_buffer *src,
+                                   size_t src_offset, const mapping_buffer *dst, size_t dst_offset, size_t bytes);
 mapping_status mapping__check_ptr(const char *fn, const char *what, const void *ptr);
 /* MAPPING_ERR_BUSY when called from a host function running on `stream`
  * (waiting for or destroying it there would deadlock); NULL is fine. */

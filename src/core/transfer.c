@@ -56,19 +56,13 @@ mapping_status mapping_copy_gpu(mapping_stream *stream, const mapping_buffer *sr
                                 mapping_buffer *dst, size_t dst_offset, size_t bytes)
 {
     static const char fn[] = "mapping_copy_gpu";
-    mapping_status st;
-    if ((st = mapping__check_stream(fn, stream)) || (st = mapping__check_buffer(fn, "src", src)) ||
-        (st = mapping__check_buffer(fn, "dst", dst)) ||
-        (st = mapping__check_range(fn, "src", src_offset, bytes, src->size)) ||
-        (st = mapping__check_range(fn, "dst", dst_offset, bytes, dst->size)))
+    mapping_status st = mapping__check_copy(fn, stream, src, src_offset, dst, dst_offset, bytes);
+    if (st)
         return st;
     if (src->dev != dst->dev)
         return mapping__fail(MAPPING_ERR_DEVICE_MISMATCH, "%s: src and dst belong to different devices", fn);
     if ((st = mapping__check_same_device(fn, dst->dev, stream)))
         return st;
-    if (src == dst && src_offset < dst_offset + bytes && dst_offset < src_offset + bytes)
-        return mapping__fail(MAPPING_ERR_OVERLAP, "%s: [%zu, +%zu) and [%zu, +%zu) overlap in one buffer", fn,
-                             src_offset, bytes, dst_offset, bytes);
     return mapping__copy(stream, src, src_offset, dst, dst_offset, bytes);
 }
 

@@ -76,3 +76,18 @@ mapping_status mapping__check_not_in_host_fn(const char *fn, const mapping_strea
                              (const void *)stream);
     return MAPPING_OK;
 }
+
+mapping_status mapping__check_copy(const char *fn, const mapping_stream *stream, const mapping_buffer *src,
+                                   size_t src_offset, const mapping_buffer *dst, size_t dst_offset, size_t bytes)
+{
+    mapping_status st;
+    if ((st = mapping__check_stream(fn, stream)) || (st = mapping__check_buffer(fn, "src", src)) ||
+        (st = mapping__check_buffer(fn, "dst", dst)) ||
+        (st = mapping__check_range(fn, "src", src_offset, bytes, src->size)) ||
+        (st = mapping__check_range(fn, "dst", dst_offset, bytes, dst->size)))
+        return st;
+    if (src == dst && src_offset < dst_offset + bytes && dst_offset < src_offset + bytes)
+        return mapping__fail(MAPPING_ERR_OVERLAP, "%s: [%zu, +%zu) and [%zu, +%zu) overlap in one buffer", fn,
+                             src_offset, bytes, dst_offset, bytes);
+    return MAPPING_OK;
+}

@@ -81,8 +81,11 @@ TEST(a_logged_mark_is_synced_even_with_copies_queued)
     }
     CHECK_OK(mapping_mirror_sync_to_gpu(s, m)); /* queued: the next marks take the slow way */
     for (size_t i = 0; i < 100; i++) {
-        cpu[i * 600 + 7] ^= 0x33;
+        /* Mark first: the mark waits for the queued copy, which may read these
+         * bytes (merged gaps); host memory a queued copy reads must not be
+         * written until the stream reaches it (mapping.h). */
         CHECK_OK(mapping_mirror_mark_cpu_modified(m, i * 600 + 7, 1));
+        cpu[i * 600 + 7] ^= 0x33;
     }
     CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == 100);
     CHECK_OK(mapping_mirror_sync_to_gpu(s, m));
