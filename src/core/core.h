@@ -132,10 +132,12 @@ mapping_status mapping__check_stream(const char *fn, const mapping_stream *strea
 mapping_status mapping__check_event(const char *fn, const char *what, const mapping_event *ev);
 mapping_status mapping__check_range(const char *fn, const char *what, size_t offset, size_t bytes, size_t size);
 /* A device-to-device copy's arguments: the stream (NULL is fine), both
- * buffers, both ranges, and no overlap within one buffer. Which devices may
- * take part is the caller's own check. */
+ * buffers and both ranges. Which devices may take part is the caller's own
+ * check, then mapping__check_no_overlap (within one buffer). */
 mapping_status mapping__check_copy(const char *fn, const mapping_stream *stream, const mapping_buffer *src,
                                    size_t src_offset, const mapping_buffer *dst, size_t dst_offset, size_t bytes);
+mapping_status mapping__check_no_overlap(const char *fn, const mapping_buffer *src, size_t src_offset,
+                                         const mapping_buffer *dst, size_t dst_offset, size_t bytes);
 mapping_status mapping__check_ptr(const char *fn, const char *what, const void *ptr);
 /* MAPPING_ERR_BUSY when called from a host function running on `stream`
  * (waiting for or destroying it there would deadlock); NULL is fine. */

@@ -17,6 +17,8 @@ mapping_status mapping_copy_peer(mapping_stream *stream, const mapping_buffer *s
         return mapping__fail(MAPPING_ERR_DEVICE_MISMATCH,
                              "%s: the stream must belong to the destination's device (dst buffer %p); it belongs to %s",
                              fn, (const void *)dst, stream->dev == src->dev ? "the source's device" : "a third device");
+    if ((st = mapping__check_no_overlap(fn, src, src_offset, dst, dst_offset, bytes)))
+        return st;
     return mapping__copy_peer(stream, src, src_offset, dst, dst_offset, bytes);
 }
 

@@ -61,7 +61,8 @@ mapping_status mapping_copy_gpu(mapping_stream *stream, const mapping_buffer *sr
         return st;
     if (src->dev != dst->dev)
         return mapping__fail(MAPPING_ERR_DEVICE_MISMATCH, "%s: src and dst belong to different devices", fn);
-    if ((st = mapping__check_same_device(fn, dst->dev, stream)))
+    if ((st = mapping__check_same_device(fn, dst->dev, stream)) ||
+        (st = mapping__check_no_overlap(fn, src, src_offset, dst, dst_offset, bytes)))
         return st;
     return mapping__copy(stream, src, src_offset, dst, dst_offset, bytes);
 }

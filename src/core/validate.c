@@ -86,6 +86,12 @@ mapping_status mapping__check_copy(const char *fn, const mapping_stream *stream,
         (st = mapping__check_range(fn, "src", src_offset, bytes, src->size)) ||
         (st = mapping__check_range(fn, "dst", dst_offset, bytes, dst->size)))
         return st;
+    return MAPPING_OK;
+}
+
+mapping_status mapping__check_no_overlap(const char *fn, const mapping_buffer *src, size_t src_offset,
+                                         const mapping_buffer *dst, size_t dst_offset, size_t bytes)
+{
     if (src == dst && src_offset < dst_offset + bytes && dst_offset < src_offset + bytes)
         return mapping__fail(MAPPING_ERR_OVERLAP, "%s: [%zu, +%zu) and [%zu, +%zu) overlap in one buffer", fn,
                              src_offset, bytes, dst_offset, bytes);
