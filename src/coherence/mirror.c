@@ -128,7 +128,10 @@ mapping_status mapping_mirror_create(mapping_device *dev, size_t bytes, unsigned
     mirror_state *st = NULL;
     if (status || (status = state_new(fn, dev, bytes, &st)))
         return status;
+    mapping_error_mark before;
+    mapping__error_mark(&before);
     if (!(flags & MAPPING_MIRROR_UNIFIED) || mapping__mirror_alloc_unified(st) != MAPPING_OK) {
+        mapping__error_forget(&before); /* no unified memory: an ordinary mirror, and no error */
         void *cpu = NULL;
         if ((status = mapping__allocate_gpu(dev, bytes, &st->gpu)) ||
             (status = mapping__allocate_cpu(dev, bytes, &cpu)))

@@ -60,11 +60,16 @@ static void entry_abandon(mirror_state *st, size_t i)
 
 void mapping__mirror_fold_completed(mirror_state *st)
 {
+    /* Only an opportunity: a query that fails leaves the entry to be waited
+     * for later, and records nothing for the caller. */
+    mapping_error_mark before;
+    mapping__error_mark(&before);
     for (size_t i = 0; i < st->n_inflight;) {
         if (mapping__event_query(st->inflight[i].event) == MAPPING_OK && entry_fold(st, i))
             continue;
         i++;
     }
+    mapping__error_forget(&before);
 }
 
 /* Waits for entry i and folds it (the entry is gone). If the wait fails the
@@ -349,10 +354,15 @@ static mapping_status sync_record(mapping_stream *stream, mirror_state *st, int 
         return MAPPING_OK;
     }
     size_t span_lo = p->merged[0].lo, span_hi = p->merged[p->n_merged - 1].hi;
+    mapping_error_mark before;
+    mapping__error_mark(&before);
     if (entry_push(st, stream, span_lo, span_hi, t, p->exact, p->n_exact) != MAPPING_OK) {
-        /* Without an event the state cannot follow the stream: wait instead. */
-        if ((status = mapping__stream_synchronize(stream)) == MAPPING_OK)
+        /* Without an event the state cannot follow the stream: wait instead
+         * (the failed record is then not the caller's error). */
+        if ((status = mapping__stream_synchronize(stream)) == MAPPING_OK) {
+            mapping__error_forget(&before);
             apply_valid(st, t, p->exact, p->n_exact); /* on failure the target stays stale: recopied later */
+        }
         return status;
     }
     for (size_t k = 0; k < p->n_exact; k++)

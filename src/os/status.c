@@ -139,3 +139,23 @@ bool mapping__log_enabled(void)
 {
     return log_fn != NULL;
 }
+
+void mapping__error_mark(mapping_error_mark *mark)
+{
+    mark->status = last_status;
+    mark->count = error_count;
+    if (last_status != MAPPING_OK)
+        memcpy(mark->message, last_message, sizeof mark->message);
+}
+
+void mapping__error_forget(const mapping_error_mark *mark)
+{
+    if (error_count == mark->count)
+        return;
+    last_status = mark->status;
+    error_count = mark->count;
+    if (mark->status != MAPPING_OK)
+        memcpy(last_message, mark->message, sizeof last_message);
+    else
+        last_message[0] = '\0';
+}

@@ -30,6 +30,17 @@ const char *mapping__last_message(void);
 /* How many failures this thread has recorded: tells whether a callback
  * (a pipeline step) recorded its own error. */
 unsigned long long mapping__error_count(void);
+/* Recovering from a failure inside a call that then succeeds: the thread's
+ * error as it was before the attempt, so that the call records nothing.
+ * mark() is cheap (the message is copied only when an error was already
+ * recorded); forget() puts the error back if anything was recorded since. */
+typedef struct mapping_error_mark {
+    mapping_status     status;
+    unsigned long long count;
+    char               message[512];
+} mapping_error_mark;
+void mapping__error_mark(mapping_error_mark *mark);
+void mapping__error_forget(const mapping_error_mark *mark);
 /* Through the user's log callback, if any. */
 void mapping__log(int level, const char *fmt, ...) MAPPING_PRINTF(2, 3);
 /* Whether a log callback is installed (skip building a message otherwise). */

@@ -326,10 +326,14 @@ mapping_status mapping__batch_flush(mapping_stream *stream, mapping_batch *b)
     mapping_status run = run_plan(stream, b, p);
     mapping__batch_flush_done(&span, stream, b, p, run);
     b->busy = false;
+    mapping_error_mark before;
+    mapping__error_mark(&before);
     if (stream && (st = mapping__event_record(stream, &b->pending)) != MAPPING_OK) {
-        /* Without an event we cannot tell when the plan is free: wait now. */
+        /* Without an event we cannot tell when the plan is free: wait now.
+         * The flush itself is queued; the stream reports its own failures. */
         mapping__stream_synchronize(stream);
         b->pending = NULL;
+        mapping__error_forget(&before);
     }
     if (run != MAPPING_OK)
         return report_failure(b, p, run);

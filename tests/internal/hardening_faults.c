@@ -159,3 +159,62 @@ TEST(a_log_callback_cannot_reenter_the_mirror_being_synced)
     test_check_mirror_sides_equal(r.m);
     mapping_mirror_destroy(r.m);
 }
+
+/* A call that returns MAPPING_OK records no error, even when a fault inside
+ * it was recovered from (a unified allocation falling back to an ordinary
+ * mirror, an event that could not be recorded or queried): the n-th back-end
+ * call (n < 30), or the (n - 30)-th allocation, of a scripted piece of work
+ * fails, and every call of the script that still succeeds must leave
+ * mapping_last_error() clear. */
+#define EXPECT_CLEAN_IF_OK(call)                                                                                  \
+    do {                                                                                                          \
+        mapping_clear_last_error();                                                                               \
+        mapping_status st_ = (call);                                                                              \
+        if (st_ == MAPPING_OK && mapping_last_error() != MAPPING_OK)                                              \
+            test_fail(__FILE__, __LINE__, "fault %d: %s returned OK but recorded %s: %s", n, #call,               \
+                      mapping_status_name(mapping_last_error()), mapping_last_error_message());                   \
+        ok &= st_ == MAPPING_OK;                                                                                  \
+    } while (0)
+
+TEST(a_call_that_succeeds_after_a_recovered_fault_records_no_error)
+{
+    mapping_device *dev = test_device();
+    enum { SIZE = 1 << 16 };
+    static unsigned char host[SIZE];
+    int faults = 0;
+    for (int n = 0; n < 60; n++) {
+        mapping_stream *s = NULL;
+        mapping_mirror *m = NULL;
+        mapping_batch *b = NULL;
+        mapping_buffer *buf = NULL;
+        CHECK_OK(mapping_stream_create(dev, &s));
+        CHECK_OK(mapping_batch_create(dev, &b));
+        CHECK_OK(mapping_allocate_gpu(dev, SIZE, &buf));
+        bool ok = true;
+        bool alloc = n >= 30; /* runs 30..59: the (n - 30)-th allocation fails instead */
+        if (alloc)
+            mapping_os_inject_alloc_fault(n - 30);
+        else
+            mapping__inject_fault_any(dev, n);
+        EXPECT_CLEAN_IF_OK(mapping_mirror_create(dev, SIZE, MAPPING_MIRROR_UNIFIED, &m));
+        if (ok) {
+            EXPECT_CLEAN_IF_OK(mapping_mirror_mark_cpu_modified(m, 0, 64));
+            EXPECT_CLEAN_IF_OK(mapping_mirror_sync_to_gpu(s, m));
+            EXPECT_CLEAN_IF_OK(mapping_mirror_mark_cpu_modified(m, 4096, 64));
+            EXPECT_CLEAN_IF_OK(mapping_mirror_sync_to_gpu(s, m));
+        }
+        for (int i = 0; i < 8; i++)
+            EXPECT_CLEAN_IF_OK(mapping_batch_sync_to_gpu(b, host + 64 * i, buf, 128 * (size_t)i, 64));
+        EXPECT_CLEAN_IF_OK(mapping_batch_flush(s, b));
+        EXPECT_CLEAN_IF_OK(mapping_batch_flush(s, b));
+        mapping__inject_fault_any(dev, -1);
+        mapping_os_inject_alloc_fault(-1);
+        (void)mapping_stream_synchronize(s);
+        faults++;
+        mapping_mirror_destroy(m);
+        mapping_batch_destroy(b);
+        mapping_free_gpu(buf);
+        mapping_stream_destroy(s);
+    }
+    printf("%d scripted runs, each with one failed back-end call or allocation\n", faults);
+}
