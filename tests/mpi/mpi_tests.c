@@ -116,6 +116,13 @@ static void exchange_once(size_t rows, size_t cols, size_t halo, mapping_stream 
                               (unsigned char)(rank + 1)));
     CHECK_OK(mapping_mirror_mark_gpu_modified(owned, 0, mapping_mirror_size(owned)));
 
+    /* The accessors: the array's own device; no CUDA-aware path off CUDA. */
+    CHECK(mapping_mpi_darray_device(a) == dev);
+    CHECK(mapping_mpi_darray_device(NULL) == NULL);
+    if (strcmp(mapping_backend_name(dev), "cuda") != 0)
+        CHECK(mapping_mpi_cuda_aware(a) == 0);
+    CHECK(mapping_mpi_cuda_aware(NULL) == 0);
+
     mapping_stats before, after;
     CHECK_OK(mapping_device_stats(dev, &before));
     CHECK_OK(mapping_mpi_halo_exchange(stream, a));
