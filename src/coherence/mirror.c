@@ -19,26 +19,34 @@ mapping_status mapping__mirror_check(const char *fn, const mapping_mirror *m)
     return MAPPING_OK;
 }
 
-/* Its device was closed first and took the buffers, events and page-locked
- * memory with it: free what is the state's own host memory only. */
-static void state_forget(mirror_state *st)
+/* What the state holds in host memory of its own: the unmarked-write
+ * check's hashes, the mark log, queued entries and the range sets. */
+static void state_free_host_parts(mirror_state *st)
 {
+    mapping__mirror_check_forget(st);
+    mapping__mirror_log_free(st);
     for (size_t i = 0; i < st->n_inflight; i++)
         free(st->inflight[i].ranges);
     free(st->inflight);
-    if (st->batch)
-        mapping__batch_forget(st->batch);
     for (int s = 0; s < 2; s++) {
         mapping__rs_free(&st->stale[s]);
         mapping__rs_free(&st->modified[s]);
         mapping__rs_free(&st->pending[s]);
     }
+}
+
+/* Its device was closed first and took the buffers, events and page-locked
+ * memory with it: free what is the state's own host memory only. */
+static void state_forget(mirror_state *st)
+{
+    if (st->batch)
+        mapping__batch_forget(st->batch);
+    state_free_host_parts(st);
     free(st);
 }
 
 static void state_free(mirror_state *st)
 {
-    mapping__mirror_check_forget(st);
     if (mapping__mirror_drain(st) != MAPPING_OK) {
         /* A queued copy may still read or write the memory: rather than free
          * it under the copy, leave it to mapping_close (it frees what a
@@ -49,21 +57,15 @@ static void state_free(mirror_state *st)
         st->owns_cpu = false;
         st->pinned = false;
     }
-    mapping__mirror_log_free(st);
     if (st->batch)
         mapping__batch_destroy(st->batch);
-    free(st->inflight);
-    for (int s = 0; s < 2; s++) {
-        mapping__rs_free(&st->stale[s]);
-        mapping__rs_free(&st->modified[s]);
-        mapping__rs_free(&st->pending[s]);
-    }
     if (st->gpu && !st->borrowed_gpu)
         mapping__free_gpu(st->gpu); /* unified: this frees st->cpu too */
     if (st->owns_cpu && st->cpu)
         mapping__free_cpu(st->dev, st->cpu);
     if (st->pinned)
         mapping__host_unregister(st->dev, st->cpu);
+    state_free_host_parts(st);
     free(st);
 }
 
@@ -74,7 +76,6 @@ static mapping_status handle_new(const char *fn, mirror_state *st, size_t offset
         free(m);
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
     }
-    m->magic = MAPPING_MAGIC_MIRROR;
     m->st = st;
     m->offset = offset;
     m->size = size;
@@ -220,7 +221,6 @@ void mapping_mirror_destroy(mapping_mirror *m)
     if ((status != MAPPING_OK && !device_closed) || !mapping__handle_remove(MAPPING_HANDLE_MIRROR, m))
         return;
     mirror_state *st = m->st;
-    m->magic = MAPPING_MAGIC_DEAD;
     free(m);
     if (--st->refs == 0)
         (device_closed ? state_forget : state_free)(st); /* device closed: the error stays recorded */

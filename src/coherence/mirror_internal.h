@@ -20,7 +20,6 @@
 #include "core/ops.h"
 #include "transfer/transfer.h"
 
-enum { MAPPING_MAGIC_MIRROR = 0x6d4d6972 /* "mMir" */ };
 enum { MIRROR_CPU = 0, MIRROR_GPU = 1, MIRROR_ACCESS = -1 };
 
 /* Queued work touching the family: a copy (target = side index; folds its
@@ -65,7 +64,6 @@ typedef struct mirror_state {
 } mirror_state;
 
 struct mapping_mirror {
-    uint32_t      magic;
     mirror_state *st;
     size_t        offset, size; /* absolute position of this handle in the family */
 };

@@ -232,13 +232,19 @@ static mapping_status mark(const char *fn, mapping_multimirror *m, int side, siz
                              "%s: [%zu, +%zu) holds modifications of another side that %s has not synced", fn, offset,
                              bytes, side ? "this device side" : "the CPU side");
     }
-    bool ok = mapping__span_set_remove(&m->stale[side], offset, offset + bytes) &&
-              mapping__span_set_add(&m->modified[side], offset, offset + bytes);
-    for (int s = 0; s <= m->count && ok; s++)
-        if (s != side)
-            ok = mapping__span_set_add(&m->stale[s], offset, offset + bytes) &&
-                 mapping__span_set_remove(&m->modified[s], offset, offset + bytes);
-    return ok ? MAPPING_OK : oom(fn);
+    /* Reserve first: each add or remove below needs at most one more span,
+     * so after this nothing can fail half-way (all sides change, or none). */
+    for (int s = 0; s <= m->count; s++)
+        if (!mapping__span_set_reserve(&m->stale[s], 1) || !mapping__span_set_reserve(&m->modified[s], 1))
+            return oom(fn);
+    mapping__span_set_remove(&m->stale[side], offset, offset + bytes);
+    mapping__span_set_add(&m->modified[side], offset, offset + bytes);
+    for (int s = 0; s <= m->count; s++)
+        if (s != side) {
+            mapping__span_set_add(&m->stale[s], offset, offset + bytes);
+            mapping__span_set_remove(&m->modified[s], offset, offset + bytes);
+        }
+    return MAPPING_OK;
 }
 
 mapping_status mapping_multimirror_mark_cpu_modified(mapping_multimirror *m, size_t offset, size_t bytes)

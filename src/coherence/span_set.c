@@ -39,6 +39,11 @@ static bool reserve(mapping_span_set *s, size_t n)
     return true;
 }
 
+bool mapping__span_set_reserve(mapping_span_set *s, size_t extra)
+{
+    return reserve(s, s->n + extra);
+}
+
 /* Replaces spans [i, j) with the `count` spans of `with`. */
 static bool splice(mapping_span_set *s, size_t i, size_t j, const mapping_span *with, size_t count)
 {

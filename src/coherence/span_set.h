@@ -22,6 +22,10 @@ typedef struct mapping_span_set {
 } mapping_span_set;
 
 void mapping__span_set_free(mapping_span_set *s);
+/* Room for `extra` more spans: one add or remove then needs at most one
+ * more and cannot fail (callers reserve first to stay all-or-nothing).
+ * false: out of host memory (the set is unchanged). */
+bool mapping__span_set_reserve(mapping_span_set *s, size_t extra);
 /* false: out of host memory (the set is unchanged). */
 bool mapping__span_set_add(mapping_span_set *s, size_t start, size_t end);
 bool mapping__span_set_remove(mapping_span_set *s, size_t start, size_t end);

@@ -33,7 +33,6 @@ static mapping_status buffer_new(const char *fn, mapping_device *dev, size_t byt
         free(buf);
         return st;
     }
-    buf->magic = MAPPING_MAGIC_BUFFER;
     buf->dev = dev;
     buf->size = bytes;
     mapping__list_add(dev, &dev->buffers, &buf->node);
@@ -49,10 +48,10 @@ mapping_status mapping__allocate_gpu(mapping_device *dev, size_t bytes, mapping_
 
 void mapping__free_gpu(mapping_buffer *buf)
 {
+    if (!mapping__handle_remove(MAPPING_HANDLE_BUFFER, buf))
+        return; /* another thread freed it first: exactly one free goes ahead */
     mapping_device *dev = buf->dev;
-    mapping__handle_remove(MAPPING_HANDLE_BUFFER, buf);
     mapping__list_remove(dev, &buf->node);
-    buf->magic = MAPPING_MAGIC_DEAD;
     if (buf->imported) {
         mapping__op_buffer_unimport(dev, buf->mem);
         if (buf->release)

@@ -15,14 +15,6 @@
 #include "os/status.h"
 #include "mapping.h"
 
-enum {
-    MAPPING_MAGIC_DEVICE = 0x6d446576, /* "mDev" */
-    MAPPING_MAGIC_BUFFER = 0x6d427566, /* "mBuf" */
-    MAPPING_MAGIC_STREAM = 0x6d537472, /* "mStr" */
-    MAPPING_MAGIC_EVENT  = 0x6d457674, /* "mEvt" */
-    MAPPING_MAGIC_DEAD   = 0x64656164  /* "dead": a destroyed object */
-};
-
 /* Counters behind mapping_stats; relaxed atomics, one cache line apart from
  * the device's read-mostly fields. */
 typedef struct mapping_counters {
@@ -52,7 +44,6 @@ typedef struct mapping_list_node {
 } mapping_list_node;
 
 struct mapping_device {
-    uint32_t               magic;
     uint64_t               serial; /* unique per mapping_open in this process */
     const mapping_backend *be;
     void                  *state; /* the back end's device */
@@ -76,7 +67,6 @@ struct mapping_device {
 };
 
 struct mapping_buffer {
-    uint32_t          magic;
     mapping_device   *dev;
     void             *mem;
     size_t            size;
@@ -89,7 +79,6 @@ struct mapping_buffer {
 };
 
 struct mapping_stream {
-    uint32_t          magic;
     mapping_device   *dev;
     void             *state;
     mapping_list_node node;
@@ -97,7 +86,6 @@ struct mapping_stream {
 };
 
 struct mapping_event {
-    uint32_t          magic;
     mapping_device   *dev;
     void             *state;
     mapping_list_node node;

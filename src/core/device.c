@@ -37,11 +37,14 @@ static void probe_alloc(mapping_device *dev)
 {
     if (dev->info.caps & MAPPING_CAP_CPU_MEMORY)
         return; /* measured with memory allocated for the purpose */
+    mapping_error_mark before;
+    mapping__error_mark(&before);
     if (mapping__op_buffer_alloc(dev, PROBE_BYTES, &dev->probe_mem) != MAPPING_OK ||
         mapping__op_host_alloc(dev, PROBE_BYTES, &dev->probe_host, &dev->probe_cookie) != MAPPING_OK) {
         mapping__log(1, "mapping_open: no memory to measure the link with now (%s); it will be allocated when "
                         "the link is first measured", mapping__last_message());
         probe_free(dev);
+        mapping__error_forget(&before); /* mapping_open still succeeds */
     }
 }
 
@@ -133,7 +136,6 @@ mapping_status mapping__device_finish(mapping_device *dev, mapping_device **out)
     dev->events.next = dev->events.prev = &dev->events;
     static _Atomic uint64_t serials;
     dev->serial = atomic_fetch_add(&serials, 1) + 1;
-    dev->magic = MAPPING_MAGIC_DEVICE;
     if (mapping__handle_add(MAPPING_HANDLE_DEVICE, dev) != MAPPING_OK) {
         probe_free(dev);
         mapping__host_registry_destroy(dev);
@@ -182,7 +184,6 @@ void mapping_close(mapping_device *dev)
     }
     mapping__host_registry_destroy(dev);
     probe_free(dev);
-    dev->magic = MAPPING_MAGIC_DEAD;
     mapping__op_device_close(dev);
     pthread_mutex_destroy(&dev->objects_lock);
     pthread_mutex_destroy(&dev->link_lock);

@@ -29,7 +29,6 @@ static mapping_status stream_new(mapping_device *dev, void *native, mapping_stre
         free(s);
         return st;
     }
-    s->magic = MAPPING_MAGIC_STREAM;
     s->dev = dev;
     mapping__list_add(dev, &dev->streams, &s->node);
     *out = s;
@@ -52,13 +51,13 @@ mapping_status mapping__import_stream(mapping_device *dev, void *native, mapping
 
 void mapping__stream_destroy(mapping_stream *stream)
 {
+    if (!mapping__handle_remove(MAPPING_HANDLE_STREAM, stream))
+        return; /* another thread destroys it: exactly one destroy goes ahead */
     mapping_device *dev = stream->dev;
     mapping_status st = mapping__stream_synchronize(stream);
     if (st != MAPPING_OK)
         mapping__log(1, "mapping_stream_destroy: queued work failed: %s", mapping_status_string(st));
-    mapping__handle_remove(MAPPING_HANDLE_STREAM, stream);
     mapping__list_remove(dev, &stream->node);
-    stream->magic = MAPPING_MAGIC_DEAD;
     if (stream->imported)
         mapping__op_stream_unimport(dev, stream->state);
     else
@@ -82,7 +81,6 @@ mapping_status mapping__event_record(mapping_stream *stream, mapping_event **out
         free(ev);
         return st;
     }
-    ev->magic = MAPPING_MAGIC_EVENT;
     ev->dev = dev;
     mapping__list_add(dev, &dev->events, &ev->node);
     *out = ev;
@@ -91,9 +89,9 @@ mapping_status mapping__event_record(mapping_stream *stream, mapping_event **out
 
 void mapping__event_destroy(mapping_event *event)
 {
-    mapping__handle_remove(MAPPING_HANDLE_EVENT, event);
+    if (!mapping__handle_remove(MAPPING_HANDLE_EVENT, event))
+        return; /* another thread destroyed it first */
     mapping__list_remove(event->dev, &event->node);
-    event->magic = MAPPING_MAGIC_DEAD;
     mapping__op_event_destroy(event->dev, event->state);
     free(event);
 }

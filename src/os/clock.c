@@ -31,12 +31,17 @@ void mapping_os_sleep_until_ns(uint64_t deadline_ns)
     }
 }
 
+void mapping_os_fine_timer_slack(void)
+{
+    prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+}
+
 void mapping_os_nap_until_ns(uint64_t deadline_ns)
 {
     struct timespec ts = {(time_t)(deadline_ns / 1000000000u), (long)(deadline_ns % 1000000000u)};
     /* Linux wakes a sleeping thread up to its timer slack late (50 us by
      * default): the sleep runs with a 1 us slack, then the thread's own comes back. */
-    int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+    int slack = mapping_os_worker_stream() ? 0 : prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0); /* workers: set once */
     if (slack > 1000)
         prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {

@@ -18,6 +18,9 @@ double   mapping_os_now(void);
 void     mapping_os_sleep_until_ns(uint64_t deadline_ns);
 /* Sleeps (never spins) until the deadline, with a 1 us timer slack for the sleep only. */
 void     mapping_os_nap_until_ns(uint64_t deadline_ns);
+/* A 1 us timer slack for the calling thread, for good: the library's own
+ * worker threads call it once, so their naps need no syscalls around them. */
+void     mapping_os_fine_timer_slack(void);
 
 /* Page size, and page-aligned host memory that is mlock()ed where the
  * process may lock it (*locked says whether it was). */

@@ -224,14 +224,6 @@ mapping_status mapping__trace_stop(void)
     return MAPPING_OK;
 }
 
-uint64_t mapping__trace_event_count(void)
-{
-    pthread_mutex_lock(&trace.lock);
-    uint64_t n = trace.count;
-    pthread_mutex_unlock(&trace.lock);
-    return n;
-}
-
 static void stop_at_exit(void)
 {
     if (mapping__trace_stop() != MAPPING_OK)

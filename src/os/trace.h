@@ -77,8 +77,6 @@ void mapping__trace_instant(const mapping_trace_record *record);
 mapping_status mapping__trace_start(const char *path);
 /* Stops recording and writes the file. MAPPING_OK also when not tracing. */
 mapping_status mapping__trace_stop(void);
-/* Events recorded since the start (0 when not tracing). */
-uint64_t       mapping__trace_event_count(void);
 /* $MAPPING_TRACE=path starts tracing (once per process), written at exit.
  * MAPPING_ERR_INVALID_ARGUMENT, recorded under fn, when the file cannot be
  * created (every call says so). */

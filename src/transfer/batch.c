@@ -25,7 +25,6 @@ mapping_status mapping__batch_create(mapping_device *dev, mapping_batch **out)
     mapping_batch *b = mapping_os_calloc(1, sizeof *b);
     if (!b)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mapping_batch_create: out of memory");
-    b->magic = MAPPING_MAGIC_BATCH;
     b->dev = dev;
     b->dev_serial = dev->serial;
     *out = b;
@@ -54,13 +53,11 @@ void mapping__batch_destroy(mapping_batch *b)
     if (mapping__batch_wait_pending(b) != MAPPING_OK && mapping__batch_wait_pending(b) != MAPPING_OK) {
         mapping__log(0, "mapping_batch_destroy: the last flush could not be waited for: %s; its memory is "
                         "not freed (the staging memory goes with mapping_close)", mapping__last_message());
-        b->magic = MAPPING_MAGIC_DEAD;
         return;
     }
     mapping__batch_plan_free(&b->plan);
     mapping__batch_free_staging(b);
     free(b->copies);
-    b->magic = MAPPING_MAGIC_DEAD;
     free(b);
 }
 
@@ -68,7 +65,6 @@ void mapping__batch_forget(mapping_batch *b)
 {
     mapping__batch_plan_free(&b->plan);
     free(b->copies);
-    b->magic = MAPPING_MAGIC_DEAD;
     free(b);
 }
 
@@ -138,15 +134,7 @@ static mapping_status check_copy(const char *fn, const mapping_batch *b, const v
                                  const mapping_buffer *buf, const char *buf_name, size_t offset, size_t bytes)
 {
     mapping_status st;
-    if ((st = mapping__batch_check(fn, b)))
-        return st;
-    /* The usual case in a few compares; the buffer through its own check
-     * (the one place that knows what a live buffer is). The full sequence
-     * below names the first problem otherwise. */
-    if (host && buf && mapping__check_buffer(fn, buf_name, buf) == MAPPING_OK && bytes && offset <= buf->size &&
-        bytes <= buf->size - offset && buf->dev == b->dev)
-        return MAPPING_OK;
-    if ((st = mapping__check_ptr(fn, host_name, host)) ||
+    if ((st = mapping__batch_check(fn, b)) || (st = mapping__check_ptr(fn, host_name, host)) ||
         (st = mapping__check_buffer(fn, buf_name, buf)) ||
         (st = mapping__check_range(fn, buf_name, offset, bytes, buf->size)))
         return st;

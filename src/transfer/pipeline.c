@@ -20,7 +20,7 @@
 #include "transfer/transfer.h"
 #include "transfer/transfer_observe.h"
 
-enum { MAPPING_MAGIC_PIPELINE = 0x6d506970 /* "mPip" */, MAX_DEPTH = 3, LAPS = 2 };
+enum { MAX_DEPTH = 3, LAPS = 2 };
 
 /* A staging copy run on the slot's stream (pageable <-> page-locked). */
 typedef struct staging_copy {
@@ -38,7 +38,6 @@ typedef struct pipeline_slot {
 } pipeline_slot;
 
 struct mapping_pipeline {
-    uint32_t              magic;
     mapping_device       *dev;
     uint64_t              dev_serial; /* dev->serial when created */
     bool                  running;    /* in mapping_pipeline_run: a step must not re-enter it */
@@ -128,7 +127,6 @@ static void pipeline_free(mapping_pipeline *p)
         if (s->stage_out)
             mapping__free_cpu(p->dev, s->stage_out);
     }
-    p->magic = MAPPING_MAGIC_DEAD;
     free(p);
 }
 
@@ -167,7 +165,6 @@ mapping_status mapping_pipeline_create(mapping_device *dev, const mapping_pipeli
     mapping_pipeline *p = mapping_os_calloc(1, sizeof *p);
     if (!p)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
-    p->magic = MAPPING_MAGIC_PIPELINE;
     p->dev = dev;
     p->dev_serial = dev->serial;
     if (!d.depth)

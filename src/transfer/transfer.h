@@ -11,7 +11,6 @@
 #include <stdbool.h>
 #include "core/core.h"
 
-enum { MAPPING_MAGIC_BATCH = 0x6d426174 /* "mBat" */ };
 
 /* One queued copy; its index in the batch is its place in add order. */
 typedef struct batch_copy {
@@ -61,7 +60,6 @@ typedef struct batch_plan {
 } batch_plan;
 
 struct mapping_batch {
-    uint32_t        magic;
     mapping_device *dev;
     uint64_t        dev_serial; /* dev->serial when created */
     bool            busy;       /* a flush is running (re-entry from a callback is refused) */

@@ -1,6 +1,7 @@
 /* Several devices under fault injection: a refused peer copy touches
  * nothing and counts nothing; a refused multimirror sync leaves the target
  * stale so the next sync retries. */
+#include <stdio.h>
 #include "harness.h"
 #include "testing/test_hooks.h"
 
@@ -45,5 +46,37 @@ TEST(refused_multimirror_sync_leaves_the_target_stale)
     CHECK(mapping_multimirror_stale_bytes(m, 1) == 1024);
     CHECK_OK(mapping_multimirror_sync_to_gpu(NULL, m, 1));
     CHECK(mapping_multimirror_stale_bytes(m, 1) == 0);
+    mapping_multimirror_destroy(m);
+}
+
+/* A multimirror mark that runs out of host memory changes no side: every
+ * side's sets get their room before any of them changes (all or nothing). */
+TEST(a_multimirror_mark_out_of_memory_changes_no_side)
+{
+    mapping_device *dev = test_device();
+    enum { SIZE = 1 << 16, MARKS = 200 };
+    mapping_multimirror *m;
+    CHECK_OK(mapping_multimirror_create(&dev, 1, SIZE, &m));
+    CHECK_OK(mapping_multimirror_sync_to_gpu(NULL, m, 0));
+    CHECK(mapping_multimirror_stale_bytes(m, 0) == 0);
+    int refused = 0;
+    for (int k = 0; k < MARKS; k++) {
+        size_t before = mapping_multimirror_stale_bytes(m, 0);
+        mapping_os_inject_alloc_fault(k % 3); /* the first, second or third allocation of the mark fails */
+        mapping_status st = mapping_multimirror_mark_cpu_modified(m, (size_t)k * 256, 8);
+        mapping_os_inject_alloc_fault(-1);
+        size_t after = mapping_multimirror_stale_bytes(m, 0);
+        if (st == MAPPING_OK) {
+            CHECK(after == before + 8);
+        } else {
+            CHECK(st == MAPPING_ERR_OUT_OF_HOST_MEMORY);
+            CHECK(after == before);
+            refused++;
+        }
+    }
+    printf("%d of %d marks refused for memory, no side changed by them\n", refused, MARKS);
+    CHECK(refused > 0);
+    CHECK_OK(mapping_multimirror_sync_to_gpu(NULL, m, 0));
+    CHECK(mapping_multimirror_stale_bytes(m, 0) == 0);
     mapping_multimirror_destroy(m);
 }

@@ -38,7 +38,6 @@ typedef struct cuda_staging {
     pthread_mutex_t   lock;
     cuda_stage_chunk *chunks; /* the first, made at open, stays until close */
     size_t            total;  /* bytes in all chunks */
-    unsigned long     grows;  /* chunks added after open */
 } cuda_staging;
 
 /* A region carved into allocations of 4 KiB units, first fit

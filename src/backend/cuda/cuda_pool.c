@@ -13,12 +13,11 @@
 #include "backend/cuda/cuda_device.h"
 #include "os/os.h"
 
-enum { UNIT = 4096 };
 
 bool mapping__cuda_suballoc_init(cuda_suballoc *a, uintptr_t base, size_t bytes)
 {
     memset(a, 0, sizeof *a);
-    size_t units = bytes / UNIT;
+    size_t units = bytes / CUDA_POOL_UNIT;
     a->used = mapping_os_calloc((units + 63) / 64, sizeof *a->used);
     a->length = mapping_os_calloc(units ? units : 1, sizeof *a->length);
     if (!a->used || !a->length) {
@@ -61,7 +60,7 @@ bool mapping__cuda_suballoc_take(cuda_suballoc *a, size_t bytes, uintptr_t *out)
 {
     if (!a->units || bytes == 0 || bytes > CUDA_POOL_MAX_BYTES)
         return false;
-    size_t n = (bytes + UNIT - 1) / UNIT;
+    size_t n = (bytes + CUDA_POOL_UNIT - 1) / CUDA_POOL_UNIT;
     bool found = false;
     pthread_mutex_lock(&a->lock);
     for (size_t start = 0, run = 0, u = 0; u < a->units; u++) {
@@ -73,7 +72,7 @@ bool mapping__cuda_suballoc_take(cuda_suballoc *a, size_t bytes, uintptr_t *out)
         if (++run == n) {
             mark(a, start, n, true);
             a->length[start] = (uint32_t)n;
-            *out = a->base + start * UNIT;
+            *out = a->base + start * CUDA_POOL_UNIT;
             found = true;
             break;
         }
@@ -84,9 +83,9 @@ bool mapping__cuda_suballoc_take(cuda_suballoc *a, size_t bytes, uintptr_t *out)
 
 bool mapping__cuda_suballoc_give(cuda_suballoc *a, uintptr_t p)
 {
-    if (!a->units || p < a->base || p >= a->base + a->units * UNIT)
+    if (!a->units || p < a->base || p >= a->base + a->units * CUDA_POOL_UNIT)
         return false;
-    size_t start = (p - a->base) / UNIT;
+    size_t start = (p - a->base) / CUDA_POOL_UNIT;
     pthread_mutex_lock(&a->lock);
     mark(a, start, a->length[start], false);
     a->length[start] = 0;
@@ -112,8 +111,8 @@ void mapping__cuda_pools_init(cuda_device *d)
     /* One unit more, so that the region can start on a page boundary (a
      * page-aligned mapping_allocate_cpu block needs it). */
     void *host = NULL;
-    if (cu->cuMemHostAlloc(&host, POOL_HOST_BYTES + UNIT, CU_MEMHOSTALLOC_PORTABLE_) == CU_SUCCESS) {
-        uintptr_t aligned = ((uintptr_t)host + UNIT - 1) / UNIT * UNIT;
+    if (cu->cuMemHostAlloc(&host, POOL_HOST_BYTES + CUDA_POOL_UNIT, CU_MEMHOSTALLOC_PORTABLE_) == CU_SUCCESS) {
+        uintptr_t aligned = ((uintptr_t)host + CUDA_POOL_UNIT - 1) / CUDA_POOL_UNIT * CUDA_POOL_UNIT;
         if (mapping__cuda_suballoc_init(&d->host_pool, aligned, POOL_HOST_BYTES))
             d->host_pool_mem = host;
         else

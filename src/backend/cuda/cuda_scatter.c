@@ -66,10 +66,12 @@ static mapping_status by_batch(cuda_device *d, cu_stream s, cu_deviceptr staging
                                size_t count, cu_deviceptr buffer, bool gather)
 {
     const cuda_driver *cu = d->cu;
-    cu_deviceptr *dsts = mapping_os_malloc(count * sizeof *dsts), *srcs = mapping_os_malloc(count * sizeof *srcs);
-    size_t *sizes = mapping_os_malloc(count * sizeof *sizes);
+    /* One allocation for the three arrays (size_t and CUdeviceptr: 8 bytes). */
+    cu_deviceptr *dsts = mapping_os_malloc(count * (2 * sizeof *dsts + sizeof(size_t)));
+    cu_deviceptr *srcs = dsts ? dsts + count : NULL;
+    size_t *sizes = dsts ? (size_t *)(srcs + count) : NULL;
     mapping_status st = MAPPING_OK;
-    if (!dsts || !srcs || !sizes) {
+    if (!dsts) {
         st = mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "cuda: out of memory for a batch of %zu copies", count);
         goto out;
     }
@@ -92,8 +94,6 @@ static mapping_status by_batch(cuda_device *d, cu_stream s, cu_deviceptr staging
     }
 out:
     free(dsts);
-    free(srcs);
-    free(sizes);
     return st;
 }
 

@@ -162,7 +162,6 @@ static cuda_stage_block *stage_get(cuda_device *d, size_t bytes, mapping_status 
         last = &(*last)->next;
     *last = c;
     arena->total += c->size;
-    arena->grows++;
     pthread_mutex_unlock(&arena->lock);
     b->arena = arena;
     return b;

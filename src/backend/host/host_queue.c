@@ -200,6 +200,7 @@ static void *stream_worker(void *arg)
 {
     host_stream *s = arg;
     mapping_os_set_worker_stream(s); /* host functions run here: see os/worker.c */
+    mapping_os_fine_timer_slack(); /* modelled transfers sleep here, to the microsecond */
     pthread_mutex_lock(&s->lock);
     for (;;) {
         while (!s->head && !s->stop)

@@ -217,22 +217,9 @@ static mapping_status opencl_device_adopt(const mapping_native_device *native, i
     if (!member)
         return mapping__fail(MAPPING_ERR_DEVICE_MISMATCH, "opencl: cl_device_id %p is not a device of cl_context %p",
                              (void *)device, (void *)context);
-    if (queue) {
-        cl_context qcontext = NULL;
-        cl_device_id qdevice = NULL;
-        cl_command_queue_properties props = 0;
-        if ((err = mapping__opencl_driver.clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof qcontext, &qcontext, NULL)) ||
-            (err = mapping__opencl_driver.clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof qdevice, &qdevice, NULL)) ||
-            (err = mapping__opencl_driver.clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof props, &props, NULL)))
-            return mapping__opencl_fail("clGetCommandQueueInfo", err);
-        if (qcontext != context || qdevice != device)
-            return mapping__fail(MAPPING_ERR_DEVICE_MISMATCH,
-                                 "opencl: cl_command_queue %p belongs to another context or device", (void *)queue);
-        if (props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)
-            return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT,
-                                 "opencl: cl_command_queue %p is out of order; the device queue must be in order",
-                                 (void *)queue);
-    }
+    mapping_status st;
+    if (queue && (st = mapping__opencl_check_queue(queue, context, device)) != MAPPING_OK)
+        return st;
     opencl_device *d = mapping_os_calloc(1, sizeof *d);
     if (!d)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "opencl: out of memory");

@@ -86,27 +86,35 @@ void mapping__opencl_buffer_unimport(void *dev, void *mem)
     mapping__opencl_buffer_free(dev, mem); /* releases the library's reference; no SVM behind it */
 }
 
+mapping_status mapping__opencl_check_queue(cl_command_queue queue, cl_context context, cl_device_id device)
+{
+    cl_context qcontext = NULL;
+    cl_device_id qdevice = NULL;
+    cl_command_queue_properties props = 0;
+    cl_int err;
+    if ((err = mapping__opencl_driver.clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof qcontext, &qcontext, NULL)) ||
+        (err = mapping__opencl_driver.clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof qdevice, &qdevice, NULL)) ||
+        (err = mapping__opencl_driver.clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof props, &props, NULL)))
+        return mapping__fail_driver(err == CL_INVALID_COMMAND_QUEUE ? MAPPING_ERR_INVALID_HANDLE : mapping__opencl_status_of(err),
+                                    "opencl", "clGetCommandQueueInfo", err, mapping__opencl_error_name(err));
+    if (qcontext != context || qdevice != device)
+        return mapping__fail(MAPPING_ERR_DEVICE_MISMATCH,
+                             "opencl: cl_command_queue %p belongs to another context or device", (void *)queue);
+    if (props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT,
+                             "opencl: cl_command_queue %p is out of order; the library's queues are in order", (void *)queue);
+    return MAPPING_OK;
+}
+
 mapping_status mapping__opencl_stream_import(void *dev, void *native, void **out)
 {
     opencl_device *d = dev;
     if (!mapping__opencl_can_import())
         return mapping__fail(MAPPING_ERR_UNSUPPORTED, "opencl: the OpenCL library lacks clRetainCommandQueue and friends");
     cl_command_queue queue = native;
-    cl_context context = NULL;
-    cl_device_id device = NULL;
-    cl_command_queue_properties props = 0;
-    cl_int err;
-    if ((err = mapping__opencl_driver.clGetCommandQueueInfo(queue, CL_QUEUE_CONTEXT, sizeof context, &context, NULL)) ||
-        (err = mapping__opencl_driver.clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof device, &device, NULL)) ||
-        (err = mapping__opencl_driver.clGetCommandQueueInfo(queue, CL_QUEUE_PROPERTIES, sizeof props, &props, NULL)))
-        return mapping__fail_driver(err == CL_INVALID_COMMAND_QUEUE ? MAPPING_ERR_INVALID_HANDLE : mapping__opencl_status_of(err),
-                                    "opencl", "clGetCommandQueueInfo (import)", err, mapping__opencl_error_name(err));
-    if (context != d->context || device != d->device)
-        return mapping__fail(MAPPING_ERR_DEVICE_MISMATCH,
-                             "opencl: cl_command_queue %p belongs to another context or device", native);
-    if (props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)
-        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT,
-                             "opencl: cl_command_queue %p is out of order; a stream is an in-order queue", native);
+    mapping_status st = mapping__opencl_check_queue(queue, d->context, d->device);
+    if (st != MAPPING_OK)
+        return st;
     opencl_stream *s = mapping_os_calloc(1, sizeof *s);
     if (!s)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "opencl: out of memory");

@@ -124,6 +124,8 @@ bool           mapping__opencl_can_import(void); /* the entry points are there *
 mapping_status mapping__opencl_device_synchronize(void *dev);
 mapping_status mapping__opencl_buffer_import(void *dev, void *native, size_t offset, size_t bytes, void **mem);
 void           mapping__opencl_buffer_unimport(void *dev, void *mem);
+/* A caller's queue: of this context and device, and in order. */
+mapping_status mapping__opencl_check_queue(cl_command_queue queue, cl_context context, cl_device_id device);
 mapping_status mapping__opencl_stream_import(void *dev, void *native, void **stream);
 void           mapping__opencl_stream_unimport(void *dev, void *stream);
 

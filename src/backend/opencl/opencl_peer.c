@@ -166,7 +166,7 @@ static void run_staged_job(void *arg)
     staged_job *job = arg;
     mapping_status st = staged_copy(job->d, job->s, job->src, job->src_offset, job->dst, job->dst_offset, job->bytes);
     if (st != MAPPING_OK)
-        mapping__opencl_stream_record_error(job->stream, st, mapping_last_error_message());
+        mapping__opencl_stream_record_error(job->stream, st, mapping__last_message());
     free(job);
 }
 
