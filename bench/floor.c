@@ -5,7 +5,12 @@
  * (mapping_allocate_cpu), and, where the device runs kernels (OpenCL), one
  * trivial kernel launch and finish on the device's own queue (a scatter on
  * the device needs at least that). On the host back end there is no kernel:
- * the floor is the copy alone (over the modelled link, if any).
+ * a device-side scatter there is a loop on the CPU, so the floor is the copy
+ * (over the modelled link, if any) plus that loop: the packed bytes copied
+ * to their places in the destination buffer (or, device to host, gathered
+ * from them first), one memcpy per range, when bench_floor_scatter gave the
+ * ranges (issue 13: "one modelled transfer of the packed bytes + the host
+ * scatter").
  *
  * The CLI does not link OpenCL: the kernel part dlopens it, as
  * opencl_raw.c does.
@@ -32,6 +37,10 @@ struct bench_floor {
     void           *host;
     size_t          bytes;
     int             kernel; /* a kernel launch is part of the floor */
+    int             host_backend; /* the scatter loop is part of the floor */
+    unsigned char  *dst;    /* bench_floor_scatter: the destination's memory, the ranges */
+    const size_t   *offsets;
+    size_t          count, range_bytes;
 #ifdef FLOOR_HAVE_CL
     cl_int (*enqueue)(cl_command_queue, cl_kernel, cl_uint, const size_t *, const size_t *, const size_t *, cl_uint,
                       const cl_event *, cl_event *);
@@ -124,6 +133,7 @@ bench_floor *bench_floor_open(mapping_device *dev, size_t bytes)
     if (mapping_allocate_gpu(dev, bytes, &f->buf) != MAPPING_OK || mapping_allocate_cpu(dev, bytes, &f->host))
         goto fail;
     memset(f->host, 3, bytes);
+    f->host_backend = !strcmp(info.backend, "host");
     if (!strcmp(info.backend, "opencl")) {
 #ifdef FLOOR_HAVE_CL
         if (floor_kernel(f) != 0)
@@ -144,13 +154,40 @@ int bench_floor_has_kernel(const bench_floor *f)
     return f->kernel;
 }
 
+void bench_floor_scatter(bench_floor *f, mapping_buffer *dst, const size_t *offsets, size_t count, size_t bytes)
+{
+    void *mem = NULL;
+    if (!f || !f->host_backend || count * bytes > f->bytes || mapping_native_buffer(dst, &mem) != MAPPING_OK)
+        return;
+    f->dst = mem;
+    f->offsets = offsets;
+    f->count = count;
+    f->range_bytes = bytes;
+}
+
+/* The host back end's device-side scatter (or gather) of the packed bytes. */
+static void host_scatter(bench_floor *f, int to_gpu)
+{
+    void *packed = NULL;
+    if (!f->dst || mapping_native_buffer(f->buf, &packed) != MAPPING_OK)
+        return;
+    for (size_t i = 0; i < f->count; i++) {
+        unsigned char *p = (unsigned char *)packed + i * f->range_bytes, *d = f->dst + f->offsets[i];
+        memcpy(to_gpu ? d : p, to_gpu ? p : d, f->range_bytes);
+    }
+}
+
 double bench_floor_sample(bench_floor *f, int to_gpu)
 {
     double t0 = bench_now();
+    if (f->host_backend && !to_gpu)
+        host_scatter(f, 0); /* gathered first, then moved */
     mapping_status st = to_gpu ? mapping_sync_to_gpu_range(NULL, f->host, f->buf, 0, f->bytes)
                                : mapping_sync_to_cpu_range(NULL, f->buf, 0, f->host, f->bytes);
     if (st != MAPPING_OK)
         return NAN;
+    if (f->host_backend && to_gpu)
+        host_scatter(f, 1);
 #ifdef FLOOR_HAVE_CL
     if (f->kernel) {
         size_t global = 1;

@@ -10,6 +10,10 @@ bench_floor *bench_floor_open(mapping_device *dev, size_t bytes);
 /* Seconds of one floor: a contiguous blocking copy of the bytes (+ a kernel launch and finish). NaN on failure. */
 double       bench_floor_sample(bench_floor *f, int to_gpu);
 int          bench_floor_has_kernel(const bench_floor *f);
+/* The host back end: each sample also scatters the packed bytes to
+ * dst[offsets[i], +bytes) (device to host: gathers them first), the loop a
+ * device-side scatter is there. Ignored elsewhere. */
+void         bench_floor_scatter(bench_floor *f, mapping_buffer *dst, const size_t *offsets, size_t count, size_t bytes);
 void         bench_floor_close(bench_floor *f);
 
 #endif

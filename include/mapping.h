@@ -887,6 +887,11 @@ MAPPING_API void           mapping_batch_clear(mapping_batch *b);
  * - the batch then holds exactly the copies that were not done, in the order
  *   they were added (mapping_batch_count says how many): flushing again
  *   retries them, mapping_batch_clear drops them.
+ * - One exception, stream NULL: a blocking flush queues its steps on the
+ *   device's queue and waits once (one round trip, not one per step). If
+ *   that wait itself fails, which copies completed is unknown: the message
+ *   says so, every copy stays queued, and a destination range holds its old
+ *   bytes or the copied ones (a retry makes it the copied ones).
  * Counts one flush in mapping_stats.batch_flushes when it moved data; the
  * driver transfers it makes are counted in h2d_/d2h_copies as usual. */
 MAPPING_API mapping_status mapping_batch_flush(mapping_stream *stream, mapping_batch *b);

@@ -81,6 +81,12 @@ typedef struct mapping_backend {
     void (*stream_destroy)(void *dev, void *stream);
     mapping_status (*stream_synchronize)(void *dev, void *stream);
     mapping_status (*stream_native)(void *dev, void *stream, void **native);
+    /* Optional: a stream (the back end's, kept with the device) on the queue
+     * that calls with stream == NULL use, or NULL. A blocking call of several
+     * steps queues them on it and waits once with stream_synchronize: one
+     * round trip to the device instead of one per step. Only work the caller
+     * waits for is queued on it (never a host function). */
+    void *(*stream_blocking)(void *dev);
 
     /* Transfers. `pinned` is non-NULL when the host side lies in host_alloc
      * (or host_register) memory. */

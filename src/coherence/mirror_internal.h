@@ -37,6 +37,9 @@ typedef struct mirror_inflight {
 typedef struct mirror_state {
     mapping_device *dev;
     uint64_t        dev_serial; /* dev->serial when created */
+    /* mapping__handle_removals_any() when the device was last found open:
+     * while it stands, the device still is (no lookup per call). */
+    uint64_t        dev_checked_removals;
     size_t          size;
     unsigned char  *cpu;
     mapping_buffer *gpu;

@@ -10,7 +10,7 @@
 mapping_status mapping__mirror_alloc_unified(mirror_state *st)
 {
     void *host = NULL;
-    mapping_status status = mapping__allocate_unified(st->dev, st->size, &st->gpu, &host);
+    mapping_status status = mapping__allocate_unified("mapping_mirror_create (unified)", st->dev, st->size, &st->gpu, &host);
     if (status != MAPPING_OK)
         return status; /* the caller falls back to an ordinary mirror */
     st->cpu = host;

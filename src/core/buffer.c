@@ -100,15 +100,17 @@ mapping_status mapping_native_buffer(const mapping_buffer *buf, void **out)
     return mapping__op_buffer_native(buf->dev, buf->mem, out);
 }
 
-/* For unified mirrors (src/coherence/mirror_unified.c): memory from the back
+/* For unified mirrors (src/coherence/mirror_unified.c) and shared batch
+ * staging (mapping__staging_shared): memory from the back
  * end's buffer_alloc_unified as an ordinary buffer, freed by
  * mapping_free_gpu (or mapping__free_gpu); *host is its CPU address. MAPPING_ERR_UNSUPPORTED when the
  * back end has no unified memory. */
-mapping_status mapping__allocate_unified(mapping_device *dev, size_t bytes, mapping_buffer **out, void **host)
+mapping_status mapping__allocate_unified(const char *fn, mapping_device *dev, size_t bytes, mapping_buffer **out,
+                                         void **host)
 {
     if (!mapping__can_allocate_unified(dev))
         return MAPPING_ERR_UNSUPPORTED;
-    return buffer_new("mapping_mirror_create (unified)", dev, bytes, host, NULL, out);
+    return buffer_new(fn, dev, bytes, host, NULL, out);
 }
 
 /* Memory the caller owns as a buffer (src/core/import.c validates). */

@@ -43,6 +43,13 @@ typedef struct mapping_list_node {
     struct mapping_list_node *prev, *next;
 } mapping_list_node;
 
+struct mapping_stream {
+    mapping_device   *dev;
+    void             *state;
+    mapping_list_node node;
+    bool              imported; /* mapping_import_stream: the caller's queue */
+};
+
 struct mapping_device {
     uint64_t               serial; /* unique per mapping_open in this process */
     const mapping_backend *be;
@@ -58,6 +65,11 @@ struct mapping_device {
     /* Devices whose memory is not the CPU's: the link's probe memory, from
      * open to close, so measuring never allocates or frees (device.c). */
     void *probe_mem, *probe_host, *probe_cookie;
+
+    /* Where the back end has one (stream_blocking): a stream on the queue of
+     * blocking calls, for one wait per multi-step blocking call (a batch
+     * flush); .state NULL otherwise. Not a handle: never given out. */
+    mapping_stream blocking;
 
     _Atomic int fault_countdown; /* > 0: that many more operations succeed */
     _Atomic int fault_armed;
@@ -76,13 +88,6 @@ struct mapping_buffer {
     bool              imported;
     void            (*release)(void *user);
     void             *release_user;
-};
-
-struct mapping_stream {
-    mapping_device   *dev;
-    void             *state;
-    mapping_list_node node;
-    bool              imported; /* mapping_import_stream: the caller's queue */
 };
 
 struct mapping_event {
@@ -108,6 +113,15 @@ bool           mapping__handle_live(mapping_handle_kind kind, const void *handle
 /* false when it was not live (nothing changes): lets exactly one of two
  * destroys of the same handle go ahead. */
 bool           mapping__handle_remove(mapping_handle_kind kind, const void *handle);
+/* How many handles (of any kind) have been removed so far. A lookup that
+ * found a handle live stays true while this has not changed: a call made
+ * many times on the same objects (a batch add) looks them up once and then
+ * compares this count (read before the lookup it stands for). */
+extern _Atomic uint64_t mapping__handle_epoch;
+static inline uint64_t mapping__handle_removals_any(void)
+{
+    return atomic_load_explicit(&mapping__handle_epoch, memory_order_acquire);
+}
 /* dev is a live device and the one a dependent object (mirror, batch,
  * pipeline) was made on: not closed since, nor another device opened at the
  * same address. */
@@ -165,7 +179,8 @@ mapping_status mapping__peer_link_measure(mapping_device *src, mapping_device *d
 
 /* ---- unified memory as a buffer (src/core/buffer.c), for unified mirrors:
  * freed by mapping_free_gpu; *host is its CPU address. ---- */
-mapping_status mapping__allocate_unified(mapping_device *dev, size_t bytes, mapping_buffer **out, void **host);
+mapping_status mapping__allocate_unified(const char *fn, mapping_device *dev, size_t bytes, mapping_buffer **out,
+                                         void **host);
 
 /* ---- user memory page-locked in place (src/core/host_memory.c), for
  * mapping_mirror_wrap: MAPPING_ERR_UNSUPPORTED (not recorded) when the back

@@ -127,6 +127,7 @@ mapping_status mapping_open(const mapping_device_desc *desc, mapping_device **ou
 mapping_status mapping__device_finish(mapping_device *dev, mapping_device **out)
 {
     dev->info.caps |= mapping__op_device_open_caps(dev); /* e.g. a modelled link */
+    dev->blocking = (mapping_stream){.dev = dev, .state = mapping__op_stream_blocking(dev)};
     probe_alloc(dev);
     mapping__host_registry_init(&dev->host_blocks);
     pthread_mutex_init(&dev->objects_lock, NULL);

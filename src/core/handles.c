@@ -41,6 +41,8 @@ typedef struct handle_set {
 static handle_set sets[MAPPING_HANDLE_KINDS] = {MAPPING_HANDLE_KIND_LIST(HANDLE_SET_INIT_)};
 #undef HANDLE_SET_INIT_
 
+_Atomic uint64_t mapping__handle_epoch;
+
 static size_t home(uintptr_t key, size_t mask)
 {
     uint64_t x = (uint64_t)key;
@@ -135,6 +137,7 @@ bool mapping__handle_remove(mapping_handle_kind kind, const void *handle)
             break;
         if (v == key) {
             atomic_store_explicit(&t->slots[i], (uintptr_t)SLOT_TOMBSTONE, memory_order_release);
+            atomic_fetch_add_explicit(&mapping__handle_epoch, 1, memory_order_release);
             s->live--;
             found = true;
             break;

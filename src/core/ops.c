@@ -162,6 +162,18 @@ bool mapping__can_prefetch(const mapping_device *dev)
     return dev->be->unified_prefetch != NULL;
 }
 
+bool mapping__staging_shared(const mapping_device *dev)
+{
+    unsigned caps = dev->info.caps;
+    return (caps & MAPPING_CAP_CPU_MEMORY) && !(caps & MAPPING_CAP_LINK_MODEL) && dev->be->buffer_alloc_unified;
+}
+
+void mapping__count_shared_transfer(mapping_device *dev, bool to_gpu, size_t bytes)
+{
+    mapping__count(to_gpu ? &dev->counters.h2d_bytes : &dev->counters.d2h_bytes, bytes);
+    mapping__count(to_gpu ? &dev->counters.h2d_copies : &dev->counters.d2h_copies, 1);
+}
+
 bool mapping__can_allocate_unified(const mapping_device *dev)
 {
     return dev->be->buffer_alloc_unified != NULL;
@@ -242,6 +254,16 @@ mapping_status mapping__op_device_open(const mapping_backend *be, int index, con
 unsigned mapping__op_device_open_caps(mapping_device *dev)
 {
     return dev->be->device_open_caps ? dev->be->device_open_caps(dev->state) : 0;
+}
+
+void *mapping__op_stream_blocking(mapping_device *dev)
+{
+    return dev->be->stream_blocking ? dev->be->stream_blocking(dev->state) : NULL;
+}
+
+mapping_stream *mapping__blocking_stream(mapping_device *dev)
+{
+    return dev->blocking.state ? &dev->blocking : NULL;
 }
 
 void mapping__op_device_close(mapping_device *dev)

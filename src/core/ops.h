@@ -58,6 +58,12 @@ bool mapping__can_gather(const mapping_device *dev);
 bool mapping__can_prefetch(const mapping_device *dev);
 bool mapping__can_allocate_unified(const mapping_device *dev);
 bool mapping__can_register_host(const mapping_device *dev);
+/* Staging memory (batches) can be one unified allocation that the CPU packs
+ * and the device reads in place: the device's memory is the CPU's own
+ * (MAPPING_CAP_CPU_MEMORY), no link is modelled, and unified memory exists.
+ * Then the staging transfer is the pack itself, counted as a transfer: */
+bool mapping__staging_shared(const mapping_device *dev);
+void mapping__count_shared_transfer(mapping_device *dev, bool to_gpu, size_t bytes);
 
 /* ---- streams and events: validated objects; a NULL stream runs
  * mapping__launch_host's function inline ---- */
@@ -67,12 +73,17 @@ mapping_status mapping__stream_wait_event(mapping_stream *stream, mapping_event 
 mapping_status mapping__event_synchronize(mapping_event *event);
 mapping_status mapping__event_query(const mapping_event *event);
 mapping_status mapping__event_elapsed(const mapping_event *start, const mapping_event *end, double *seconds);
+/* The device's blocking stream (mapping_device.blocking), or NULL where the
+ * back end has none: queue the steps of one blocking call on it, then
+ * mapping__stream_synchronize it once. Never for host functions. */
+mapping_stream *mapping__blocking_stream(mapping_device *dev);
 
 /* ---- the back-end half of object lifetimes (src/core/ only) ---- */
 mapping_status mapping__op_device_info(const mapping_backend *be, int index, mapping_device_info *info);
 mapping_status mapping__op_device_open(const mapping_backend *be, int index, const mapping_device_desc *desc,
                                        void **state);
 unsigned       mapping__op_device_open_caps(mapping_device *dev);
+void          *mapping__op_stream_blocking(mapping_device *dev);
 void           mapping__op_device_close(mapping_device *dev);
 mapping_status mapping__op_device_native(const mapping_device *dev, mapping_native_device *out);
 mapping_status mapping__op_buffer_alloc(mapping_device *dev, size_t bytes, void **mem);

@@ -4,19 +4,32 @@
 #include "core/ops.h"
 #include "transfer/transfer.h"
 
-mapping_status mapping__batch_check(const char *fn, const mapping_batch *b)
+/* The checks of mapping__batch_check after the lookup of b itself; the
+ * device's is skipped when device_alive is known. */
+static mapping_status batch_check_rest(const char *fn, const mapping_batch *b, bool device_alive)
 {
-    if (!b)
-        return mapping__fail(MAPPING_ERR_NULL_ARGUMENT, "%s: batch is NULL", fn);
-    if (!mapping__handle_live(MAPPING_HANDLE_BATCH, b))
-        return mapping__fail(MAPPING_ERR_INVALID_HANDLE, "%s: batch %p is not a live batch", fn, (const void *)b);
-    if (!mapping__device_alive(b->dev, b->dev_serial))
+    if (!device_alive && !mapping__device_alive(b->dev, b->dev_serial))
         return mapping__fail(MAPPING_ERR_INVALID_HANDLE, "%s: the device of batch %p was closed before it", fn,
                              (const void *)b);
     if (b->busy)
         return mapping__fail(MAPPING_ERR_BUSY, "%s: batch %p is being flushed (called from a callback of its own flush)",
                              fn, (const void *)b);
     return MAPPING_OK;
+}
+
+static mapping_status batch_lookup(const char *fn, const mapping_batch *b)
+{
+    if (!b)
+        return mapping__fail(MAPPING_ERR_NULL_ARGUMENT, "%s: batch is NULL", fn);
+    if (!mapping__handle_live(MAPPING_HANDLE_BATCH, b))
+        return mapping__fail(MAPPING_ERR_INVALID_HANDLE, "%s: batch %p is not a live batch", fn, (const void *)b);
+    return MAPPING_OK;
+}
+
+mapping_status mapping__batch_check(const char *fn, const mapping_batch *b)
+{
+    mapping_status st = batch_lookup(fn, b);
+    return st != MAPPING_OK ? st : batch_check_rest(fn, b, false);
 }
 
 mapping_status mapping__batch_create(mapping_device *dev, mapping_batch **out)
@@ -113,34 +126,69 @@ void mapping_batch_clear(mapping_batch *b)
         mapping__batch_clear(b);
 }
 
-mapping_status mapping__batch_push(mapping_batch *b, const batch_copy *c)
+static mapping_status grow(mapping_batch *b)
 {
-    if (b->count == b->capacity) {
-        size_t capacity = b->capacity ? b->capacity * 2 : 64;
-        batch_copy *copies = mapping_os_realloc(b->copies, capacity * sizeof *copies);
-        if (!copies)
-            return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "batch: out of memory queueing copy %zu", b->count);
-        b->copies = copies;
-        b->capacity = capacity;
-    }
-    b->copies[b->count++] = *c;
-    if (c->bytes > b->largest)
-        b->largest = c->bytes;
+    size_t capacity = b->capacity ? b->capacity * 2 : 64;
+    batch_copy *copies = mapping_os_realloc(b->copies, capacity * sizeof *copies);
+    if (!copies)
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "batch: out of memory queueing copy %zu", b->count);
+    b->copies = copies;
+    b->capacity = capacity;
+    return MAPPING_OK;
+}
+
+/* The record is written field by field in place: building it on the stack
+ * and copying it costs a store-forwarding stall per add. */
+static inline mapping_status push(mapping_batch *b, mapping_buffer *buf, size_t offset, size_t bytes,
+                                  const void *host, bool to_gpu)
+{
+    mapping_status st;
+    if (b->count == b->capacity && (st = grow(b)) != MAPPING_OK)
+        return st;
+    batch_copy *c = &b->copies[b->count++];
+    c->buf = buf;
+    c->offset = offset;
+    c->bytes = bytes;
+    c->src = host;
+    c->to_gpu = to_gpu;
+    if (b->count > 1 && !mapping__batch_in_order(c - 1, c))
+        b->unsorted = true;
+    if (bytes > b->largest)
+        b->largest = bytes;
     mapping__count(&b->dev->counters.batch_copies, 1);
     return MAPPING_OK;
 }
 
-static mapping_status check_copy(const char *fn, const mapping_batch *b, const void *host, const char *host_name,
+mapping_status mapping__batch_push(mapping_batch *b, const batch_copy *c)
+{
+    return push(b, c->buf, c->offset, c->bytes, c->src, c->to_gpu);
+}
+
+/* An add's checks. The batch is looked up every time; its device and the
+ * buffer only when a handle was removed since the batch's last add, or the
+ * buffer is another one: adding many copies into one buffer costs one hash
+ * lookup each, not three. */
+static mapping_status check_copy(const char *fn, mapping_batch *b, const void *host, const char *host_name,
                                  const mapping_buffer *buf, const char *buf_name, size_t offset, size_t bytes)
 {
-    mapping_status st;
-    if ((st = mapping__batch_check(fn, b)) || (st = mapping__check_ptr(fn, host_name, host)) ||
-        (st = mapping__check_buffer(fn, buf_name, buf)) ||
-        (st = mapping__check_range(fn, buf_name, offset, bytes, buf->size)))
+    uint64_t removals = mapping__handle_removals_any(); /* before the lookups it vouches for */
+    mapping_status st = batch_lookup(fn, b);
+    if (st != MAPPING_OK)
         return st;
-    if (buf->dev != b->dev)
-        return mapping__fail(MAPPING_ERR_DEVICE_MISMATCH, "%s: %s belongs to another device than the batch", fn,
-                             buf_name);
+    bool unchanged = removals == b->checked_removals; /* its device and checked_buf are still live */
+    if ((st = batch_check_rest(fn, b, unchanged)) || (st = mapping__check_ptr(fn, host_name, host)))
+        return st;
+    if (!unchanged || !buf || buf != b->checked_buf) {
+        if ((st = mapping__check_buffer(fn, buf_name, buf)))
+            return st;
+        if (buf->dev != b->dev)
+            return mapping__fail(MAPPING_ERR_DEVICE_MISMATCH, "%s: %s belongs to another device than the batch", fn,
+                                 buf_name);
+    }
+    if ((st = mapping__check_range(fn, buf_name, offset, bytes, buf->size)))
+        return st;
+    b->checked_removals = removals;
+    b->checked_buf = buf;
     return MAPPING_OK;
 }
 
@@ -151,8 +199,7 @@ mapping_status mapping_batch_sync_to_gpu(mapping_batch *b, const void *cpu_src, 
                                    gpu_offset, bytes);
     if (st)
         return st;
-    batch_copy c = {.buf = gpu_dst, .offset = gpu_offset, .bytes = bytes, .src = cpu_src, .to_gpu = true};
-    return mapping__batch_push(b, &c);
+    return push(b, gpu_dst, gpu_offset, bytes, cpu_src, true);
 }
 
 mapping_status mapping_batch_sync_to_cpu(mapping_batch *b, const mapping_buffer *gpu_src, size_t gpu_offset,
@@ -163,9 +210,7 @@ mapping_status mapping_batch_sync_to_cpu(mapping_batch *b, const mapping_buffer 
     if (st)
         return st;
     /* The buffer is only read; the cast keeps one copy record for both directions. */
-    batch_copy c = {.buf = (mapping_buffer *)(uintptr_t)gpu_src, .offset = gpu_offset, .bytes = bytes, .dst = cpu_dst,
-                    .to_gpu = false};
-    return mapping__batch_push(b, &c);
+    return push(b, (mapping_buffer *)(uintptr_t)gpu_src, gpu_offset, bytes, cpu_dst, false);
 }
 
 /* Straight through once the latency is a small part of the transfer: a

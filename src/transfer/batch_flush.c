@@ -34,30 +34,6 @@ static bool is_staged(const batch_plan *p, size_t copy, bool to_gpu)
     return c->to_gpu == to_gpu && p->groups[p->group_of[copy]].staged;
 }
 
-/* A copy between host memory and staging (never overlapping). Scattered
- * copies are mostly small: from 16 to 64 bytes they are two overlapping
- * 16- or 32-byte moves, inline, instead of a call into memcpy each. */
-static inline void copy_bytes(unsigned char *dst, const unsigned char *src, size_t n)
-{
-    if (n >= 16 && n <= 64) {
-        if (n <= 32) {
-            unsigned char a[16], b[16];
-            memcpy(a, src, 16);
-            memcpy(b, src + n - 16, 16);
-            memcpy(dst, a, 16);
-            memcpy(dst + n - 16, b, 16);
-        } else {
-            unsigned char a[32], b[32];
-            memcpy(a, src, 32);
-            memcpy(b, src + n - 32, 32);
-            memcpy(dst, a, 32);
-            memcpy(dst + n - 32, b, 32);
-        }
-        return;
-    }
-    memcpy(dst, src, n);
-}
-
 /* In add order, so that of two overlapping copies the later one wins. */
 static void pack_sources(void *arg)
 {
@@ -66,7 +42,7 @@ static void pack_sources(void *arg)
         if (is_staged(p, i, true)) {
             const batch_copy *c = &p->copies[i];
             const batch_group *g = &p->groups[p->group_of[i]];
-            copy_bytes((unsigned char *)p->host_staging + g->staging_offset + (c->offset - g->lo), c->src, c->bytes);
+            mapping__copy_small((unsigned char *)p->host_staging + g->staging_offset + (c->offset - g->lo), c->src, c->bytes);
         }
 }
 
@@ -77,7 +53,7 @@ static void unpack_destinations(void *arg)
         if (is_staged(p, i, false)) {
             const batch_copy *c = &p->copies[i];
             const batch_group *g = &p->groups[p->group_of[i]];
-            copy_bytes(c->dst, (unsigned char *)p->host_staging + g->staging_offset + (c->offset - g->lo), c->bytes);
+            mapping__copy_small(c->dst, (unsigned char *)p->host_staging + g->staging_offset + (c->offset - g->lo), c->bytes);
         }
 }
 
@@ -103,7 +79,7 @@ typedef struct batch_retired {
 
 void mapping__batch_free_staging(mapping_batch *b)
 {
-    if (b->host_staging)
+    if (b->host_staging && !b->staging_shared)
         mapping__free_cpu(b->dev, b->host_staging);
     if (b->dev_staging)
         mapping__free_gpu(b->dev_staging);
@@ -113,7 +89,8 @@ void mapping__batch_free_staging(mapping_batch *b)
     while (b->retired) {
         batch_retired *r = b->retired;
         b->retired = r->next;
-        mapping__free_cpu(b->dev, r->host_staging);
+        if (r->host_staging) /* NULL: shared staging, freed with its buffer */
+            mapping__free_cpu(b->dev, r->host_staging);
         if (r->dev_staging)
             mapping__free_gpu(r->dev_staging);
         free(r);
@@ -123,7 +100,7 @@ void mapping__batch_free_staging(mapping_batch *b)
 /* Grows the staging (geometrically, so rarely). Runs inside a flush, so it
  * frees nothing: the outgrown staging waits in b->retired for the batch's
  * destruction. */
-static mapping_status ensure_staging(mapping_batch *b, size_t bytes)
+mapping_status mapping__batch_ensure_staging(mapping_batch *b, size_t bytes)
 {
     if (bytes <= b->staging_capacity)
         return MAPPING_OK;
@@ -135,27 +112,48 @@ static mapping_status ensure_staging(mapping_batch *b, size_t bytes)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mapping_batch_flush: out of memory");
     void *host = NULL;
     mapping_buffer *dev = NULL;
-    mapping_status st = mapping__allocate_cpu(b->dev, capacity, &host);
-    if (st == MAPPING_OK)
+    mapping_status st;
+    bool shared = mapping__staging_shared(b->dev);
+    if (shared)
+        st = mapping__allocate_unified("mapping_batch_flush (staging)", b->dev, capacity, &dev, &host);
+    else if ((st = mapping__allocate_cpu(b->dev, capacity, &host)) == MAPPING_OK)
         st = mapping__allocate_gpu(b->dev, capacity, &dev);
     if (st != MAPPING_OK) {
         free(old);
-        batch_retired *r = host ? mapping_os_malloc(sizeof *r) : NULL;
+        batch_retired *r = host && !shared ? mapping_os_malloc(sizeof *r) : NULL;
         if (r) { /* freed with the batch, like the rest */
             *r = (batch_retired){b->retired, host, NULL};
             b->retired = r;
-        } else if (host) {
+        } else if (host && !shared) {
             mapping__free_cpu(b->dev, host);
         }
         return st;
     }
     if (old) {
-        *old = (batch_retired){b->retired, b->host_staging, b->dev_staging};
+        *old = (batch_retired){b->retired, b->staging_shared ? NULL : b->host_staging, b->dev_staging};
         b->retired = old;
     }
+    b->staging_shared = shared;
     b->host_staging = host;
     b->dev_staging = dev;
     b->staging_capacity = capacity;
+    return MAPPING_OK;
+}
+
+mapping_status mapping__batch_stage_out(mapping_stream *stream, mapping_batch *b, const void *src, size_t offset,
+                                        size_t bytes)
+{
+    if (!b->staging_shared)
+        return mapping__write(stream, src, b->dev_staging, offset, bytes);
+    mapping__count_shared_transfer(b->dev, true, bytes);
+    return MAPPING_OK;
+}
+
+mapping_status mapping__batch_stage_in(mapping_stream *stream, mapping_batch *b, size_t offset, void *dst, size_t bytes)
+{
+    if (!b->staging_shared)
+        return mapping__read(stream, b->dev_staging, offset, dst, bytes);
+    mapping__count_shared_transfer(b->dev, false, bytes);
     return MAPPING_OK;
 }
 
@@ -230,40 +228,73 @@ static mapping_status straight_through(mapping_stream *stream, batch_plan *p, bo
     return MAPPING_OK;
 }
 
-static mapping_status run_plan(mapping_stream *stream, mapping_batch *b, batch_plan *p)
+/* host_inline: the host steps (pack, unpack) run on this thread, the pack
+ * now and the unpack left to the caller once the stream has finished (a
+ * blocking flush on the device's blocking stream, which runs no host
+ * function). */
+static mapping_status run_plan(mapping_stream *stream, mapping_batch *b, batch_plan *p, bool host_inline)
 {
     mapping_device *dev = b->dev;
     mapping_status st;
     if (p->h2d_staged || p->d2h_staged) {
-        if ((st = ensure_staging(b, p->staging_bytes)) != MAPPING_OK)
+        if ((st = mapping__batch_ensure_staging(b, p->staging_bytes)) != MAPPING_OK)
             return st;
         p->host_staging = b->host_staging;
         write_tables(p);
     }
-    if (p->h2d_staged) {
-        if ((st = mapping__launch_host(stream, pack_sources, p)) != MAPPING_OK)
-            return st;
-    }
+    if (p->h2d_staged && host_inline)
+        pack_sources(p);
+    else if (p->h2d_staged && (st = mapping__launch_host(stream, pack_sources, p)) != MAPPING_OK)
+        return st;
     /* Step 2: one write covering what the device needs of the staging buffer. */
     bool h2d_table = p->h2d_staged && mapping__can_scatter(dev), d2h_table = p->d2h_staged && mapping__can_gather(dev);
     size_t begin = h2d_table ? p->h2d_table_offset : d2h_table ? p->d2h_table_offset : p->h2d_data_offset;
     size_t end = p->h2d_staged ? p->d2h_data_offset : d2h_table ? p->d2h_table_offset + p->d2h_staged * ENTRY : 0;
-    if (end > begin &&
-        (st = mapping__write(stream, p->host_staging + begin, b->dev_staging, begin, end - begin)) != MAPPING_OK)
+    if (end > begin && (st = mapping__batch_stage_out(stream, b, p->host_staging + begin, begin, end - begin)) != MAPPING_OK)
         return st;
     if ((st = scatter_or_gather(stream, b, p, true)) != MAPPING_OK || (st = straight_through(stream, p, true)))
         return st;
     if (p->d2h_staged) {
         if ((st = scatter_or_gather(stream, b, p, false)) != MAPPING_OK ||
-            (st = mapping__read(stream, b->dev_staging, p->d2h_data_offset, p->host_staging + p->d2h_data_offset,
-                                p->staging_bytes - p->d2h_data_offset)) != MAPPING_OK ||
-            (st = mapping__launch_host(stream, unpack_destinations, p)) != MAPPING_OK)
+            (st = mapping__batch_stage_in(stream, b, p->d2h_data_offset, p->host_staging + p->d2h_data_offset,
+                           p->staging_bytes - p->d2h_data_offset)) != MAPPING_OK ||
+            (!host_inline && (st = mapping__launch_host(stream, unpack_destinations, p)) != MAPPING_OK))
             return st;
+        p->d2h_read = true;
         for (size_t g = p->h2d_groups; g < p->group_count; g++)
             if (p->groups[g].staged)
                 mark_group_done(p, g);
     }
     return straight_through(stream, p, false);
+}
+
+/* A flush run on the blocking stream: waits for what was queued (it reads
+ * the plan and staging, so even after a failure), then unpacks. When the
+ * wait fails, no copy is known to be done: all stay queued (doing a copy
+ * twice is harmless). */
+static mapping_status finish_blocking(mapping_stream *queue, batch_plan *p, mapping_status run, bool direct)
+{
+    mapping_error_mark before;
+    if (run != MAPPING_OK)
+        mapping__error_mark(&before); /* the run's error explains a failed wait too: it is kept */
+    mapping_status st = mapping__stream_synchronize(queue);
+    if (st != MAPPING_OK && run == MAPPING_OK) {
+        char inner[384];
+        snprintf(inner, sizeof inner, "%s", mapping__last_message());
+        mapping__fail(st, "waiting for the queued steps failed (%s); which copies completed is unknown, so every "
+                          "copy stays queued", inner);
+    }
+    if (st != MAPPING_OK)
+        memset(p->done, 0, p->count * sizeof *p->done);
+    else if (p->d2h_read && direct) /* the gathered bytes arrived, even if a later step failed */
+        mapping__batch_direct_unpack(p);
+    else if (p->d2h_read)
+        unpack_destinations(p);
+    if (run != MAPPING_OK) {
+        mapping__error_forget(&before);
+        return run;
+    }
+    return st;
 }
 
 /* Names the first copy not done, and leaves exactly those queued. */
@@ -284,6 +315,7 @@ static mapping_status report_failure(mapping_batch *b, const batch_plan *p, mapp
         if (p->copies[i].bytes > b->largest)
             b->largest = p->copies[i].bytes;
     }
+    b->unsorted = mapping__batch_sorted_prefix(b->copies, b->count) < b->count;
     if (done)
         mapping__count(&b->dev->counters.batch_flushes, 1);
     const batch_copy *c = &p->copies[first < p->count ? first : 0];
@@ -315,15 +347,26 @@ mapping_status mapping__batch_flush(mapping_stream *stream, mapping_batch *b)
     mapping_status st = mapping__batch_wait_pending(b);
     if (st != MAPPING_OK)
         return report_not_started(b, st);
-    /* Only a copy of BATCH_LARGE_MIN bytes or more can go straight through. */
-    size_t large = b->largest >= BATCH_LARGE_MIN ? mapping__batch_large_bytes(b->dev) : BATCH_LARGE_MIN;
-    st = mapping__batch_plan(b, &b->plan, large);
+    /* Blocking: where the back end has a blocking stream, every step is
+     * queued there and waited for once, rather than each step waiting. */
+    mapping_stream *queue = stream ? NULL : mapping__blocking_stream(b->dev);
+    /* Blocking, small copies in order: the one-pass flush (batch_direct.c). */
+    bool direct = !stream && mapping__batch_direct_fits(b);
+    batch_plan *p = &b->plan;
+    if (direct) {
+        st = mapping__batch_plan_take(b, p);
+    } else {
+        /* Only a copy of BATCH_LARGE_MIN bytes or more can go straight through. */
+        size_t large = b->largest >= BATCH_LARGE_MIN ? mapping__batch_large_bytes(b->dev) : BATCH_LARGE_MIN;
+        st = mapping__batch_plan(b, p, large);
+    }
     if (st != MAPPING_OK)
         return st;
-    batch_plan *p = &b->plan;
     b->busy = true; /* a callback (the log) must not re-enter this batch */
     mapping_trace_span span = mapping__trace_begin();
-    mapping_status run = run_plan(stream, b, p);
+    mapping_status run = direct ? mapping__batch_direct_run(queue, b, p) : run_plan(queue ? queue : stream, b, p, queue != NULL);
+    if (queue)
+        run = finish_blocking(queue, p, run, direct);
     mapping__batch_flush_done(&span, stream, b, p, run);
     b->busy = false;
     mapping_error_mark before;
@@ -373,6 +416,10 @@ mapping_status mapping__transfer_ranges(mapping_stream *stream, mapping_batch *r
         return st;
     if (b->count != 0 || b->dev != buf->dev) {
         st = mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: the batch to reuse must be empty and of buf's device", fn);
+        goto out;
+    }
+    if (!stream && mapping__batch_direct_ranges_fit(b, ranges, count)) {
+        st = mapping__batch_direct_ranges(mapping__blocking_stream(b->dev), b, to_gpu, host, buf, ranges, count);
         goto out;
     }
     for (size_t i = 0; i < count && st == MAPPING_OK; i++) {

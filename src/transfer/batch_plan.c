@@ -15,16 +15,6 @@ typedef struct batch_sort_key {
     size_t    index;
 } sort_key;
 
-/* Copies a and b (a added first) are in plan order already. */
-static bool in_order(const batch_copy *a, const batch_copy *b)
-{
-    if (a->to_gpu != b->to_gpu)
-        return a->to_gpu;
-    if (a->buf != b->buf)
-        return (uintptr_t)a->buf < (uintptr_t)b->buf;
-    return a->offset <= b->offset;
-}
-
 static int compare_keys(const void *a_, const void *b_)
 {
     const sort_key *a = a_, *b = b_;
@@ -45,6 +35,7 @@ void mapping__batch_plan_free(batch_plan *plan)
     free(plan->groups);
     free(plan->done);
     free(plan->keys);
+    free(plan->runs);
     memset(plan, 0, sizeof *plan);
 }
 
@@ -107,6 +98,10 @@ static void layout_staging(batch_plan *plan)
             at += plan->groups[i].hi - plan->groups[i].lo;
         }
     plan->staging_bytes = at;
+    for (size_t i = 0; i < plan->group_count; i++) {
+        const batch_group *g = &plan->groups[i];
+        plan->moved[g->to_gpu ? 0 : 1][g->staged ? 0 : 1] += g->hi - g->lo;
+    }
 }
 
 /* Grows the plan's arrays to hold n copies. Their content is rebuilt by
@@ -119,13 +114,15 @@ static mapping_status reserve(batch_plan *plan, size_t n)
         free(plan->groups);
         free(plan->done);
         free(plan->keys);
+        free(plan->runs);
         plan->order = mapping_os_malloc(n * sizeof *plan->order);
+        plan->runs = mapping_os_malloc(n * sizeof *plan->runs);
         plan->group_of = mapping_os_malloc(n * sizeof *plan->group_of);
         plan->groups = mapping_os_malloc(n * sizeof *plan->groups);
         plan->done = mapping_os_malloc(n * sizeof *plan->done);
         plan->keys = mapping_os_malloc(n * sizeof *plan->keys);
         plan->capacity = n;
-        if (!plan->order || !plan->group_of || !plan->groups || !plan->done || !plan->keys)
+        if (!plan->order || !plan->group_of || !plan->groups || !plan->done || !plan->keys || !plan->runs)
             goto fail;
     }
     if (n > plan->copies_capacity) { /* becomes the batch's queue: room for what it holds now */
@@ -140,7 +137,7 @@ fail:
     return MAPPING_ERR_OUT_OF_HOST_MEMORY; /* recorded by the caller, which knows the copies */
 }
 
-mapping_status mapping__batch_plan(mapping_batch *b, batch_plan *plan, size_t large_bytes)
+mapping_status mapping__batch_plan_take(mapping_batch *b, batch_plan *plan)
 {
     size_t n = b->count;
     mapping_status st = reserve(plan, n);
@@ -159,20 +156,36 @@ mapping_status mapping__batch_plan(mapping_batch *b, batch_plan *plan, size_t la
     plan->copies_capacity = b->capacity;
     b->copies = spare;
     b->capacity = spare_capacity;
-    b->count = 0;
-    b->largest = 0;
+    mapping__batch_clear(b);
 
     plan->count = n;
-    plan->group_count = plan->h2d_groups = 0;
+    plan->group_count = plan->h2d_groups = plan->run_count = 0;
     plan->h2d_staged = plan->d2h_staged = plan->h2d_straight = plan->d2h_straight = 0;
+    memset(plan->moved, 0, sizeof plan->moved);
+    plan->d2h_read = false;
     plan->host_staging = NULL;
     memset(plan->done, 0, n * sizeof *plan->done);
-    /* Copies are often added in plan order: then there is nothing to sort
-     * (one pass, no sort keys written). */
+    return MAPPING_OK;
+}
+
+size_t mapping__batch_sorted_prefix(const batch_copy *copies, size_t n)
+{
     size_t sorted = 1;
-    while (sorted < n && in_order(&plan->copies[sorted - 1], &plan->copies[sorted]))
+    while (sorted < n && mapping__batch_in_order(&copies[sorted - 1], &copies[sorted]))
         sorted++;
-    if (sorted >= n) {
+    return n ? sorted : 0;
+}
+
+mapping_status mapping__batch_plan(mapping_batch *b, batch_plan *plan, size_t large_bytes)
+{
+    bool sorted = !b->unsorted;
+    mapping_status st = mapping__batch_plan_take(b, plan);
+    if (st != MAPPING_OK)
+        return st;
+    size_t n = plan->count;
+    /* Copies are often added in plan order: then there is nothing to sort
+     * (no sort keys written). */
+    if (sorted) {
         for (size_t i = 0; i < n; i++)
             plan->order[i] = i;
     } else {

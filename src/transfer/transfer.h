@@ -9,6 +9,7 @@
 #define MAPPING_TRANSFER_H
 
 #include <stdbool.h>
+#include <string.h>
 #include "core/core.h"
 
 
@@ -57,7 +58,23 @@ typedef struct batch_plan {
     size_t       h2d_data_offset, d2h_data_offset, staging_bytes;
     char        *host_staging; /* set when the flush runs */
     bool        *done;         /* per copy: done (or queued to be done) */
+    size_t       moved[2][2];  /* bytes moved: [host-to-device, device-to-host][staged, straight] */
+    bool         d2h_read;     /* the gathered bytes' read is done or queued: unpack them once it is done */
+    /* A direct flush (batch_direct.c) uses runs instead of groups, and
+     * order[i] as copy i's place in staging. */
+    struct batch_run *runs;
+    size_t       run_count;
 } batch_plan;
+
+/* A direct flush's scatter or gather call: the merged ranges of one buffer,
+ * entries[first_entry, +entries) of its direction's table, made of copies
+ * [first_copy, +copies). */
+typedef struct batch_run {
+    mapping_buffer *buf;
+    size_t          first_entry, entries;
+    size_t          first_copy, copies;
+    bool            to_gpu;
+} batch_run;
 
 struct mapping_batch {
     mapping_device *dev;
@@ -66,16 +83,46 @@ struct mapping_batch {
     batch_copy     *copies;
     size_t          count, capacity;
     size_t          largest;      /* bytes of the largest queued copy */
+    bool            unsorted;     /* the queue is not in plan order (kept by each add) */
+    /* The add path's check, done in full once (see batch.c check_copy): the
+     * handle removals when it last passed, and the buffer it passed for. */
+    uint64_t              checked_removals;
+    const mapping_buffer *checked_buf;
 
     batch_plan      plan;         /* of the last flush */
     mapping_event  *pending;      /* the last flush's end, when it was on a stream */
-    void           *host_staging; /* page-locked (mapping_allocate_cpu) */
+    void           *host_staging; /* page-locked (mapping_allocate_cpu), or dev_staging's own memory */
     mapping_buffer *dev_staging;
+    bool            staging_shared; /* host_staging is dev_staging's memory (mapping__staging_shared) */
     size_t          staging_capacity;
     /* Staging outgrown by a flush, freed with the batch: a flush never frees
      * (a free may wait for every stream, and the caller's may wait for it). */
     struct batch_retired *retired;
 };
+
+/* A copy between host memory and staging (never overlapping). Scattered
+ * copies are mostly small: from 16 to 64 bytes they are two overlapping
+ * 16- or 32-byte moves, inline, instead of a call into memcpy each. */
+static inline void mapping__copy_small(unsigned char *dst, const unsigned char *src, size_t n)
+{
+    if (n >= 16 && n <= 64) {
+        if (n <= 32) {
+            unsigned char a[16], b[16];
+            memcpy(a, src, 16);
+            memcpy(b, src + n - 16, 16);
+            memcpy(dst, a, 16);
+            memcpy(dst + n - 16, b, 16);
+        } else {
+            unsigned char a[32], b[32];
+            memcpy(a, src, 32);
+            memcpy(b, src + n - 32, 32);
+            memcpy(dst, a, 32);
+            memcpy(dst + n - 32, b, 32);
+        }
+        return;
+    }
+    memcpy(dst, src, n);
+}
 
 /* ---- internal twins of the public batch functions (validated arguments) ---- */
 /* b is a live batch (public ones only: a mirror's batch is not registered)
@@ -92,6 +139,17 @@ static inline void mapping__batch_clear(mapping_batch *b)
 {
     b->count = 0;
     b->largest = 0;
+    b->unsorted = false;
+}
+/* Copies a and b (a added first) are in plan order: direction (host to
+ * device first), buffer, offset. */
+static inline bool mapping__batch_in_order(const batch_copy *a, const batch_copy *b)
+{
+    if (a->to_gpu != b->to_gpu)
+        return a->to_gpu;
+    if (a->buf != b->buf)
+        return (uintptr_t)a->buf < (uintptr_t)b->buf;
+    return a->offset <= b->offset;
 }
 /* Waits for the last flush's work (it may still read the plan and staging). */
 mapping_status mapping__batch_wait_pending(mapping_batch *b);
@@ -107,6 +165,28 @@ size_t mapping__batch_large_bytes(mapping_device *dev);
  * on failure b is unchanged. `plan` is zeroed or a previous plan of b, whose
  * arrays are reused; no work may still be reading it. */
 mapping_status mapping__batch_plan(mapping_batch *b, batch_plan *plan, size_t large_bytes);
+/* The first step of mapping__batch_plan: the queued copies move into the
+ * plan (arrays reserved, counts zeroed); the failure is recorded. */
+mapping_status mapping__batch_plan_take(mapping_batch *b, batch_plan *plan);
+/* How many of the first copies are in plan order (direction, buffer, offset). */
+size_t         mapping__batch_sorted_prefix(const batch_copy *copies, size_t n);
+/* A flush in one pass over the copies, without groups (batch_direct.c), for
+ * a batch whose copies are all staged (below BATCH_LARGE_MIN), in plan order
+ * (copies[0, sorted)), on a device with scatter and gather. queue: the
+ * stream to queue on, NULL: each step blocking (the host steps run on this
+ * thread either way; with a queue the caller waits for it, then calls
+ * mapping__batch_direct_unpack). The plan is taken (mapping__batch_plan_take). */
+bool           mapping__batch_direct_fits(const mapping_batch *b);
+mapping_status mapping__batch_direct_run(mapping_stream *queue, mapping_batch *b, batch_plan *p);
+void           mapping__batch_direct_unpack(batch_plan *p);
+/* The staging of a flush: at least `bytes` (batch_flush.c). */
+mapping_status mapping__batch_ensure_staging(mapping_batch *b, size_t bytes);
+/* Moves staging bytes to the device (host_staging + offset = src) or back
+ * (dst = host_staging + offset); nothing to move when the staging is shared,
+ * where packing was the transfer (counted as one). */
+mapping_status mapping__batch_stage_out(mapping_stream *stream, mapping_batch *b, const void *src, size_t offset,
+                                        size_t bytes);
+mapping_status mapping__batch_stage_in(mapping_stream *stream, mapping_batch *b, size_t offset, void *dst, size_t bytes);
 /* Frees the plan's arrays and zeroes it. */
 void           mapping__batch_plan_free(batch_plan *plan);
 /* Appends a copy; arguments validated by the caller. */
@@ -130,5 +210,13 @@ typedef struct mapping_transfer_range {
  * ranges not done stay queued in it. */
 mapping_status mapping__transfer_ranges(mapping_stream *stream, mapping_batch *reuse, bool to_gpu, void *host,
                                         mapping_buffer *buf, const mapping_transfer_range *ranges, size_t count);
+/* mapping__transfer_ranges' blocking path for ranges sorted by buffer
+ * offset, disjoint and small (the _fit test), through an empty `b`, without
+ * queueing them: a table entry per non-empty range, packed and scattered (or
+ * gathered and unpacked) at once; queue as for mapping__batch_direct_run.
+ * On failure no range is known to be done, and nothing stays queued. */
+bool           mapping__batch_direct_ranges_fit(const mapping_batch *b, const mapping_transfer_range *r, size_t n);
+mapping_status mapping__batch_direct_ranges(mapping_stream *queue, mapping_batch *b, bool to_gpu, void *host,
+                                            mapping_buffer *buf, const mapping_transfer_range *r, size_t n);
 
 #endif

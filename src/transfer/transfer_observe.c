@@ -1,23 +1,13 @@
 /* Trace events and log lines of batch flushes and pipeline chunks. */
 #include "transfer/transfer_observe.h"
 
-/* Bytes of one direction's groups, staged or not. */
-static size_t group_bytes(const batch_plan *p, bool to_gpu, bool staged)
-{
-    size_t bytes = 0;
-    for (size_t g = 0; g < p->group_count; g++)
-        if (p->groups[g].to_gpu == to_gpu && p->groups[g].staged == staged)
-            bytes += p->groups[g].hi - p->groups[g].lo;
-    return bytes;
-}
-
 void mapping__batch_flush_done(const mapping_trace_span *span, mapping_stream *stream, const mapping_batch *b,
                                const batch_plan *p, mapping_status st)
 {
     if (__builtin_expect(span->t0 == 0, 1) && !mapping__log_enabled())
         return;
-    size_t h2d_staged = group_bytes(p, true, true), h2d_straight = group_bytes(p, true, false);
-    size_t d2h_staged = group_bytes(p, false, true), d2h_straight = group_bytes(p, false, false);
+    size_t h2d_staged = p->moved[0][0], h2d_straight = p->moved[0][1];
+    size_t d2h_staged = p->moved[1][0], d2h_straight = p->moved[1][1];
     MAPPING_TRACE_END(*span, .name = "batch flush", .cat = "batch", .device = b->dev,
                       .device_name = b->dev->info.name, .stream = stream, .status = st,
                       .args = {{"copies", p->count},

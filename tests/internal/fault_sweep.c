@@ -370,10 +370,15 @@ static int copy_done(sweep *sw, batch_set *b, const copy_spec *c)
 /* After a failed flush (the fault has fired: nothing to pause). */
 static void check_failed_flush(sweep *sw, batch_set *b, const copy_spec *c, size_t n)
 {
+    /* A blocking flush whose single wait failed cannot tell what completed:
+     * all stay queued (each destination old or copied: copy_done checks). */
+    bool unknown = strstr(mapping_last_error_message(), "which copies completed is unknown") != NULL;
     CHECK_OK(mapping_stream_synchronize(sw->s));
     size_t not_done = 0;
     for (size_t i = 0; i < n; i++)
         not_done += !copy_done(sw, b, &c[i]);
+    if (unknown)
+        not_done = n;
     if (mapping_batch_count(sw->batch) != not_done)
         test_fail(__FILE__, __LINE__, "after a failed flush %zu copies are queued, %zu were not done",
                   mapping_batch_count(sw->batch), not_done);

@@ -138,6 +138,7 @@ static void opencl_device_close(void *dev)
 {
     opencl_device *d = dev;
     mapping__opencl_kernels_release(d);
+    mapping__opencl_blocking_stream_fini(d);
     if (d->queue) {
         mapping__opencl_driver.clFinish(d->queue);
         mapping__opencl_driver.clReleaseCommandQueue(d->queue);
@@ -180,6 +181,7 @@ static mapping_status opencl_device_open(int index, const mapping_device_desc *d
         opencl_device_close(d);
         return mapping__opencl_fail("clCreateCommandQueue", err);
     }
+    mapping__opencl_blocking_stream_init(d);
     mapping__opencl_kernels_prepare(d); /* from a kept binary only: no first-use build */
     *out = d;
     return MAPPING_OK;
@@ -242,6 +244,7 @@ static mapping_status opencl_device_adopt(const mapping_native_device *native, i
             return mapping__opencl_fail("clCreateCommandQueue", err);
         }
     }
+    mapping__opencl_blocking_stream_init(d);
     *index = found;
     *out = d;
     return MAPPING_OK;
@@ -277,6 +280,7 @@ const mapping_backend mapping_backend_opencl = {
     .stream_destroy = mapping__opencl_stream_destroy,
     .stream_synchronize = mapping__opencl_stream_synchronize,
     .stream_native = mapping__opencl_stream_native,
+    .stream_blocking = mapping__opencl_stream_blocking,
     .write = mapping__opencl_write,
     .read = mapping__opencl_read,
     .copy = mapping__opencl_copy,

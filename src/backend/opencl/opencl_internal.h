@@ -13,33 +13,6 @@
 #include "backend/opencl/opencl_api.h"
 #ifdef MAPPING_OPENCL_HEADERS
 
-typedef struct opencl_device {
-    cl_platform_id   platform;
-    cl_device_id     device;
-    cl_context       context;
-    bool             context_adopted; /* the caller's (retained), not from mapping__opencl_context_acquire */
-    cl_command_queue queue;    /* in order, for blocking calls (stream == NULL) */
-    bool             svm_fine; /* fine-grain buffer SVM: buffer_alloc_unified works */
-
-    /* The scatter/gather kernels, built on first use. cl_kernel arguments are
-     * state shared by every caller, so setting them and enqueueing is one
-     * critical section. */
-    pthread_mutex_t kernel_lock;
-    bool            kernels_built;
-    cl_program      program;
-    cl_kernel       scatter, gather;
-    cl_kernel       scatter_slices, gather_slices; /* CPU devices, small entries: a slice of entries per work-item */
-    cl_uint         compute_units;
-    size_t          group_size;   /* work-items per work-group of their launches */
-    bool            sliced_lanes; /* CPU device: an entry's work-items copy contiguous slices */
-} opencl_device;
-
-/* Device memory: a cl_mem, and the SVM allocation behind it when unified. */
-typedef struct opencl_buffer {
-    cl_mem mem;
-    void  *svm;
-} opencl_buffer;
-
 /* A host function queued by launch_host: the worker waits for `reached`,
  * runs fn, then completes `done`, which the stream's queue waits on. */
 typedef struct opencl_host_job {
@@ -62,6 +35,38 @@ typedef struct opencl_stream {
     bool            failed; /* a host function's wait failed: no more host functions run */
 } opencl_stream;
 
+typedef struct opencl_device {
+    cl_platform_id   platform;
+    cl_device_id     device;
+    cl_context       context;
+    bool             context_adopted; /* the caller's (retained), not from mapping__opencl_context_acquire */
+    cl_command_queue queue;    /* in order, for blocking calls (stream == NULL) */
+    /* A stream on `queue` (not owning it): a blocking call of several steps
+     * queues them here and waits once (backend stream_blocking). */
+    opencl_stream    blocking;
+    bool             blocking_ready;
+    bool             svm_fine; /* fine-grain buffer SVM: buffer_alloc_unified works */
+
+    /* The scatter/gather kernels, built on first use. cl_kernel arguments are
+     * state shared by every caller, so setting them and enqueueing is one
+     * critical section. */
+    pthread_mutex_t kernel_lock;
+    bool            kernels_built;
+    cl_program      program;
+    cl_kernel       scatter, gather;
+    cl_kernel       scatter_slices, gather_slices; /* CPU devices, small entries: a slice of entries per work-item */
+    cl_uint         compute_units;
+    size_t          group_size;   /* work-items per work-group of their launches */
+    bool            sliced_lanes; /* CPU device: an entry's work-items copy contiguous slices */
+} opencl_device;
+
+/* Device memory: a cl_mem, and the SVM allocation behind it when unified. */
+typedef struct opencl_buffer {
+    cl_mem mem;
+    void  *svm;
+} opencl_buffer;
+
+
 /* Records the first asynchronous error of a stream (thread-safe). */
 void mapping__opencl_stream_record_error(opencl_stream *s, mapping_status st, const char *message);
 
@@ -75,6 +80,11 @@ void           mapping__opencl_host_free(void *dev, void *ptr, void *cookie);
 
 mapping_status mapping__opencl_stream_create(void *dev, void **stream);
 void           mapping__opencl_stream_destroy(void *dev, void *stream);
+/* The device's blocking stream on its own queue (opencl_device.blocking):
+ * set up once the queue exists; torn down before the queue is released. */
+void           mapping__opencl_blocking_stream_init(opencl_device *d);
+void           mapping__opencl_blocking_stream_fini(opencl_device *d);
+void          *mapping__opencl_stream_blocking(void *dev);
 mapping_status mapping__opencl_stream_synchronize(void *dev, void *stream);
 mapping_status mapping__opencl_stream_native(void *dev, void *stream, void **native);
 mapping_status mapping__opencl_write(void *dev, void *stream, const void *src, const mapping_host_ref *pinned, void *dst_mem,

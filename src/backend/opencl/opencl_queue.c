@@ -75,11 +75,9 @@ mapping_status mapping__opencl_stream_create(void *dev, void **out)
     return MAPPING_OK;
 }
 
-/* Called after stream_synchronize: no host job is pending. */
-void mapping__opencl_stream_destroy(void *dev, void *stream)
+/* Stops the host-function worker (if one started), finishes the queue. */
+static void stream_stop(opencl_stream *s)
 {
-    (void)dev;
-    opencl_stream *s = stream;
     pthread_mutex_lock(&s->lock);
     s->stopping = true;
     pthread_cond_broadcast(&s->cond);
@@ -88,10 +86,39 @@ void mapping__opencl_stream_destroy(void *dev, void *stream)
     if (joined)
         pthread_join(s->worker, NULL);
     mapping__opencl_driver.clFinish(s->queue);
-    mapping__opencl_driver.clReleaseCommandQueue(s->queue);
     pthread_cond_destroy(&s->cond);
     pthread_mutex_destroy(&s->lock);
+}
+
+/* Called after stream_synchronize: no host job is pending. */
+void mapping__opencl_stream_destroy(void *dev, void *stream)
+{
+    (void)dev;
+    opencl_stream *s = stream;
+    stream_stop(s);
+    mapping__opencl_driver.clReleaseCommandQueue(s->queue);
     free(s);
+}
+
+void mapping__opencl_blocking_stream_init(opencl_device *d)
+{
+    d->blocking.queue = d->queue;
+    pthread_mutex_init(&d->blocking.lock, NULL);
+    pthread_cond_init(&d->blocking.cond, NULL);
+    d->blocking_ready = true;
+}
+
+void mapping__opencl_blocking_stream_fini(opencl_device *d)
+{
+    if (d->blocking_ready)
+        stream_stop(&d->blocking); /* the queue is the device's: released by its owner */
+    d->blocking_ready = false;
+}
+
+void *mapping__opencl_stream_blocking(void *dev)
+{
+    opencl_device *d = dev;
+    return d->blocking_ready ? &d->blocking : NULL;
 }
 
 /* A marker after everything queued; its status says whether that work

@@ -1,0 +1,218 @@
+/*
+ * A flush in one pass: the common batch (many small copies, added in order
+ * of buffer and offset, as a loop over an array adds them) needs no sort,
+ * no groups and no second look at a copy. Each direction's copies are walked
+ * once: touching or overlapping neighbours merge into one table entry, and
+ * a host-to-device copy's bytes are packed into staging as it is met (in add
+ * order, so of two overlapping copies the later one wins). Then the same
+ * steps as batch_flush.c run: one write of the tables and packed bytes, one
+ * scatter and one gather per buffer, one read, and the unpack.
+ *
+ * The staging layout is batch_flush.c's, sized by upper bounds (a table
+ * entry per copy, the bytes of all copies): [h2d table | d2h table | h2d
+ * data | d2h data].
+ */
+#include "core/ops.h"
+#include "transfer/transfer.h"
+#include "transfer/transfer_observe.h"
+
+static const size_t ENTRY = sizeof(mapping_scatter_entry);
+
+static size_t align_up(size_t n, size_t a)
+{
+    return (n + a - 1) / a * a;
+}
+
+bool mapping__batch_direct_fits(const mapping_batch *b)
+{
+    return b->largest < BATCH_LARGE_MIN && !b->unsorted && mapping__can_scatter(b->dev) && mapping__can_gather(b->dev);
+}
+
+/* Copies [begin, end) of one direction: merged into table entries from
+ * `table`, their bytes at data (packed now when to_gpu; else order[i] says
+ * where copy i will find its bytes). Returns the bytes laid out; *entries. */
+static size_t lay_out(batch_plan *p, size_t begin, size_t end, mapping_scatter_entry *table, size_t data,
+                      size_t *entries)
+{
+    size_t e = 0, at = data;
+    mapping_buffer *buf = NULL;
+    size_t lo = 0, hi = 0, start = 0;
+    batch_run *run = NULL;
+    for (size_t i = begin; i < end; i++) {
+        const batch_copy *c = &p->copies[i];
+        size_t pos;
+        if (e && c->buf == buf && c->offset <= hi) { /* sorted: c->offset >= lo */
+            pos = start + (c->offset - lo);
+            if (c->offset + c->bytes > hi)
+                hi = c->offset + c->bytes;
+        } else {
+            if (e) {
+                table[e - 1] = (mapping_scatter_entry){start, lo, hi - lo};
+                at = start + (hi - lo);
+            }
+            if (c->buf != buf || !run) {
+                run = &p->runs[p->run_count++];
+                *run = (batch_run){c->buf, e, 0, i, 0, c->to_gpu};
+            }
+            buf = c->buf;
+            lo = c->offset;
+            hi = lo + c->bytes;
+            start = pos = at;
+            e++;
+        }
+        run->entries = e - run->first_entry;
+        run->copies = i + 1 - run->first_copy;
+        if (c->to_gpu)
+            mapping__copy_small((unsigned char *)p->host_staging + pos, c->src, c->bytes);
+        else
+            p->order[i] = pos;
+    }
+    if (e) {
+        table[e - 1] = (mapping_scatter_entry){start, lo, hi - lo};
+        at = start + (hi - lo);
+    }
+    *entries = e;
+    return at - data;
+}
+
+mapping_status mapping__batch_direct_run(mapping_stream *queue, mapping_batch *b, batch_plan *p)
+{
+    size_t n = p->count, n_h2d = 0, h2d_bytes = 0, d2h_bytes = 0;
+    while (n_h2d < n && p->copies[n_h2d].to_gpu) /* sorted: host-to-device first */
+        h2d_bytes += p->copies[n_h2d++].bytes;
+    for (size_t i = n_h2d; i < n; i++)
+        d2h_bytes += p->copies[i].bytes;
+    p->h2d_table_offset = 0;
+    p->d2h_table_offset = n_h2d * ENTRY;
+    p->h2d_data_offset = align_up(n * ENTRY, 64);
+    p->d2h_data_offset = align_up(p->h2d_data_offset + h2d_bytes, 64);
+    mapping_status st = mapping__batch_ensure_staging(b, p->d2h_data_offset + d2h_bytes);
+    if (st != MAPPING_OK)
+        return st;
+    p->host_staging = b->host_staging;
+    mapping_scatter_entry *h2d = (mapping_scatter_entry *)(void *)(p->host_staging + p->h2d_table_offset);
+    mapping_scatter_entry *d2h = (mapping_scatter_entry *)(void *)(p->host_staging + p->d2h_table_offset);
+    size_t h2d_moved = lay_out(p, 0, n_h2d, h2d, p->h2d_data_offset, &p->h2d_staged);
+    size_t h2d_runs = p->run_count;
+    size_t d2h_moved = lay_out(p, n_h2d, n, d2h, p->d2h_data_offset, &p->d2h_staged);
+    p->group_count = p->h2d_groups = p->h2d_staged;
+    p->group_count += p->d2h_staged;
+    p->moved[0][0] = h2d_moved;
+    p->moved[1][0] = d2h_moved;
+    p->staging_bytes = p->d2h_data_offset + d2h_moved;
+
+    /* One write: both tables and the packed bytes (the d2h table alone when
+     * nothing goes to the device). */
+    size_t begin = p->h2d_staged ? 0 : p->d2h_table_offset;
+    size_t end = p->h2d_staged ? p->h2d_data_offset + h2d_moved : p->d2h_table_offset + p->d2h_staged * ENTRY;
+    if ((st = mapping__batch_stage_out(queue, b, p->host_staging + begin, begin, end - begin)) != MAPPING_OK)
+        return st;
+    for (size_t r = 0; r < p->run_count; r++) {
+        const batch_run *run = &p->runs[r];
+        bool to_gpu = r < h2d_runs;
+        if (to_gpu)
+            st = mapping__scatter(queue, b->dev_staging, p->h2d_table_offset + run->first_entry * ENTRY,
+                                  h2d + run->first_entry, run->entries, run->buf);
+        else
+            st = mapping__gather(queue, run->buf, b->dev_staging, p->d2h_table_offset + run->first_entry * ENTRY,
+                                 d2h + run->first_entry, run->entries);
+        if (st != MAPPING_OK)
+            return st;
+        if (to_gpu) /* device-to-host copies are done once the read below is */
+            memset(p->done + run->first_copy, 1, run->copies * sizeof *p->done);
+    }
+    if (p->d2h_staged) {
+        if ((st = mapping__batch_stage_in(queue, b, p->d2h_data_offset, p->host_staging + p->d2h_data_offset,
+                                          d2h_moved)) != MAPPING_OK)
+            return st;
+        memset(p->done + n_h2d, 1, (n - n_h2d) * sizeof *p->done);
+        p->d2h_read = true;
+        if (!queue)
+            mapping__batch_direct_unpack(p);
+    }
+    return MAPPING_OK;
+}
+
+void mapping__batch_direct_unpack(batch_plan *p)
+{
+    for (size_t i = 0; i < p->count; i++) {
+        const batch_copy *c = &p->copies[i];
+        if (!c->to_gpu)
+            mapping__copy_small(c->dst, (const unsigned char *)p->host_staging + p->order[i], c->bytes);
+    }
+}
+
+/* ---- a mirror's ranges: straight from the caller's array ---- */
+
+bool mapping__batch_direct_ranges_fit(const mapping_batch *b, const mapping_transfer_range *r, size_t n)
+{
+    if (!mapping__can_scatter(b->dev) || !mapping__can_gather(b->dev) || b->count != 0)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (r[i].bytes >= BATCH_LARGE_MIN || (i && r[i].buffer_offset < r[i - 1].buffer_offset + r[i - 1].bytes))
+            return false; /* large, or not sorted and disjoint: the general path */
+    return true;
+}
+
+mapping_status mapping__batch_direct_ranges(mapping_stream *queue, mapping_batch *b, bool to_gpu, void *host,
+                                            mapping_buffer *buf, const mapping_transfer_range *r, size_t n)
+{
+    mapping_status st = mapping__batch_wait_pending(b); /* the staging may still be read */
+    if (st != MAPPING_OK)
+        return st;
+    size_t bytes = 0, entries = 0;
+    for (size_t i = 0; i < n; i++) {
+        bytes += r[i].bytes;
+        entries += r[i].bytes != 0;
+    }
+    if (entries == 0)
+        return MAPPING_OK;
+    size_t data = align_up(entries * ENTRY, 64);
+    if ((st = mapping__batch_ensure_staging(b, data + bytes)) != MAPPING_OK)
+        return st;
+    char *staging = b->host_staging;
+    mapping_scatter_entry *table = (mapping_scatter_entry *)(void *)staging;
+    size_t e = 0, at = data;
+    for (size_t i = 0; i < n; i++) {
+        if (!r[i].bytes)
+            continue;
+        table[e++] = (mapping_scatter_entry){at, r[i].buffer_offset, r[i].bytes};
+        if (to_gpu)
+            mapping__copy_small((unsigned char *)staging + at, (const unsigned char *)host + r[i].host_offset,
+                                r[i].bytes);
+        at += r[i].bytes;
+    }
+    mapping__count(&b->dev->counters.batch_copies, entries);
+    batch_plan seen = {.count = entries, .group_count = entries, .staging_bytes = at};
+    *(to_gpu ? &seen.h2d_staged : &seen.d2h_staged) = entries;
+    seen.moved[to_gpu ? 0 : 1][0] = bytes;
+    mapping_trace_span span = mapping__trace_begin();
+    if (to_gpu) {
+        if ((st = mapping__batch_stage_out(queue, b, staging, 0, at)) == MAPPING_OK)
+            st = mapping__scatter(queue, b->dev_staging, 0, table, entries, buf);
+    } else {
+        if ((st = mapping__batch_stage_out(queue, b, staging, 0, entries * ENTRY)) == MAPPING_OK &&
+            (st = mapping__gather(queue, buf, b->dev_staging, 0, table, entries)) == MAPPING_OK)
+            st = mapping__batch_stage_in(queue, b, data, staging + data, bytes);
+    }
+    if (queue) { /* wait for what was queued even after a failure: it reads the staging */
+        mapping_error_mark before;
+        if (st != MAPPING_OK)
+            mapping__error_mark(&before);
+        mapping_status wait = mapping__stream_synchronize(queue);
+        if (st != MAPPING_OK)
+            mapping__error_forget(&before);
+        else
+            st = wait;
+    }
+    if (st == MAPPING_OK && !to_gpu)
+        for (size_t i = 0, k = 0; i < n; i++)
+            if (r[i].bytes) {
+                mapping__copy_small((unsigned char *)host + r[i].host_offset,
+                                    (const unsigned char *)staging + table[k++].staging_offset, r[i].bytes);
+            }
+    mapping__batch_flush_done(&span, NULL, b, &seen, st);
+    if (st == MAPPING_OK)
+        mapping__count(&b->dev->counters.batch_flushes, 1);
+    return st;
+}
