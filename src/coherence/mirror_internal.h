@@ -63,6 +63,7 @@ typedef struct mirror_state {
      * flush, which every reader and writer of the sets calls first. */
     mapping_range *log;
     size_t         log_n, log_cap;
+    mapping_range *log_scratch; /* the sort's second array, log_cap entries when set (kept: no fresh pages per sort) */
     int            log_side;
 } mirror_state;
 

@@ -27,6 +27,8 @@ static bool log_grow(mirror_state *st)
         return false;
     st->log = v;
     st->log_cap = cap;
+    free(st->log_scratch); /* made again at the size of the log by the next sort that needs it */
+    st->log_scratch = NULL;
     return true;
 }
 
@@ -57,7 +59,8 @@ bool mapping__mirror_log_append(mirror_state *st, int x, size_t lo, size_t hi)
 void mapping__mirror_log_free(mirror_state *st)
 {
     free(st->log);
-    st->log = NULL;
+    free(st->log_scratch);
+    st->log = st->log_scratch = NULL;
     st->log_n = st->log_cap = 0;
 }
 
@@ -104,12 +107,12 @@ static mapping_range *radix_sort(mapping_range *v, mapping_range *tmp, size_t n)
 }
 
 /* Sorts the log and merges ranges that overlap or touch; returns the sorted
- * array (the log or scratch) and its length in *n, NULL when out of memory. */
-static mapping_range *sorted_log(mirror_state *st, mapping_range **scratch, size_t *n)
+ * array (the log or its scratch) and its length in *n, NULL when out of
+ * memory. */
+static mapping_range *sorted_log(mirror_state *st, size_t *n)
 {
     mapping_range *v = st->log;
     size_t k = st->log_n;
-    *scratch = NULL;
     bool sorted = true;
     for (size_t i = 1; i < k && sorted; i++)
         sorted = v[i - 1].lo <= v[i].lo;
@@ -117,9 +120,9 @@ static mapping_range *sorted_log(mirror_state *st, mapping_range **scratch, size
         if (k <= 32) {
             insertion_sort(v, k);
         } else {
-            if (!(*scratch = mapping_os_malloc(k * sizeof **scratch)))
+            if (!st->log_scratch && !(st->log_scratch = mapping_os_malloc(st->log_cap * sizeof *st->log_scratch)))
                 return NULL;
-            v = radix_sort(v, *scratch, k);
+            v = radix_sort(v, st->log_scratch, k);
         }
     }
     size_t m = 0;
@@ -137,13 +140,14 @@ static mapping_range *sorted_log(mirror_state *st, mapping_range **scratch, size
 
 mapping_status mapping__mirror_log_sort(mirror_state *st)
 {
-    mapping_range *scratch, *v;
+    mapping_range *v;
     size_t m;
-    if (!(v = sorted_log(st, &scratch, &m)))
+    if (!(v = sorted_log(st, &m)))
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mirror: out of memory applying %zu marks", st->log_n);
-    if (v != st->log)
-        memcpy(st->log, v, m * sizeof *v);
-    free(scratch);
+    if (v != st->log) { /* the sorted array becomes the log: swap, no copy */
+        st->log_scratch = st->log;
+        st->log = v;
+    }
     st->log_n = m;
     return MAPPING_OK;
 }

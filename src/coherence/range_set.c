@@ -650,92 +650,127 @@ mapping_status mapping__rs_remove_sorted(mapping_range_set *s, const mapping_ran
 /* The same set built afresh from v[0..m) (sorted, disjoint, not adjacent):
  * leaves and internal nodes filled evenly (at least half full), O(m). The
  * spare pool carries over. All or nothing: on failure s is unchanged. */
+/* Nodes a rebuild of m intervals makes: its leaves and the levels above. */
+static size_t rebuild_nodes(size_t m)
+{
+    size_t c = (m + RS_B - 1) / RS_B, total = c;
+    while (c > 1) {
+        c = (c + RS_B) / (RS_B + 1);
+        total += c;
+    }
+    return total;
+}
+
+/* Pushes every node of a subtree onto *list (chained through next). */
+static void harvest(mapping_rs_node *node, unsigned levels, mapping_rs_node **list)
+{
+    if (levels > 1)
+        for (unsigned i = 0; i <= node->n; i++)
+            harvest(node->child[i], levels - 1, list);
+    node->next = *list;
+    *list = node;
+}
+
+static mapping_rs_node *list_take(mapping_rs_node **list)
+{
+    mapping_rs_node *node = *list;
+    *list = node->next;
+    return node;
+}
+
+/* Replaces the set by the sorted, disjoint, non-touching v[0, m). The old
+ * tree's nodes and the pool are reused for the new tree (a rebuild of a
+ * large set would otherwise allocate all of its nodes anew while the old
+ * ones are still held, and then free them: fresh pages each time); only
+ * the nodes missing are allocated, first, so that a failure changes nothing. */
 static mapping_status rebuild(mapping_range_set *s, const mapping_range *v, size_t m)
 {
-    mapping_range_set t;
-    mapping__rs_init(&t);
-    t.pool = s->pool;
-    t.spare = s->spare;
-    if (m == 0)
-        goto swap;
+    size_t need = m ? rebuild_nodes(m) : 0, have = s->nodes + s->spare, keep_spare = s->spare;
+    mapping_rs_node *list = NULL;
     size_t leaves = (m + RS_B - 1) / RS_B;
-    mapping_rs_node **level = mapping_os_calloc(leaves, sizeof *level);
-    size_t *last = mapping_os_malloc(leaves * sizeof *last); /* the last hi under each node of the level */
-    if (!level || !last) {
+    mapping_rs_node **level = m ? mapping_os_malloc(leaves * sizeof *level) : NULL;
+    size_t *last = m ? mapping_os_malloc(leaves * sizeof *last) : NULL; /* the last hi under each node of the level */
+    bool ok = !m || (level && last);
+    for (size_t n = have; ok && n < need; n++) {
+        mapping_rs_node *node = mapping_os_malloc(sizeof *node);
+        if (!(ok = node != NULL))
+            break;
+        node->next = list;
+        list = node;
+    }
+    if (!ok) {
+        while (list)
+            free(list_take(&list));
         free(level);
         free(last);
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "range set: cannot rebuild %zu ranges", m);
     }
-    size_t made = 0, at = 0, total = 0;
-    for (size_t i = 0; i < leaves; i++) {
-        mapping_rs_node *leaf = mapping_os_malloc(sizeof *leaf);
-        if (!leaf)
-            goto fail;
-        size_t take = m / leaves + (i < m % leaves);
-        leaf->n = (unsigned)take;
-        for (size_t q = 0; q < take; q++, at++) {
-            leaf->lo[q] = v[at].lo;
-            leaf->hi[q] = v[at].hi;
-            total += v[at].hi - v[at].lo;
-        }
-        leaf->prev = i ? level[i - 1] : NULL;
-        leaf->next = NULL;
-        if (i)
-            level[i - 1]->next = leaf;
-        level[i] = leaf;
-        last[i] = leaf->hi[take - 1];
-        made++;
+    /* From here nothing fails: the old tree and the pool become the supply. */
+    if (s->root)
+        harvest(s->root, s->levels, &list);
+    while (s->pool) {
+        mapping_rs_node *node = s->pool;
+        s->pool = node->next;
+        node->next = list;
+        list = node;
     }
-    t.first = level[0];
-    t.last = level[leaves - 1];
-    t.levels = 1;
-    t.nodes = leaves;
-    for (size_t c = leaves; c > 1;) { /* c nodes at this level: parents over them */
-        size_t parents = (c + RS_B) / (RS_B + 1), k = 0;
-        for (size_t p = 0; p < parents; p++) {
-            mapping_rs_node *node = mapping_os_malloc(sizeof *node);
-            if (!node) {
-                /* nodes made so far on this level are not linked: free them, then the rest below */
-                for (size_t q = 0; q < p; q++)
-                    free_subtree(level[q], t.levels + 1);
-                for (size_t q = k; q < c; q++)
-                    free_subtree(level[q], t.levels);
-                free(level);
-                free(last);
-                return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "range set: cannot rebuild %zu ranges", m);
+    mapping_range_set t;
+    mapping__rs_init(&t);
+    if (m) {
+        size_t at = 0, total = 0;
+        for (size_t i = 0; i < leaves; i++) {
+            mapping_rs_node *leaf = list_take(&list);
+            size_t take = m / leaves + (i < m % leaves);
+            leaf->n = (unsigned)take;
+            for (size_t q = 0; q < take; q++, at++) {
+                leaf->lo[q] = v[at].lo;
+                leaf->hi[q] = v[at].hi;
+                total += v[at].hi - v[at].lo;
             }
-            size_t take = c / parents + (p < c % parents);
-            node->n = (unsigned)(take - 1);
-            for (size_t q = 0; q < take; q++, k++) {
-                node->child[q] = level[k];
-                if (q + 1 < take)
-                    node->sep[q] = last[k];
-            }
-            size_t hi = last[k - 1];
-            level[p] = node;
-            last[p] = hi;
+            leaf->prev = i ? level[i - 1] : NULL;
+            leaf->next = NULL;
+            if (i)
+                level[i - 1]->next = leaf;
+            level[i] = leaf;
+            last[i] = leaf->hi[take - 1];
         }
-        t.nodes += parents;
-        t.levels++;
-        c = parents;
+        t.first = level[0];
+        t.last = level[leaves - 1];
+        t.levels = 1;
+        t.nodes = leaves;
+        for (size_t c = leaves; c > 1;) { /* c nodes at this level: parents over them */
+            size_t parents = (c + RS_B) / (RS_B + 1), k = 0;
+            for (size_t p = 0; p < parents; p++) {
+                mapping_rs_node *node = list_take(&list);
+                size_t take = c / parents + (p < c % parents);
+                node->n = (unsigned)(take - 1);
+                for (size_t q = 0; q < take; q++, k++) {
+                    node->child[q] = level[k];
+                    if (q + 1 < take)
+                        node->sep[q] = last[k];
+                }
+                size_t hi = last[k - 1];
+                level[p] = node;
+                last[p] = hi;
+            }
+            t.nodes += parents;
+            t.levels++;
+            c = parents;
+        }
+        t.root = level[0];
+        t.count = m;
+        t.total = total;
     }
-    t.root = level[0];
-    t.count = m;
-    t.total = total;
     free(level);
     free(last);
-swap:
-    s->pool = NULL;
-    s->spare = 0;
-    mapping__rs_free(s);
+    /* What is left is the new pool: as many spare nodes as before (a
+     * caller's reservation stands), the rest back to malloc. */
+    t.pool = list;
+    for (mapping_rs_node *n = list; n; n = n->next)
+        t.spare++;
+    pool_trim(&t, keep_spare + RS_POOL_SLACK);
     *s = t;
     return MAPPING_OK;
-fail:
-    for (size_t q = 0; q < made; q++)
-        free(level[q]);
-    free(level);
-    free(last);
-    return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "range set: cannot rebuild %zu ranges", m);
 }
 
 /* Rebuild rather than k single operations when k is a large part of the set:
