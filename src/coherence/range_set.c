@@ -780,20 +780,6 @@ static bool rebuild_pays(const mapping_range_set *s, size_t k)
     return k >= 64 && k * 16 >= s->count;
 }
 
-/* The set's intervals in order, into a new array with room for `extra` more
- * (NULL when out of memory). */
-static mapping_range *flatten(const mapping_range_set *s, size_t extra)
-{
-    mapping_range *v = mapping_os_malloc((s->count + extra) * sizeof *v);
-    if (!v)
-        return NULL;
-    size_t n = 0;
-    for (const mapping_rs_node *leaf = s->first; leaf; leaf = leaf->next)
-        for (unsigned i = 0; i < leaf->n; i++)
-            v[n++] = (mapping_range){leaf->lo[i], leaf->hi[i]};
-    return v;
-}
-
 mapping_status mapping__rs_add_sorted(mapping_range_set *s, const mapping_range *r, size_t k)
 {
     if (k == 0)
@@ -814,15 +800,22 @@ mapping_status mapping__rs_add_sorted(mapping_range_set *s, const mapping_range 
         if (m == k)
             return rebuild(s, r, k);
     }
-    mapping_range *old = flatten(s, 0), *out = mapping_os_malloc((n + k) * sizeof *out);
-    if (!old || !out) {
-        free(old);
-        free(out);
+    mapping_range *out = mapping_os_malloc((n + k) * sizeof *out);
+    if (!out)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "range set: out of memory adding %zu ranges", k);
-    }
-    size_t i = 0, j = 0, m = 0;
-    while (i < n || j < k) {
-        mapping_range x = (j >= k || (i < n && old[i].lo <= r[j].lo)) ? old[i++] : r[j++];
+    /* A merge of the leaves (walked in place) and r. */
+    const mapping_rs_node *leaf = s->count ? s->first : NULL; /* leaves of a non-empty set are not empty */
+    unsigned i = 0;
+    size_t j = 0, m = 0;
+    while (leaf || j < k) {
+        mapping_range x;
+        if (leaf && (j >= k || leaf->lo[i] <= r[j].lo)) {
+            x = (mapping_range){leaf->lo[i], leaf->hi[i]};
+            if (++i == leaf->n)
+                leaf = leaf->next, i = 0;
+        } else {
+            x = r[j++];
+        }
         if (m && x.lo <= out[m - 1].hi) { /* overlaps or touches the last: merge */
             if (x.hi > out[m - 1].hi)
                 out[m - 1].hi = x.hi;
@@ -830,7 +823,6 @@ mapping_status mapping__rs_add_sorted(mapping_range_set *s, const mapping_range 
             out[m++] = x;
         }
     }
-    free(old);
     mapping_status status = rebuild(s, out, m);
     free(out);
     return status;
@@ -840,29 +832,25 @@ mapping_status mapping__rs_add_sorted(mapping_range_set *s, const mapping_range 
 static mapping_status remove_by_rebuild(mapping_range_set *s, const mapping_range *r, size_t k)
 {
     size_t n = s->count;
-    mapping_range *v = flatten(s, 0);
-    if (!v)
-        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "range set: out of memory removing %zu ranges", k);
     mapping_range *out = mapping_os_malloc((n + k) * sizeof *out);
-    if (!out) {
-        free(v);
+    if (!out)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "range set: out of memory removing %zu ranges", k);
-    }
     size_t m = 0, j = 0;
-    for (size_t i = 0; i < n; i++) {
-        size_t lo = v[i].lo, hi = v[i].hi;
-        while (j < k && r[j].hi <= lo) /* removals wholly before this interval */
-            j++;
-        for (size_t q = j; q < k && r[q].lo < hi && lo < hi; q++) {
-            if (r[q].lo > lo)
-                out[m++] = (mapping_range){lo, r[q].lo};
-            if (r[q].hi > lo)
-                lo = r[q].hi;
+    for (const mapping_rs_node *leaf = s->first; leaf; leaf = leaf->next) {
+        for (unsigned i = 0; i < leaf->n; i++) {
+            size_t lo = leaf->lo[i], hi = leaf->hi[i];
+            while (j < k && r[j].hi <= lo) /* removals wholly before this interval */
+                j++;
+            for (size_t q = j; q < k && r[q].lo < hi && lo < hi; q++) {
+                if (r[q].lo > lo)
+                    out[m++] = (mapping_range){lo, r[q].lo};
+                if (r[q].hi > lo)
+                    lo = r[q].hi;
+            }
+            if (lo < hi)
+                out[m++] = (mapping_range){lo, hi};
         }
-        if (lo < hi)
-            out[m++] = (mapping_range){lo, hi};
     }
-    free(v);
     mapping_status status = rebuild(s, out, m);
     free(out);
     return status;
