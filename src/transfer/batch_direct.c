@@ -52,7 +52,7 @@ static size_t lay_out(batch_plan *p, size_t begin, size_t end, mapping_scatter_e
             }
             if (c->buf != buf || !run) {
                 run = &p->runs[p->run_count++];
-                *run = (batch_run){c->buf, e, 0, i, 0, c->to_gpu};
+                *run = (batch_run){c->buf, e, 0, i, 0};
             }
             buf = c->buf;
             lo = c->offset;

@@ -73,7 +73,6 @@ typedef struct batch_run {
     mapping_buffer *buf;
     size_t          first_entry, entries;
     size_t          first_copy, copies;
-    bool            to_gpu;
 } batch_run;
 
 struct mapping_batch {
