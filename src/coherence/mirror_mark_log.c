@@ -39,8 +39,10 @@ bool mapping__mirror_log_append(mirror_state *st, int x, size_t lo, size_t hi)
     if (st->log_n) {
         mapping_range *last = &st->log[st->log_n - 1];
         if (lo <= last->hi && hi >= last->lo) { /* touches the previous mark: one range */
-            if (lo < last->lo)
+            if (lo < last->lo) { /* it may now touch the one before */
                 last->lo = lo;
+                st->log_unsorted = true;
+            }
             if (hi > last->hi)
                 last->hi = hi;
             return true;
@@ -51,6 +53,10 @@ bool mapping__mirror_log_append(mirror_state *st, int x, size_t lo, size_t hi)
     }
     if (st->log_n == st->log_cap && !log_grow(st))
         return false;
+    if (st->log_n && lo < st->log[st->log_n - 1].lo)
+        st->log_unsorted = true;
+    else if (!st->log_n)
+        st->log_unsorted = false;
     st->log[st->log_n++] = (mapping_range){lo, hi};
     st->log_side = x;
     return true;
@@ -113,6 +119,10 @@ static mapping_range *sorted_log(mirror_state *st, size_t *n)
 {
     mapping_range *v = st->log;
     size_t k = st->log_n;
+    if (!st->log_unsorted) { /* appended in order: already sorted and merged */
+        *n = k;
+        return v;
+    }
     bool sorted = true;
     for (size_t i = 1; i < k && sorted; i++)
         sorted = v[i - 1].lo <= v[i].lo;
@@ -149,6 +159,7 @@ mapping_status mapping__mirror_log_sort(mirror_state *st)
         st->log = v;
     }
     st->log_n = m;
+    st->log_unsorted = false;
     return MAPPING_OK;
 }
 
