@@ -149,3 +149,74 @@ TEST(cuda_blocking_flush_waits_once_on_the_legacy_stream)
     free(expect);
     free(all);
 }
+
+/* The fake takes the special stream handles where a CUstream goes, as the
+ * real driver does: CU_STREAM_LEGACY (0x1) and CU_STREAM_PER_THREAD (0x2)
+ * are ordered with stream 0, cannot be destroyed, and any other handle that
+ * is not a live stream is refused (CUDA_ERROR_INVALID_HANDLE, 400). An
+ * imported CU_STREAM_PER_THREAD works as a library stream (batch copies take
+ * it; only the legacy stream is refused). */
+TEST(cuda_special_stream_handles_are_default_streams)
+{
+    mapping_device *dev = open_cuda();
+    count_fn f = fake_count();
+    const char *path = getenv("MAPPING_CUDA_LIBRARY");
+    void *lib = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+    int (*push)(void *), (*pop)(void **), (*sync)(void *), (*destroy)(void *);
+    int (*memset_async)(unsigned long long, unsigned char, size_t, void *);
+    *(void **)&push = dlsym(lib, "cuCtxPushCurrent_v2");
+    *(void **)&pop = dlsym(lib, "cuCtxPopCurrent_v2");
+    *(void **)&sync = dlsym(lib, "cuStreamSynchronize");
+    *(void **)&destroy = dlsym(lib, "cuStreamDestroy_v2");
+    *(void **)&memset_async = dlsym(lib, "cuMemsetD8Async");
+    CHECK(push && pop && sync && destroy && memset_async);
+    void *const legacy = (void *)(uintptr_t)0x1, *const per_thread = (void *)(uintptr_t)0x2;
+    void *const bogus = (void *)(uintptr_t)0x40;
+
+    enum { N = 4096 };
+    mapping_buffer *buf;
+    CHECK_OK(mapping_allocate_gpu(dev, N, &buf));
+    void *native = NULL;
+    CHECK_OK(mapping_native_buffer(buf, &native));
+    mapping_native_device nd;
+    CHECK_OK(mapping_native_device_handles(dev, &nd));
+    CHECK(push(nd.context) == 0);
+    unsigned long long p = (unsigned long long)(uintptr_t)native;
+    CHECK(memset_async(p, 1, N, legacy) == 0);
+    CHECK(memset_async(p, 2, N / 2, NULL) == 0);
+    CHECK(memset_async(p, 3, N / 4, per_thread) == 0);
+    CHECK(memset_async(p, 4, N, bogus) == 400); /* refused: nothing queued */
+    CHECK(sync(per_thread) == 0);
+    CHECK(sync(legacy) == 0);
+    CHECK(sync(bogus) == 400);
+    CHECK(destroy(legacy) == 400);
+    CHECK(destroy(per_thread) == 400);
+    CHECK(destroy(NULL) == 400);
+    void *popped;
+    CHECK(pop(&popped) == 0);
+    unsigned char back[N];
+    CHECK_OK(mapping_sync_to_cpu(buf, back));
+    for (size_t i = 0; i < N; i++)
+        CHECK(back[i] == (i < N / 4 ? 3 : i < N / 2 ? 2 : 1));
+
+    /* The per-thread stream imported: a flush on it uses batch copies where
+     * the driver has them, and the bytes land. */
+    mapping_stream *s;
+    CHECK_OK(mapping_import_stream(dev, per_thread, &s));
+    unsigned char host[N];
+    test_pattern(host, N, 9);
+    mapping_batch *b;
+    CHECK_OK(mapping_batch_create(dev, &b));
+    for (size_t i = 0; i < N; i += 128)
+        CHECK_OK(mapping_batch_sync_to_gpu(b, host + i, buf, i, 64));
+    long long batches = f("cuMemcpyBatchAsync") + f("cuMemcpyBatchAsync_v2");
+    CHECK_OK(mapping_batch_flush(s, b));
+    CHECK_OK(mapping_stream_synchronize(s));
+    CHECK(f("cuMemcpyBatchAsync") + f("cuMemcpyBatchAsync_v2") > batches);
+    CHECK_OK(mapping_sync_to_cpu(buf, back));
+    for (size_t i = 0; i < N; i += 128)
+        CHECK_BYTES(back + i, host + i, 64);
+    mapping_batch_destroy(b);
+    mapping_stream_destroy(s); /* imported: never destroyed in the driver */
+    mapping_free_gpu(buf);
+}
