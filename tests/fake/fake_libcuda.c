@@ -46,8 +46,18 @@
  * CUDA 12.8 ones (the 9-argument cuMemcpyBatchAsync with failIdx, the CUDA 8
  * cuMemPrefetchAsync, cuEventElapsedTime).
  *
+ * - The special stream handles CU_STREAM_LEGACY (0x1) and CU_STREAM_PER_THREAD
+ *   (0x2) are accepted wherever a CUstream is, as the legacy stream itself
+ *   (the per-thread stream synchronizes with it on a real driver; here it is
+ *   simply that stream, which keeps every order a real driver keeps); they
+ *   cannot be destroyed, and cuMemcpyBatchAsync refuses CU_STREAM_LEGACY as
+ *   it refuses 0. Any other handle that is not a live stream is
+ *   CUDA_ERROR_INVALID_HANDLE.
+ *
  * For tests: fake_cuda_count("cuMemHostAlloc") returns how often a call ran
- * ("forbidden": allocations refused, "leaked_at_reset"), and
+ * ("forbidden": allocations refused, "leaked_at_reset";
+ * "cuStreamSynchronize_legacy": those of them on the CU_STREAM_LEGACY handle;
+ * "cuMemcpyHtoD" and the like: the _v2 copies by their plain name), and
  * fake_cuda_forbid_alloc(1) makes every allocation and free fail with
  * CUDA_ERROR_NOT_PERMITTED (and count as "forbidden") until
  * fake_cuda_forbid_alloc(0). FAKE_LIBCUDA_COUNTS=1 prints every count at
@@ -90,7 +100,9 @@ static int sticky; /* the context's sticky error, 0 when none */
     X(cuMemAlloc) X(cuMemAllocManaged) X(cuMemFree) X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemHostRegister)  \
     X(cuMemHostUnregister) X(cuMemcpyBatchAsync) X(cuMemcpyBatchAsync_v2) X(cuMemPrefetchAsync)              \
     X(cuMemPrefetchAsync_v2) X(cuEventElapsedTime) X(cuEventElapsedTime_v2) X(cuLaunchHostFunc)              \
-    X(cuStreamSynchronize) X(cuStreamCreate) X(forbidden) X(leaked_at_reset) X(context_resets)
+    X(cuStreamSynchronize) X(cuStreamCreate) X(forbidden) X(leaked_at_reset) X(context_resets)               \
+    X(cuStreamSynchronize_legacy) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync)   \
+    X(cuLaunchKernel) X(cuEventSynchronize)
 enum {
 #define ENUM_(name) COUNT_##name,
     FAKE_COUNTERS(ENUM_)
@@ -427,6 +439,21 @@ typedef struct stream {
 static stream *live_streams; /* under registry_lock; the legacy stream included */
 static pthread_cond_t visitors_gone = PTHREAD_COND_INITIALIZER;
 static stream *legacy;       /* created with the context */
+
+/* The special handles (cuda.h: CU_STREAM_LEGACY, CU_STREAM_PER_THREAD). */
+#define LEGACY_HANDLE ((stream *)(uintptr_t)0x1)
+#define PER_THREAD_HANDLE ((stream *)(uintptr_t)0x2)
+static bool stream_live(stream *s);
+
+/* A CUstream argument: 0 and the special handles are the legacy stream;
+ * anything else must be a live stream. */
+#define STREAM_ARG(s)                                                        \
+    do {                                                                     \
+        if (!(s) || (s) == LEGACY_HANDLE || (s) == PER_THREAD_HANDLE)        \
+            (s) = legacy;                                                    \
+        else if (!stream_live(s))                                            \
+            return INVALID_HANDLE;                                           \
+    } while (0)
 
 typedef struct { unsigned long long staging_offset, buffer_offset, bytes; } entry;
 
@@ -873,6 +900,7 @@ static CUresult submit_checked(stream *s, op o, CUdeviceptr a, size_t an, CUdevi
 API CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *s, size_t n)
 {
     NEED_CONTEXT();
+    count(COUNT_cuMemcpyHtoD);
     drain(NULL);
     if (!device_ok(d, n))
         return ILLEGAL_ADDRESS;
@@ -890,6 +918,7 @@ API CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *s, size_t n)
 API CUresult cuMemcpyDtoH_v2(void *d, CUdeviceptr s, size_t n)
 {
     NEED_CONTEXT();
+    count(COUNT_cuMemcpyDtoH);
     drain(NULL);
     if (!device_ok(s, n))
         return ILLEGAL_ADDRESS;
@@ -919,16 +948,30 @@ static CUresult host_copy_async(void *dst, const void *src, size_t n, stream *s,
     }
     return submit_checked(s, (op){.kind = OP_COPY, .dst = dst, .src = src, .bytes = n}, dev, n, 0, 0);
 }
-API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *s, size_t n, stream *st) { NEED_CONTEXT(); return host_copy_async(D(d), s, n, st, s, d); }
-API CUresult cuMemcpyDtoHAsync_v2(void *d, CUdeviceptr s, size_t n, stream *st) { NEED_CONTEXT(); return host_copy_async(d, D(s), n, st, d, s); }
+API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *s, size_t n, stream *st)
+{
+    NEED_CONTEXT();
+    count(COUNT_cuMemcpyHtoDAsync);
+    STREAM_ARG(st);
+    return host_copy_async(D(d), s, n, st, s, d);
+}
+API CUresult cuMemcpyDtoHAsync_v2(void *d, CUdeviceptr s, size_t n, stream *st)
+{
+    NEED_CONTEXT();
+    count(COUNT_cuMemcpyDtoHAsync);
+    STREAM_ARG(st);
+    return host_copy_async(d, D(s), n, st, d, s);
+}
 API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, stream *st)
 {
     NEED_CONTEXT();
+    STREAM_ARG(st);
     return submit_checked(st, (op){.kind = OP_COPY, .dst = D(d), .src = D(s), .bytes = n}, d, n, s, n);
 }
 API CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, stream *st)
 {
     NEED_CONTEXT();
+    STREAM_ARG(st);
     return submit_checked(st, (op){.kind = OP_SET, .dst = D(d), .value = v, .bytes = n}, d, n, 0, 0);
 }
 /* One device: peer access to itself is refused, as the driver does. */
@@ -937,6 +980,7 @@ API CUresult cuCtxEnablePeerAccess(void *peer, unsigned f) { (void)peer; (void)f
 API CUresult cuMemcpyPeerAsync(CUdeviceptr d, void *dctx, CUdeviceptr s, void *sctx, size_t n, stream *st)
 {
     NEED_CONTEXT();
+    STREAM_ARG(st);
     if (dctx != &primary_token || sctx != &primary_token)
         return INVALID_CONTEXT;
     return submit_checked(st, (op){.kind = OP_COPY, .dst = D(d), .src = D(s), .bytes = n}, d, n, s, n);
@@ -957,8 +1001,9 @@ API CUresult cuStreamSynchronize(stream *s)
 {
     NEED_CONTEXT();
     count(COUNT_cuStreamSynchronize);
-    if (s && !stream_live(s))
-        return INVALID_HANDLE;
+    if (s == LEGACY_HANDLE)
+        count(COUNT_cuStreamSynchronize_legacy);
+    STREAM_ARG(s);
     drain(s);
     int e = __atomic_load_n(&sticky, __ATOMIC_SEQ_CST);
     return e ? e : OK;
@@ -966,8 +1011,8 @@ API CUresult cuStreamSynchronize(stream *s)
 API CUresult cuStreamDestroy_v2(stream *s)
 {
     NEED_CONTEXT();
-    if (!s || s == legacy || !stream_live(s))
-        return INVALID_HANDLE;
+    if (!s || s == LEGACY_HANDLE || s == PER_THREAD_HANDLE || s == legacy || !stream_live(s))
+        return INVALID_HANDLE; /* the default streams are never destroyed */
     stream_end(s); /* like CUDA: queued work still completes */
     return OK;
 }
@@ -975,6 +1020,7 @@ API CUresult cuLaunchHostFunc(stream *s, host_fn fn, void *user)
 {
     NEED_CONTEXT();
     count(COUNT_cuLaunchHostFunc);
+    STREAM_ARG(s);
     return submit(s, (op){.kind = OP_HOST_FN, .fn = fn, .user = user});
 }
 
@@ -996,6 +1042,7 @@ API CUresult cuEventDestroy_v2(event *e) { NEED_CONTEXT(); event_release(e); ret
 API CUresult cuEventRecord(event *e, stream *s)
 {
     NEED_CONTEXT();
+    STREAM_ARG(s);
     pthread_mutex_lock(&e->lock);
     e->done = false;
     e->recorded = true;
@@ -1017,6 +1064,7 @@ API CUresult cuEventQuery(event *e)
 API CUresult cuEventSynchronize(event *e)
 {
     NEED_CONTEXT();
+    count(COUNT_cuEventSynchronize);
     event_wait(e);
     int s = __atomic_load_n(&sticky, __ATOMIC_SEQ_CST);
     return s ? s : OK;
@@ -1028,6 +1076,7 @@ API CUresult cuStreamWaitEvent(stream *s, event *e, unsigned f)
 {
     (void)f;
     NEED_CONTEXT();
+    STREAM_ARG(s);
     event_retain(e);
     CUresult r = submit(s, (op){.kind = OP_WAIT, .ev = e});
     if (r != OK)
@@ -1066,11 +1115,12 @@ static CUresult batch_copy(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, 
                            size_t *idxs, size_t nattrs, size_t *fail_idx, stream *s)
 {
     NEED_CONTEXT();
-    if (!s || !attrs || !idxs || nattrs == 0 || idxs[0] != 0 || attrs[0].order != 1) {
+    if (!s || s == LEGACY_HANDLE || !attrs || !idxs || nattrs == 0 || idxs[0] != 0 || attrs[0].order != 1) {
         if (fail_idx)
             *fail_idx = SIZE_MAX; /* an error not tied to one copy */
         return INVALID_VALUE; /* the real call refuses the legacy stream, and needs an order */
     }
+    STREAM_ARG(s);
     for (size_t i = 0; i < count_; i++) {
         CUresult r = submit_checked(s, (op){.kind = OP_COPY, .dst = D(dsts[i]), .src = D(srcs[i]), .bytes = sizes[i]},
                                     dsts[i], sizes[i], srcs[i], sizes[i]);
@@ -1098,6 +1148,7 @@ API CUresult cuMemPrefetchAsync(CUdeviceptr p, size_t n, int to, stream *s)
 {
     NEED_CONTEXT();
     count(COUNT_cuMemPrefetchAsync);
+    STREAM_ARG(s);
     if (to != -1 && to != 0)
         return INVALID_DEVICE;
     return submit_checked(s, (op){.kind = OP_SET, .bytes = 0, .dst = D(p)}, p, n, 0, 0);
@@ -1114,6 +1165,7 @@ API CUresult cuMemPrefetchAsync_v2(CUdeviceptr p, size_t n, location to, unsigne
 {
     NEED_CONTEXT();
     count(COUNT_cuMemPrefetchAsync_v2);
+    STREAM_ARG(s);
     if (f != 0 || (to.type != 1 && to.type != 2) || (to.type == 1 && to.id != 0))
         return INVALID_VALUE;
     return submit_checked(s, (op){.kind = OP_SET, .bytes = 0, .dst = D(p)}, p, n, 0, 0);
@@ -1157,6 +1209,8 @@ API CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, uns
 {
     (void)gy, (void)gz, (void)by, (void)bz, (void)shared, (void)extra;
     NEED_CONTEXT();
+    count(COUNT_cuLaunchKernel);
+    STREAM_ARG(s);
     if ((fn != &function_token && fn != &saxpy_token) || gx == 0 || bx == 0 || bx > 1024)
         return INVALID_VALUE;
     if (fn == &saxpy_token) { /* whole numbers only: the example's a is 2 */

@@ -14,6 +14,12 @@
  * - Calls on a stream return once queued; copies of pageable memory go
  *   through the staging arena of cuda_staging.c so they never wait for the
  *   stream.
+ * - The blocking stream (mapping_backend.stream_blocking) is the special
+ *   handle CU_STREAM_LEGACY: work queued on it is ordered exactly as the
+ *   legacy default stream's (it is that stream), so a blocking call of many
+ *   steps queues them there on the async paths and waits once with
+ *   cuStreamSynchronize(CU_STREAM_LEGACY). The handle is never created, so
+ *   nothing destroys it (cuda_stream_destroy refuses to).
  * - No driver allocation or free on a path that may run while the caller's
  *   streams hold work (copies, synchronizes, host functions): a real driver
  *   may synchronize them with every stream. The arena is made at open.
@@ -402,6 +408,8 @@ static mapping_status cuda_stream_create(void *dev, void **stream)
 static void cuda_stream_destroy(void *dev, void *stream)
 {
     cuda_device *d = dev;
+    if (cuda_stream_is_special(stream)) /* the blocking stream: not ours to destroy */
+        return;
     mapping_status st;
     IN_CONTEXT(d, {
         st = mapping__cuda_check(d->cu->cuStreamDestroy_v2(stream), "cuStreamDestroy_v2");
@@ -425,6 +433,15 @@ static mapping_status cuda_stream_native(void *dev, void *stream, void **native)
     (void)dev;
     *native = stream; /* the CUstream */
     return MAPPING_OK;
+}
+
+/* The legacy default stream by its special handle: as a stream (not NULL),
+ * every op takes its asynchronous path on it, and it is ordered exactly like
+ * the calls with stream == NULL (the NULL-stream contract). No state. */
+static void *cuda_stream_blocking(void *dev)
+{
+    (void)dev;
+    return (void *)CU_STREAM_LEGACY_;
 }
 
 /* ---- transfers ---- */
@@ -633,6 +650,7 @@ const mapping_backend mapping_backend_cuda = {
     .stream_destroy = cuda_stream_destroy,
     .stream_synchronize = cuda_stream_synchronize,
     .stream_native = cuda_stream_native,
+    .stream_blocking = cuda_stream_blocking,
     .write = cuda_write,
     .read = cuda_read,
     .copy = cuda_copy,

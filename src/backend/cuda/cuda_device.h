@@ -85,6 +85,12 @@ static inline cu_deviceptr cuda_ptr(void *mem)
     return (cu_deviceptr)(uintptr_t)mem;
 }
 
+/* CU_STREAM_LEGACY or CU_STREAM_PER_THREAD: a stream no one created. */
+static inline bool cuda_stream_is_special(const void *stream)
+{
+    return stream == (const void *)CU_STREAM_LEGACY_ || stream == (const void *)CU_STREAM_PER_THREAD_;
+}
+
 /* Map a CUresult to a status and record the failure of `call` with the raw
  * code and its name. CU_SUCCESS gives MAPPING_OK and records nothing. */
 mapping_status mapping__cuda_check(cu_result r, const char *call);

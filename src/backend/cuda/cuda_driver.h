@@ -60,6 +60,12 @@ enum {
     CU_DEVICE_CPU_ = -1,
 };
 
+/* Special stream handles (CUDA 7.0), valid wherever a CUstream is: the
+ * legacy default stream, and the calling thread's per-thread default stream.
+ * Never created, so never destroyed. */
+#define CU_STREAM_LEGACY_ ((cu_stream)(uintptr_t)0x1)
+#define CU_STREAM_PER_THREAD_ ((cu_stream)(uintptr_t)0x2)
+
 /* CUmemLocation (CUDA 11.2). */
 typedef struct cu_mem_location {
     int type; /* CU_MEM_LOCATION_TYPE_* */

@@ -8,7 +8,10 @@
  *   copies: one cuMemcpyDtoDAsync per entry, the fallback that always works.
  * auto = batch when the driver has it, else the kernel, else copies.
  * With stream == NULL the work runs on the device's internal stream and is
- * waited for (batch copies refuse the legacy stream).
+ * waited for (batch copies refuse the legacy stream). On CU_STREAM_LEGACY
+ * (the blocking stream: a blocking flush's steps, waited for once by the
+ * caller) batch copies are refused as well, so there it is the kernel, else
+ * copies.
  */
 #include <stdlib.h>
 #include "backend/cuda/cuda_device.h"
@@ -118,7 +121,7 @@ static mapping_status run(cuda_device *d, cu_stream stream, cu_deviceptr staging
     cuda_scatter_mode mode = d->scatter_mode;
     if (mode == CUDA_SCATTER_AUTO)
         mode = batch ? CUDA_SCATTER_BATCH : CUDA_SCATTER_KERNEL;
-    if (mode == CUDA_SCATTER_BATCH && !batch)
+    if (mode == CUDA_SCATTER_BATCH && (!batch || s == CU_STREAM_LEGACY_))
         mode = CUDA_SCATTER_KERNEL;
     /* The kernel reads the table as 8-byte words. */
     if (mode == CUDA_SCATTER_KERNEL && (table_offset % 8 != 0 || !kernel_ready(d)))

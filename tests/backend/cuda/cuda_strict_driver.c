@@ -317,7 +317,11 @@ TEST(cuda_calls_the_entry_points_of_the_driver_version_it_finds)
     CHECK(f.version(&version) == 0);
     bool v13 = version >= 13000;
 
-    /* A batch of small scattered copies: scatter by the driver's batch copy. */
+    /* A batch of small scattered copies on a stream: scatter by the driver's
+     * batch copy (a blocking flush runs on CU_STREAM_LEGACY, which batch
+     * copies refuse: it scatters by the kernel). */
+    mapping_stream *s;
+    CHECK_OK(mapping_stream_create(dev, &s));
     mapping_buffer *buf;
     CHECK_OK(mapping_allocate_gpu(dev, N, &buf));
     unsigned char *host = malloc(N);
@@ -327,11 +331,10 @@ TEST(cuda_calls_the_entry_points_of_the_driver_version_it_finds)
     CHECK_OK(mapping_batch_create(dev, &batch));
     for (int i = 0; i < RANGES; i++)
         CHECK_OK(mapping_batch_sync_to_gpu(batch, host + i * SPACING, buf, (size_t)i * SPACING, 8));
-    CHECK_OK(mapping_batch_flush(NULL, batch));
+    CHECK_OK(mapping_batch_flush(s, batch));
+    CHECK_OK(mapping_stream_synchronize(s));
 
     /* Timing. */
-    mapping_stream *s;
-    CHECK_OK(mapping_stream_create(dev, &s));
     mapping_event *a, *b;
     CHECK_OK(mapping_event_record(s, &a));
     CHECK_OK(mapping_fill_gpu(s, buf, 0, N, 1));
