@@ -186,30 +186,56 @@ static const unsigned char *d2h_bytes(world *w, const copy *c)
     return w->dev_model[c->buf] + c->off;
 }
 
+/* The first byte where a and b differ (they do). */
+static size_t first_difference(const unsigned char *a, const unsigned char *b, size_t n)
+{
+    size_t i = 0;
+    while (i < n && a[i] == b[i])
+        i++;
+    return i;
+}
+
 static void check_round(world *w)
 {
     for (int b = 0; b < NBUF; b++) {
         CHECK_OK(mapping_sync_to_cpu(w->bufs[b], w->got));
-        for (size_t i = 0; i < BUF_BYTES; i++)
-            if (w->got[i] != w->dev_model[b][i])
-                FAIL_AT(w, "buffer %d byte %zu is 0x%02x, the model says 0x%02x", b, i, w->got[i], w->dev_model[b][i]);
+        if (memcmp(w->got, w->dev_model[b], BUF_BYTES) != 0) {
+            size_t i = first_difference(w->got, w->dev_model[b], BUF_BYTES);
+            FAIL_AT(w, "buffer %d byte %zu is 0x%02x, the model says 0x%02x", b, i, w->got[i], w->dev_model[b][i]);
+        }
     }
-    for (size_t i = 0; i < DST_BYTES; i++) {
-        if (w->writers[i] <= 1) {
-            if (w->dst[i] != w->dst_model[i])
-                FAIL_AT(w, "host destination byte %zu is 0x%02x, the model says 0x%02x", i, w->dst[i], w->dst_model[i]);
+    /* A host byte several copies wrote holds what one of them read; then
+     * the model takes it, and every byte must match. */
+    for (size_t k = 0; k < w->n; k++) {
+        const copy *c = &w->copies[k];
+        if (c->to_gpu)
             continue;
+        for (size_t i = c->host; i < c->host + c->bytes; i++) {
+            if (w->writers[i] <= 1 || w->dst_model[i] == w->dst[i])
+                continue;
+            int found = 0;
+            for (size_t j = 0; j < w->n && !found; j++) {
+                const copy *d = &w->copies[j];
+                found = !d->to_gpu && d->host <= i && i < d->host + d->bytes && d2h_bytes(w, d)[i - d->host] == w->dst[i];
+            }
+            if (!found)
+                FAIL_AT(w, "host destination byte %zu (written by %d copies) is 0x%02x, which none of them read", i,
+                        w->writers[i], w->dst[i]);
+            w->dst_model[i] = w->dst[i];
         }
-        int found = 0; /* several copies wrote it: it holds what one of them read */
-        for (size_t k = 0; k < w->n && !found; k++) {
-            const copy *c = &w->copies[k];
-            if (!c->to_gpu && c->host <= i && i < c->host + c->bytes && d2h_bytes(w, c)[i - c->host] == w->dst[i])
-                found = 1;
-        }
-        if (!found)
-            FAIL_AT(w, "host destination byte %zu (written by %d copies) is 0x%02x, which none of them read", i,
-                    w->writers[i], w->dst[i]);
-        w->dst_model[i] = w->dst[i];
+    }
+    if (memcmp(w->dst, w->dst_model, DST_BYTES) != 0) {
+        size_t i = first_difference(w->dst, w->dst_model, DST_BYTES);
+        FAIL_AT(w, "host destination byte %zu is 0x%02x, the model says 0x%02x", i, w->dst[i], w->dst_model[i]);
+    }
+}
+
+/* The round's source bytes: cheap to make (8 at a time), new every round. */
+static void fill_sources(world *w)
+{
+    for (size_t i = 0; i < SRC_BYTES; i += 8) {
+        unsigned long long x = rnd(w);
+        memcpy(w->src + i, &x, 8);
     }
 }
 
@@ -223,7 +249,7 @@ static void run_round(world *w, unsigned seed)
     int on_stream = below(w, 3) == 0;
     generate(w, large_round);
     arrange(w, order);
-    test_pattern(w->src, SRC_BYTES, seed);
+    fill_sources(w);
 
     int h2d = 0, d2h = 0, has_large = 0;
     memset(w->writers, 0, DST_BYTES);
