@@ -19,6 +19,7 @@
  * walked them as if sorted would merge them wrongly.
  */
 #include <stdint.h>
+#include <time.h>
 #include "testing/test_hooks.h"
 #include "harness.h"
 
@@ -252,4 +253,91 @@ TEST(batch_blocking_flush_whose_one_wait_fails_keeps_every_copy_queued)
     sweep_result in_order = sweep(s, 0), shuffled = sweep(s, 1);
     CHECK(in_order.unknown >= 1 && shuffled.unknown >= 1);
     scene_close(s);
+}
+
+/* ---- a failed wait with the work still queued ---- */
+
+static void *open_gate_later(void *gate)
+{
+    struct timespec pause = {0, 100 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+    test_gate_open(gate);
+    return NULL;
+}
+
+/* Queues n small copies of `src` into buf (plan order), flushes blocking
+ * with the n-th back-end call failing; returns the status. */
+static mapping_status flush_small(mapping_batch *batch, const unsigned char *src, mapping_buffer *buf, int fault)
+{
+    for (size_t i = 0; i < SLOTS; i++)
+        CHECK_OK(mapping_batch_sync_to_gpu(batch, src + i * SMALL, buf, dev_off(i), SMALL));
+    mapping_clear_last_error();
+    mapping__inject_fault_any(mapping_buffer_device(buf), fault);
+    mapping_status st = mapping_batch_flush(NULL, batch);
+    mapping__inject_fault_any(mapping_buffer_device(buf), -1);
+    return st;
+}
+
+/* The one wait of a blocking flush fails while its steps are still queued
+ * (here: behind a host function holding the device's blocking stream). The
+ * caller then drops the copies and flushes others: the batch must not
+ * reuse its staging before the first flush's steps are done, or they move
+ * the new bytes into the old destinations (neither old nor copied). */
+TEST(batch_flush_after_a_failed_wait_does_not_reuse_staging_still_in_use)
+{
+    mapping_device *dev = test_device();
+    if (!dev->blocking.state)
+        test_skip("back end %s has no blocking stream: a blocking flush waits for each step on its own",
+                  test_backend());
+    static unsigned char ones[BUF], twos[BUF], got[BUF], zeros[BUF];
+    memset(ones, 1, sizeof ones);
+    memset(twos, 2, sizeof twos);
+    mapping_buffer *a, *b;
+    CHECK_OK(mapping_allocate_gpu(dev, BUF, &a));
+    CHECK_OK(mapping_allocate_gpu(dev, BUF, &b));
+    mapping_batch *batch;
+    CHECK_OK(mapping_batch_create(dev, &batch));
+    /* Which call is the wait: the one whose failure says so (the staging
+     * allocated first, so that every flush makes the same calls). */
+    CHECK_OK(flush_small(batch, ones, a, -1));
+    int wait_call = -1;
+    for (int fault = 0; fault < 20 && wait_call < 0; fault++) {
+        mapping_status st = flush_small(batch, ones, a, fault);
+        if (getenv("MAPPING_TEST_VERBOSE"))
+            printf("fault %d: %s: %s\n", fault, mapping_status_name(st), mapping_last_error_message());
+        if (st != MAPPING_OK && strstr(mapping_last_error_message(), "which copies completed is unknown"))
+            wait_call = fault;
+        mapping_batch_clear(batch);
+        CHECK_OK(mapping_sync_to_cpu(a, got)); /* drains the device's queue */
+    }
+    CHECK(wait_call >= 0);
+    CHECK_OK(flush_small(batch, ones, a, -1)); /* waits for what the failed wait left, if anything */
+    CHECK_OK(mapping_fill_gpu(NULL, a, 0, BUF, 0));
+    CHECK_OK(mapping_fill_gpu(NULL, b, 0, BUF, 0));
+
+    test_gate gate = TEST_GATE_INIT;
+    CHECK_OK(dev->be->launch_host(dev->state, dev->blocking.state, test_gate_wait, &gate));
+    CHECK_STATUS(flush_small(batch, ones, a, wait_call), MAPPING_ERR_FAULT_INJECTED);
+    CHECK(strstr(mapping_last_error_message(), "which copies completed is unknown") != NULL);
+    CHECK(mapping_batch_count(batch) == SLOTS);
+    CHECK(!test_gate_passed(&gate)); /* the steps are still queued */
+    pthread_t opener;
+    CHECK(pthread_create(&opener, NULL, open_gate_later, &gate) == 0);
+    mapping_batch_clear(batch);
+    CHECK_OK(flush_small(batch, twos, b, -1)); /* other bytes, another buffer, the same layout */
+    CHECK(pthread_join(opener, NULL) == 0);
+    CHECK(test_gate_passed(&gate));
+    CHECK_OK(mapping_sync_to_cpu(a, got));
+    for (size_t i = 0; i < SLOTS; i++) { /* each copy of the failed flush: old bytes or copied ones */
+        const unsigned char *at = got + dev_off(i);
+        if (memcmp(at, ones, SMALL) && memcmp(at, zeros, SMALL))
+            test_fail(__FILE__, __LINE__, "copy %zu of the flush whose wait failed wrote 0x%02x: neither its old "
+                      "bytes nor its source's", i, at[0]);
+    }
+    CHECK_OK(mapping_sync_to_cpu(b, got));
+    for (size_t i = 0; i < SLOTS; i++)
+        CHECK_BYTES(got + dev_off(i), twos, SMALL);
+    mapping_batch_destroy(batch);
+    mapping_free_gpu(a);
+    mapping_free_gpu(b);
 }
