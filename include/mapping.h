@@ -891,7 +891,9 @@ MAPPING_API void           mapping_batch_clear(mapping_batch *b);
  *   device's queue and waits once (one round trip, not one per step). If
  *   that wait itself fails, which copies completed is unknown: the message
  *   says so, every copy stays queued, and a destination range holds its old
- *   bytes or the copied ones (a retry makes it the copied ones).
+ *   bytes or the copied ones (a retry makes it the copied ones). The next
+ *   flush (or mapping_batch_destroy) waits for those steps again first, as
+ *   for a previous flush on a stream.
  * Counts one flush in mapping_stats.batch_flushes when it moved data; the
  * driver transfers it makes are counted in h2d_/d2h_copies as usual. */
 MAPPING_API mapping_status mapping_batch_flush(mapping_stream *stream, mapping_batch *b);

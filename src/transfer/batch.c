@@ -49,6 +49,12 @@ mapping_status mapping__batch_create(mapping_device *dev, mapping_batch **out)
  * memory is not reused, and a later call waits again. */
 mapping_status mapping__batch_wait_pending(mapping_batch *b)
 {
+    if (b->unwaited) { /* the same for a blocking flush whose one wait failed */
+        mapping_status st = mapping__stream_synchronize(b->unwaited);
+        if (st != MAPPING_OK)
+            return st;
+        b->unwaited = NULL;
+    }
     if (!b->pending)
         return MAPPING_OK;
     mapping_status st = mapping__event_synchronize(b->pending);

@@ -200,6 +200,8 @@ mapping_status mapping__batch_direct_ranges(mapping_stream *queue, mapping_batch
         if (st != MAPPING_OK)
             mapping__error_mark(&before);
         mapping_status wait = mapping__stream_synchronize(queue);
+        if (wait != MAPPING_OK)
+            b->unwaited = queue; /* the steps may still run: the next use of the staging waits again */
         if (st != MAPPING_OK)
             mapping__error_forget(&before);
         else

@@ -272,7 +272,8 @@ static mapping_status run_plan(mapping_stream *stream, mapping_batch *b, batch_p
  * the plan and staging, so even after a failure), then unpacks. When the
  * wait fails, no copy is known to be done: all stay queued (doing a copy
  * twice is harmless). */
-static mapping_status finish_blocking(mapping_stream *queue, batch_plan *p, mapping_status run, bool direct)
+static mapping_status finish_blocking(mapping_batch *b, mapping_stream *queue, batch_plan *p, mapping_status run,
+                                      bool direct)
 {
     mapping_error_mark before;
     if (run != MAPPING_OK)
@@ -284,9 +285,10 @@ static mapping_status finish_blocking(mapping_stream *queue, batch_plan *p, mapp
         mapping__fail(st, "waiting for the queued steps failed (%s); which copies completed is unknown, so every "
                           "copy stays queued", inner);
     }
-    if (st != MAPPING_OK)
+    if (st != MAPPING_OK) {
         memset(p->done, 0, p->count * sizeof *p->done);
-    else if (p->d2h_read && direct) /* the gathered bytes arrived, even if a later step failed */
+        b->unwaited = queue; /* the steps may still run: the next use of the staging waits again */
+    } else if (p->d2h_read && direct) /* the gathered bytes arrived, even if a later step failed */
         mapping__batch_direct_unpack(p);
     else if (p->d2h_read)
         unpack_destinations(p);
@@ -366,7 +368,7 @@ mapping_status mapping__batch_flush(mapping_stream *stream, mapping_batch *b)
     mapping_trace_span span = mapping__trace_begin();
     mapping_status run = direct ? mapping__batch_direct_run(queue, b, p) : run_plan(queue ? queue : stream, b, p, queue != NULL);
     if (queue)
-        run = finish_blocking(queue, p, run, direct);
+        run = finish_blocking(b, queue, p, run, direct);
     mapping__batch_flush_done(&span, stream, b, p, run);
     b->busy = false;
     mapping_error_mark before;

@@ -90,6 +90,9 @@ struct mapping_batch {
 
     batch_plan      plan;         /* of the last flush */
     mapping_event  *pending;      /* the last flush's end, when it was on a stream */
+    /* The blocking stream whose wait failed in the last blocking flush (or
+     * range move): its steps may still read the staging; waited for first. */
+    mapping_stream *unwaited;
     void           *host_staging; /* page-locked (mapping_allocate_cpu), or dev_staging's own memory */
     mapping_buffer *dev_staging;
     bool            staging_shared; /* host_staging is dev_staging's memory (mapping__staging_shared) */
