@@ -399,6 +399,10 @@ static mapping_status sync_whole_with_log(mirror_state *st, int t, mirror_sync_r
     mapping_rs_cursor c;
     mapping_range r;
     bool ok = mapping__rs_seek(&st->stale[t], 0, &c, &r);
+    if (!ok) { /* nothing else stale: the log (sorted, merged) is the list; a copy, as merging gaps changes it */
+        memcpy(exact, u, k * sizeof *exact);
+        n = j = k;
+    }
     while (ok || j < k) { /* both sorted and disjoint: a merge, joining what touches */
         mapping_range x;
         if (ok && (j >= k || r.lo <= u[j].lo)) {
