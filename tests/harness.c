@@ -75,6 +75,14 @@ mapping_device *test_device2(void)
     return open_device(1);
 }
 
+unsigned long long test_xorshift64(unsigned long long *state)
+{
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    return *state;
+}
+
 void test_pattern(void *p, size_t n, unsigned seed)
 {
     unsigned char *b = p;

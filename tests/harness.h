@@ -110,5 +110,8 @@ int  test_gate_passed(test_gate *gate);
 
 /* Fills p with a pattern that depends on seed and position. */
 void test_pattern(void *p, size_t n, unsigned seed);
+/* The next value of a xorshift64 generator (state: any non-zero seed): the
+ * model tests' random choices, reproducible from their printed seed. */
+unsigned long long test_xorshift64(unsigned long long *state);
 
 #endif

@@ -56,10 +56,7 @@ typedef struct world {
 
 static unsigned long long rnd(world *w)
 {
-    w->rng ^= w->rng << 13;
-    w->rng ^= w->rng >> 7;
-    w->rng ^= w->rng << 17;
-    return w->rng;
+    return test_xorshift64(&w->rng);
 }
 
 static size_t below(world *w, size_t n)

@@ -34,10 +34,7 @@ typedef struct mworld {
 
 static unsigned long long rnd(mworld *w)
 {
-    w->rng ^= w->rng << 13;
-    w->rng ^= w->rng >> 7;
-    w->rng ^= w->rng << 17;
-    return w->rng;
+    return test_xorshift64(&w->rng);
 }
 
 static size_t below(mworld *w, size_t n)

@@ -35,10 +35,7 @@ typedef struct world {
 
 static unsigned long long rnd(world *w)
 {
-    w->rng ^= w->rng << 13;
-    w->rng ^= w->rng >> 7;
-    w->rng ^= w->rng << 17;
-    return w->rng;
+    return test_xorshift64(&w->rng);
 }
 
 #define FAIL_AT(w, ...)                                                                            \
