@@ -12,6 +12,13 @@
  *   8. device-to-host groups that go straight through.
  * Each step records which copies it completed, so that a failure can name
  * the first copy not done and leave the rest queued.
+ *
+ * A blocking flush (stream NULL) runs the same steps on the device's
+ * blocking stream where the back end has one, and waits once at the end
+ * (finish_blocking); pack and unpack then run on this thread, before and
+ * after. Small copies added in order skip the plan: batch_direct.c. Where
+ * the staging is shared (mapping__staging_shared), steps 2 and 6 move
+ * nothing: the device reads and writes the staging in place.
  */
 #include <stdio.h>
 #include <stdlib.h>
