@@ -18,11 +18,6 @@
 
 static const size_t ENTRY = sizeof(mapping_scatter_entry);
 
-static size_t align_up(size_t n, size_t a)
-{
-    return (n + a - 1) / a * a;
-}
-
 bool mapping__batch_direct_fits(const mapping_batch *b)
 {
     return b->largest < BATCH_LARGE_MIN && !b->unsorted && mapping__can_scatter(b->dev) && mapping__can_gather(b->dev);
@@ -84,8 +79,8 @@ mapping_status mapping__batch_direct_run(mapping_stream *queue, mapping_batch *b
         d2h_bytes += p->copies[i].bytes;
     p->h2d_table_offset = 0;
     p->d2h_table_offset = n_h2d * ENTRY;
-    p->h2d_data_offset = align_up(n * ENTRY, 64);
-    p->d2h_data_offset = align_up(p->h2d_data_offset + h2d_bytes, 64);
+    p->h2d_data_offset = mapping__align_up(n * ENTRY, 64);
+    p->d2h_data_offset = mapping__align_up(p->h2d_data_offset + h2d_bytes, 64);
     mapping_status st = mapping__batch_ensure_staging(b, p->d2h_data_offset + d2h_bytes);
     if (st != MAPPING_OK)
         return st;
@@ -146,7 +141,7 @@ void mapping__batch_direct_unpack(batch_plan *p)
 
 bool mapping__batch_direct_ranges_fit(const mapping_batch *b, const mapping_transfer_range *r, size_t n)
 {
-    if (!mapping__can_scatter(b->dev) || !mapping__can_gather(b->dev) || b->count != 0)
+    if (!mapping__can_scatter(b->dev) || !mapping__can_gather(b->dev))
         return false;
     for (size_t i = 0; i < n; i++)
         if (r[i].bytes >= BATCH_LARGE_MIN || (i && r[i].buffer_offset < r[i - 1].buffer_offset + r[i - 1].bytes))
@@ -167,7 +162,7 @@ mapping_status mapping__batch_direct_ranges(mapping_stream *queue, mapping_batch
     }
     if (entries == 0)
         return MAPPING_OK;
-    size_t data = align_up(entries * ENTRY, 64);
+    size_t data = mapping__align_up(entries * ENTRY, 64);
     if ((st = mapping__batch_ensure_staging(b, data + bytes)) != MAPPING_OK)
         return st;
     char *staging = b->host_staging;
@@ -195,18 +190,9 @@ mapping_status mapping__batch_direct_ranges(mapping_stream *queue, mapping_batch
             (st = mapping__gather(queue, buf, b->dev_staging, 0, table, entries)) == MAPPING_OK)
             st = mapping__batch_stage_in(queue, b, data, staging + data, bytes);
     }
-    if (queue) { /* wait for what was queued even after a failure: it reads the staging */
-        mapping_error_mark before;
-        if (st != MAPPING_OK)
-            mapping__error_mark(&before);
-        mapping_status wait = mapping__stream_synchronize(queue);
-        if (wait != MAPPING_OK)
-            b->unwaited = queue; /* the steps may still run: the next use of the staging waits again */
-        if (st != MAPPING_OK)
-            mapping__error_forget(&before);
-        else
-            st = wait;
-    }
+    bool waited = true;
+    if (queue)
+        st = mapping__batch_wait_queued(b, queue, st, &waited);
     if (st == MAPPING_OK && !to_gpu)
         for (size_t i = 0, k = 0; i < n; i++)
             if (r[i].bytes) {

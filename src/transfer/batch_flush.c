@@ -275,34 +275,42 @@ static mapping_status run_plan(mapping_stream *stream, mapping_batch *b, batch_p
     return straight_through(stream, p, false);
 }
 
-/* A flush run on the blocking stream: waits for what was queued (it reads
- * the plan and staging, so even after a failure), then unpacks. When the
- * wait fails, no copy is known to be done: all stay queued (doing a copy
- * twice is harmless). */
-static mapping_status finish_blocking(mapping_batch *b, mapping_stream *queue, batch_plan *p, mapping_status run,
-                                      bool direct)
+mapping_status mapping__batch_wait_queued(mapping_batch *b, mapping_stream *queue, mapping_status run, bool *waited)
 {
     mapping_error_mark before;
     if (run != MAPPING_OK)
         mapping__error_mark(&before); /* the run's error explains a failed wait too: it is kept */
     mapping_status st = mapping__stream_synchronize(queue);
-    if (st != MAPPING_OK && run == MAPPING_OK) {
-        char inner[384];
-        snprintf(inner, sizeof inner, "%s", mapping__last_message());
-        mapping__fail(st, "waiting for the queued steps failed (%s); which copies completed is unknown, so every "
-                          "copy stays queued", inner);
-    }
-    if (st != MAPPING_OK) {
-        memset(p->done, 0, p->count * sizeof *p->done);
+    *waited = st == MAPPING_OK;
+    if (!*waited) {
         b->unwaited = queue; /* the steps may still run: the next use of the staging waits again */
-    } else if (p->d2h_read && direct) /* the gathered bytes arrived, even if a later step failed */
+        if (run == MAPPING_OK) {
+            char inner[384];
+            snprintf(inner, sizeof inner, "%s", mapping__last_message());
+            return mapping__fail(st, "waiting for the queued steps failed (%s); which copies completed is unknown, "
+                                     "so every copy stays queued", inner);
+        }
+    }
+    if (run != MAPPING_OK)
+        mapping__error_forget(&before);
+    return run;
+}
+
+/* A flush run on the blocking stream: waits for what was queued, then
+ * unpacks what was gathered (even if a later step failed). When the wait
+ * fails, no copy is known to be done: all stay queued (doing a copy twice
+ * is harmless). */
+static mapping_status finish_blocking(mapping_batch *b, mapping_stream *queue, batch_plan *p, mapping_status run,
+                                      bool direct)
+{
+    bool waited;
+    mapping_status st = mapping__batch_wait_queued(b, queue, run, &waited);
+    if (!waited)
+        memset(p->done, 0, p->count * sizeof *p->done);
+    else if (p->d2h_read && direct)
         mapping__batch_direct_unpack(p);
     else if (p->d2h_read)
         unpack_destinations(p);
-    if (run != MAPPING_OK) {
-        mapping__error_forget(&before);
-        return run;
-    }
     return st;
 }
 

@@ -39,11 +39,6 @@ void mapping__batch_plan_free(batch_plan *plan)
     memset(plan, 0, sizeof *plan);
 }
 
-static size_t align_up(size_t n, size_t a)
-{
-    return (n + a - 1) / a * a;
-}
-
 /* Groups of one direction, each all-large (straight through) or staged. */
 static void make_groups(batch_plan *plan, size_t large_bytes)
 {
@@ -83,14 +78,14 @@ static void layout_staging(batch_plan *plan)
     }
     plan->h2d_table_offset = 0;
     plan->d2h_table_offset = plan->h2d_staged * entry;
-    plan->h2d_data_offset = align_up((plan->h2d_staged + plan->d2h_staged) * entry, 64);
+    plan->h2d_data_offset = mapping__align_up((plan->h2d_staged + plan->d2h_staged) * entry, 64);
     size_t at = plan->h2d_data_offset;
     for (size_t i = 0; i < plan->h2d_groups; i++)
         if (plan->groups[i].staged) {
             plan->groups[i].staging_offset = at;
             at += plan->groups[i].hi - plan->groups[i].lo;
         }
-    plan->d2h_data_offset = align_up(at, 64);
+    plan->d2h_data_offset = mapping__align_up(at, 64);
     at = plan->d2h_data_offset;
     for (size_t i = plan->h2d_groups; i < plan->group_count; i++)
         if (plan->groups[i].staged) {

@@ -181,6 +181,17 @@ size_t         mapping__batch_sorted_prefix(const batch_copy *copies, size_t n);
 bool           mapping__batch_direct_fits(const mapping_batch *b);
 mapping_status mapping__batch_direct_run(mapping_stream *queue, mapping_batch *b, batch_plan *p);
 void           mapping__batch_direct_unpack(batch_plan *p);
+/* After a blocking flush's steps were queued on the device's blocking
+ * stream (run: how queueing them went): waits for them, even after a failed
+ * step, since they read the staging. A failed wait leaves b->unwaited (the
+ * next use of the staging waits again) and, when the steps had all been
+ * queued, records that which copies completed is unknown. Returns the
+ * first failure (the step's message kept); *waited: the wait succeeded. */
+mapping_status mapping__batch_wait_queued(mapping_batch *b, mapping_stream *queue, mapping_status run, bool *waited);
+static inline size_t mapping__align_up(size_t n, size_t a)
+{
+    return (n + a - 1) / a * a;
+}
 /* The staging of a flush: at least `bytes` (batch_flush.c). */
 mapping_status mapping__batch_ensure_staging(mapping_batch *b, size_t bytes);
 /* Moves staging bytes to the device (host_staging + offset = src) or back
