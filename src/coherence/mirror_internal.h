@@ -64,7 +64,8 @@ typedef struct mirror_state {
     mapping_range *log;
     size_t         log_n, log_cap;
     mapping_range *log_scratch; /* the sort's second array, log_cap entries when set (kept: no fresh pages per sort) */
-    bool           log_unsorted; /* false: the log is sorted, disjoint and not touching (appends in order) */
+    size_t         log_sorted; /* log[0, log_sorted) is sorted, disjoint and not touching (the last compaction's) */
+    bool           log_unsorted; /* false: all of the log is (appends in order) */
     int            log_side;
 } mirror_state;
 

@@ -8,16 +8,27 @@
  * unions and differences with the same ranges, so their order does not
  * matter; every operation of the other kind flushes the log first, so the
  * state is what marking one by one would have made.
+ *
+ * A long log is compacted, not applied: each time it doubles (from
+ * LOG_MIN_COMPACT marks on), its new part is sorted and merged into the part
+ * already sorted, so marking the same ranges again and again keeps it as
+ * small as the ranges it names. The trees see it only when something reads
+ * them: one rebuild each, not one per compaction. While the trees have
+ * ranges and the log is much longer than they are, it is applied instead
+ * (as before compactions existed): a log of ranges inside the trees' ranges
+ * would otherwise hold memory the sets do not.
  */
 #include <stdlib.h>
 #include <string.h>
 #include "coherence/mirror_internal.h"
 
-/* The log is applied once it holds this many marks and more than four times
- * the ranges already modified: its memory stays proportional to the set's,
- * and the work of applying it (a walk of the set) is amortised over at least
- * a quarter as many marks as the set has ranges. */
-enum { LOG_MIN_FLUSH = 1 << 16 };
+/* The log is compacted once it holds this many marks and twice the ranges it
+ * held sorted after the last compaction (a mark then costs O(1) amortised
+ * sorting and merging). It is applied instead when the trees are not empty
+ * and the log holds more than four times their ranges. */
+enum { LOG_MIN_COMPACT = 1 << 16 };
+
+static mapping_status log_sort_all(mirror_state *st);
 
 static bool log_grow(mirror_state *st)
 {
@@ -42,21 +53,31 @@ bool mapping__mirror_log_append(mirror_state *st, int x, size_t lo, size_t hi)
             if (lo < last->lo) { /* it may now touch the one before */
                 last->lo = lo;
                 st->log_unsorted = true;
+                if (st->log_sorted == st->log_n)
+                    st->log_sorted--; /* the sorted part ends before it now */
             }
             if (hi > last->hi)
                 last->hi = hi;
             return true;
         }
-        if (st->log_n >= LOG_MIN_FLUSH && st->log_n > 4 * st->modified[x].count &&
-            mapping__mirror_log_apply(st) != MAPPING_OK)
-            return false;
+        if (st->log_n >= LOG_MIN_COMPACT && st->log_n >= 2 * st->log_sorted) {
+            size_t ranges = st->modified[x].count;
+            if (ranges && st->log_n > 4 * ranges) {
+                if (mapping__mirror_log_apply(st) != MAPPING_OK)
+                    return false;
+            } else if (log_sort_all(st) != MAPPING_OK) { /* the compaction */
+                return false;
+            }
+        }
     }
     if (st->log_n == st->log_cap && !log_grow(st))
         return false;
     if (st->log_n && lo < st->log[st->log_n - 1].lo)
         st->log_unsorted = true;
-    else if (!st->log_n)
+    else if (!st->log_n) {
         st->log_unsorted = false;
+        st->log_sorted = 0;
+    }
     st->log[st->log_n++] = (mapping_range){lo, hi};
     st->log_side = x;
     return true;
@@ -67,7 +88,7 @@ void mapping__mirror_log_free(mirror_state *st)
     free(st->log);
     free(st->log_scratch);
     st->log = st->log_scratch = NULL;
-    st->log_n = st->log_cap = 0;
+    st->log_n = st->log_cap = st->log_sorted = 0;
 }
 
 static void insertion_sort(mapping_range *v, size_t n)
@@ -81,30 +102,41 @@ static void insertion_sort(mapping_range *v, size_t n)
     }
 }
 
-/* LSD radix sort by lo, 11 bits a pass, only over the bits some lo has.
- * Returns the sorted array: v or tmp. */
+/* LSD radix sort by lo, over only the bits in which the lo values differ
+ * (marks at 64-byte slots share their low six bits; a mirror's offsets
+ * leave the high ones zero), in as few passes of at most 11 bits (8 for a
+ * small log) as that takes, each pass as narrow as the passes allow (fewer
+ * buckets: their write fronts stay in the L1 cache). Returns the sorted
+ * array: v or tmp. */
 static mapping_range *radix_sort(mapping_range *v, mapping_range *tmp, size_t n)
 {
     enum { MAX_BITS = 11 };
-    size_t all = 0;
-    for (size_t i = 0; i < n; i++)
-        all |= v[i].lo;
+    size_t any = 0, all = ~(size_t)0;
+    for (size_t i = 0; i < n; i++) {
+        any |= v[i].lo;
+        all &= v[i].lo;
+    }
+    size_t differ = any ^ all;
+    if (!differ)
+        return v; /* all equal */
+    unsigned from = (unsigned)__builtin_ctzll(differ), to = 64 - (unsigned)__builtin_clzll(differ);
     /* Small logs: fewer buckets, so clearing and summing them stays small. */
-    const unsigned BITS = n < 4096 ? 8 : MAX_BITS;
-    const size_t BUCKETS = (size_t)1 << BITS;
+    const unsigned max_bits = n < 4096 ? 8 : MAX_BITS;
+    unsigned passes = (to - from + max_bits - 1) / max_bits, bits = (to - from + passes - 1) / passes;
+    const size_t buckets = (size_t)1 << bits, mask = buckets - 1;
     size_t count[1 << MAX_BITS];
-    for (unsigned shift = 0; shift < 64 && (all >> shift); shift += BITS) {
-        memset(count, 0, BUCKETS * sizeof *count);
+    for (unsigned shift = from; shift < to; shift += bits) {
+        memset(count, 0, buckets * sizeof *count);
         for (size_t i = 0; i < n; i++)
-            count[(v[i].lo >> shift) & (BUCKETS - 1)]++;
+            count[(v[i].lo >> shift) & mask]++;
         size_t at = 0;
-        for (size_t b = 0; b < BUCKETS; b++) {
-            size_t c = count[b];
+        for (size_t b = 0; b < buckets; b++) {
+            size_t here = count[b];
             count[b] = at;
-            at += c;
+            at += here;
         }
         for (size_t i = 0; i < n; i++)
-            tmp[count[(v[i].lo >> shift) & (BUCKETS - 1)]++] = v[i];
+            tmp[count[(v[i].lo >> shift) & mask]++] = v[i];
         mapping_range *t = v;
         v = tmp;
         tmp = t;
@@ -112,55 +144,97 @@ static mapping_range *radix_sort(mapping_range *v, mapping_range *tmp, size_t n)
     return v;
 }
 
-/* Sorts the log and merges ranges that overlap or touch; returns the sorted
- * array (the log or its scratch) and its length in *n, NULL when out of
- * memory. */
-static mapping_range *sorted_log(mirror_state *st, size_t *n)
+/* Appends x to the ranges being joined: *cur is the one growing, out[0, *m)
+ * the finished ones. Without branches on the data: two sorted runs of
+ * random ranges interleave unpredictably, and a mispredicted branch per
+ * range would cost more than the rest of the merge. */
+static inline void join_one(mapping_range *out, size_t *m, mapping_range *cur, mapping_range x)
 {
-    mapping_range *v = st->log;
-    size_t k = st->log_n;
-    if (!st->log_unsorted) { /* appended in order: already sorted and merged */
-        *n = k;
-        return v;
+    bool apart = x.lo > cur->hi;
+    out[*m] = *cur; /* final if x starts another range */
+    *m += apart;
+    cur->lo = apart ? x.lo : cur->lo;
+    cur->hi = apart || x.hi > cur->hi ? x.hi : cur->hi;
+}
+
+/* Merges the ranges of v[0, n) (sorted by lo, n > 0) that overlap or
+ * touch, in place; returns how many are left. */
+static size_t join_sorted(mapping_range *v, size_t n)
+{
+    if (!n)
+        return 0;
+    size_t m = 0;
+    mapping_range cur = v[0];
+    for (size_t i = 1; i < n; i++)
+        join_one(v, &m, &cur, v[i]);
+    v[m++] = cur;
+    return m;
+}
+
+/* Merges the sorted runs a[0, p) and b[0, k) (p, k > 0) into out, joining
+ * what overlaps or touches; returns the ranges in out. */
+static size_t merge_sorted(const mapping_range *a, size_t p, const mapping_range *b, size_t k, mapping_range *out)
+{
+    size_t i = 0, j = 0, m = 0;
+    mapping_range cur = a[0].lo <= b[0].lo ? a[i++] : b[j++];
+    while (i < p && j < k) {
+        bool from_a = a[i].lo <= b[j].lo;
+        mapping_range x = *(from_a ? &a[i] : &b[j]);
+        i += from_a;
+        j += !from_a;
+        join_one(out, &m, &cur, x);
     }
+    for (; i < p; i++)
+        join_one(out, &m, &cur, a[i]);
+    for (; j < k; j++)
+        join_one(out, &m, &cur, b[j]);
+    out[m++] = cur;
+    return m;
+}
+
+/* Sorts and merges the log: its unsorted tail (from log_sorted, the part a
+ * compaction left sorted and merged) is sorted, then merged with that part.
+ * The result is st->log[0, st->log_n), sorted, disjoint and not touching
+ * (the log and its scratch may swap). Out of memory: nothing changes. */
+static mapping_status log_sort_all(mirror_state *st)
+{
+    if (!st->log_unsorted) { /* appended in order: already sorted and merged */
+        st->log_sorted = st->log_n;
+        return MAPPING_OK;
+    }
+    size_t p = st->log_sorted, k = st->log_n - p;
+    mapping_range *tail = st->log + p;
     bool sorted = true;
     for (size_t i = 1; i < k && sorted; i++)
-        sorted = v[i - 1].lo <= v[i].lo;
+        sorted = tail[i - 1].lo <= tail[i].lo;
+    if (!st->log_scratch && ((!sorted && k > 32) || p) &&
+        !(st->log_scratch = mapping_os_malloc(st->log_cap * sizeof *st->log_scratch)))
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mirror: out of memory applying %zu marks", st->log_n);
     if (!sorted) {
         if (k <= 32) {
-            insertion_sort(v, k);
+            insertion_sort(tail, k);
         } else {
-            if (!st->log_scratch && !(st->log_scratch = mapping_os_malloc(st->log_cap * sizeof *st->log_scratch)))
-                return NULL;
-            v = radix_sort(v, st->log_scratch, k);
+            mapping_range *v = radix_sort(tail, st->log_scratch, k);
+            if (v != tail)
+                memcpy(tail, v, k * sizeof *v);
         }
     }
-    size_t m = 0;
-    for (size_t i = 0; i < k; i++) {
-        if (m && v[i].lo <= v[m - 1].hi) {
-            if (v[i].hi > v[m - 1].hi)
-                v[m - 1].hi = v[i].hi;
-        } else {
-            v[m++] = v[i];
-        }
+    if (!p) {
+        st->log_n = join_sorted(st->log, k);
+    } else if (k) { /* two sorted runs: one merge into the scratch, which becomes the log */
+        mapping_range *out = st->log_scratch;
+        st->log_n = merge_sorted(st->log, p, tail, k, out);
+        st->log_scratch = st->log;
+        st->log = out;
     }
-    *n = m;
-    return v;
+    st->log_sorted = st->log_n;
+    st->log_unsorted = false;
+    return MAPPING_OK;
 }
 
 mapping_status mapping__mirror_log_sort(mirror_state *st)
 {
-    mapping_range *v;
-    size_t m;
-    if (!(v = sorted_log(st, &m)))
-        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mirror: out of memory applying %zu marks", st->log_n);
-    if (v != st->log) { /* the sorted array becomes the log: swap, no copy */
-        st->log_scratch = st->log;
-        st->log = v;
-    }
-    st->log_n = m;
-    st->log_unsorted = false;
-    return MAPPING_OK;
+    return log_sort_all(st);
 }
 
 mapping_status mapping__mirror_log_apply(mirror_state *st)

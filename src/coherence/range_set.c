@@ -691,12 +691,14 @@ static mapping_status rebuild(mapping_range_set *s, const mapping_range *v, size
     mapping_rs_node **level = m ? mapping_os_malloc(leaves * sizeof *level) : NULL;
     size_t *last = m ? mapping_os_malloc(leaves * sizeof *last) : NULL; /* the last hi under each node of the level */
     bool ok = !m || (level && last);
-    for (size_t n = have; ok && n < need; n++) {
-        mapping_rs_node *node = mapping_os_malloc(sizeof *node);
-        if (!(ok = node != NULL))
+    /* Fresh nodes are chained in the order malloc gave them (usually rising
+     * addresses), so the leaves made from them lie in memory as they are
+     * walked. */
+    for (mapping_rs_node **tail = &list, *node; ok && have < need; have++, tail = &node->next) {
+        if (!(ok = (node = mapping_os_malloc(sizeof *node)) != NULL))
             break;
-        node->next = list;
-        list = node;
+        node->next = NULL;
+        *tail = node;
     }
     if (!ok) {
         while (list)

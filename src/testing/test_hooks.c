@@ -32,3 +32,8 @@ size_t mapping__test_mirror_inflight(const mapping_mirror *m)
 {
     return m->st->n_inflight;
 }
+
+size_t mapping__test_mirror_logged(const mapping_mirror *m)
+{
+    return m->st->log_n;
+}

@@ -39,5 +39,8 @@ const mapping_range_set *mapping__test_mirror_pending(const mapping_mirror *m, m
 /* How many queued copies (and recorded accesses) of the family are tracked
  * and not folded yet. */
 size_t mapping__test_mirror_inflight(const mapping_mirror *m);
+/* How many marks the family's mark log holds, not yet applied to the sets
+ * (after compactions: merged ranges, not the marks made). */
+size_t mapping__test_mirror_logged(const mapping_mirror *m);
 
 #endif

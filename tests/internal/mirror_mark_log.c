@@ -2,6 +2,7 @@
  * the range sets; the sets and the data must be exactly what marking one by
  * one makes, whatever the order, overlaps and size of the log. */
 #include <stdlib.h>
+#include <string.h>
 #include "testing/test_hooks.h"
 #include "harness.h"
 
@@ -134,5 +135,81 @@ TEST(a_blocking_sync_straight_after_logged_marks_copies_exactly_them)
         test_check_mirror_sides_equal(m);
         free(hit);
     }
+    mapping_mirror_destroy(m);
+}
+
+/* Marks a random range of at most max_len bytes on the CPU side and in the model. */
+static void mark_random(mapping_mirror *m, unsigned char *stale_gpu, size_t size, size_t max_len,
+                        unsigned long long *r)
+{
+    size_t lo = next_random(r) % size, len = 1 + next_random(r) % max_len;
+    size_t hi = lo + len > size ? size : lo + len;
+    unsigned char *cpu = mapping_mirror_cpu(m);
+    for (size_t i = lo; i < hi; i++) {
+        cpu[i] = (unsigned char)(i * 7 + *r);
+        stale_gpu[i] = 1;
+    }
+    CHECK_OK(mapping_mirror_mark_cpu_modified(m, lo, hi - lo));
+}
+
+static size_t runs_of(const unsigned char *flags, size_t n)
+{
+    size_t runs = 0;
+    for (size_t i = 0; i < n; i++)
+        runs += flags[i] && (i == 0 || !flags[i - 1]);
+    return runs;
+}
+
+/* A log past 65,536 marks is compacted each time it doubles (sorted and
+ * merged in place, the trees untouched); one whose ranges the trees already
+ * outnumber four to one is applied instead. Either way the sets end exactly
+ * as marking one by one makes them, and the log stays within twice the
+ * ranges it names. */
+TEST(a_long_log_is_compacted_and_the_sets_stay_exact)
+{
+    enum { SIZE = 1 << 20, COMPACT_FROM = 1 << 16 };
+    mapping_device *dev = test_device();
+    mapping_mirror *m = test_synced_mirror(dev, SIZE, 0, 9);
+    unsigned char *stale_gpu = calloc(SIZE, 1), *none = calloc(SIZE, 1);
+    CHECK(stale_gpu && none);
+    unsigned long long r = 4242;
+
+    /* 1. 300,000 random marks on a clean mirror: compactions at 65,536,
+     * 131,072 and 262,144 marks, with overlaps and repeats across them. */
+    for (size_t k = 0; k < 300000; k++)
+        mark_random(m, stale_gpu, SIZE, 8, &r);
+    size_t runs = runs_of(stale_gpu, SIZE);
+    CHECK(mapping__test_mirror_logged(m) <= 2 * (runs > COMPACT_FROM ? runs : COMPACT_FROM) + 1);
+    CHECK(mapping__test_mirror_logged(m) < 300000);
+    check_set(mapping__test_mirror_stale(m, MAPPING_GPU), stale_gpu, SIZE);
+    check_set(mapping__test_mirror_modified(m, MAPPING_CPU), stale_gpu, SIZE);
+    check_set(mapping__test_mirror_stale(m, MAPPING_CPU), none, SIZE);
+    CHECK(mapping__test_mirror_logged(m) == 0);
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    test_check_mirror_sides_equal(m);
+    memset(stale_gpu, 0, SIZE);
+
+    /* 2. The same 1,000 ranges marked again and again, never two neighbours
+     * in a row: 200,000 marks, which compactions keep to a log of 1,000. */
+    for (size_t k = 0; k < 200000; k++) {
+        size_t slot = (k * 617) % 1000, lo = slot * 1000;
+        stale_gpu[lo] = stale_gpu[lo + 1] = 1;
+        CHECK_OK(mapping_mirror_mark_cpu_modified(m, lo, 2));
+    }
+    CHECK(mapping__test_mirror_logged(m) <= 2 * COMPACT_FROM + 1);
+    check_set(mapping__test_mirror_modified(m, MAPPING_CPU), stale_gpu, SIZE);
+    CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == 2000);
+
+    /* 3. With those 1,000 ranges in the trees, 100,000 more random marks: the
+     * log outgrows four times the trees' ranges and is applied part-way. */
+    for (size_t k = 0; k < 100000; k++)
+        mark_random(m, stale_gpu, SIZE, 3, &r);
+    check_set(mapping__test_mirror_stale(m, MAPPING_GPU), stale_gpu, SIZE);
+    check_set(mapping__test_mirror_modified(m, MAPPING_CPU), stale_gpu, SIZE);
+    check_set(mapping__test_mirror_stale(m, MAPPING_CPU), none, SIZE);
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    test_check_mirror_sides_equal(m);
+    free(stale_gpu);
+    free(none);
     mapping_mirror_destroy(m);
 }
