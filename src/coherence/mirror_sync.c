@@ -251,10 +251,18 @@ static size_t merge_ranges(mirror_state *st, int s, mapping_range *v, size_t n, 
 {
     if (n < 2 || !(max_gap > 0))
         return n;
-    size_t k = 0;
-    for (size_t i = 1; i < n; i++) {
-        size_t gap = v[i].lo - v[k].hi;
-        if ((double)gap < max_gap && !mapping__rs_intersects(&st->stale[s], v[k].hi, v[i].lo))
+    /* Gaps of at least `limit` bytes are kept: below it, gap < max_gap. */
+    size_t limit = SIZE_MAX;
+    if (max_gap < (double)SIZE_MAX) {
+        limit = (size_t)max_gap;
+        limit += (double)limit < max_gap;
+    }
+    size_t i = 1;
+    while (i < n && v[i].lo - v[i - 1].hi >= limit) /* nothing merges yet: nothing moves */
+        i++;
+    size_t k = i - 1;
+    for (; i < n; i++) {
+        if (v[i].lo - v[k].hi < limit && !mapping__rs_intersects(&st->stale[s], v[k].hi, v[i].lo))
             v[k].hi = v[i].hi;
         else
             v[++k] = v[i];

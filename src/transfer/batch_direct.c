@@ -139,16 +139,6 @@ void mapping__batch_direct_unpack(batch_plan *p)
 
 /* ---- a mirror's ranges: straight from the caller's array ---- */
 
-bool mapping__batch_direct_ranges_fit(const mapping_batch *b, const mapping_transfer_range *r, size_t n)
-{
-    if (!mapping__can_scatter(b->dev) || !mapping__can_gather(b->dev))
-        return false;
-    for (size_t i = 0; i < n; i++)
-        if (r[i].bytes >= BATCH_LARGE_MIN || (i && r[i].buffer_offset < r[i - 1].buffer_offset + r[i - 1].bytes))
-            return false; /* large, or not sorted and disjoint: the general path */
-    return true;
-}
-
 mapping_status mapping__batch_direct_ranges(mapping_stream *queue, mapping_batch *b, bool to_gpu, void *host,
                                             mapping_buffer *buf, const mapping_transfer_range *r, size_t n)
 {

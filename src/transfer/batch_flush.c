@@ -424,10 +424,19 @@ mapping_status mapping__transfer_ranges(mapping_stream *stream, mapping_batch *r
         (st = mapping__check_stream(fn, stream)) || (st = mapping__check_same_device(fn, buf->dev, stream)) ||
         (count && (st = mapping__check_ptr(fn, "ranges", ranges))))
         return st;
-    for (size_t i = 0; i < count; i++)
-        if (ranges[i].bytes && (st = mapping__check_range(fn, "buf", ranges[i].buffer_offset, ranges[i].bytes,
-                                                          buf->size)))
+    /* One pass: each range within buf, and whether the one-pass flush takes
+     * them all (small, sorted and disjoint). */
+    bool direct = !stream && mapping__can_scatter(buf->dev) && mapping__can_gather(buf->dev);
+    for (size_t i = 0, end = 0; i < count; i++) {
+        const mapping_transfer_range *r = &ranges[i];
+        if (!r->bytes)
+            continue;
+        if ((r->buffer_offset > buf->size || r->bytes > buf->size - r->buffer_offset) &&
+            (st = mapping__check_range(fn, "buf", r->buffer_offset, r->bytes, buf->size)))
             return st;
+        direct = direct && r->bytes < BATCH_LARGE_MIN && r->buffer_offset >= end;
+        end = r->buffer_offset + r->bytes;
+    }
     mapping_batch *b = reuse;
     if (!b && (st = mapping__batch_create(buf->dev, &b)) != MAPPING_OK)
         return st;
@@ -435,7 +444,7 @@ mapping_status mapping__transfer_ranges(mapping_stream *stream, mapping_batch *r
         st = mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: the batch to reuse must be empty and of buf's device", fn);
         goto out;
     }
-    if (!stream && mapping__batch_direct_ranges_fit(b, ranges, count)) {
+    if (direct) {
         st = mapping__batch_direct_ranges(mapping__blocking_stream(b->dev), b, to_gpu, host, buf, ranges, count);
         goto out;
     }

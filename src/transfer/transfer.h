@@ -224,11 +224,12 @@ typedef struct mapping_transfer_range {
 mapping_status mapping__transfer_ranges(mapping_stream *stream, mapping_batch *reuse, bool to_gpu, void *host,
                                         mapping_buffer *buf, const mapping_transfer_range *ranges, size_t count);
 /* mapping__transfer_ranges' blocking path for ranges sorted by buffer
- * offset, disjoint and small (the _fit test), through an empty `b`, without
+ * offset, disjoint and each below BATCH_LARGE_MIN (mapping__transfer_ranges
+ * checks that as it checks their bounds), on a back end that scatters and
+ * gathers, through an empty `b`, without
  * queueing them: a table entry per non-empty range, packed and scattered (or
  * gathered and unpacked) at once; queue as for mapping__batch_direct_run.
  * On failure no range is known to be done, and nothing stays queued. */
-bool           mapping__batch_direct_ranges_fit(const mapping_batch *b, const mapping_transfer_range *r, size_t n);
 mapping_status mapping__batch_direct_ranges(mapping_stream *queue, mapping_batch *b, bool to_gpu, void *host,
                                             mapping_buffer *buf, const mapping_transfer_range *r, size_t n);
 
