@@ -272,29 +272,36 @@ static size_t merge_ranges(mirror_state *st, int s, mapping_range *v, size_t n, 
 
 /* ---- the copy step ---- */
 
-static mapping_status copy_ranges_batched(mapping_stream *stream, mirror_state *st, int target,
-                                          const mapping_range *ranges, size_t n, size_t *done)
+/* Sends a list of ranges (in the transfer layer's form) through the
+ * mirror's batch. *done = n either way: on failure some may be done or
+ * queued, later work orders after all of them, and none becomes valid
+ * (they are recopied by the next sync). */
+static mapping_status send_list(mapping_stream *stream, mirror_state *st, int target,
+                                const mapping_transfer_range *list, size_t n, size_t *done)
 {
     *done = 0;
     mapping_status status;
     if (!st->batch && (status = mapping__batch_create(st->dev, &st->batch)) != MAPPING_OK)
         return status;
+    status = mapping__transfer_ranges(stream, st->batch, target == MIRROR_GPU, st->cpu, st->gpu, list, n);
+    if (status != MAPPING_OK)
+        mapping__batch_clear(st->batch);
+    *done = n;
+    return status;
+}
+
+static mapping_status copy_ranges_batched(mapping_stream *stream, mirror_state *st, int target,
+                                          const mapping_range *ranges, size_t n, size_t *done)
+{
+    *done = 0;
     mapping_transfer_range *list = mapping_os_malloc(n * sizeof *list);
     if (!list)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mirror sync: out of memory");
     for (size_t i = 0; i < n; i++)
         list[i] = (mapping_transfer_range){ranges[i].lo, st->gpu_base + ranges[i].lo, ranges[i].hi - ranges[i].lo};
-    status = mapping__transfer_ranges(stream, st->batch, target == MIRROR_GPU, st->cpu, st->gpu, list, n);
+    mapping_status status = send_list(stream, st, target, list, n, done);
     free(list);
-    if (status != MAPPING_OK) {
-        /* Some ranges may be done or queued: later work orders after all of
-         * them, and none becomes valid (they are recopied by the next sync). */
-        mapping__batch_clear(st->batch);
-        *done = n;
-        return status;
-    }
-    *done = n;
-    return MAPPING_OK;
+    return status;
 }
 
 mapping_status mapping__mirror_copy_ranges(mapping_stream *stream, mirror_state *st, int target,
@@ -385,6 +392,49 @@ static mapping_status sync_record(mapping_stream *stream, mirror_state *st, int 
 }
 
 static mapping_status sync_checked(const char *fn, mapping_stream *stream, mapping_mirror *m, int t);
+
+/* What the log holds once it is written off: stale[t] and modified[1 - t]
+ * are empty, the log too. */
+static void log_synced(mirror_state *st, int t)
+{
+    mapping__rs_free(&st->stale[t]);
+    mapping__rs_free(&st->modified[1 - t]);
+    st->log_n = 0;
+}
+
+/* sync_whole_with_log when nothing but the log is stale on t (the common
+ * case: marks since the last sync) and the ranges go through a batch: the
+ * log (sorted, merged) is the list of stale ranges, so the transfer layer's
+ * list is made from it in one pass, small gaps merged as merge_ranges
+ * would, with no other copy of it. */
+static mapping_status sync_log_batched(mirror_state *st, int t, mirror_sync_report *report)
+{
+    int s = 1 - t;
+    const mapping_range *u = st->log;
+    size_t k = st->log_n;
+    mapping_transfer_range *list = mapping_os_malloc(k * sizeof *list);
+    if (!list)
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mirror sync: out of memory");
+    const size_t gap = MIRROR_BATCH_MERGE_GAP;
+    bool any_stale = st->stale[s].count != 0; /* else every gap is valid on the source */
+    size_t n = 0, moved = 0, lo = u[0].lo, hi = u[0].hi;
+    for (size_t i = 1; i <= k; i++) {
+        if (i < k && u[i].lo - hi < gap && !(any_stale && mapping__rs_intersects(&st->stale[s], hi, u[i].lo))) {
+            hi = u[i].hi;
+            continue;
+        }
+        list[n++] = (mapping_transfer_range){lo, st->gpu_base + lo, hi - lo};
+        moved += hi - lo;
+        if (i < k)
+            lo = u[i].lo, hi = u[i].hi;
+    }
+    *report = (mirror_sync_report){.stale_ranges = k, .copies = n, .moved = moved};
+    size_t done = 0;
+    mapping_status status = send_list(NULL, st, t, list, n, &done);
+    free(list);
+    return status;
+}
+
 /* A blocking sync of the whole family to t, with marks of the other side
  * logged and nothing queued: the logged ranges need not enter the trees
  * only to leave them. The stale ranges are the tree's and the log's, merged
@@ -400,6 +450,17 @@ static mapping_status sync_whole_with_log(mirror_state *st, int t, mirror_sync_r
         return status;
     const mapping_range *u = st->log;
     size_t k = st->log_n, n_old = mapping__rs_count(&st->stale[t]);
+    mapping_link link = {0, 0};
+    if (n_old + k >= 2 && mapping__device_link(st->dev, &link) != MAPPING_OK)
+        link = (mapping_link){0, 0};
+    if (!n_old && use_batch(st, k, &link)) {
+        if ((status = sync_log_batched(st, t, report)) != MAPPING_OK) {
+            mapping__mirror_log_apply(st); /* out of memory: the log stays, applied later */
+            return status;
+        }
+        log_synced(st, t);
+        return MAPPING_OK;
+    }
     mapping_range *exact = mapping_os_malloc((n_old + k) * sizeof *exact);
     if (!exact)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mirror sync: out of memory");
@@ -407,10 +468,6 @@ static mapping_status sync_whole_with_log(mirror_state *st, int t, mirror_sync_r
     mapping_rs_cursor c;
     mapping_range r;
     bool ok = mapping__rs_seek(&st->stale[t], 0, &c, &r);
-    if (!ok) { /* nothing else stale: the log (sorted, merged) is the list; a copy, as merging gaps changes it */
-        memcpy(exact, u, k * sizeof *exact);
-        n = j = k;
-    }
     while (ok || j < k) { /* both sorted and disjoint: a merge, joining what touches */
         mapping_range x;
         if (ok && (j >= k || r.lo <= u[j].lo)) {
@@ -426,9 +483,6 @@ static mapping_status sync_whole_with_log(mirror_state *st, int t, mirror_sync_r
             exact[n++] = x;
         }
     }
-    mapping_link link = {0, 0};
-    if (n >= 2 && mapping__device_link(st->dev, &link) != MAPPING_OK)
-        link = (mapping_link){0, 0};
     size_t n_merged = merge_ranges(st, s, exact, n, merge_gap_limit(st, n, &link)), done = 0;
     *report = (mirror_sync_report){.stale_ranges = n, .copies = n_merged};
     for (size_t q = 0; q < n_merged; q++)
@@ -439,9 +493,7 @@ static mapping_status sync_whole_with_log(mirror_state *st, int t, mirror_sync_r
         mapping__mirror_log_apply(st); /* out of memory: the log stays, applied later */
         return status;
     }
-    mapping__rs_free(&st->stale[t]);
-    mapping__rs_free(&st->modified[s]);
-    st->log_n = 0;
+    log_synced(st, t);
     return MAPPING_OK;
 }
 
