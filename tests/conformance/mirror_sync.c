@@ -131,6 +131,42 @@ TEST(merging_never_copies_a_gap_that_is_stale_on_the_source)
     mapping_mirror_destroy(m);
 }
 
+/* The same through a batch (many ranges, gaps under a table entry's worth):
+ * a mirror whose CPU side starts stale (adopted, the data on the GPU), then CPU
+ * marks with 8-byte gaps between them; the gaps are stale on the CPU and
+ * must keep the GPU's bytes. */
+TEST(a_batched_sync_never_copies_a_gap_that_is_stale_on_the_source)
+{
+    enum { SIZE = 8192, RANGES = 40, STRIDE = 24, LEN = 16 };
+    mapping_device *dev = test_device();
+    mapping_buffer *gpu;
+    unsigned char *cpu = malloc(SIZE);
+    CHECK(cpu != NULL);
+    memset(cpu, 0x11, SIZE); /* stale bytes: never to reach the GPU */
+    CHECK_OK(mapping_allocate_gpu(dev, SIZE, &gpu));
+    CHECK_OK(mapping_fill_gpu(NULL, gpu, 0, SIZE, 0x77));
+    mapping_mirror *m;
+    CHECK_OK(mapping_mirror_adopt(dev, cpu, gpu, 0, SIZE, MAPPING_MIRROR_GPU_VALID, &m));
+    for (size_t i = 0; i < RANGES; i++) {
+        memset(cpu + i * STRIDE, 0x20 + (int)i, LEN);
+        CHECK_OK(mapping_mirror_mark_cpu_modified(m, i * STRIDE, LEN));
+    }
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == 0);
+    unsigned char back[RANGES * STRIDE];
+    CHECK_OK(mapping_sync_to_cpu_range(NULL, gpu, 0, back, sizeof back));
+    for (size_t i = 0; i < sizeof back; i++) {
+        unsigned char want = i % STRIDE < LEN ? (unsigned char)(0x20 + i / STRIDE) : 0x77;
+        if (back[i] != want)
+            CHECK(!"a byte on the GPU is not the marked one, or a stale gap was copied over the GPU's");
+    }
+    CHECK_OK(mapping_mirror_sync_to_cpu(NULL, m));
+    test_check_mirror_sides_equal(m);
+    mapping_mirror_destroy(m);
+    mapping_free_gpu(gpu);
+    free(cpu);
+}
+
 TEST(one_modified_byte_moves_one_byte)
 {
     mapping_device *dev = test_device();
