@@ -70,6 +70,44 @@ static size_t lay_out(batch_plan *p, size_t begin, size_t end, mapping_scatter_e
     return at - data;
 }
 
+/* Queues the scatter (to_gpu) or gather of runs [r0, r1), whose entries are
+ * in `table` (its direction's table, at table_offset in staging). */
+static mapping_status move_runs(mapping_stream *queue, mapping_batch *b, batch_plan *p, bool to_gpu, size_t r0,
+                                size_t r1, const mapping_scatter_entry *table, size_t table_offset)
+{
+    for (size_t r = r0; r < r1; r++) {
+        const batch_run *run = &p->runs[r];
+        size_t at = table_offset + run->first_entry * ENTRY;
+        mapping_status st = to_gpu
+                                ? mapping__scatter(queue, b->dev_staging, at, table + run->first_entry, run->entries,
+                                                   run->buf)
+                                : mapping__gather(queue, run->buf, b->dev_staging, at, table + run->first_entry,
+                                                  run->entries);
+        if (st != MAPPING_OK)
+            return st;
+        if (to_gpu) /* device-to-host copies are done once the read is */
+            memset(p->done + run->first_copy, 1, run->copies * sizeof *p->done);
+    }
+    return MAPPING_OK;
+}
+
+/* In how many pieces the host-to-device copies are packed and scattered.
+ * Where the staging is the device's own memory (no write) and the steps go
+ * to a queue that runs while this thread goes on (a CPU device: PoCL), the
+ * scatter of one piece runs on the device's threads while this one packs
+ * the next: a large batch then costs about its pack plus the last piece's
+ * scatter, not the pack plus the whole scatter, and the device's threads
+ * wake up while there is still packing to do. Elsewhere (a write to make,
+ * or no queue) one piece. */
+enum { CHUNK_COPIES = 2048, MAX_CHUNKS = 4 };
+static size_t h2d_chunks(const mapping_batch *b, const mapping_stream *queue, size_t n_h2d)
+{
+    if (!queue || !b->staging_shared)
+        return 1;
+    size_t chunks = n_h2d / CHUNK_COPIES;
+    return chunks < 1 ? 1 : chunks > MAX_CHUNKS ? MAX_CHUNKS : chunks;
+}
+
 mapping_status mapping__batch_direct_run(mapping_stream *queue, mapping_batch *b, batch_plan *p)
 {
     size_t n = p->count, n_h2d = 0, h2d_bytes = 0, d2h_bytes = 0;
@@ -87,7 +125,26 @@ mapping_status mapping__batch_direct_run(mapping_stream *queue, mapping_batch *b
     p->host_staging = b->host_staging;
     mapping_scatter_entry *h2d = (mapping_scatter_entry *)(void *)(p->host_staging + p->h2d_table_offset);
     mapping_scatter_entry *d2h = (mapping_scatter_entry *)(void *)(p->host_staging + p->d2h_table_offset);
-    size_t h2d_moved = lay_out(p, 0, n_h2d, h2d, p->h2d_data_offset, &p->h2d_staged);
+
+    /* Host to device, piece by piece: each piece's entries and bytes follow
+     * the last piece's (its copies do not merge with the last piece's: two
+     * entries, scattered in queue order, the later copy still wins). */
+    size_t chunks = h2d_chunks(b, queue, n_h2d), h2d_moved = 0;
+    p->h2d_staged = 0;
+    for (size_t c = 0; c < chunks; c++) {
+        size_t first = n_h2d * c / chunks, last = n_h2d * (c + 1) / chunks, r0 = p->run_count, entries;
+        size_t moved = lay_out(p, first, last, h2d + p->h2d_staged, p->h2d_data_offset + h2d_moved, &entries);
+        for (size_t r = r0; r < p->run_count; r++)
+            p->runs[r].first_entry += p->h2d_staged;
+        p->h2d_staged += entries;
+        h2d_moved += moved;
+        if (chunks > 1 && (st = move_runs(queue, b, p, true, r0, p->run_count, h2d, p->h2d_table_offset)) != MAPPING_OK) {
+            mapping__count_shared_transfer(b->dev, true, p->h2d_staged * ENTRY + h2d_moved);
+            return st;
+        }
+    }
+    if (chunks > 1) /* the staging is shared: the pack, in pieces, is the one transfer */
+        mapping__count_shared_transfer(b->dev, true, p->h2d_staged * ENTRY + h2d_moved);
     size_t h2d_runs = p->run_count;
     size_t d2h_moved = lay_out(p, n_h2d, n, d2h, p->d2h_data_offset, &p->d2h_staged);
     p->group_count = p->h2d_groups = p->h2d_staged;
@@ -97,25 +154,15 @@ mapping_status mapping__batch_direct_run(mapping_stream *queue, mapping_batch *b
     p->staging_bytes = p->d2h_data_offset + d2h_moved;
 
     /* One write: both tables and the packed bytes (the d2h table alone when
-     * nothing goes to the device). */
-    size_t begin = p->h2d_staged ? 0 : p->d2h_table_offset;
-    size_t end = p->h2d_staged ? p->h2d_data_offset + h2d_moved : p->d2h_table_offset + p->d2h_staged * ENTRY;
-    if ((st = mapping__batch_stage_out(queue, b, p->host_staging + begin, begin, end - begin)) != MAPPING_OK)
+     * nothing goes to the device, or when the pieces above went already). */
+    bool h2d_out = p->h2d_staged && chunks == 1;
+    size_t begin = h2d_out ? 0 : p->d2h_table_offset;
+    size_t end = h2d_out ? p->h2d_data_offset + h2d_moved : p->d2h_table_offset + p->d2h_staged * ENTRY;
+    if (end > begin && (st = mapping__batch_stage_out(queue, b, p->host_staging + begin, begin, end - begin)) != MAPPING_OK)
         return st;
-    for (size_t r = 0; r < p->run_count; r++) {
-        const batch_run *run = &p->runs[r];
-        bool to_gpu = r < h2d_runs;
-        if (to_gpu)
-            st = mapping__scatter(queue, b->dev_staging, p->h2d_table_offset + run->first_entry * ENTRY,
-                                  h2d + run->first_entry, run->entries, run->buf);
-        else
-            st = mapping__gather(queue, run->buf, b->dev_staging, p->d2h_table_offset + run->first_entry * ENTRY,
-                                 d2h + run->first_entry, run->entries);
-        if (st != MAPPING_OK)
-            return st;
-        if (to_gpu) /* device-to-host copies are done once the read below is */
-            memset(p->done + run->first_copy, 1, run->copies * sizeof *p->done);
-    }
+    if ((chunks == 1 && (st = move_runs(queue, b, p, true, 0, h2d_runs, h2d, p->h2d_table_offset)) != MAPPING_OK) ||
+        (st = move_runs(queue, b, p, false, h2d_runs, p->run_count, d2h, p->d2h_table_offset)) != MAPPING_OK)
+        return st;
     if (p->d2h_staged) {
         if ((st = mapping__batch_stage_in(queue, b, p->d2h_data_offset, p->host_staging + p->d2h_data_offset,
                                           d2h_moved)) != MAPPING_OK)
