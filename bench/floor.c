@@ -4,9 +4,7 @@
  * contiguous blocking copy of the same bytes from page-locked memory
  * (mapping_allocate_cpu), and, where the device runs kernels (OpenCL), one
  * trivial kernel launch and finish on the device's own queue (a scatter on
- * the device needs at least that), waited for as the library waits (polled
- * for $MAPPING_OPENCL_SPIN_US, then asleep), so that the library's way of
- * waiting is not counted as a gain over the floor. On the host back end there is no kernel:
+ * the device needs at least that). On the host back end there is no kernel:
  * a device-side scatter there is a loop on the CPU, so the floor is the copy
  * (over the modelled link, if any) plus that loop: the packed bytes copied
  * to their places in the destination buffer (or, device to host, gathered
@@ -19,7 +17,6 @@
  */
 #include <dlfcn.h>
 #include <math.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include "bench.h"
@@ -47,10 +44,7 @@ struct bench_floor {
 #ifdef FLOOR_HAVE_CL
     cl_int (*enqueue)(cl_command_queue, cl_kernel, cl_uint, const size_t *, const size_t *, const size_t *, cl_uint,
                       const cl_event *, cl_event *);
-    cl_int (*event_info)(cl_event, cl_event_info, size_t, void *, size_t *);
-    cl_int (*wait)(cl_uint, const cl_event *);
-    cl_int (*release_event)(cl_event);
-    double spin_s; /* the library's wait: poll this long, then sleep */
+    cl_int (*finish)(cl_command_queue);
     cl_int (*release_kernel)(cl_kernel);
     cl_int (*release_program)(cl_program);
     cl_int (*release_queue)(cl_command_queue);
@@ -84,20 +78,14 @@ static int floor_kernel(bench_floor *f)
     __typeof__(&clBuildProgram) build;
     __typeof__(&clCreateKernel) create_kernel;
     __typeof__(&clSetKernelArg) set_arg;
-    void *sym[12] = {dlsym(lib, "clCreateCommandQueue"), dlsym(lib, "clCreateProgramWithSource"),
+    void *sym[10] = {dlsym(lib, "clCreateCommandQueue"), dlsym(lib, "clCreateProgramWithSource"),
                      dlsym(lib, "clBuildProgram"),       dlsym(lib, "clCreateKernel"),
                      dlsym(lib, "clSetKernelArg"),       dlsym(lib, "clEnqueueNDRangeKernel"),
-                     dlsym(lib, "clWaitForEvents"),      dlsym(lib, "clReleaseKernel"),
-                     dlsym(lib, "clReleaseProgram"),     dlsym(lib, "clReleaseCommandQueue"),
-                     dlsym(lib, "clGetEventInfo"),       dlsym(lib, "clReleaseEvent")};
-    for (int i = 0; i < 12; i++)
+                     dlsym(lib, "clFinish"),             dlsym(lib, "clReleaseKernel"),
+                     dlsym(lib, "clReleaseProgram"),     dlsym(lib, "clReleaseCommandQueue")};
+    for (int i = 0; i < 10; i++)
         if (!sym[i])
             return 1;
-    memcpy(&f->event_info, &sym[10], sizeof sym[10]);
-    memcpy(&f->release_event, &sym[11], sizeof sym[11]);
-    /* The library's default (opencl.c OPENCL_SPIN_US) unless the environment sets it. */
-    const char *spin = getenv("MAPPING_OPENCL_SPIN_US");
-    f->spin_s = (spin && *spin ? atof(spin) : 200) * 1e-6;
     memcpy(&f->release_kernel, &sym[7], sizeof sym[7]);
     memcpy(&f->release_program, &sym[8], sizeof sym[8]);
     memcpy(&f->release_queue, &sym[9], sizeof sym[9]);
@@ -107,7 +95,7 @@ static int floor_kernel(bench_floor *f)
     memcpy(&create_kernel, &sym[3], sizeof sym[3]);
     memcpy(&set_arg, &sym[4], sizeof sym[4]);
     memcpy(&f->enqueue, &sym[5], sizeof sym[5]);
-    memcpy(&f->wait, &sym[6], sizeof sym[6]);
+    memcpy(&f->finish, &sym[6], sizeof sym[6]);
     cl_int err;
     const char *src = floor_source;
     cl_context context = nd.context;
@@ -201,19 +189,10 @@ double bench_floor_sample(bench_floor *f, int to_gpu)
     if (f->host_backend && to_gpu)
         host_scatter(f, 1);
 #ifdef FLOOR_HAVE_CL
-    if (f->kernel) { /* waited for as the library waits: polled for a while, then asleep */
+    if (f->kernel) {
         size_t global = 1;
-        cl_event ev = NULL;
-        if (f->enqueue(f->queue, f->k, 1, NULL, &global, NULL, 0, NULL, &ev) != CL_SUCCESS)
-            return NAN;
-        cl_int status = CL_COMPLETE;
-        double until = bench_now() + f->spin_s;
-        while (f->event_info(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL) == CL_SUCCESS &&
-               status > CL_COMPLETE && bench_now() < until)
-            sched_yield();
-        cl_int err = f->wait(1, &ev);
-        f->release_event(ev);
-        if (err != CL_SUCCESS)
+        if (f->enqueue(f->queue, f->k, 1, NULL, &global, NULL, 0, NULL, NULL) != CL_SUCCESS ||
+            f->finish(f->queue) != CL_SUCCESS)
             return NAN;
     }
 #endif

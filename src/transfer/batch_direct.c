@@ -11,6 +11,13 @@
  * The staging layout is batch_flush.c's, sized by upper bounds (a table
  * entry per copy, the bytes of all copies): [h2d table | d2h table | h2d
  * data | d2h data].
+ *
+ * On a CPU OpenCL device (the staging is the device's memory, the queue
+ * runs on the device's threads) many host-to-device copies go in pieces
+ * (h2d_chunks): the device scatters one piece while this thread packs the
+ * next. (Device to host in pieces, unpacking one piece while the device
+ * gathers the next, needs a wait per piece; on PoCL those waits cost more
+ * than the overlap gained, so device to host stays one gather, one wait.)
  */
 #include "core/ops.h"
 #include "transfer/transfer.h"
@@ -143,8 +150,6 @@ mapping_status mapping__batch_direct_run(mapping_stream *queue, mapping_batch *b
             return st;
         }
     }
-    if (chunks > 1) /* the staging is shared: the pack, in pieces, is the one transfer */
-        mapping__count_shared_transfer(b->dev, true, p->h2d_staged * ENTRY + h2d_moved);
     size_t h2d_runs = p->run_count;
     size_t d2h_moved = lay_out(p, n_h2d, n, d2h, p->d2h_data_offset, &p->d2h_staged);
     p->group_count = p->h2d_groups = p->h2d_staged;
@@ -154,11 +159,13 @@ mapping_status mapping__batch_direct_run(mapping_stream *queue, mapping_batch *b
     p->staging_bytes = p->d2h_data_offset + d2h_moved;
 
     /* One write: both tables and the packed bytes (the d2h table alone when
-     * nothing goes to the device, or when the pieces above went already). */
-    bool h2d_out = p->h2d_staged && chunks == 1;
-    size_t begin = h2d_out ? 0 : p->d2h_table_offset;
-    size_t end = h2d_out ? p->h2d_data_offset + h2d_moved : p->d2h_table_offset + p->d2h_staged * ENTRY;
-    if (end > begin && (st = mapping__batch_stage_out(queue, b, p->host_staging + begin, begin, end - begin)) != MAPPING_OK)
+     * nothing goes to the device). In pieces, the staging is shared: the
+     * pack, the pieces' tables and the d2h table are the one transfer. */
+    size_t begin = p->h2d_staged ? 0 : p->d2h_table_offset;
+    size_t end = p->h2d_staged ? p->h2d_data_offset + h2d_moved : p->d2h_table_offset + p->d2h_staged * ENTRY;
+    if (chunks > 1)
+        mapping__count_shared_transfer(b->dev, true, (p->h2d_staged + p->d2h_staged) * ENTRY + h2d_moved);
+    else if ((st = mapping__batch_stage_out(queue, b, p->host_staging + begin, begin, end - begin)) != MAPPING_OK)
         return st;
     if ((chunks == 1 && (st = move_runs(queue, b, p, true, 0, h2d_runs, h2d, p->h2d_table_offset)) != MAPPING_OK) ||
         (st = move_runs(queue, b, p, false, h2d_runs, p->run_count, d2h, p->d2h_table_offset)) != MAPPING_OK)

@@ -56,10 +56,11 @@ TEST(batch_of_scattered_small_copies_lands_every_byte_and_nothing_else)
 }
 
 /* A large in-order batch (packed and scattered in pieces where the device
- * runs the scatter while the CPU packs: a CPU OpenCL device) whose copies
+ * scatters one piece while the CPU packs the next: a CPU OpenCL device) whose copies
  * each overlap the one before, in two buffers, with one device-to-host copy
  * at the end: every byte is the later copy's, at every piece boundary too,
- * and the device-to-host copy sees them. */
+ * and the device-to-host copy sees them. Then the same for device-to-host
+ * copies whose host destinations overlap. */
 TEST(a_large_batch_of_overlapping_copies_lands_the_later_copy_everywhere)
 {
     mapping_device *dev = test_device();
@@ -93,6 +94,20 @@ TEST(a_large_batch_of_overlapping_copies_lands_the_later_copy_everywhere)
         CHECK_BYTES(got, expect_b, BYTES);
         test_pattern(src, (size_t)N * LEN, 8 + round);
     }
+    /* Device to host: sources in order, destinations overlapping going
+     * backwards; the host bytes end as the later copy's. */
+    unsigned char *host = calloc(BYTES, 1), *want = calloc(BYTES, 1);
+    CHECK(host && want);
+    CHECK_OK(mapping_sync_to_cpu(first, got));
+    for (size_t i = 0; i < N; i++) {
+        size_t from = i * STEP, to = (N - 1 - i) * STEP;
+        CHECK_OK(mapping_batch_sync_to_cpu(batch, first, from, host + to, LEN));
+        memcpy(want + to, got + from, LEN);
+    }
+    CHECK_OK(mapping_batch_flush(NULL, batch));
+    CHECK_BYTES(host, want, BYTES);
+    free(host);
+    free(want);
     mapping_batch_destroy(batch);
     mapping_free_gpu(a);
     mapping_free_gpu(b);

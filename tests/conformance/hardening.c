@@ -83,14 +83,6 @@ TEST(environment_variables_are_parsed_strictly)
         static const char *const bad_share[] = {"yes", "2", "0 ", "off"};
         for (size_t i = 0; i < sizeof bad_share / sizeof bad_share[0]; i++, refused++)
             check_env_refused("MAPPING_OPENCL_SHARED_CONTEXT", bad_share[i], MAPPING_ERR_INVALID_ARGUMENT);
-        static const char *const bad_spin[] = {"-1", "abc", "1000001", "inf", "nan", "0x10", " 5", "5 us", "1e7"};
-        for (size_t i = 0; i < sizeof bad_spin / sizeof bad_spin[0]; i++, refused++)
-            check_env_refused("MAPPING_OPENCL_SPIN_US", bad_spin[i], MAPPING_ERR_INVALID_ARGUMENT);
-        static const char *const good_spin[] = {"0", "200", "1e6", "2.5"}; /* 0: straight to sleep */
-        for (size_t i = 0; i < sizeof good_spin / sizeof good_spin[0]; i++) {
-            CHECK_OK(open_with_env("MAPPING_OPENCL_SPIN_US", good_spin[i], &d));
-            mapping_close(d);
-        }
     }
     if (strcmp(test_backend(), "host") == 0) {
         static const char *const bad_links[] = {"garbage", "nan,nan", "25GB/s", "25e9,",     ",5e-6", "25e9,5e-6,1",

@@ -151,22 +151,6 @@ static void opencl_device_close(void *dev)
     free(d);
 }
 
-/* $MAPPING_OPENCL_SPIN_US: how long a blocking wait polls before it sleeps
- * (opencl_queue.c spin_until_done), in microseconds, 0 to 1e6; unset or
- * empty: OPENCL_SPIN_US. Anything else fails mapping_open. */
-enum { OPENCL_SPIN_US = 200 };
-static mapping_status spin_from_env(uint64_t *ns)
-{
-    const char *v = getenv("MAPPING_OPENCL_SPIN_US");
-    double us = OPENCL_SPIN_US;
-    if (v && *v && !(mapping_os_parse_double(v, NULL, NULL, &us) && us <= 1e6))
-        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT,
-                             "mapping_open: MAPPING_OPENCL_SPIN_US=\"%s\" is not a number of microseconds from 0 to "
-                             "1000000", v);
-    *ns = (uint64_t)(us * 1e3);
-    return MAPPING_OK;
-}
-
 static mapping_status opencl_device_open(int index, const mapping_device_desc *desc, void **out)
 {
     (void)desc;
@@ -174,14 +158,9 @@ static mapping_status opencl_device_open(int index, const mapping_device_desc *d
     if (share && *share && strcmp(share, "0") && strcmp(share, "1"))
         return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT,
                              "mapping_open: MAPPING_OPENCL_SHARED_CONTEXT=\"%s\" is not 0 or 1", share);
-    uint64_t spin_ns = 0;
-    mapping_status st = spin_from_env(&spin_ns);
-    if (st != MAPPING_OK)
-        return st;
     opencl_device *d = mapping_os_calloc(1, sizeof *d);
     if (!d)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "opencl: out of memory");
-    d->spin_ns = spin_ns;
     pthread_mutex_init(&d->kernel_lock, NULL);
     d->platform = devices[index].platform;
     d->device = devices[index].device;
@@ -243,9 +222,6 @@ static mapping_status opencl_device_adopt(const mapping_native_device *native, i
     mapping_status st;
     if (queue && (st = mapping__opencl_check_queue(queue, context, device)) != MAPPING_OK)
         return st;
-    uint64_t spin_ns = 0;
-    if ((st = spin_from_env(&spin_ns)) != MAPPING_OK)
-        return st;
     opencl_device *d = mapping_os_calloc(1, sizeof *d);
     if (!d)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "opencl: out of memory");
@@ -253,7 +229,6 @@ static mapping_status opencl_device_adopt(const mapping_native_device *native, i
     d->platform = devices[found].platform;
     d->device = device;
     d->svm_fine = devices[found].svm_fine;
-    d->spin_ns = spin_ns;
     d->sliced_lanes = !strcmp(devices[found].info.kind, "cpu");
     mapping__opencl_driver.clRetainContext(context);
     d->context = context;

@@ -58,7 +58,6 @@ typedef struct opencl_device {
     cl_uint         compute_units;
     size_t          group_size;   /* work-items per work-group of their launches */
     bool            sliced_lanes; /* CPU device: an entry's work-items copy contiguous slices */
-    uint64_t        spin_ns;      /* a blocking wait polls this long before it sleeps ($MAPPING_OPENCL_SPIN_US) */
 } opencl_device;
 
 /* Device memory: a cl_mem, and the SVM allocation behind it when unified. */
@@ -110,7 +109,7 @@ static inline cl_command_queue opencl_queue_of(opencl_device *d, void *stream)
 }
 /* Waits for an event of a blocking call and releases it; MAPPING_OK or the
  * failure (of the wait, or of the command). */
-mapping_status mapping__opencl_finish_blocking(const opencl_device *d, const char *call, cl_int err, cl_event ev);
+mapping_status mapping__opencl_finish_blocking(const char *call, cl_int err, cl_event ev);
 
 mapping_status mapping__opencl_scatter(void *dev, void *stream, void *staging_mem, size_t table_offset,
                            const mapping_scatter_entry *table, size_t count, void *dst_mem);

@@ -14,7 +14,6 @@
  * thread, never on a driver callback thread, so it may block or call the
  * library (on other streams) without stalling the driver.
  */
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,31 +45,10 @@ static mapping_status event_outcome(const char *what, cl_event ev)
     return MAPPING_OK;
 }
 
-/* Before clWaitForEvents puts the thread to sleep: polls the event for up
- * to the device's spin time, giving the core away between polls. A thread
- * asleep in the driver wakes up when the work is done only after the
- * kernel's and the scheduler's latency (on PoCL in a VM, 50-300 us: more
- * than the work of a small batch); a thread that polls sees it done at
- * once, and sched_yield lets a device thread that shares its core (a CPU
- * device) run. What CUDA's default scheduling does (spin, then yield, then
- * block). */
-static void spin_until_done(const opencl_device *d, cl_event ev)
-{
-    if (!d->spin_ns)
-        return;
-    uint64_t until = mapping_os_now_ns() + d->spin_ns;
-    cl_int status = CL_COMPLETE;
-    while (mapping__opencl_driver.clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status,
-                                                 NULL) == CL_SUCCESS &&
-           status > CL_COMPLETE && mapping_os_now_ns() < until)
-        sched_yield();
-}
-
-mapping_status mapping__opencl_finish_blocking(const opencl_device *d, const char *call, cl_int err, cl_event ev)
+mapping_status mapping__opencl_finish_blocking(const char *call, cl_int err, cl_event ev)
 {
     if (err != CL_SUCCESS)
         return mapping__opencl_fail(call, err);
-    spin_until_done(d, ev);
     err = mapping__opencl_driver.clWaitForEvents(1, &ev);
     mapping_status st = err == CL_SUCCESS ? event_outcome(call, ev) : mapping__opencl_fail(call, err);
     mapping__opencl_driver.clReleaseEvent(ev);
@@ -147,11 +125,11 @@ void *mapping__opencl_stream_blocking(void *dev)
  * failed. Then the first error a host-function worker recorded. */
 mapping_status mapping__opencl_stream_synchronize(void *dev, void *stream)
 {
+    (void)dev;
     opencl_stream *s = stream;
     cl_event ev = NULL;
     cl_int err = mapping__opencl_driver.clEnqueueMarkerWithWaitList(s->queue, 0, NULL, &ev);
-    mapping_status st =
-        mapping__opencl_finish_blocking(dev, "clEnqueueMarkerWithWaitList (stream_synchronize)", err, ev);
+    mapping_status st = mapping__opencl_finish_blocking("clEnqueueMarkerWithWaitList (stream_synchronize)", err, ev);
     pthread_mutex_lock(&s->lock);
     mapping_status first = s->first_error;
     char message[sizeof s->error_message];
@@ -210,7 +188,7 @@ mapping_status mapping__opencl_copy(void *dev, void *stream, void *src_mem, size
                                          ((opencl_buffer *)dst_mem)->mem, src_offset, dst_offset, bytes, 0, NULL,
                                          stream ? NULL : &ev);
     if (!stream)
-        return mapping__opencl_finish_blocking(dev, "clEnqueueCopyBuffer", err, ev);
+        return mapping__opencl_finish_blocking("clEnqueueCopyBuffer", err, ev);
     return err == CL_SUCCESS ? MAPPING_OK : mapping__opencl_fail("clEnqueueCopyBuffer", err);
 }
 
@@ -221,7 +199,7 @@ mapping_status mapping__opencl_fill(void *dev, void *stream, void *mem, size_t o
     cl_int err = mapping__opencl_driver.clEnqueueFillBuffer(opencl_queue_of(dev, stream), ((opencl_buffer *)mem)->mem, &pattern,
                                          sizeof pattern, offset, bytes, 0, NULL, stream ? NULL : &ev);
     if (!stream)
-        return mapping__opencl_finish_blocking(dev, "clEnqueueFillBuffer", err, ev);
+        return mapping__opencl_finish_blocking("clEnqueueFillBuffer", err, ev);
     return err == CL_SUCCESS ? MAPPING_OK : mapping__opencl_fail("clEnqueueFillBuffer", err);
 }
 
@@ -375,8 +353,8 @@ mapping_status mapping__opencl_event_wait(void *dev, void *stream, void *event)
 
 mapping_status mapping__opencl_event_synchronize(void *dev, void *event)
 {
+    (void)dev;
     cl_event ev = event;
-    spin_until_done(dev, ev);
     cl_int err = mapping__opencl_driver.clWaitForEvents(1, &ev);
     if (err != CL_SUCCESS)
         return mapping__opencl_fail("clWaitForEvents", err);

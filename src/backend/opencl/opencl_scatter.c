@@ -316,7 +316,7 @@ static mapping_status launch(opencl_device *d, void *stream, bool scatter, cl_me
     }
     pthread_mutex_unlock(&d->kernel_lock);
     if (st == MAPPING_OK && !stream)
-        st = mapping__opencl_finish_blocking(d, "clEnqueueNDRangeKernel", CL_SUCCESS, ev);
+        st = mapping__opencl_finish_blocking("clEnqueueNDRangeKernel", CL_SUCCESS, ev);
     return st;
 }
 
