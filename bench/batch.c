@@ -168,11 +168,7 @@ BENCH_SECTION(bench_batch, 40, "batch",
     bench_note(ctx, "stream = the copies queued on one stream, then one synchronize.");
     bench_note(ctx, "floor = one contiguous blocking copy of the same bytes from page-locked memory%s; batch/floor: "
                     "the median of each round's ratio (batch and floor take turns).",
-                    !strcmp(ctx->info.backend, "opencl") ? " plus one trivial kernel launch and finish"
-                    : !strcmp(ctx->info.backend, "host") ? " plus the host scatter of the packed bytes to their places "
-                                                           "(device to host: the gather before it), a memcpy per range: "
-                                                           "a device-side scatter on this back end"
-                                                         : "");
+                    bench_floor_extra(ctx->info.backend));
     bench_figure(ctx, "batch_h2d_vs_floor", r[4], "x", "batch / floor, H2D (target <= 2)");
     bench_figure(ctx, "batch_d2h_vs_floor", r[5], "x", "batch / floor, D2H (target <= 2)");
     if (!isnan(rl[4])) {

@@ -216,3 +216,13 @@ void bench_floor_close(bench_floor *f)
     mapping_free_gpu(f->buf);
     free(f); /* libOpenCL stays loaded: the library holds it too */
 }
+
+const char *bench_floor_extra(const char *backend)
+{
+    if (!strcmp(backend, "opencl"))
+        return " plus one trivial kernel launch and finish";
+    if (!strcmp(backend, "host"))
+        return " plus the host scatter of the packed bytes to their places (device to host: the gather before it), "
+               "a memcpy per range: a device-side scatter on this back end";
+    return "";
+}

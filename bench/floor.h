@@ -15,5 +15,8 @@ int          bench_floor_has_kernel(const bench_floor *f);
  * device-side scatter is there. Ignored elsewhere. */
 void         bench_floor_scatter(bench_floor *f, mapping_buffer *dst, const size_t *offsets, size_t count, size_t bytes);
 void         bench_floor_close(bench_floor *f);
+/* What the floor adds to its contiguous copy on a back end, for the notes:
+ * "" or " plus ...". */
+const char  *bench_floor_extra(const char *backend);
 
 #endif

@@ -312,11 +312,7 @@ static int scattered(bench_ctx *ctx, size_t size)
     bench_note(ctx, "floor = one contiguous blocking copy of the 64,000 bytes from page-locked memory%s; ratios: the "
                     "median over pairs of rounds (one with the mirror first, one with the batch first) of the "
                     "geometric mean of the pair's two ratios.",
-                    !strcmp(ctx->info.backend, "opencl") ? " plus one trivial kernel launch and finish"
-                    : !strcmp(ctx->info.backend, "host") ? " plus the host scatter of the packed bytes to their places "
-                                                           "(device to host: the gather before it), a memcpy per range: "
-                                                           "a device-side scatter on this back end"
-                                                         : "");
+                    bench_floor_extra(ctx->info.backend));
     bench_figure(ctx, "mirror_scattered_vs_floor", vs[0][3], "x", "(marks + sync) / floor (target <= 2)");
     bench_figure(ctx, "mirror_scattered_vs_batch", vs[0][4], "x", "(marks + sync) / careful batch (target <= 1.1)");
     if (!isnan(vs[1][0])) {

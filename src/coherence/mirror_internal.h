@@ -86,7 +86,9 @@ mapping_status mapping__mirror_mark(const char *fn, mirror_state *st, int x, siz
  * queued work to order, no modification of the other side to conflict with,
  * and the log holds marks of x only. False: mark the slow way. */
 bool           mapping__mirror_log_append(mirror_state *st, int x, size_t lo, size_t hi);
-/* Sorts the log by lo and merges ranges that overlap or touch, in place. */
+/* Sorts the log by lo and merges ranges that overlap or touch (its tail
+ * only, then merged with the part already sorted); the log and its scratch
+ * may swap. Out of memory: nothing changes. */
 mapping_status mapping__mirror_log_sort(mirror_state *st);
 /* Applies the logged marks to the range sets (sorted and merged first). */
 mapping_status mapping__mirror_log_apply(mirror_state *st);

@@ -28,8 +28,6 @@
  * and the log holds more than four times their ranges. */
 enum { LOG_MIN_COMPACT = 1 << 16 };
 
-static mapping_status log_sort_all(mirror_state *st);
-
 static bool log_grow(mirror_state *st)
 {
     size_t cap = st->log_cap ? 2 * st->log_cap : 256;
@@ -65,7 +63,7 @@ bool mapping__mirror_log_append(mirror_state *st, int x, size_t lo, size_t hi)
             if (ranges && st->log_n > 4 * ranges) {
                 if (mapping__mirror_log_apply(st) != MAPPING_OK)
                     return false;
-            } else if (log_sort_all(st) != MAPPING_OK) { /* the compaction */
+            } else if (mapping__mirror_log_sort(st) != MAPPING_OK) { /* the compaction */
                 return false;
             }
         }
@@ -157,8 +155,8 @@ static inline void join_one(mapping_range *out, size_t *m, mapping_range *cur, m
     cur->hi = apart || x.hi > cur->hi ? x.hi : cur->hi;
 }
 
-/* Merges the ranges of v[0, n) (sorted by lo, n > 0) that overlap or
- * touch, in place; returns how many are left. */
+/* Merges the ranges of v[0, n) (sorted by lo) that overlap or touch, in
+ * place; returns how many are left. */
 static size_t join_sorted(mapping_range *v, size_t n)
 {
     if (!n)
@@ -196,7 +194,7 @@ static size_t merge_sorted(const mapping_range *a, size_t p, const mapping_range
  * compaction left sorted and merged) is sorted, then merged with that part.
  * The result is st->log[0, st->log_n), sorted, disjoint and not touching
  * (the log and its scratch may swap). Out of memory: nothing changes. */
-static mapping_status log_sort_all(mirror_state *st)
+mapping_status mapping__mirror_log_sort(mirror_state *st)
 {
     if (!st->log_unsorted) { /* appended in order: already sorted and merged */
         st->log_sorted = st->log_n;
@@ -230,11 +228,6 @@ static mapping_status log_sort_all(mirror_state *st)
     st->log_sorted = st->log_n;
     st->log_unsorted = false;
     return MAPPING_OK;
-}
-
-mapping_status mapping__mirror_log_sort(mirror_state *st)
-{
-    return log_sort_all(st);
 }
 
 mapping_status mapping__mirror_log_apply(mirror_state *st)

@@ -234,40 +234,49 @@ static bool use_batch(mirror_state *st, size_t n, const mapping_link *link)
     return (mapping__can_scatter(st->dev) && mapping__can_gather(st->dev)) || link->latency >= MIRROR_BATCH_MIN_LATENCY;
 }
 
-/* The largest gap worth copying to save one range: for separate copies,
- * what one more transfer costs (latency x bandwidth of the measured link);
- * for ranges that will go through a batch, a table entry's worth. */
-static double merge_gap_limit(mirror_state *st, size_t n, const mapping_link *link)
+/* The smallest gap not worth copying to save one range, in bytes (0: no
+ * gap is): for separate copies, what one more transfer costs (latency x
+ * bandwidth of the measured link); for ranges that will go through a
+ * batch, a table entry's worth. */
+static size_t merge_gap_limit(mirror_state *st, size_t n, const mapping_link *link)
 {
     if (use_batch(st, n, link))
         return MIRROR_BATCH_MERGE_GAP;
-    return link->bandwidth > 0 ? link->latency * link->bandwidth : 0;
+    double bytes = link->bandwidth > 0 ? link->latency * link->bandwidth : 0;
+    if (!(bytes > 0))
+        return 0;
+    if (bytes >= (double)SIZE_MAX)
+        return SIZE_MAX;
+    size_t limit = (size_t)bytes; /* a gap merges when gap < bytes: gap < ceil(bytes) */
+    return limit + ((double)limit < bytes);
 }
 
-/* Merges neighbours into one copy when the gap is below max_gap bytes and
- * valid on the source (copying a gap must never carry stale source bytes
- * over valid target bytes). In place; returns the merged count. */
-static size_t merge_ranges(mirror_state *st, int s, mapping_range *v, size_t n, double max_gap)
+/* The run of v[i] and the neighbours after it that merge into one copy: each
+ * gap below `limit` bytes and valid on the source s (copying a gap must never
+ * carry stale source bytes over valid target bytes). Returns the index after
+ * the run; *hi is its end. */
+static size_t merge_run(const mirror_state *st, int s, const mapping_range *v, size_t n, size_t i, size_t limit,
+                        size_t *hi)
 {
-    if (n < 2 || !(max_gap > 0))
-        return n;
-    /* Gaps of at least `limit` bytes are kept: below it, gap < max_gap. */
-    size_t limit = SIZE_MAX;
-    if (max_gap < (double)SIZE_MAX) {
-        limit = (size_t)max_gap;
-        limit += (double)limit < max_gap;
+    bool any_stale = st->stale[s].count != 0; /* else every gap is valid on the source */
+    size_t end = v[i].hi;
+    for (i++; i < n && v[i].lo - end < limit && !(any_stale && mapping__rs_intersects(&st->stale[s], end, v[i].lo));
+         i++)
+        end = v[i].hi;
+    *hi = end;
+    return i;
+}
+
+/* Merges neighbours into one copy (merge_run), in place; returns the count. */
+static size_t merge_ranges(mirror_state *st, int s, mapping_range *v, size_t n, size_t limit)
+{
+    size_t k = 0;
+    for (size_t i = 0, hi; i < n; k++) {
+        size_t next = merge_run(st, s, v, n, i, limit, &hi);
+        v[k] = (mapping_range){v[i].lo, hi}; /* k <= i: the run was read first */
+        i = next;
     }
-    size_t i = 1;
-    while (i < n && v[i].lo - v[i - 1].hi >= limit) /* nothing merges yet: nothing moves */
-        i++;
-    size_t k = i - 1;
-    for (; i < n; i++) {
-        if (v[i].lo - v[k].hi < limit && !mapping__rs_intersects(&st->stale[s], v[k].hi, v[i].lo))
-            v[k].hi = v[i].hi;
-        else
-            v[++k] = v[i];
-    }
-    return k + 1;
+    return k;
 }
 
 /* ---- the copy step ---- */
@@ -405,8 +414,8 @@ static void log_synced(mirror_state *st, int t)
 /* sync_whole_with_log when nothing but the log is stale on t (the common
  * case: marks since the last sync) and the ranges go through a batch: the
  * log (sorted, merged) is the list of stale ranges, so the transfer layer's
- * list is made from it in one pass, small gaps merged as merge_ranges
- * would, with no other copy of it. */
+ * list is made from it in one pass, small gaps merged (merge_run), with
+ * no other copy of it. */
 static mapping_status sync_log_batched(mirror_state *st, int t, mirror_sync_report *report)
 {
     int s = 1 - t;
@@ -415,18 +424,12 @@ static mapping_status sync_log_batched(mirror_state *st, int t, mirror_sync_repo
     mapping_transfer_range *list = mapping_os_malloc(k * sizeof *list);
     if (!list)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mirror sync: out of memory");
-    const size_t gap = MIRROR_BATCH_MERGE_GAP;
-    bool any_stale = st->stale[s].count != 0; /* else every gap is valid on the source */
-    size_t n = 0, moved = 0, lo = u[0].lo, hi = u[0].hi;
-    for (size_t i = 1; i <= k; i++) {
-        if (i < k && u[i].lo - hi < gap && !(any_stale && mapping__rs_intersects(&st->stale[s], hi, u[i].lo))) {
-            hi = u[i].hi;
-            continue;
-        }
-        list[n++] = (mapping_transfer_range){lo, st->gpu_base + lo, hi - lo};
-        moved += hi - lo;
-        if (i < k)
-            lo = u[i].lo, hi = u[i].hi;
+    size_t n = 0, moved = 0;
+    for (size_t i = 0, hi; i < k; n++) {
+        size_t next = merge_run(st, s, u, k, i, MIRROR_BATCH_MERGE_GAP, &hi);
+        list[n] = (mapping_transfer_range){u[i].lo, st->gpu_base + u[i].lo, hi - u[i].lo};
+        moved += hi - u[i].lo;
+        i = next;
     }
     *report = (mirror_sync_report){.stale_ranges = k, .copies = n, .moved = moved};
     size_t done = 0;

@@ -132,7 +132,16 @@ mapping_status mapping__check_device(const char *fn, const mapping_device *dev);
 mapping_status mapping__check_buffer(const char *fn, const char *what, const mapping_buffer *buf);
 mapping_status mapping__check_stream(const char *fn, const mapping_stream *stream); /* NULL is fine */
 mapping_status mapping__check_event(const char *fn, const char *what, const mapping_event *ev);
-mapping_status mapping__check_range(const char *fn, const char *what, size_t offset, size_t bytes, size_t size);
+/* [offset, +bytes) is a non-empty range within size bytes; inline, as it is
+ * checked per batch add and per range: the failure is mapping__range_fail. */
+mapping_status mapping__range_fail(const char *fn, const char *what, size_t offset, size_t bytes, size_t size);
+static inline mapping_status mapping__check_range(const char *fn, const char *what, size_t offset, size_t bytes,
+                                                  size_t size)
+{
+    if (bytes != 0 && offset <= size && bytes <= size - offset)
+        return MAPPING_OK;
+    return mapping__range_fail(fn, what, offset, bytes, size);
+}
 /* A device-to-device copy's arguments: the stream (NULL is fine), both
  * buffers and both ranges. Which devices may take part is the caller's own
  * check, then mapping__check_no_overlap (within one buffer). */

@@ -50,14 +50,12 @@ mapping_status mapping__check_event(const char *fn, const char *what, const mapp
     return MAPPING_OK;
 }
 
-mapping_status mapping__check_range(const char *fn, const char *what, size_t offset, size_t bytes, size_t size)
+mapping_status mapping__range_fail(const char *fn, const char *what, size_t offset, size_t bytes, size_t size)
 {
     if (bytes == 0)
         return mapping__fail(MAPPING_ERR_ZERO_SIZE, "%s: bytes is 0", fn);
-    if (offset > size || bytes > size - offset)
-        return mapping__fail(MAPPING_ERR_OUT_OF_RANGE, "%s: %s offset %zu + bytes %zu is past its end (%zu bytes)", fn,
-                             what, offset, bytes, size);
-    return MAPPING_OK;
+    return mapping__fail(MAPPING_ERR_OUT_OF_RANGE, "%s: %s offset %zu + bytes %zu is past its end (%zu bytes)", fn, what,
+                         offset, bytes, size);
 }
 
 mapping_status mapping__check_same_device(const char *fn, const mapping_device *dev, const mapping_stream *stream)

@@ -431,8 +431,7 @@ mapping_status mapping__transfer_ranges(mapping_stream *stream, mapping_batch *r
         const mapping_transfer_range *r = &ranges[i];
         if (!r->bytes)
             continue;
-        if ((r->buffer_offset > buf->size || r->bytes > buf->size - r->buffer_offset) &&
-            (st = mapping__check_range(fn, "buf", r->buffer_offset, r->bytes, buf->size)))
+        if ((st = mapping__check_range(fn, "buf", r->buffer_offset, r->bytes, buf->size)))
             return st;
         direct = direct && r->bytes < BATCH_LARGE_MIN && r->buffer_offset >= end;
         end = r->buffer_offset + r->bytes;
