@@ -281,35 +281,21 @@ static size_t merge_ranges(mirror_state *st, int s, mapping_range *v, size_t n, 
 
 /* ---- the copy step ---- */
 
-/* Sends a list of ranges (in the transfer layer's form) through the
- * mirror's batch. *done = n either way: on failure some may be done or
- * queued, later work orders after all of them, and none becomes valid
- * (they are recopied by the next sync). */
-static mapping_status send_list(mapping_stream *stream, mirror_state *st, int target,
-                                const mapping_transfer_range *list, size_t n, size_t *done)
+/* Sends a list of ranges (host offsets; the buffer's are gpu_base higher)
+ * through the mirror's batch. *done = n either way: on failure some may be
+ * done or queued, later work orders after all of them, and none becomes
+ * valid (they are recopied by the next sync). */
+static mapping_status send_list(mapping_stream *stream, mirror_state *st, int target, const mapping_range *list,
+                                size_t n, size_t *done)
 {
     *done = 0;
     mapping_status status;
     if (!st->batch && (status = mapping__batch_create(st->dev, &st->batch)) != MAPPING_OK)
         return status;
-    status = mapping__transfer_ranges(stream, st->batch, target == MIRROR_GPU, st->cpu, st->gpu, list, n);
+    status = mapping__transfer_ranges(stream, st->batch, target == MIRROR_GPU, st->cpu, st->gpu, st->gpu_base, list, n);
     if (status != MAPPING_OK)
         mapping__batch_clear(st->batch);
     *done = n;
-    return status;
-}
-
-static mapping_status copy_ranges_batched(mapping_stream *stream, mirror_state *st, int target,
-                                          const mapping_range *ranges, size_t n, size_t *done)
-{
-    *done = 0;
-    mapping_transfer_range *list = mapping_os_malloc(n * sizeof *list);
-    if (!list)
-        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mirror sync: out of memory");
-    for (size_t i = 0; i < n; i++)
-        list[i] = (mapping_transfer_range){ranges[i].lo, st->gpu_base + ranges[i].lo, ranges[i].hi - ranges[i].lo};
-    mapping_status status = send_list(stream, st, target, list, n, done);
-    free(list);
     return status;
 }
 
@@ -320,7 +306,7 @@ mapping_status mapping__mirror_copy_ranges(mapping_stream *stream, mirror_state 
         return mapping__mirror_prefetch(stream, st, target, ranges, n, done);
     mapping_link link = {0, 0};
     if (n >= MIRROR_BATCH_MIN_RANGES && mapping__device_link(st->dev, &link) == MAPPING_OK && use_batch(st, n, &link))
-        return copy_ranges_batched(stream, st, target, ranges, n, done);
+        return send_list(stream, st, target, ranges, n, done);
     for (*done = 0; *done < n; ++*done) {
         const mapping_range *r = &ranges[*done];
         mapping_status status = target == MIRROR_GPU
@@ -413,29 +399,33 @@ static void log_synced(mirror_state *st, int t)
 
 /* sync_whole_with_log when nothing but the log is stale on t (the common
  * case: marks since the last sync) and the ranges go through a batch: the
- * log (sorted, merged) is the list of stale ranges, so the transfer layer's
- * list is made from it in one pass, small gaps merged (merge_run), with
- * no other copy of it. */
+ * log (sorted, merged) is the list of stale ranges. It is sent as it is
+ * when no gap merges (merge_run); from the first gap that does, the list is
+ * written to the log's scratch (kept for the sorts: no fresh pages). The
+ * log itself stays exact until the copies are done. */
 static mapping_status sync_log_batched(mirror_state *st, int t, mirror_sync_report *report)
 {
     int s = 1 - t;
     const mapping_range *u = st->log;
     size_t k = st->log_n;
-    mapping_transfer_range *list = mapping_os_malloc(k * sizeof *list);
-    if (!list)
-        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mirror sync: out of memory");
+    mapping_range *list = NULL; /* NULL while the list is the log */
     size_t n = 0, moved = 0;
     for (size_t i = 0, hi; i < k; n++) {
         size_t next = merge_run(st, s, u, k, i, MIRROR_BATCH_MERGE_GAP, &hi);
-        list[n] = (mapping_transfer_range){u[i].lo, st->gpu_base + u[i].lo, hi - u[i].lo};
+        if (next != i + 1 && !list) {
+            if (!st->log_scratch && !(st->log_scratch = mapping_os_malloc(st->log_cap * sizeof *st->log_scratch)))
+                return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mirror sync: out of memory");
+            list = st->log_scratch;
+            memcpy(list, u, n * sizeof *list);
+        }
+        if (list)
+            list[n] = (mapping_range){u[i].lo, hi};
         moved += hi - u[i].lo;
         i = next;
     }
     *report = (mirror_sync_report){.stale_ranges = k, .copies = n, .moved = moved};
     size_t done = 0;
-    mapping_status status = send_list(NULL, st, t, list, n, &done);
-    free(list);
-    return status;
+    return send_list(NULL, st, t, list ? list : u, n, &done);
 }
 
 /* A blocking sync of the whole family to t, with marks of the other side

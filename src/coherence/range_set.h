@@ -38,11 +38,8 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include "core/core.h" /* mapping_range */
 #include "mapping.h"
-
-typedef struct mapping_range {
-    size_t lo, hi; /* [lo, hi), lo < hi */
-} mapping_range;
 
 typedef struct mapping_rs_node mapping_rs_node; /* private to range_set.c */
 

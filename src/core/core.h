@@ -17,6 +17,12 @@
 
 /* Counters behind mapping_stats; relaxed atomics, one cache line apart from
  * the device's read-mostly fields. */
+/* A byte range [lo, hi), lo < hi: the coherence layer's range sets hold
+ * them, and the transfer layer moves lists of them (mapping__transfer_ranges). */
+typedef struct mapping_range {
+    size_t lo, hi;
+} mapping_range;
+
 typedef struct mapping_counters {
 #define MAPPING_COUNTER_FIELD_(field) _Atomic uint64_t field;
     MAPPING_STATS_LIST(MAPPING_COUNTER_FIELD_)

@@ -194,15 +194,15 @@ void mapping__batch_direct_unpack(batch_plan *p)
 /* ---- a mirror's ranges: straight from the caller's array ---- */
 
 mapping_status mapping__batch_direct_ranges(mapping_stream *queue, mapping_batch *b, bool to_gpu, void *host,
-                                            mapping_buffer *buf, const mapping_transfer_range *r, size_t n)
+                                            mapping_buffer *buf, size_t base, const mapping_range *r, size_t n)
 {
     mapping_status st = mapping__batch_wait_pending(b); /* the staging may still be read */
     if (st != MAPPING_OK)
         return st;
     size_t bytes = 0, entries = 0;
     for (size_t i = 0; i < n; i++) {
-        bytes += r[i].bytes;
-        entries += r[i].bytes != 0;
+        bytes += r[i].hi - r[i].lo;
+        entries += r[i].hi != r[i].lo;
     }
     if (entries == 0)
         return MAPPING_OK;
@@ -213,13 +213,13 @@ mapping_status mapping__batch_direct_ranges(mapping_stream *queue, mapping_batch
     mapping_scatter_entry *table = (mapping_scatter_entry *)(void *)staging;
     size_t e = 0, at = data;
     for (size_t i = 0; i < n; i++) {
-        if (!r[i].bytes)
+        size_t size = r[i].hi - r[i].lo;
+        if (!size)
             continue;
-        table[e++] = (mapping_scatter_entry){at, r[i].buffer_offset, r[i].bytes};
+        table[e++] = (mapping_scatter_entry){at, base + r[i].lo, size};
         if (to_gpu)
-            mapping__copy_small((unsigned char *)staging + at, (const unsigned char *)host + r[i].host_offset,
-                                r[i].bytes);
-        at += r[i].bytes;
+            mapping__copy_small((unsigned char *)staging + at, (const unsigned char *)host + r[i].lo, size);
+        at += size;
     }
     mapping__count(&b->dev->counters.batch_copies, entries);
     batch_plan seen = {.count = entries, .group_count = entries, .staging_bytes = at};
@@ -239,9 +239,9 @@ mapping_status mapping__batch_direct_ranges(mapping_stream *queue, mapping_batch
         st = mapping__batch_wait_queued(b, queue, st, &waited);
     if (st == MAPPING_OK && !to_gpu)
         for (size_t i = 0, k = 0; i < n; i++)
-            if (r[i].bytes) {
-                mapping__copy_small((unsigned char *)host + r[i].host_offset,
-                                    (const unsigned char *)staging + table[k++].staging_offset, r[i].bytes);
+            if (r[i].hi != r[i].lo) {
+                mapping__copy_small((unsigned char *)host + r[i].lo,
+                                    (const unsigned char *)staging + table[k++].staging_offset, r[i].hi - r[i].lo);
             }
     mapping__batch_flush_done(&span, NULL, b, &seen, st);
     if (st == MAPPING_OK)

@@ -416,7 +416,8 @@ mapping_status mapping_batch_flush(mapping_stream *stream, mapping_batch *b)
 /* ---- many ranges of one host array and one buffer (for mirrors) ---- */
 
 mapping_status mapping__transfer_ranges(mapping_stream *stream, mapping_batch *reuse, bool to_gpu, void *host,
-                                        mapping_buffer *buf, const mapping_transfer_range *ranges, size_t count)
+                                        mapping_buffer *buf, size_t base, const mapping_range *ranges,
+                                        size_t count)
 {
     static const char fn[] = "mapping__transfer_ranges";
     mapping_status st;
@@ -424,17 +425,26 @@ mapping_status mapping__transfer_ranges(mapping_stream *stream, mapping_batch *r
         (st = mapping__check_stream(fn, stream)) || (st = mapping__check_same_device(fn, buf->dev, stream)) ||
         (count && (st = mapping__check_ptr(fn, "ranges", ranges))))
         return st;
+    if (base > buf->size)
+        return mapping__fail(MAPPING_ERR_OUT_OF_RANGE, "%s: base %zu is past buf's %zu bytes", fn, base, buf->size);
     /* One pass: each range within buf, and whether the one-pass flush takes
      * them all (small, sorted and disjoint). */
     bool direct = !stream && mapping__can_scatter(buf->dev) && mapping__can_gather(buf->dev);
     for (size_t i = 0, end = 0; i < count; i++) {
-        const mapping_transfer_range *r = &ranges[i];
-        if (!r->bytes)
-            continue;
-        if ((st = mapping__check_range(fn, "buf", r->buffer_offset, r->bytes, buf->size)))
+        const mapping_range *r = &ranges[i];
+        if (r->hi <= r->lo) {
+            if (r->hi == r->lo)
+                continue;
+            return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: range %zu ends (%zu) before it starts (%zu)", fn,
+                                 i, r->hi, r->lo);
+        }
+        size_t bytes = r->hi - r->lo;
+        if (r->lo > SIZE_MAX - base)
+            return mapping__fail(MAPPING_ERR_OUT_OF_RANGE, "%s: range %zu starts past any buffer", fn, i);
+        if ((st = mapping__check_range(fn, "buf", base + r->lo, bytes, buf->size)))
             return st;
-        direct = direct && r->bytes < BATCH_LARGE_MIN && r->buffer_offset >= end;
-        end = r->buffer_offset + r->bytes;
+        direct = direct && bytes < BATCH_LARGE_MIN && r->lo >= end;
+        end = r->hi;
     }
     mapping_batch *b = reuse;
     if (!b && (st = mapping__batch_create(buf->dev, &b)) != MAPPING_OK)
@@ -444,15 +454,15 @@ mapping_status mapping__transfer_ranges(mapping_stream *stream, mapping_batch *r
         goto out;
     }
     if (direct) {
-        st = mapping__batch_direct_ranges(mapping__blocking_stream(b->dev), b, to_gpu, host, buf, ranges, count);
+        st = mapping__batch_direct_ranges(mapping__blocking_stream(b->dev), b, to_gpu, host, buf, base, ranges, count);
         goto out;
     }
     for (size_t i = 0; i < count && st == MAPPING_OK; i++) {
-        if (!ranges[i].bytes)
+        if (ranges[i].hi == ranges[i].lo)
             continue;
-        char *h = (char *)host + ranges[i].host_offset;
-        batch_copy c = {.buf = buf, .offset = ranges[i].buffer_offset, .bytes = ranges[i].bytes, .to_gpu = to_gpu,
-                        .dst = h};
+        char *h = (char *)host + ranges[i].lo;
+        batch_copy c = {.buf = buf, .offset = base + ranges[i].lo, .bytes = ranges[i].hi - ranges[i].lo,
+                        .to_gpu = to_gpu, .dst = h};
         st = mapping__batch_push(b, &c);
     }
     if (st == MAPPING_OK)

@@ -207,30 +207,28 @@ mapping_status mapping__batch_push(mapping_batch *b, const batch_copy *c);
 
 /* ---- for the coherence layer: many ranges between one host array and one
  * buffer, through the batch machinery (coalesced, packed, scattered) ---- */
-typedef struct mapping_transfer_range {
-    size_t host_offset;   /* in `host` */
-    size_t buffer_offset; /* in `buf` */
-    size_t bytes;
-} mapping_transfer_range;
 
-/* Copies each range host -> buf (to_gpu) or buf -> host, as one flush.
+/* Copies host[lo, hi) to buf[base + lo, base + hi) for each range (to_gpu),
+ * or back, as one flush. The ranges are the caller's list as it is (a
+ * mirror passes its sorted stale ranges): no copy of them is made.
  * `reuse`: a batch of buf's device to run it through (its staging is kept
  * for the next call; it must be empty), or NULL for a temporary one (the
  * call then waits for the work before returning, even on a stream).
  * Ranges are checked against buf (not against the host array, whose size
- * the caller knows). Zero-byte ranges are skipped. Failure: as
- * mapping_batch_flush (copy indices count the non-empty ranges); with `reuse`, the
- * ranges not done stay queued in it. */
+ * the caller knows); hi < lo is refused, hi == lo skipped. Failure: as
+ * mapping_batch_flush (copy indices count the non-empty ranges); with
+ * `reuse`, the ranges not done stay queued in it. */
 mapping_status mapping__transfer_ranges(mapping_stream *stream, mapping_batch *reuse, bool to_gpu, void *host,
-                                        mapping_buffer *buf, const mapping_transfer_range *ranges, size_t count);
-/* mapping__transfer_ranges' blocking path for ranges sorted by buffer
- * offset, disjoint and each below BATCH_LARGE_MIN (mapping__transfer_ranges
- * checks that as it checks their bounds), on a back end that scatters and
- * gathers, through an empty `b`, without
- * queueing them: a table entry per non-empty range, packed and scattered (or
- * gathered and unpacked) at once; queue as for mapping__batch_direct_run.
- * On failure no range is known to be done, and nothing stays queued. */
+                                        mapping_buffer *buf, size_t base, const mapping_range *ranges,
+                                        size_t count);
+/* mapping__transfer_ranges' blocking path for ranges sorted by offset,
+ * disjoint and each below BATCH_LARGE_MIN (mapping__transfer_ranges checks
+ * that as it checks their bounds), on a back end that scatters and gathers,
+ * through an empty `b`, without queueing them: a table entry per non-empty
+ * range, packed and scattered (or gathered and unpacked) at once; queue as
+ * for mapping__batch_direct_run. On failure no range is known to be done,
+ * and nothing stays queued. */
 mapping_status mapping__batch_direct_ranges(mapping_stream *queue, mapping_batch *b, bool to_gpu, void *host,
-                                            mapping_buffer *buf, const mapping_transfer_range *r, size_t n);
+                                            mapping_buffer *buf, size_t base, const mapping_range *r, size_t n);
 
 #endif

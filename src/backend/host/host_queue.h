@@ -62,7 +62,7 @@ typedef struct host_op {
 /* Runs op now when stream is NULL, else queues a copy of it. */
 mapping_status mapping__host_submit(void *dev, void *stream, const host_op *op);
 
-/* backend/host/mapping__host_scatter.c: mapping_backend.scatter / .gather. */
+/* backend/host/host_scatter.c: mapping_backend.scatter / .gather. */
 mapping_status mapping__host_scatter(void *dev, void *stream, void *staging_mem, size_t table_offset,
                             const mapping_scatter_entry *table, size_t count, void *dst_mem);
 mapping_status mapping__host_gather(void *dev, void *stream, void *src_mem, void *staging_mem, size_t table_offset,
