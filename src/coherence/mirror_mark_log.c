@@ -100,48 +100,6 @@ static void insertion_sort(mapping_range *v, size_t n)
     }
 }
 
-/* LSD radix sort by lo, over only the bits in which the lo values differ
- * (marks at 64-byte slots share their low six bits; a mirror's offsets
- * leave the high ones zero), in as few passes of at most 11 bits (8 for a
- * small log) as that takes, each pass as narrow as the passes allow (fewer
- * buckets: their write fronts stay in the L1 cache). Returns the sorted
- * array: v or tmp. */
-static mapping_range *radix_sort(mapping_range *v, mapping_range *tmp, size_t n)
-{
-    enum { MAX_BITS = 11 };
-    size_t any = 0, all = ~(size_t)0;
-    for (size_t i = 0; i < n; i++) {
-        any |= v[i].lo;
-        all &= v[i].lo;
-    }
-    size_t differ = any ^ all;
-    if (!differ)
-        return v; /* all equal */
-    unsigned from = (unsigned)__builtin_ctzll(differ), to = 64 - (unsigned)__builtin_clzll(differ);
-    /* Small logs: fewer buckets, so clearing and summing them stays small. */
-    const unsigned max_bits = n < 4096 ? 8 : MAX_BITS;
-    unsigned passes = (to - from + max_bits - 1) / max_bits, bits = (to - from + passes - 1) / passes;
-    const size_t buckets = (size_t)1 << bits, mask = buckets - 1;
-    size_t count[1 << MAX_BITS];
-    for (unsigned shift = from; shift < to; shift += bits) {
-        memset(count, 0, buckets * sizeof *count);
-        for (size_t i = 0; i < n; i++)
-            count[(v[i].lo >> shift) & mask]++;
-        size_t at = 0;
-        for (size_t b = 0; b < buckets; b++) {
-            size_t here = count[b];
-            count[b] = at;
-            at += here;
-        }
-        for (size_t i = 0; i < n; i++)
-            tmp[count[(v[i].lo >> shift) & mask]++] = v[i];
-        mapping_range *t = v;
-        v = tmp;
-        tmp = t;
-    }
-    return v;
-}
-
 /* Appends x to the ranges being joined: *cur is the one growing, out[0, *m)
  * the finished ones. Without branches on the data: two sorted runs of
  * random ranges interleave unpredictably, and a mispredicted branch per
@@ -212,7 +170,7 @@ mapping_status mapping__mirror_log_sort(mirror_state *st)
         if (k <= 32) {
             insertion_sort(tail, k);
         } else {
-            mapping_range *v = radix_sort(tail, st->log_scratch, k);
+            mapping_range *v = mapping__radix_sort(tail, st->log_scratch, k);
             if (v != tail)
                 memcpy(tail, v, k * sizeof *v);
         }

@@ -23,6 +23,11 @@ typedef struct mapping_range {
     size_t lo, hi;
 } mapping_range;
 
+/* core/radix_sort.c: sorts v[0, n) by lo, stably (equal lo keep their
+ * order), using tmp[0, n) as the second array; returns the sorted array,
+ * v or tmp. */
+mapping_range *mapping__radix_sort(mapping_range *v, mapping_range *tmp, size_t n);
+
 typedef struct mapping_counters {
 #define MAPPING_COUNTER_FIELD_(field) _Atomic uint64_t field;
     MAPPING_STATS_LIST(MAPPING_COUNTER_FIELD_)

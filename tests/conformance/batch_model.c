@@ -1,6 +1,8 @@
 /*
  * Batches against a byte model: seeded random rounds, each one batch of
- * 1..300 copies over 2 or 3 buffers, both directions, mostly 1 B .. 2 KiB,
+ * 1..300 copies over 2 or 3 buffers (one round in eight 9 or 10: more
+ * (direction, buffer) pairs than the plan's radix sort takes, so the flush
+ * sorts them another way), both directions, mostly 1 B .. 2 KiB,
  * sometimes 64 KiB and more (which makes the flush plan groups and send
  * those straight through), with touching and overlapping ranges and ranges
  * a few bytes apart. The copies are added in plan order (host-to-device
@@ -20,7 +22,8 @@
 #include "harness.h"
 
 enum {
-    NBUF = 3,
+    NBUF = 10,
+    MANY_LANES = 17, /* (direction, buffer) pairs beyond the plan's radix sort */
     BUF_BYTES = 160 << 10,
     SRC_BYTES = 256 << 10,
     DST_BYTES = 256 << 10,
@@ -52,6 +55,8 @@ typedef struct world {
     unsigned        seed;
     int             rounds_of[ORDER_KINDS][2]; /* per order: rounds with and without a large copy */
     int             stream_rounds;
+    int             nbuf;             /* buffers this round uses: bufs[0, nbuf) */
+    int             many_lanes_rounds; /* rounds with MANY_LANES pairs or more */
 } world;
 
 static unsigned long long rnd(world *w)
@@ -101,7 +106,8 @@ static size_t copy_size(world *w, int large_round, int *larges)
 static void generate(world *w, int large_round)
 {
     size_t n = below(w, 4) == 0 ? 1 + below(w, 8) : 1 + below(w, MAX_COPIES);
-    int nbuf = 2 + (int)below(w, 2), larges = 0;
+    int nbuf = below(w, 8) == 0 ? NBUF - (int)below(w, 2) : 2 + (int)below(w, 2), larges = 0;
+    w->nbuf = nbuf;
     unsigned bias = (unsigned)below(w, 3); /* 0: both directions alike; 1: mostly to the device; 2: mostly back */
     const copy *last[NBUF][2] = {{NULL}};
     const copy *last_d2h = NULL;
@@ -194,7 +200,7 @@ static size_t first_difference(const unsigned char *a, const unsigned char *b, s
 
 static void check_round(world *w)
 {
-    for (int b = 0; b < NBUF; b++) {
+    for (int b = 0; b < w->nbuf; b++) { /* the others were not touched */
         CHECK_OK(mapping_sync_to_cpu(w->bufs[b], w->got));
         if (memcmp(w->got, w->dev_model[b], BUF_BYTES) != 0) {
             size_t i = first_difference(w->got, w->dev_model[b], BUF_BYTES);
@@ -297,6 +303,12 @@ static void run_round(world *w, unsigned seed)
     check_round(w);
     w->rounds_of[order][has_large]++;
     w->stream_rounds += on_stream;
+    int used[NBUF][2] = {{0}}, lanes = 0;
+    for (size_t i = 0; i < w->n; i++) {
+        const copy *c = &w->copies[i];
+        lanes += !used[c->buf][c->to_gpu]++;
+    }
+    w->many_lanes_rounds += lanes >= MANY_LANES;
 }
 
 static void world_open(world *w)
@@ -360,6 +372,8 @@ static void run_rounds(unsigned rounds)
         printf("%d rounds flushed on a stream, %d blocking (replay one with MAPPING_TEST_SEED=<1..%u>)\n",
                w->stream_rounds, (int)rounds - w->stream_rounds, rounds);
         CHECK(w->stream_rounds >= 5 && (int)rounds - w->stream_rounds >= 5);
+        printf("%d rounds with %d or more (direction, buffer) pairs\n", w->many_lanes_rounds, MANY_LANES);
+        CHECK(w->many_lanes_rounds >= 3);
     }
     world_close(w);
 }
