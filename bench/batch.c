@@ -18,6 +18,7 @@ typedef struct batch_job {
     mapping_stream *stream;
     mapping_batch  *batch;
     unsigned char  *host; /* N * COPY bytes, pageable */
+    const size_t   *order; /* the order the copies are added in; NULL: by offset */
     size_t          n;
     int             to_gpu;
 } batch_job;
@@ -25,7 +26,8 @@ typedef struct batch_job {
 static int run_batch(void *arg)
 {
     batch_job *j = arg;
-    for (size_t i = 0; i < j->n; i++) {
+    for (size_t k = 0; k < j->n; k++) {
+        size_t i = j->order ? j->order[k] : k;
         mapping_status st = j->to_gpu ? mapping_batch_sync_to_gpu(j->batch, j->host + i * COPY, j->buf, i * STRIDE, COPY)
                                       : mapping_batch_sync_to_cpu(j->batch, j->buf, i * STRIDE, j->host + i * COPY, COPY);
         if (st != MAPPING_OK)
@@ -135,6 +137,50 @@ out:
     return rc;
 }
 
+/* The same host-to-device batch with its copies added in a random order
+ * (the flush then sorts them) and in offset order, taking turns; returns the
+ * median of each pair's ratio, NAN on failure. */
+static double shuffled_vs_ordered(bench_ctx *ctx, mapping_device *dev, size_t n)
+{
+    batch_job j = {.dev = dev, .n = n, .to_gpu = 1};
+    size_t *order = malloc(n * sizeof *order);
+    double ratio = NAN;
+    j.host = malloc(n * COPY);
+    if (!order || !j.host || bench_check(mapping_allocate_gpu(dev, n * STRIDE, &j.buf), "allocate_gpu") ||
+        bench_check(mapping_batch_create(dev, &j.batch), "batch_create"))
+        goto out;
+    memset(j.host, 7, n * COPY);
+    unsigned long long x = 0x9E3779B97F4A7C15ull;
+    for (size_t i = 0; i < n; i++)
+        order[i] = i;
+    for (size_t i = n - 1; i > 0; i--) { /* Fisher-Yates, xorshift */
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        size_t k = (size_t)(x % (i + 1)), t = order[i];
+        order[i] = order[k], order[k] = t;
+    }
+    double tr[64];
+    int runs = ctx->runs < 64 ? ctx->runs : 64;
+    for (int r = -1; r < runs; r++) { /* r = -1: warm-up */
+        j.order = order;
+        double t0 = bench_now();
+        if (run_batch(&j) != 0)
+            goto out;
+        double t1 = bench_now();
+        j.order = NULL;
+        if (run_batch(&j) != 0)
+            goto out;
+        if (r >= 0)
+            tr[r] = (t1 - t0) / (bench_now() - t1);
+    }
+    ratio = bench_median(tr, runs);
+out:
+    mapping_batch_destroy(j.batch);
+    mapping_free_gpu(j.buf);
+    free(j.host);
+    free(order);
+    return ratio;
+}
+
 BENCH_SECTION(bench_batch, 40, "batch",
               "10,000 scattered 64-byte copies: one batch vs single blocking and non-blocking copies")
 {
@@ -178,6 +224,13 @@ BENCH_SECTION(bench_batch, 40, "batch",
     if (!strcmp(ctx->info.backend, "host"))
         bench_note(ctx, "link = host back end with the link modelled at 25 GB/s and 5 us per transfer%s.",
                    ctx->quick ? " (--quick: 1,000 copies)" : "");
+    double shuffled = shuffled_vs_ordered(ctx, ctx->dev, n);
+    if (!isnan(shuffled)) {
+        bench_figure(ctx, "batch_shuffled_vs_ordered", shuffled, "x",
+                     "batch added in random order / in offset order, H2D");
+        bench_note(ctx, "random order: the same %zu copies added shuffled, so the flush sorts them (a radix sort "
+                        "of the copies' keys); taking turns with the ordered batch, median of the pairs' ratios.", n);
+    }
     bench_figure(ctx, "batch_h2d_vs_blocking", r[0], "x", "batch vs blocking singles, H2D");
     bench_figure(ctx, "batch_h2d_vs_stream", r[1], "x", "batch vs non-blocking singles, H2D");
     bench_figure(ctx, "batch_d2h_vs_blocking", r[2], "x", "batch vs blocking singles, D2H");
