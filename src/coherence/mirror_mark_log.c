@@ -26,7 +26,7 @@
  * held sorted after the last compaction (a mark then costs O(1) amortised
  * sorting and merging). It is applied instead when the trees are not empty
  * and the log holds more than four times their ranges. */
-enum { LOG_MIN_COMPACT = 1 << 16 };
+enum { LOG_MIN_COMPACT = 1 << 17 };
 
 static bool log_grow(mirror_state *st)
 {
