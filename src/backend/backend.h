@@ -111,6 +111,15 @@ typedef struct mapping_backend {
     mapping_status (*gather)(void *dev, void *stream, void *src_mem, void *staging_mem, size_t table_offset,
                              const mapping_scatter_entry *table, size_t count);
 
+    /* Optional, where the device's memory is the CPU's (MAPPING_CAP_CPU_MEMORY):
+     * map gives the CPU address of mem[offset, +bytes) itself, not a copy,
+     * once the work queued for blocking calls is done; the CPU may read and
+     * write it until unmap, which returns once the device sees the writes.
+     * Both block. Core offers them only without a modelled link (a CPU copy
+     * through the address would bypass the model). */
+    mapping_status (*map)(void *dev, void *mem, size_t offset, size_t bytes, void **host);
+    mapping_status (*unmap)(void *dev, void *mem, void *host);
+
     /* fn(user) on a library thread when the stream reaches it; stream != NULL. */
     mapping_status (*launch_host)(void *dev, void *stream, void (*fn)(void *), void *user);
 

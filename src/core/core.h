@@ -65,6 +65,7 @@ struct mapping_device {
     uint64_t               serial; /* unique per mapping_open in this process */
     const mapping_backend *be;
     void                  *state; /* the back end's device */
+    bool                   map_copies; /* mapping__can_map: set at open (device.c) */
     mapping_device_info    info;
     mapping_host_registry  host_blocks;
 

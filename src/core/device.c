@@ -15,6 +15,17 @@ static const char *env_or_null(const char *name)
     return v && *v ? v : NULL;
 }
 
+/* $MAPPING_BATCH_MAP: "0" turns off copies through mapped device memory
+ * (mapping__can_map), so that blocking batches pack and scatter as they do
+ * on a GPU (tests run both ways); unset, empty or "1": on. False when the
+ * value is anything else. */
+static bool batch_map_from_env(bool *on)
+{
+    const char *v = env_or_null("MAPPING_BATCH_MAP");
+    *on = !v || strcmp(v, "0") != 0;
+    return !v || !strcmp(v, "0") || !strcmp(v, "1");
+}
+
 /* ---- the link's probe memory ----
  * Measuring the link copies PROBE_BYTES from page-locked memory. On a
  * device whose memory is not the CPU's, allocating or freeing may wait for
@@ -93,6 +104,10 @@ mapping_status mapping_open(const mapping_device_desc *desc, mapping_device **ou
     }
     if (d.device < 0)
         return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: device index %d is negative", fn, d.device);
+    bool map_on;
+    if (!batch_map_from_env(&map_on))
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: MAPPING_BATCH_MAP=\"%s\" is not 0 or 1", fn,
+                             getenv("MAPPING_BATCH_MAP"));
     const char *why = mapping_os_link_check(d.link_bandwidth, d.link_latency);
     if (why)
         return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: link_bandwidth %g, link_latency %g: %s", fn,
@@ -128,6 +143,10 @@ mapping_status mapping__device_finish(mapping_device *dev, mapping_device **out)
 {
     dev->info.caps |= mapping__op_device_open_caps(dev); /* e.g. a modelled link */
     dev->blocking = (mapping_stream){.dev = dev, .state = mapping__op_stream_blocking(dev)};
+    bool map_on;
+    batch_map_from_env(&map_on); /* checked by mapping_open; an adopted device takes it as it is */
+    dev->map_copies = map_on && dev->be->map && dev->be->unmap && (dev->info.caps & MAPPING_CAP_CPU_MEMORY) &&
+                      !(dev->info.caps & MAPPING_CAP_LINK_MODEL);
     probe_alloc(dev);
     mapping__host_registry_init(&dev->host_blocks);
     pthread_mutex_init(&dev->objects_lock, NULL);

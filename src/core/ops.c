@@ -135,6 +135,24 @@ mapping_status mapping__gather(mapping_stream *stream, const mapping_buffer *src
     return MAPPING_OK;
 }
 
+mapping_status mapping__map(mapping_buffer *buf, size_t offset, size_t bytes, void **host)
+{
+    mapping_device *dev = buf->dev;
+    mapping_status st = mapping__fault_check(dev, "map");
+    if (st != MAPPING_OK)
+        return st;
+    return dev->be->map(dev->state, buf->mem, offset, bytes, host);
+}
+
+mapping_status mapping__unmap(mapping_buffer *buf, void *host)
+{
+    mapping_device *dev = buf->dev;
+    mapping_status st = mapping__fault_check(dev, "unmap");
+    if (st != MAPPING_OK)
+        return st;
+    return dev->be->unmap(dev->state, buf->mem, host);
+}
+
 mapping_status mapping__prefetch(mapping_stream *stream, mapping_buffer *buf, size_t offset, size_t bytes,
                                  bool to_device)
 {
@@ -160,6 +178,11 @@ bool mapping__can_gather(const mapping_device *dev)
 bool mapping__can_prefetch(const mapping_device *dev)
 {
     return dev->be->unified_prefetch != NULL;
+}
+
+bool mapping__can_map(const mapping_device *dev)
+{
+    return dev->map_copies;
 }
 
 bool mapping__staging_shared(const mapping_device *dev)

@@ -35,6 +35,13 @@ mapping_status mapping__scatter(mapping_stream *stream, mapping_buffer *staging,
                                 const mapping_scatter_entry *table, size_t count, mapping_buffer *dst);
 mapping_status mapping__gather(mapping_stream *stream, const mapping_buffer *src, mapping_buffer *staging,
                                size_t table_offset, const mapping_scatter_entry *table, size_t count);
+/* The CPU address of buf[offset, +bytes): the device memory itself
+ * (mapping_backend.map), after the work queued for blocking calls; valid
+ * until mapping__unmap, which returns once the device sees the CPU's writes.
+ * Both block. Only where mapping__can_map. Counted nowhere: the caller
+ * counts what it moves through the address. */
+mapping_status mapping__map(mapping_buffer *buf, size_t offset, size_t bytes, void **host);
+mapping_status mapping__unmap(mapping_buffer *buf, void *host);
 /* A hint to move [offset, +bytes) of unified memory close to the device
  * (to_device) or the CPU, ordered on the stream. Only where
  * mapping__can_prefetch. */
@@ -56,6 +63,10 @@ bool mapping__can_copy_peer_direct(const mapping_device *src, const mapping_devi
 bool mapping__can_scatter(const mapping_device *dev);
 bool mapping__can_gather(const mapping_device *dev);
 bool mapping__can_prefetch(const mapping_device *dev);
+/* The CPU may copy to and from buffers through mapping__map: the device's
+ * memory is the CPU's (MAPPING_CAP_CPU_MEMORY), no link is modelled, the
+ * back end maps, and $MAPPING_BATCH_MAP is not "0" (read at open). */
+bool mapping__can_map(const mapping_device *dev);
 bool mapping__can_allocate_unified(const mapping_device *dev);
 bool mapping__can_register_host(const mapping_device *dev);
 /* Staging memory (batches) can be one unified allocation that the CPU packs

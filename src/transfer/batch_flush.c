@@ -381,8 +381,11 @@ mapping_status mapping__batch_flush(mapping_stream *stream, mapping_batch *b)
         return st;
     b->busy = true; /* a callback (the log) must not re-enter this batch */
     mapping_trace_span span = mapping__trace_begin();
-    mapping_status run = direct ? mapping__batch_direct_run(queue, b, p) : run_plan(queue ? queue : stream, b, p, queue != NULL);
-    if (queue)
+    bool mapped = direct && mapping__can_map(b->dev);
+    mapping_status run = mapped   ? mapping__batch_mapped_run(b, p)
+                         : direct ? mapping__batch_direct_run(queue, b, p)
+                                  : run_plan(queue ? queue : stream, b, p, queue != NULL);
+    if (queue && !mapped) /* a mapped run has nothing queued: its map and unmap block */
         run = finish_blocking(b, queue, p, run, direct);
     mapping__batch_flush_done(&span, stream, b, p, run);
     b->busy = false;
@@ -454,7 +457,10 @@ mapping_status mapping__transfer_ranges(mapping_stream *stream, mapping_batch *r
         goto out;
     }
     if (direct) {
-        st = mapping__batch_direct_ranges(mapping__blocking_stream(b->dev), b, to_gpu, host, buf, base, ranges, count);
+        st = mapping__can_map(b->dev)
+                 ? mapping__batch_mapped_ranges(b, to_gpu, host, buf, base, ranges, count)
+                 : mapping__batch_direct_ranges(mapping__blocking_stream(b->dev), b, to_gpu, host, buf, base, ranges,
+                                                count);
         goto out;
     }
     for (size_t i = 0; i < count && st == MAPPING_OK; i++) {

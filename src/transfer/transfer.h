@@ -181,6 +181,11 @@ size_t         mapping__batch_sorted_prefix(const batch_copy *copies, size_t n);
 bool           mapping__batch_direct_fits(const mapping_batch *b);
 mapping_status mapping__batch_direct_run(mapping_stream *queue, mapping_batch *b, batch_plan *p);
 void           mapping__batch_direct_unpack(batch_plan *p);
+/* The one-pass flush through mapped device memory, where mapping__can_map
+ * (batch_mapped.c): the CPU copies each run of copies of one direction and
+ * buffer through one mapping of the span they cover. Blocking, nothing
+ * queued; p->done says which copies were made. */
+mapping_status mapping__batch_mapped_run(mapping_batch *b, batch_plan *p);
 /* After a blocking flush's steps were queued on the device's blocking
  * stream (run: how queueing them went): waits for them, even after a failed
  * step, since they read the staging. A failed wait leaves b->unwaited (the
@@ -230,5 +235,11 @@ mapping_status mapping__transfer_ranges(mapping_stream *stream, mapping_batch *r
  * and nothing stays queued. */
 mapping_status mapping__batch_direct_ranges(mapping_stream *queue, mapping_batch *b, bool to_gpu, void *host,
                                             mapping_buffer *buf, size_t base, const mapping_range *r, size_t n);
+/* The same through mapped device memory, where mapping__can_map
+ * (batch_mapped.c): one mapping of the span the ranges cover, the CPU
+ * copies, counted as one transfer (b: for the counters and the trace). On
+ * failure no range is known to be done. */
+mapping_status mapping__batch_mapped_ranges(mapping_batch *b, bool to_gpu, void *host, mapping_buffer *buf,
+                                            size_t base, const mapping_range *r, size_t n);
 
 #endif

@@ -10,7 +10,8 @@
  *   stay queued (a queued copy may be done: doing it twice is harmless);
  * and the retry lands every byte. Elsewhere (no blocking stream, or staging
  * that is written and read) the flush is the one-pass one: the same checks
- * hold.
+ * hold. The first test switches off copies through mapped device memory
+ * (mapping__can_map), the second takes them (batch_mapped.c).
  */
 #include <stdbool.h>
 #include "testing/test_hooks.h"
@@ -79,9 +80,13 @@ static size_t check_copies(pieces_scene *s, const mapping_batch *b)
     return done;
 }
 
-TEST(a_flush_in_pieces_that_fails_anywhere_leaves_exactly_the_copies_not_done_queued)
+static void fail_anywhere(bool mapped)
 {
     pieces_scene s = {.dev = test_device()};
+    bool was = s.dev->map_copies;
+    if (mapped && !was)
+        test_skip("back end %s does not copy through mapped memory", test_backend());
+    s.dev->map_copies = mapped;
     s.h2d_src = malloc(BUF);
     s.d2h_dst = malloc(BUF);
     s.from_content = malloc(BUF);
@@ -143,4 +148,17 @@ TEST(a_flush_in_pieces_that_fails_anywhere_leaves_exactly_the_copies_not_done_qu
     free(s.d2h_dst);
     free(s.from_content);
     free(s.got);
+    s.dev->map_copies = was;
+}
+
+TEST(a_flush_in_pieces_that_fails_anywhere_leaves_exactly_the_copies_not_done_queued)
+{
+    fail_anywhere(false);
+}
+
+/* The same flush where the CPU copies through mapped device memory (host,
+ * PoCL): a run whose map fails is not done, one whose unmap fails is. */
+TEST(a_mapped_flush_that_fails_anywhere_leaves_exactly_the_copies_not_done_queued)
+{
+    fail_anywhere(true);
 }

@@ -274,6 +274,24 @@ static void host_buffer_unimport(void *dev, void *mem)
     (void)mem;
 }
 
+/* Host memory is the device's: the address is the buffer's own, and
+ * blocking calls run inline (nothing queued to wait for). */
+static mapping_status host_map(void *dev, void *mem, size_t offset, size_t bytes, void **host)
+{
+    (void)dev;
+    (void)bytes;
+    *host = (char *)mem + offset;
+    return MAPPING_OK;
+}
+
+static mapping_status host_unmap(void *dev, void *mem, void *host)
+{
+    (void)dev;
+    (void)mem;
+    (void)host;
+    return MAPPING_OK;
+}
+
 const mapping_backend mapping_backend_host = {
     .name = "host",
     .load = host_load,
@@ -296,6 +314,8 @@ const mapping_backend mapping_backend_host = {
     .fill = host_fill,
     .scatter = mapping__host_scatter,
     .gather = mapping__host_gather,
+    .map = host_map,
+    .unmap = host_unmap,
     .launch_host = host_launch_host,
     .event_record = mapping__host_event_record,
     .event_wait = mapping__host_event_wait,

@@ -111,6 +111,8 @@ static inline cl_command_queue opencl_queue_of(opencl_device *d, void *stream)
  * failure (of the wait, or of the command). */
 mapping_status mapping__opencl_finish_blocking(const char *call, cl_int err, cl_event ev);
 
+mapping_status mapping__opencl_map(void *dev, void *mem, size_t offset, size_t bytes, void **host);
+mapping_status mapping__opencl_unmap(void *dev, void *mem, void *host);
 mapping_status mapping__opencl_scatter(void *dev, void *stream, void *staging_mem, size_t table_offset,
                            const mapping_scatter_entry *table, size_t count, void *dst_mem);
 mapping_status mapping__opencl_gather(void *dev, void *stream, void *src_mem, void *staging_mem, size_t table_offset,
