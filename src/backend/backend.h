@@ -113,10 +113,12 @@ typedef struct mapping_backend {
 
     /* Optional, where the device's memory is the CPU's (MAPPING_CAP_CPU_MEMORY):
      * map gives the CPU address of mem[offset, +bytes) itself, not a copy,
-     * once the work queued for blocking calls is done; the CPU may read and
-     * write it until unmap, which returns once the device sees the writes.
-     * Both block. Core offers them only without a modelled link (a CPU copy
-     * through the address would bypass the model). */
+     * once the work queued for blocking calls is done (it blocks); the CPU
+     * may read and write it until unmap. What the CPU wrote is then in the
+     * buffer's memory, so unmap need not wait: it may be queued for blocking
+     * calls, and everything queued there later runs after it. Core offers
+     * them only without a modelled link (a CPU copy through the address
+     * would bypass the model). */
     mapping_status (*map)(void *dev, void *mem, size_t offset, size_t bytes, void **host);
     mapping_status (*unmap)(void *dev, void *mem, void *host);
 

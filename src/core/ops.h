@@ -37,9 +37,9 @@ mapping_status mapping__gather(mapping_stream *stream, const mapping_buffer *src
                                size_t table_offset, const mapping_scatter_entry *table, size_t count);
 /* The CPU address of buf[offset, +bytes): the device memory itself
  * (mapping_backend.map), after the work queued for blocking calls; valid
- * until mapping__unmap, which returns once the device sees the CPU's writes.
- * Both block. Only where mapping__can_map. Counted nowhere: the caller
- * counts what it moves through the address. */
+ * until mapping__unmap (see mapping_backend.map: what the CPU wrote is in
+ * the buffer's memory when it returns). Only where mapping__can_map.
+ * Counted nowhere: the caller counts what it moves through the address. */
 mapping_status mapping__map(mapping_buffer *buf, size_t offset, size_t bytes, void **host);
 mapping_status mapping__unmap(mapping_buffer *buf, void *host);
 /* A hint to move [offset, +bytes) of unified memory close to the device

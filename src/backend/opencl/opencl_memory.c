@@ -78,7 +78,11 @@ void mapping__opencl_buffer_free(void *dev, void *mem)
  * (MAPPING_CAP_CPU_MEMORY), where a mapping is the buffer's own memory (PoCL
  * maps 256 MiB in ~8 us), so the batching layer copies through it instead
  * of packing and scattering. On the device's queue, behind the blocking
- * calls; both wait. */
+ * calls. The map waits; the unmap is queued and flushed, not waited for:
+ * what the CPU wrote is in the buffer's memory already, and whatever comes
+ * next on the queue (the next map included) runs after it. Waiting for it
+ * cost a round trip to PoCL's threads per flush (40-60 us of a 10,000-copy
+ * flush of 110-190 us). */
 mapping_status mapping__opencl_map(void *dev, void *mem, size_t offset, size_t bytes, void **host)
 {
     opencl_device *d = dev;
@@ -95,10 +99,11 @@ mapping_status mapping__opencl_map(void *dev, void *mem, size_t offset, size_t b
 mapping_status mapping__opencl_unmap(void *dev, void *mem, void *host)
 {
     opencl_device *d = dev;
-    cl_event ev = NULL;
     cl_int err = mapping__opencl_driver.clEnqueueUnmapMemObject(d->queue, ((opencl_buffer *)mem)->mem, host, 0, NULL,
-                                                                &ev);
-    return mapping__opencl_finish_blocking("clEnqueueUnmapMemObject", err, ev);
+                                                                NULL);
+    if (err == CL_SUCCESS)
+        err = mapping__opencl_driver.clFlush(d->queue);
+    return err == CL_SUCCESS ? MAPPING_OK : mapping__opencl_fail("clEnqueueUnmapMemObject", err);
 }
 
 mapping_status mapping__opencl_buffer_native(void *dev, void *mem, void **native)
