@@ -14,7 +14,9 @@
  *
  * Failure: a run whose map fails is not done, nor is any run after it.
  * Once mapped, the copies are made in the buffer's own memory, so a run
- * whose unmap fails is done (and the failure reported).
+ * whose unmap fails is done (and the failure reported); the unmap is tried
+ * once more, so that the mapping is not left open (the driver would keep
+ * the buffer's memory past its release).
  */
 #include "core/ops.h"
 #include "transfer/transfer.h"
@@ -34,6 +36,20 @@ static mapping_status map_run(const mapped_run *run, unsigned char **at)
     void *host = NULL;
     mapping_status st = mapping__map(run->buf, run->lo, run->hi - run->lo, &host);
     *at = host;
+    return st;
+}
+
+/* Ends the mapping at `at`; on failure tries once more (the first failure
+ * is the one reported). */
+static mapping_status unmap_run(const mapped_run *run, unsigned char *at)
+{
+    mapping_status st = mapping__unmap(run->buf, at);
+    if (st != MAPPING_OK) {
+        mapping_error_mark first;
+        mapping__error_mark(&first);
+        mapping__unmap(run->buf, at);
+        mapping__error_forget(&first); /* the first failure stays the one recorded */
+    }
     return st;
 }
 
@@ -72,7 +88,7 @@ mapping_status mapping__batch_mapped_run(mapping_batch *b, batch_plan *p)
         }
         copies[run.to_gpu ? 0 : 1] += end - i;
         memset(p->done + i, 1, (end - i) * sizeof *p->done);
-        st = mapping__unmap(run.buf, at);
+        st = unmap_run(&run, at);
     }
     for (int d = 0; d < 2; d++)
         if (moved[d])
@@ -117,7 +133,7 @@ mapping_status mapping__batch_mapped_ranges(mapping_batch *b, bool to_gpu, void 
             bytes += size;
             entries++;
         }
-        st = mapping__unmap(buf, at);
+        st = unmap_run(&run, at);
         mapping__count(&b->dev->counters.batch_copies, entries);
         mapping__count_shared_transfer(b->dev, to_gpu, bytes);
     }
