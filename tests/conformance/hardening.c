@@ -78,6 +78,13 @@ TEST(environment_variables_are_parsed_strictly)
     refused++;
     CHECK_OK(open_with_env("MAPPING_DEVICE", "0", &d));
     mapping_close(d);
+    static const char *const bad_map[] = {"yes", "2", "0 ", "off", "true"};
+    for (size_t i = 0; i < sizeof bad_map / sizeof bad_map[0]; i++, refused++)
+        check_env_refused("MAPPING_BATCH_MAP", bad_map[i], MAPPING_ERR_INVALID_ARGUMENT);
+    CHECK_OK(open_with_env("MAPPING_BATCH_MAP", "0", &d));
+    mapping_close(d);
+    CHECK_OK(open_with_env("MAPPING_BATCH_MAP", "1", &d));
+    mapping_close(d);
 
     if (strcmp(test_backend(), "opencl") == 0) {
         static const char *const bad_share[] = {"yes", "2", "0 ", "off"};

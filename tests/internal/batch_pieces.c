@@ -130,6 +130,9 @@ static void fail_anywhere(bool mapped)
         CHECK(mapping_batch_count(b) == 0 && check_copies(&s, NULL) == 2 * N);
     }
     CHECK(failures >= 2);
+    /* Mapped: two runs (one buffer each way), a map and an unmap each, and
+     * nothing else that can fail. */
+    CHECK(!mapped || failures == 4);
     /* However many pieces, one transfer each way (what is packed, then what is gathered). */
     reset(&s);
     add_all(&s, b);
