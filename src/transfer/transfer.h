@@ -102,9 +102,10 @@ struct mapping_batch {
     struct batch_retired *retired;
 };
 
-/* A copy between host memory and staging (never overlapping). Scattered
- * copies are mostly small: from 16 to 64 bytes they are two overlapping
- * 16- or 32-byte moves, inline, instead of a call into memcpy each. */
+/* A copy between host memory and staging or mapped device memory (never
+ * overlapping). Scattered copies are mostly small: from 4 to 64 bytes they
+ * are two overlapping moves of 4, 8, 16 or 32 bytes, inline, instead of a
+ * call into memcpy each. */
 static inline void mapping__copy_small(unsigned char *dst, const unsigned char *src, size_t n)
 {
     if (n >= 16 && n <= 64) {
@@ -120,6 +121,22 @@ static inline void mapping__copy_small(unsigned char *dst, const unsigned char *
             memcpy(b, src + n - 32, 32);
             memcpy(dst, a, 32);
             memcpy(dst + n - 32, b, 32);
+        }
+        return;
+    }
+    if (n >= 4 && n < 16) { /* two overlapping 8- or 4-byte moves, not a libc call */
+        if (n >= 8) {
+            uint64_t a, b;
+            memcpy(&a, src, 8);
+            memcpy(&b, src + n - 8, 8);
+            memcpy(dst, &a, 8);
+            memcpy(dst + n - 8, &b, 8);
+        } else {
+            uint32_t a, b;
+            memcpy(&a, src, 4);
+            memcpy(&b, src + n - 4, 4);
+            memcpy(dst, &a, 4);
+            memcpy(dst + n - 4, &b, 4);
         }
         return;
     }
