@@ -82,10 +82,37 @@ mapping_status mapping__mirror_check(const char *fn, const mapping_mirror *m);
 mapping_status mapping__mirror_mark(const char *fn, mirror_state *st, int x, size_t lo, size_t hi, bool discard);
 
 /* ---- mirror_mark_log.c ---- */
+/* The log is compacted from this many marks on (see mirror_mark_log.c). */
+enum { MIRROR_LOG_MIN_COMPACT = 1 << 17 };
+bool mapping__mirror_log_append_slow(mirror_state *st, int x, size_t lo, size_t hi);
 /* Appends a mark of side x over [lo, hi) to the log when that is exact: no
  * queued work to order, no modification of the other side to conflict with,
- * and the log holds marks of x only. False: mark the slow way. */
-bool           mapping__mirror_log_append(mirror_state *st, int x, size_t lo, size_t hi);
+ * and the log holds marks of x only. False: mark the slow way. Inline for
+ * the common cases (a mark apart from the previous one, or extending it
+ * upwards, with room and no compaction due); the rest in
+ * mirror_mark_log.c. */
+static inline bool mapping__mirror_log_append(mirror_state *st, int x, size_t lo, size_t hi)
+{
+    if (st->n_inflight || st->modified[1 - x].count || (st->log_n && st->log_side != x))
+        return false;
+    size_t n = st->log_n;
+    if (n && n < st->log_cap && !(n >= MIRROR_LOG_MIN_COMPACT && n >= 2 * st->log_sorted)) {
+        mapping_range *last = &st->log[n - 1];
+        if (lo > last->hi || hi < last->lo) { /* apart from the previous mark */
+            if (lo < last->lo)
+                st->log_unsorted = true;
+            st->log[n] = (mapping_range){lo, hi};
+            st->log_n = n + 1;
+            return true;
+        }
+        if (lo >= last->lo) { /* touches it, from its start on: one range */
+            if (hi > last->hi)
+                last->hi = hi;
+            return true;
+        }
+    }
+    return mapping__mirror_log_append_slow(st, x, lo, hi);
+}
 /* Sorts the log by lo and merges ranges that overlap or touch (its tail
  * only, then merged with the part already sorted); the log and its scratch
  * may swap. Out of memory: nothing changes. */

@@ -10,7 +10,7 @@
  * state is what marking one by one would have made.
  *
  * A long log is compacted, not applied: each time it doubles (from
- * LOG_MIN_COMPACT marks on), its new part is sorted and merged into the part
+ * MIRROR_LOG_MIN_COMPACT marks on), its new part is sorted and merged into the part
  * already sorted, so marking the same ranges again and again keeps it as
  * small as the ranges it names. The trees see it only when something reads
  * them: one rebuild each, not one per compaction. While the trees have
@@ -22,11 +22,12 @@
 #include <string.h>
 #include "coherence/mirror_internal.h"
 
-/* The log is compacted once it holds this many marks and twice the ranges it
- * held sorted after the last compaction (a mark then costs O(1) amortised
- * sorting and merging). It is applied instead when the trees are not empty
- * and the log holds more than four times their ranges. */
-enum { LOG_MIN_COMPACT = 1 << 17 };
+/* The log is compacted once it holds MIRROR_LOG_MIN_COMPACT marks
+ * (mirror_internal.h: 131,072; 65,536 sorted twice as often for no gain)
+ * and twice the ranges it held sorted after the last compaction (a mark
+ * then costs O(1) amortised sorting and merging). It is applied instead
+ * when the trees are not empty and the log holds more than four times
+ * their ranges. */
 
 static bool log_grow(mirror_state *st)
 {
@@ -41,10 +42,11 @@ static bool log_grow(mirror_state *st)
     return true;
 }
 
-bool mapping__mirror_log_append(mirror_state *st, int x, size_t lo, size_t hi)
+/* mapping__mirror_log_append's rest (mirror_internal.h has the common
+ * cases inline): a mark that starts below the previous one it touches, a
+ * compaction or an application that is due, a log that must grow. */
+bool mapping__mirror_log_append_slow(mirror_state *st, int x, size_t lo, size_t hi)
 {
-    if (st->n_inflight || st->modified[1 - x].count || (st->log_n && st->log_side != x))
-        return false;
     if (st->log_n) {
         mapping_range *last = &st->log[st->log_n - 1];
         if (lo <= last->hi && hi >= last->lo) { /* touches the previous mark: one range */
@@ -58,7 +60,7 @@ bool mapping__mirror_log_append(mirror_state *st, int x, size_t lo, size_t hi)
                 last->hi = hi;
             return true;
         }
-        if (st->log_n >= LOG_MIN_COMPACT && st->log_n >= 2 * st->log_sorted) {
+        if (st->log_n >= MIRROR_LOG_MIN_COMPACT && st->log_n >= 2 * st->log_sorted) {
             size_t ranges = st->modified[x].count;
             if (ranges && st->log_n > 4 * ranges) {
                 if (mapping__mirror_log_apply(st) != MAPPING_OK)

@@ -161,7 +161,12 @@ mapping_status mapping__check_copy(const char *fn, const mapping_stream *stream,
                                    size_t src_offset, const mapping_buffer *dst, size_t dst_offset, size_t bytes);
 mapping_status mapping__check_no_overlap(const char *fn, const mapping_buffer *src, size_t src_offset,
                                          const mapping_buffer *dst, size_t dst_offset, size_t bytes);
-mapping_status mapping__check_ptr(const char *fn, const char *what, const void *ptr);
+/* ptr is not NULL; inline (checked per batch add), the failure out of line. */
+mapping_status mapping__null_fail(const char *fn, const char *what);
+static inline mapping_status mapping__check_ptr(const char *fn, const char *what, const void *ptr)
+{
+    return ptr ? MAPPING_OK : mapping__null_fail(fn, what);
+}
 /* MAPPING_ERR_BUSY when called from a host function running on `stream`
  * (waiting for or destroying it there would deadlock); NULL is fine. */
 mapping_status mapping__check_not_in_host_fn(const char *fn, const mapping_stream *stream);

@@ -8,11 +8,9 @@ bool mapping__device_alive(const mapping_device *dev, uint64_t serial)
     return mapping__handle_live(MAPPING_HANDLE_DEVICE, dev) && dev->serial == serial;
 }
 
-mapping_status mapping__check_ptr(const char *fn, const char *what, const void *ptr)
+mapping_status mapping__null_fail(const char *fn, const char *what)
 {
-    if (!ptr)
-        return mapping__fail(MAPPING_ERR_NULL_ARGUMENT, "%s: %s is NULL", fn, what);
-    return MAPPING_OK;
+    return mapping__fail(MAPPING_ERR_NULL_ARGUMENT, "%s: %s is NULL", fn, what);
 }
 
 mapping_status mapping__check_device(const char *fn, const mapping_device *dev)

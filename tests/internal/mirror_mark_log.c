@@ -167,7 +167,7 @@ static size_t runs_of(const unsigned char *flags, size_t n)
  * ranges it names. */
 TEST(a_long_log_is_compacted_and_the_sets_stay_exact)
 {
-    enum { SIZE = 1 << 20, COMPACT_FROM = 1 << 17 }; /* mirror_mark_log.c's LOG_MIN_COMPACT */
+    enum { SIZE = 1 << 20, COMPACT_FROM = 1 << 17 }; /* MIRROR_LOG_MIN_COMPACT */
     mapping_device *dev = test_device();
     mapping_mirror *m = test_synced_mirror(dev, SIZE, 0, 9);
     unsigned char *stale_gpu = calloc(SIZE, 1), *none = calloc(SIZE, 1);
