@@ -197,6 +197,40 @@ TEST(batch_overlapping_host_to_device_copies_the_later_one_wins)
     mapping_free_gpu(buf);
 }
 
+/* Copies added out of order into more (direction, buffer) pairs than the
+ * plan's radix sort takes (16): the other sort must also keep, for two
+ * copies at one offset, the one added later last. Each buffer gets three
+ * copies at offset 64 (the last added wins), added round-robin and in
+ * reverse buffer order, and one read back of its first copy's bytes. */
+TEST(batch_over_many_buffers_the_later_of_two_copies_at_one_offset_wins)
+{
+    enum { BUFS = 12, SIZE = 256 };
+    mapping_device *dev = test_device();
+    mapping_buffer *bufs[BUFS];
+    unsigned char src[3][BUFS][32], back[BUFS][32], got[SIZE];
+    for (int k = 0; k < BUFS; k++) {
+        bufs[k] = filled_buffer(dev, SIZE, 0);
+        for (int v = 0; v < 3; v++)
+            memset(src[v][k], 1 + v + 3 * k, 32);
+    }
+    mapping_batch *batch;
+    CHECK_OK(mapping_batch_create(dev, &batch));
+    for (int v = 0; v < 3; v++)
+        for (int k = BUFS - 1; k >= 0; k--) {
+            CHECK_OK(mapping_batch_sync_to_gpu(batch, src[v][k], bufs[k], 64, 32));
+            if (v == 0) /* device to host too: 24 (direction, buffer) pairs */
+                CHECK_OK(mapping_batch_sync_to_cpu(batch, bufs[k], 64, back[k], 32));
+        }
+    CHECK_OK(mapping_batch_flush(NULL, batch));
+    for (int k = 0; k < BUFS; k++) {
+        CHECK_OK(mapping_sync_to_cpu(bufs[k], got));
+        CHECK_BYTES(got + 64, src[2][k], 32); /* the last of the three */
+        CHECK_BYTES(back[k], src[2][k], 32);  /* reads come after every write */
+        mapping_free_gpu(bufs[k]);
+    }
+    mapping_batch_destroy(batch);
+}
+
 TEST(batch_large_copy_goes_straight_through_unstaged)
 {
     mapping_device *dev = test_device();
