@@ -367,10 +367,16 @@ mapping_status mapping__batch_flush(mapping_stream *stream, mapping_batch *b)
     /* Blocking: where the back end has a blocking stream, every step is
      * queued there and waited for once, rather than each step waiting. */
     mapping_stream *queue = stream ? NULL : mapping__blocking_stream(b->dev);
-    /* Blocking, small copies in order: the one-pass flush (batch_direct.c). */
+    /* Blocking, small copies in order: the one-pass flush (batch_direct.c),
+     * or on a device whose memory is the CPU's, its copies through mapped
+     * memory, run by run. Blocking on such a device otherwise: copies
+     * through mapped memory in add order (batch_mapped.c). */
+    bool can_map = !stream && mapping__can_map(b->dev);
     bool direct = !stream && mapping__batch_direct_fits(b);
+    bool mapped_any = can_map && !direct && mapping__batch_mapped_fits(b);
+    bool mapped = mapped_any || (can_map && direct);
     batch_plan *p = &b->plan;
-    if (direct) {
+    if (mapped || direct) {
         st = mapping__batch_plan_take(b, p);
     } else {
         /* Only a copy of BATCH_LARGE_MIN bytes or more can go straight through. */
@@ -381,10 +387,10 @@ mapping_status mapping__batch_flush(mapping_stream *stream, mapping_batch *b)
         return st;
     b->busy = true; /* a callback (the log) must not re-enter this batch */
     mapping_trace_span span = mapping__trace_begin();
-    bool mapped = direct && mapping__can_map(b->dev);
-    mapping_status run = mapped   ? mapping__batch_mapped_run(b, p)
-                         : direct ? mapping__batch_direct_run(queue, b, p)
-                                  : run_plan(queue ? queue : stream, b, p, queue != NULL);
+    mapping_status run = mapped_any ? mapping__batch_mapped_any(b, p)
+                         : mapped   ? mapping__batch_mapped_runs(b, p)
+                         : direct   ? mapping__batch_direct_run(queue, b, p)
+                                    : run_plan(queue ? queue : stream, b, p, queue != NULL);
     if (queue && !mapped) /* a mapped run has nothing queued: its map and unmap block */
         run = finish_blocking(b, queue, p, run, direct);
     mapping__batch_flush_done(&span, stream, b, p, run);

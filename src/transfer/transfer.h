@@ -198,11 +198,17 @@ size_t         mapping__batch_sorted_prefix(const batch_copy *copies, size_t n);
 bool           mapping__batch_direct_fits(const mapping_batch *b);
 mapping_status mapping__batch_direct_run(mapping_stream *queue, mapping_batch *b, batch_plan *p);
 void           mapping__batch_direct_unpack(batch_plan *p);
-/* The one-pass flush through mapped device memory, where mapping__can_map
- * (batch_mapped.c): the CPU copies each run of copies of one direction and
- * buffer through one mapping of the span they cover. Blocking, nothing
- * queued; p->done says which copies were made. */
-mapping_status mapping__batch_mapped_run(mapping_batch *b, batch_plan *p);
+/* Blocking flushes through mapped device memory, where mapping__can_map
+ * (batch_mapped.c); nothing queued, p->done says which copies were made.
+ * _runs: the one-pass flush's copies (in plan order, all small): each run of
+ * one direction and buffer through one mapping of its span, in one pass.
+ * _any: copies in any order and of any size, touching at most 16 buffers
+ * (mapping__batch_mapped_fits, asked before the plan is taken): each
+ * buffer's span mapped once, the CPU copies in add order (host to device
+ * first). */
+mapping_status mapping__batch_mapped_runs(mapping_batch *b, batch_plan *p);
+bool           mapping__batch_mapped_fits(const mapping_batch *b);
+mapping_status mapping__batch_mapped_any(mapping_batch *b, batch_plan *p);
 /* After a blocking flush's steps were queued on the device's blocking
  * stream (run: how queueing them went): waits for them, even after a failed
  * step, since they read the staging. A failed wait leaves b->unwaited (the

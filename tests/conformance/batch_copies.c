@@ -246,7 +246,9 @@ TEST(batch_large_copy_goes_straight_through_unstaged)
     mapping_stats before = test_stats(dev);
     CHECK_OK(mapping_batch_flush(NULL, batch));
     mapping_stats after = test_stats(dev);
-    CHECK(after.h2d_copies - before.h2d_copies == 2); /* staging + the large one */
+    uint64_t transfers = after.h2d_copies - before.h2d_copies;
+    /* staging + the large one; one where the CPU copies through mapped device memory */
+    CHECK(transfers == 2 || transfers == 1);
     CHECK(after.h2d_bytes - before.h2d_bytes < large + 4096); /* the large one was not staged too */
     CHECK_OK(mapping_sync_to_cpu_range(NULL, buf, 0, got, large));
     CHECK_BYTES(got, src, large);
