@@ -62,6 +62,21 @@ static mapping_status unmap_run(const mapped_run *run, unsigned char *at)
     return first.status;
 }
 
+/* What a mapped flush moved: one transfer per direction in the counters,
+ * and for the trace every copy its own group, nothing staged. */
+static void mapped_done(mapping_batch *b, batch_plan *p, const size_t moved[2], const size_t copies[2])
+{
+    for (int d = 0; d < 2; d++)
+        if (moved[d])
+            mapping__count_shared_transfer(b->dev, d == 0, moved[d]);
+    p->group_count = copies[0] + copies[1];
+    p->h2d_groups = p->h2d_staged = copies[0];
+    p->d2h_staged = copies[1];
+    p->moved[0][0] = moved[0];
+    p->moved[1][0] = moved[1];
+    p->staging_bytes = 0;
+}
+
 /* ---- a batch's copies in plan order (the one-pass flush's: sorted, all small) ---- */
 
 /* The end of the run starting at copies[i] (same direction and buffer),
@@ -99,16 +114,7 @@ mapping_status mapping__batch_mapped_runs(mapping_batch *b, batch_plan *p)
         memset(p->done + i, 1, (end - i) * sizeof *p->done);
         st = unmap_run(&run, at);
     }
-    for (int d = 0; d < 2; d++)
-        if (moved[d])
-            mapping__count_shared_transfer(b->dev, d == 0, moved[d]);
-    /* For the trace: every copy its own group, nothing staged. */
-    p->group_count = copies[0] + copies[1];
-    p->h2d_groups = p->h2d_staged = copies[0];
-    p->d2h_staged = copies[1];
-    p->moved[0][0] = moved[0];
-    p->moved[1][0] = moved[1];
-    p->staging_bytes = 0;
+    mapped_done(b, p, moved, copies);
     return st;
 }
 
@@ -185,16 +191,7 @@ mapping_status mapping__batch_mapped_any(mapping_batch *b, batch_plan *p)
         mapping_status u = unmap_run(&s.run[k], s.at[k]);
         st = st != MAPPING_OK ? st : u;
     }
-    for (int d = 0; d < 2; d++)
-        if (moved[d])
-            mapping__count_shared_transfer(b->dev, d == 0, moved[d]);
-    /* For the trace: every copy its own group, nothing staged. */
-    p->group_count = copies[0] + copies[1];
-    p->h2d_groups = p->h2d_staged = copies[0];
-    p->d2h_staged = copies[1];
-    p->moved[0][0] = moved[0];
-    p->moved[1][0] = moved[1];
-    p->staging_bytes = 0;
+    mapped_done(b, p, moved, copies);
     return st;
 }
 
