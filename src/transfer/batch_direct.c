@@ -12,8 +12,10 @@
  * entry per copy, the bytes of all copies): [h2d table | d2h table | h2d
  * data | d2h data].
  *
- * On a CPU OpenCL device (the staging is the device's memory, the queue
- * runs on the device's threads) many host-to-device copies go in pieces
+ * On a CPU OpenCL device, blocking flushes copy through mapped memory
+ * (batch_mapped.c) unless MAPPING_BATCH_MAP=0. Then (the staging is the
+ * device's memory, the queue runs on the device's threads) many
+ * host-to-device copies go in pieces
  * (h2d_chunks): the device scatters one piece while this thread packs the
  * next. (Device to host in pieces, unpacking one piece while the device
  * gathers the next, needs a wait per piece; on PoCL those waits cost more

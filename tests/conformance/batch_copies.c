@@ -55,8 +55,10 @@ TEST(batch_of_scattered_small_copies_lands_every_byte_and_nothing_else)
     free(got);
 }
 
-/* A large in-order batch (packed and scattered in pieces where the device
- * scatters one piece while the CPU packs the next: a CPU OpenCL device) whose copies
+/* A large in-order batch (on a GPU packed and scattered; with
+ * MAPPING_BATCH_MAP=0 on a CPU OpenCL device in pieces, the device
+ * scattering one while the CPU packs the next; by default there copied
+ * through mapped memory) whose copies
  * each overlap the one before, in two buffers, with one device-to-host copy
  * at the end: every byte is the later copy's, at every piece boundary too,
  * and the device-to-host copy sees them. Then the same for device-to-host

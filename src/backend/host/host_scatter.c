@@ -21,7 +21,6 @@ typedef struct host_scatter_job {
     char                        *staging;
     char                        *buffer;
     bool                         gather; /* buffer -> staging */
-    bool                         owned;  /* the job is malloc'd: free it after running */
     size_t                       count;
     const mapping_scatter_entry *table;
     mapping_scatter_entry        copy[]; /* the table, when it cannot be read in staging */
@@ -42,8 +41,7 @@ static void run_job(void *arg)
 {
     host_scatter_job *job = arg;
     run_entries(job);
-    if (job->owned)
-        free(job);
+    free(job);
 }
 
 static mapping_status submit_job(void *dev, void *stream, char *staging, size_t table_offset, void *buffer,
@@ -61,7 +59,6 @@ static mapping_status submit_job(void *dev, void *stream, char *staging, size_t 
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "host: out of memory for a %s of %zu entries",
                              gather ? "gather" : "scatter", count);
     *job = now;
-    job->owned = true;
     if (in_staging) {
         job->table = (const mapping_scatter_entry *)(const void *)(staging + table_offset);
     } else {
