@@ -119,6 +119,7 @@ static mapping_status host_device_open(int index, const mapping_device_desc *des
     }
     pthread_mutex_init(&d->link.engine[HOST_LINK_H2D], NULL);
     pthread_mutex_init(&d->link.engine[HOST_LINK_D2H], NULL);
+    d->link.wake_margin_ns[HOST_LINK_H2D] = d->link.wake_margin_ns[HOST_LINK_D2H] = HOST_LINK_MARGIN_START_NS;
     *out = d;
     return MAPPING_OK;
 }

@@ -84,14 +84,41 @@ static void copy_bytes(host_device *dev, host_link_direction dir, void *dst, con
 
 /* ---- the link model ---- */
 
-/* Sleeps (never spins) until the deadline. On a real device the wait is a
- * DMA engine at work, which costs the CPU nothing; spinning here would take a
- * core from the other direction's memcpy (on a 2-core machine, half of it).
- * The thread wakes up late by the scheduler's latency plus its timer slack,
- * so the engine is held at least the modelled time. */
-static void link_wait_until(uint64_t deadline_ns)
+/* Waits until the deadline: a sleep, then a spin for the last few
+ * microseconds. On a real device the wait is a DMA engine at work, which
+ * costs the CPU nothing, so most of it is a sleep: spinning all of it would
+ * take a core from the other direction's memcpy (on a 2-core machine, half
+ * of it). But a sleep ends late by the scheduler's wake-up latency (12-25 us
+ * on this project's machine, with a 1 us timer slack), which made a
+ * modelled 5 us transfer take 17-21 us: the model was off by 4x for small
+ * transfers, and by an amount that depended on how much of the transfer the
+ * memcpy had already used. So the sleep ends one wake-up margin early and
+ * the rest is spun. The margin follows the latency seen: up at once past a
+ * late wake-up, down slowly, and never above LINK_MARGIN_MAX, which bounds
+ * the spin per transfer. */
+enum { LINK_MARGIN_MAX = 100000 }; /* ns */
+
+static uint64_t next_margin(uint64_t margin, uint64_t late)
 {
-    mapping_os_nap_until_ns(deadline_ns); /* a 1 us timer slack: the default 50 us made 5 us transfers 55-80 us */
+    uint64_t want = late + late / 4 + 1000; /* the wake-up seen, a quarter more, and the timer slack */
+    if (want > margin)
+        margin = want;
+    else
+        margin -= (margin - want) / 16;
+    return margin < LINK_MARGIN_MAX ? margin : LINK_MARGIN_MAX;
+}
+
+static void link_wait_until(host_link *link, host_link_direction dir, uint64_t deadline_ns)
+{
+    uint64_t now = mapping_os_now_ns(), margin = link->wake_margin_ns[dir];
+    if (now + margin < deadline_ns) {
+        uint64_t wake = deadline_ns - margin;
+        mapping_os_nap_until_ns(wake); /* a 1 us timer slack: the default 50 us made 5 us transfers 55-80 us */
+        now = mapping_os_now_ns();
+        link->wake_margin_ns[dir] = next_margin(margin, now > wake ? now - wake : 0);
+    }
+    while (now < deadline_ns)
+        now = mapping_os_now_ns();
 }
 
 /* Moves the bytes while holding the direction's engine, and keeps holding it
@@ -106,8 +133,7 @@ static void link_copy(host_device *dev, host_link_direction dir, void *dst, cons
     copy_bytes(dev, dir, dst, src, bytes);
     double ns = seconds * 1e9; /* the link's values are checked (os/link.c); the size is not bounded */
     uint64_t deadline = start + (ns < 1e18 ? (uint64_t)ns : (uint64_t)1e18);
-    if (mapping_os_now_ns() < deadline)
-        link_wait_until(deadline);
+    link_wait_until(link, dir, deadline);
     pthread_mutex_unlock(engine);
 }
 

@@ -24,7 +24,13 @@ typedef struct host_link {
     double          bandwidth; /* bytes/s; 0 = infinite */
     double          latency;   /* seconds per transfer */
     pthread_mutex_t engine[2]; /* per host_link_direction */
+    /* Per direction, under its engine: how long before the deadline a
+     * transfer's sleep ends (it then spins to the deadline), following the
+     * scheduler's wake-up latency on this machine (host_queue.c). */
+    uint64_t        wake_margin_ns[2];
 } host_link;
+
+enum { HOST_LINK_MARGIN_START_NS = 20000 }; /* the wake-up margin a device opens with */
 
 typedef struct host_device {
     bool      poison;
