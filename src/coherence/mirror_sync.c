@@ -281,6 +281,9 @@ static size_t merge_ranges(mirror_state *st, int s, mapping_range *v, size_t n, 
 
 /* ---- the copy step ---- */
 
+static mapping_status send_sorted_list(mapping_stream *stream, mirror_state *st, int target, const mapping_range *list,
+                                       size_t n, size_t largest, size_t *done);
+
 /* Sends a list of ranges (host offsets; the buffer's are gpu_base higher)
  * through the mirror's batch. *done = n either way: on failure some may be
  * done or queued, later work orders after all of them, and none becomes
@@ -288,11 +291,25 @@ static size_t merge_ranges(mirror_state *st, int s, mapping_range *v, size_t n, 
 static mapping_status send_list(mapping_stream *stream, mirror_state *st, int target, const mapping_range *list,
                                 size_t n, size_t *done)
 {
+    return send_sorted_list(stream, st, target, list, n, SIZE_MAX, done);
+}
+
+/* send_list for a list sorted, disjoint and within the mirror (what a sync
+ * of the log sends) whose longest range is `largest` bytes: the ranges are
+ * not checked again on the way (mapping__transfer_sorted_ranges). SIZE_MAX:
+ * not known, every range is checked. */
+static mapping_status send_sorted_list(mapping_stream *stream, mirror_state *st, int target, const mapping_range *list,
+                                       size_t n, size_t largest, size_t *done)
+{
     *done = 0;
     mapping_status status;
     if (!st->batch && (status = mapping__batch_create(st->dev, &st->batch)) != MAPPING_OK)
         return status;
-    status = mapping__transfer_ranges(stream, st->batch, target == MIRROR_GPU, st->cpu, st->gpu, st->gpu_base, list, n);
+    bool to_gpu = target == MIRROR_GPU;
+    status = largest == SIZE_MAX
+                 ? mapping__transfer_ranges(stream, st->batch, to_gpu, st->cpu, st->gpu, st->gpu_base, list, n)
+                 : mapping__transfer_sorted_ranges(stream, st->batch, to_gpu, st->cpu, st->gpu, st->gpu_base, list, n,
+                                                   largest);
     if (status != MAPPING_OK)
         mapping__batch_clear(st->batch);
     *done = n;
@@ -409,7 +426,7 @@ static mapping_status sync_log_batched(mirror_state *st, int t, mirror_sync_repo
     const mapping_range *u = st->log;
     size_t k = st->log_n;
     mapping_range *list = NULL; /* NULL while the list is the log */
-    size_t n = 0, moved = 0;
+    size_t n = 0, moved = 0, largest = 0;
     for (size_t i = 0, hi; i < k; n++) {
         size_t next = merge_run(st, s, u, k, i, MIRROR_BATCH_MERGE_GAP, &hi);
         if (next != i + 1 && !list) {
@@ -421,11 +438,12 @@ static mapping_status sync_log_batched(mirror_state *st, int t, mirror_sync_repo
         if (list)
             list[n] = (mapping_range){u[i].lo, hi};
         moved += hi - u[i].lo;
+        largest = hi - u[i].lo > largest ? hi - u[i].lo : largest;
         i = next;
     }
     *report = (mirror_sync_report){.stale_ranges = k, .copies = n, .moved = moved};
-    size_t done = 0;
-    return send_list(NULL, st, t, list ? list : u, n, &done);
+    size_t done = 0; /* the log is sorted and merged, within the mirror: the list is too */
+    return send_sorted_list(NULL, st, t, list ? list : u, n, largest, &done);
 }
 
 /* A blocking sync of the whole family to t, with marks of the other side

@@ -249,6 +249,16 @@ mapping_status mapping__batch_push(mapping_batch *b, const batch_copy *c);
 mapping_status mapping__transfer_ranges(mapping_stream *stream, mapping_batch *reuse, bool to_gpu, void *host,
                                         mapping_buffer *buf, size_t base, const mapping_range *ranges,
                                         size_t count);
+/* mapping__transfer_ranges for a list the caller vouches for: its ranges
+ * sorted by offset, disjoint, within buf from base, the longest `largest`
+ * bytes (a mirror's stale ranges: checked when they were marked). Only the
+ * handles and the base are checked, not each range: for a thousand ranges
+ * that pass cost more than the rest of a small sync. Builds with assertions
+ * (no NDEBUG: the sanitizer builds) check the ranges too and refuse a list
+ * that breaks the promise. */
+mapping_status mapping__transfer_sorted_ranges(mapping_stream *stream, mapping_batch *reuse, bool to_gpu, void *host,
+                                               mapping_buffer *buf, size_t base, const mapping_range *ranges,
+                                               size_t count, size_t largest);
 /* mapping__transfer_ranges' blocking path for ranges sorted by offset,
  * disjoint and each below BATCH_LARGE_MIN (mapping__transfer_ranges checks
  * that as it checks their bounds), on a back end that scatters and gathers,

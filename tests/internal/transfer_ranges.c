@@ -71,3 +71,58 @@ TEST(transfer_ranges_refuses_a_range_past_the_buffer_and_moves_nothing)
     CHECK_BYTES(got, expect, sizeof expect);
     mapping_free_gpu(buf);
 }
+
+/* The entry point for a list the caller vouches for (a mirror's log): the
+ * same bytes as mapping__transfer_ranges, each way. Where assertions are
+ * built in (no NDEBUG: the sanitizer builds), a list that breaks the
+ * promise (unsorted, past the buffer, or longer than `largest` says) is
+ * refused and moves nothing; elsewhere the ranges are not checked. */
+TEST(transfer_sorted_ranges_moves_a_vouched_list_and_checks_the_promise_where_assertions_are)
+{
+    mapping_device *dev = test_device();
+    mapping_buffer *buf;
+    CHECK_OK(mapping_allocate_gpu(dev, BASE + SIZE, &buf));
+    CHECK_OK(mapping_fill_gpu(NULL, buf, 0, BASE + SIZE, 0));
+    unsigned char *host = malloc(SIZE), *back = calloc(1, SIZE), *expect = calloc(1, SIZE), *got = malloc(SIZE);
+    test_pattern(host, SIZE, 41);
+    enum { N = 100, LEN = 96 };
+    mapping_range ranges[N];
+    for (size_t i = 0; i < N; i++) {
+        ranges[i] = (mapping_range){i * 300 + 5, i * 300 + 5 + LEN};
+        memcpy(expect + ranges[i].lo, host + ranges[i].lo, LEN);
+    }
+    mapping_batch *reuse;
+    CHECK_OK(mapping_batch_create(dev, &reuse));
+    CHECK_OK(mapping__transfer_sorted_ranges(NULL, reuse, true, host, buf, BASE, ranges, N, LEN));
+    CHECK_OK(mapping_sync_to_cpu_range(NULL, buf, BASE, got, SIZE));
+    CHECK_BYTES(got, expect, SIZE);
+    CHECK_OK(mapping__transfer_sorted_ranges(NULL, reuse, false, back, buf, BASE, ranges, N, LEN));
+    CHECK_BYTES(back, expect, SIZE);
+    /* The handles and the base are checked in every build. */
+    CHECK_STATUS(mapping__transfer_sorted_ranges(NULL, reuse, true, NULL, buf, BASE, ranges, N, LEN),
+                 MAPPING_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(mapping__transfer_sorted_ranges(NULL, reuse, true, host, buf, BASE + SIZE + 1, ranges, N, LEN),
+                 MAPPING_ERR_OUT_OF_RANGE);
+#ifndef NDEBUG
+    mapping_range unsorted[2] = {ranges[1], ranges[0]}, past = {SIZE - 8, SIZE + 8};
+    CHECK_STATUS(mapping__transfer_sorted_ranges(NULL, reuse, true, host, buf, BASE, unsorted, 2, LEN),
+                 MAPPING_ERR_INVALID_ARGUMENT);
+    CHECK_STATUS(mapping__transfer_sorted_ranges(NULL, reuse, true, host, buf, BASE, &past, 1, 16),
+                 MAPPING_ERR_OUT_OF_RANGE);
+    mapping_range large = {0, 1 << 16};
+    CHECK_STATUS(mapping__transfer_sorted_ranges(NULL, reuse, true, host, buf, BASE, &large, 1, 64),
+                 MAPPING_ERR_INVALID_ARGUMENT); /* longer than largest says */
+    CHECK(mapping_batch_count(reuse) == 0);
+    CHECK_OK(mapping_sync_to_cpu_range(NULL, buf, BASE, got, SIZE));
+    CHECK_BYTES(got, expect, SIZE); /* nothing moved */
+    printf("assertions built in: a broken promise was refused\n");
+#else
+    printf("NDEBUG build: the ranges of a vouched list are not checked (the sanitizer builds check them)\n");
+#endif
+    mapping_batch_destroy(reuse);
+    mapping_free_gpu(buf);
+    free(host);
+    free(back);
+    free(expect);
+    free(got);
+}
