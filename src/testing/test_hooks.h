@@ -15,8 +15,8 @@
  *   tests/internal/fault_sweep.c sweeps both;
  * - the core objects and the back-end table (core/core.h), for tests that
  *   call a back end's operations directly;
- * - mapping__transfer_ranges (transfer/transfer.h), the coherence layer's
- *   entry point into batching;
+ * - mapping__transfer_ranges and mapping__transfer_sorted_ranges
+ *   (transfer/transfer.h), the coherence layer's entry points into batching;
  * - the JSON string writer (os/json.h), to build the strings tests expect;
  * - read-only accessors of a mirror's state (below, src/testing/test_hooks.c),
  *   to read with the range-set functions of coherence/range_set.h.
