@@ -170,17 +170,20 @@ mapping_status mapping__batch_push(mapping_batch *b, const batch_copy *c)
     return push(b, c->buf, c->offset, c->bytes, c->src, c->to_gpu);
 }
 
-/* An add's checks. The batch is looked up every time; its device and the
+/* An add's checks. The batch is looked up when it is not the one this
+ * thread last added to, or a handle was removed since; its device and the
  * buffer only when a handle was removed since the batch's last add, or the
- * buffer is another one: adding many copies into one buffer costs one hash
- * lookup each, not three. */
+ * buffer is another one: adding many copies to one buffer costs no hash
+ * lookup at all. */
+static _Thread_local MAPPING_TLS_FAST mapping_live_memo add_memo; /* the batch last added to */
+
 static mapping_status check_copy(const char *fn, mapping_batch *b, const void *host, const char *host_name,
                                  const mapping_buffer *buf, const char *buf_name, size_t offset, size_t bytes)
 {
     uint64_t removals = mapping__handle_removals_any(); /* before the lookups it vouches for */
-    mapping_status st = batch_lookup(fn, b);
-    if (st != MAPPING_OK)
-        return st;
+    mapping_status st;
+    if (!mapping__handle_live_memo(&add_memo, MAPPING_HANDLE_BATCH, b, removals) && (st = batch_lookup(fn, b)))
+        return st; /* batch_lookup names the failure */
     bool unchanged = removals == b->checked_removals; /* its device and checked_buf are still live */
     if ((st = batch_check_rest(fn, b, unchanged)) || (st = mapping__check_ptr(fn, host_name, host)))
         return st;

@@ -479,3 +479,61 @@ TEST(handles_are_checked_correctly_while_other_threads_create_and_free)
     CHECK(failures == 0);
     mapping_free_gpu(stable);
 }
+
+typedef struct destroyer {
+    mapping_batch  *b;
+    mapping_mirror *m;
+} destroyer;
+
+static void *destroy_both(void *arg)
+{
+    destroyer *d = arg;
+    mapping_batch_destroy(d->b);
+    mapping_mirror_destroy(d->m);
+    return NULL;
+}
+
+/* A loop of adds (or marks) checks its batch (or mirror) once and then
+ * remembers it, per thread, until any handle is removed. So the call right
+ * after many good ones, on a handle destroyed in between (on this thread or
+ * another), is refused, and never reads the freed object (ASan). A new
+ * object at the same address is live again. */
+TEST(a_batch_or_mirror_destroyed_after_a_loop_of_adds_or_marks_is_refused_at_the_next_call)
+{
+    mapping_device *dev = test_device();
+    mapping_buffer *buf;
+    CHECK_OK(mapping_allocate_gpu(dev, 4096, &buf));
+    for (int other_thread = 0; other_thread < 2; other_thread++) {
+        mapping_batch *b;
+        mapping_mirror *m;
+        CHECK_OK(mapping_batch_create(dev, &b));
+        CHECK_OK(mapping_mirror_create(dev, 4096, 0, &m));
+        for (size_t i = 0; i < 64; i++) {
+            CHECK_OK(mapping_batch_sync_to_gpu(b, host, buf, i * 64, 64));
+            CHECK_OK(mapping_mirror_mark_cpu_modified(m, i * 64, 64));
+        }
+        if (other_thread) {
+            destroyer d = {b, m};
+            pthread_t t;
+            CHECK(pthread_create(&t, NULL, destroy_both, &d) == 0);
+            pthread_join(t, NULL);
+        } else {
+            mapping_batch_destroy(b);
+            mapping_mirror_destroy(m);
+        }
+        CHECK_STATUS(mapping_batch_sync_to_gpu(b, host, buf, 0, 64), MAPPING_ERR_INVALID_HANDLE);
+        CHECK_STATUS(mapping_batch_sync_to_cpu(b, buf, 0, host, 64), MAPPING_ERR_INVALID_HANDLE);
+        CHECK_STATUS(mapping_mirror_mark_cpu_modified(m, 0, 64), MAPPING_ERR_INVALID_HANDLE);
+        CHECK_STATUS(mapping_mirror_mark_gpu_modified(m, 0, 64), MAPPING_ERR_INVALID_HANDLE);
+        /* A new batch may sit at the old address: it is a live one. */
+        mapping_batch *again;
+        CHECK_OK(mapping_batch_create(dev, &again));
+        CHECK_OK(mapping_batch_sync_to_gpu(again, host, buf, 0, 64));
+        CHECK(mapping_batch_count(again) == 1);
+        if (again != b)
+            CHECK_STATUS(mapping_batch_sync_to_gpu(b, host, buf, 0, 64), MAPPING_ERR_INVALID_HANDLE);
+        CHECK_OK(mapping_batch_flush(NULL, again));
+        mapping_batch_destroy(again);
+    }
+    mapping_free_gpu(buf);
+}
