@@ -281,23 +281,14 @@ static size_t merge_ranges(mirror_state *st, int s, mapping_range *v, size_t n, 
 
 /* ---- the copy step ---- */
 
-static mapping_status send_sorted_list(mapping_stream *stream, mirror_state *st, int target, const mapping_range *list,
-                                       size_t n, size_t largest, size_t *done);
-
 /* Sends a list of ranges (host offsets; the buffer's are gpu_base higher)
  * through the mirror's batch. *done = n either way: on failure some may be
  * done or queued, later work orders after all of them, and none becomes
- * valid (they are recopied by the next sync). */
-static mapping_status send_list(mapping_stream *stream, mirror_state *st, int target, const mapping_range *list,
-                                size_t n, size_t *done)
-{
-    return send_sorted_list(stream, st, target, list, n, SIZE_MAX, done);
-}
-
-/* send_list for a list sorted, disjoint and within the mirror (what a sync
- * of the log sends) whose longest range is `largest` bytes: the ranges are
- * not checked again on the way (mapping__transfer_sorted_ranges). SIZE_MAX:
- * not known, every range is checked. */
+ * valid (they are recopied by the next sync). A list sorted, disjoint and
+ * within the mirror (what a sync of the log sends) whose longest range is
+ * `largest` bytes is not checked again on the way
+ * (mapping__transfer_sorted_ranges); largest = SIZE_MAX: not known, every
+ * range is checked (send_list). */
 static mapping_status send_sorted_list(mapping_stream *stream, mirror_state *st, int target, const mapping_range *list,
                                        size_t n, size_t largest, size_t *done)
 {
@@ -314,6 +305,12 @@ static mapping_status send_sorted_list(mapping_stream *stream, mirror_state *st,
         mapping__batch_clear(st->batch);
     *done = n;
     return status;
+}
+
+static mapping_status send_list(mapping_stream *stream, mirror_state *st, int target, const mapping_range *list,
+                                size_t n, size_t *done)
+{
+    return send_sorted_list(stream, st, target, list, n, SIZE_MAX, done);
 }
 
 mapping_status mapping__mirror_copy_ranges(mapping_stream *stream, mirror_state *st, int target,
