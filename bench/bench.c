@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include "bench.h"
 #include "bench_args.h"
+#include "targets.h"
 #include "os/json.h"
 
 static const bench_section *sections[64];
@@ -315,53 +316,31 @@ void bench_note(bench_ctx *ctx, const char *fmt, ...)
 
 static char figures_json[16384];
 static size_t figures_len;
-static char missed_json[4096];
-static size_t missed_len;
-static int missed_count;
 
-/* A figure whose description states a target, "(target < 100 ns)", "(target
- * >= 10000)", "(target 0)": -1 when there is none, else 1 if value meets it. */
-static int meets_target(const char *what, double value, char *target, size_t len)
-{
-    const char *p = strstr(what, "target ");
-    if (!p)
-        return -1;
-    p += 7;
-    const char *op = "==";
-    static const char *const ops[] = {"<=", ">=", "<", ">"};
-    for (int i = 0; i < 4; i++)
-        if (!strncmp(p, ops[i], strlen(ops[i]))) {
-            op = ops[i];
-            p += strlen(ops[i]);
-            break;
-        }
-    char *end;
-    double t = strtod(p, &end);
-    if (end == p)
-        return -1;
-    snprintf(target, len, "%s %g", op, t);
-    if (!isfinite(value))
-        return 0;
-    return !strcmp(op, "<=") ? value <= t : !strcmp(op, ">=") ? value >= t : !strcmp(op, "<") ? value < t
-           : !strcmp(op, ">") ? value > t : value == t;
-}
-
-void bench_figure(bench_ctx *ctx, const char *id, double value, const char *unit, const char *what)
+void bench_figure_sized(bench_ctx *ctx, const char *id, double value, const char *unit, const char *what, size_t size,
+                        size_t full)
 {
     char key[128]; /* ids are short constants; one longer than this would be cut */
-    char target[64];
-    int met = meets_target(what, value, target, sizeof target);
-    fprintf(ctx->out, "  => %-44s %12.4g %s%s\n", what, value, unit, met == 0 ? "   <== MISSED the target" : "");
+    char verdict[256];
+    bench_target t;
+    bench_target_parse(what, &t);
+    bench_target_scale(&t, size, full);
+    bench_target_status s = bench_target_check(&t, value);
+    bench_target_describe(&t, s, value, unit, verdict, sizeof verdict);
+    char desc[256]; /* the description without its "(target ...)" */
+    snprintf(desc, sizeof desc, "%.*s%s", (int)t.desc_len, what, t.found ? t.rest : "");
+    fprintf(ctx->out, "  => %-44s %12.4g %s%s%s\n", desc, value, unit, *verdict ? "   " : "", verdict);
     mapping_json_string(key, sizeof key, id);
-    if (met == 0 && missed_len < sizeof missed_json - 256) {
-        missed_len += (size_t)snprintf(missed_json + missed_len, sizeof missed_json - missed_len,
-                                       "%s{\"figure\":%s,\"value\":%.6g,\"target\":\"%s\"}",
-                                       missed_count++ ? "," : "", key, isfinite(value) ? value : 0.0, target);
-    }
+    bench_targets_record(key, value, &t, s);
     if (figures_len < sizeof figures_json - 256)
         figures_len += (size_t)snprintf(figures_json + figures_len, sizeof figures_json - figures_len,
                                         "%s%s:%.6g", ctx->json_figures++ ? "," : "", key,
                                         isfinite(value) ? value : 0.0);
+}
+
+void bench_figure(bench_ctx *ctx, const char *id, double value, const char *unit, const char *what)
+{
+    bench_figure_sized(ctx, id, value, unit, what, 0, 0);
 }
 
 const char *bench_size_name(size_t bytes, char *buf, size_t len)
@@ -474,10 +453,10 @@ static int run_sections(bench_ctx *ctx, const char *only)
 /* Closes the JSON document and prints it (with --json). */
 static void report_end(bench_ctx *ctx)
 {
-    json_append(ctx, "],\"figures\":{%.*s},\"missed_targets\":[%.*s]}", (int)figures_len, figures_json,
-                (int)missed_len, missed_json);
-    if (missed_count)
-        fprintf(ctx->out, "\n%d figure(s) MISSED their target (marked <== above)\n", missed_count);
+    char targets[12288];
+    bench_targets_json(targets, sizeof targets);
+    json_append(ctx, "],\"figures\":{%.*s}%s}", (int)figures_len, figures_json, targets);
+    bench_targets_summary(ctx->out, ctx->strict);
     if (ctx->json && ctx->json_buf)
         printf("%s\n", ctx->json_buf);
     free(ctx->json_buf);
@@ -498,5 +477,7 @@ int bench_main(int argc, char **argv)
     int failed = run_sections(&ctx, args.only);
     report_end(&ctx);
     mapping_close(ctx.dev);
+    if (!failed && ctx.strict && bench_targets_failed())
+        return BENCH_EXIT_STRICT;
     return failed;
 }

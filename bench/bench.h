@@ -12,13 +12,15 @@
 #include <stdio.h>
 #include "mapping.h"
 
-/* Exit status of `mapping bench` when the back end asked for is absent. */
-enum { BENCH_EXIT_UNAVAILABLE = 77 };
+/* Exit status of `mapping bench` when the back end asked for is absent, and
+ * with --strict when a figure missed its target or read as noise. */
+enum { BENCH_EXIT_UNAVAILABLE = 77, BENCH_EXIT_STRICT = 3 };
 
 typedef struct bench_ctx {
     mapping_device     *dev;
     mapping_device_info info;
     int                 quick; /* fewer sizes and runs */
+    int                 strict; /* --strict: a missed target fails the run (BENCH_EXIT_STRICT) */
     int                 runs;  /* runs per figure; the median is reported */
     int                 json;
     FILE               *out;   /* text output (stdout; stderr when --json) */
@@ -106,8 +108,17 @@ void bench_progress(bench_ctx *ctx, const char *fmt, ...) __attribute__((format(
 int  bench_sizes(const bench_ctx *ctx, size_t start, size_t end, double factor, size_t *sizes, int max);
 /* A line of text under a table (JSON: a note). */
 void bench_note(bench_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* A headline figure: printed and kept in JSON "figures". */
+/* A headline figure: printed and kept in JSON "figures". A target stated in
+ * `what`, "(target <= 2)", is checked and shown as information ("target
+ * <= 2x: met" / "not met"; JSON "targets"); a value below zero or NaN is
+ * reported as noise, never as met (targets.c). */
 void bench_figure(bench_ctx *ctx, const char *id, double value, const char *unit, const char *what);
+/* The same, for a target that grows with the size of the run (a ratio
+ * against a copy of the whole buffer) and is stated for `full` bytes: on a
+ * run of `size` bytes (--quick shrinks them) it is scaled by size / full,
+ * and the report says so. */
+void bench_figure_sized(bench_ctx *ctx, const char *id, double value, const char *unit, const char *what, size_t size,
+                        size_t full);
 
 /* Human size, "64 KiB". */
 const char *bench_size_name(size_t bytes, char *buf, size_t len);

@@ -11,12 +11,16 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: mapping bench [--backend NAME] [--device N] [--quick] [--runs N] [--only S,S]\n"
                "                     [--sizes START,END,FACTOR] [--direction h2d,d2h,d2d,bidir] [--json | --csv]\n"
+               "                     [--strict]\n"
                "  --sizes     the bandwidth sweep, in bytes (K, M, G: KiB, MiB, GiB), e.g. 4K,256M,4\n"
                "  --runs      runs per figure, 1 to 64 (the median is reported, with min and max)\n"
                "  --json      the report as JSON on stdout (scripts/plot_bench.py plots it); --csv: CSV\n"
-               "exit status: 0 done, 1 a section failed, 2 bad arguments, %d the back end is not available here\n"
+               "  --strict    a figure that misses its target (or reads as noise) fails the run (for CI);\n"
+               "              without it, targets are information\n"
+               "exit status: 0 done, 1 a section failed, 2 bad arguments, %d --strict and a target missed,\n"
+               "             %d the back end is not available here\n"
                "sections:\n",
-            BENCH_EXIT_UNAVAILABLE);
+            BENCH_EXIT_STRICT, BENCH_EXIT_UNAVAILABLE);
     for (int i = 0; i < bench_section_count(); i++)
         fprintf(f, "  %-12s %s\n", bench_section_at(i)->name, bench_section_at(i)->help);
 }
@@ -121,7 +125,7 @@ static const char *unknown_section(const char *only)
 
 int bench_parse_args(int argc, char **argv, bench_args *args, bench_ctx *ctx)
 {
-    enum { OPT_SIZES = 256, OPT_DIRECTION, OPT_CSV, OPT_VERSION };
+    enum { OPT_SIZES = 256, OPT_DIRECTION, OPT_CSV, OPT_VERSION, OPT_STRICT };
     static const struct option options[] = {
         {"backend", required_argument, NULL, 'b'}, {"device", required_argument, NULL, 'd'},
         {"runs", required_argument, NULL, 'r'},    {"only", required_argument, NULL, 'o'},
@@ -129,6 +133,7 @@ int bench_parse_args(int argc, char **argv, bench_args *args, bench_ctx *ctx)
         {"csv", no_argument, NULL, OPT_CSV},       {"sizes", required_argument, NULL, OPT_SIZES},
         {"direction", required_argument, NULL, OPT_DIRECTION},
         {"version", no_argument, NULL, OPT_VERSION}, {"help", no_argument, NULL, 'h'},
+        {"strict", no_argument, NULL, OPT_STRICT},
         {NULL, 0, NULL, 0}};
     long v;
     const char *bad;
@@ -156,6 +161,7 @@ int bench_parse_args(int argc, char **argv, bench_args *args, bench_ctx *ctx)
         case 'q': ctx->quick = 1; break;
         case 'j': ctx->json = 1; break;
         case OPT_CSV: ctx->csv = 1; break;
+        case OPT_STRICT: ctx->strict = 1; break;
         case OPT_SIZES:
             if (parse_sizes(a, ctx))
                 return bad_argument("--sizes %s: expected START,END,FACTOR with 0 < START <= END (bytes; K, M, G "
