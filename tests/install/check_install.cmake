@@ -3,7 +3,10 @@
 # or HOW = find_package: a CMake project with find_package(mapping). The
 # program must run. HOW = subdirectory: a parent project includes the source
 # tree with add_subdirectory, links mapping::mapping_static, and gets none of
-# mapping's tests.
+# mapping's tests. HOW = mpi_pkgconfig / mpi_find_package: the same for
+# libmapping_mpi (tests/install/mpi_app.c: `cc mpi_app.c $(pkg-config
+# --cflags --libs mapping_mpi)`, or find_package(mapping COMPONENTS mpi) and
+# mapping::mapping_mpi), run on 2 ranks with MPIEXEC.
 file(REMOVE_RECURSE ${WORK_DIR})
 set(prefix ${WORK_DIR}/prefix)
 function(run)
@@ -55,7 +58,59 @@ if(PACKAGE_VERSION MATCHES "^0\\." AND PACKAGE_VERSION_COMPATIBLE)
   message(FATAL_ERROR "mapping ${PACKAGE_VERSION} claims to be compatible with a request for 0.0")
 endif()
 
-if(HOW STREQUAL "pkgconfig")
+if(HOW MATCHES "^mpi_")
+  set(mpirun ${MPIEXEC} -np 2 --oversubscribe --timeout 60)
+  if(NOT EXISTS ${pcdir}/mapping_mpi.pc OR NOT EXISTS ${libdir}/libmapping_mpi.so
+     OR NOT EXISTS ${libdir}/cmake/mapping/mappingMpiTargets.cmake OR NOT EXISTS ${prefix}/include/mapping_mpi.h)
+    message(FATAL_ERROR "missing after install: mapping_mpi.pc, libmapping_mpi.so, mappingMpiTargets.cmake or mapping_mpi.h")
+  endif()
+  if(HOW STREQUAL "mpi_pkgconfig")
+    set(ENV{PKG_CONFIG_PATH} ${pcdir})
+    run(pkg-config --cflags --libs mapping_mpi)
+    string(STRIP "${last_output}" flags)
+    if(NOT flags MATCHES "-lmapping_mpi" OR NOT flags MATCHES "-lmapping( |$)" OR flags MATCHES ";")
+      message(FATAL_ERROR "pkg-config --libs mapping_mpi: ${flags}")
+    endif()
+    separate_arguments(flags UNIX_COMMAND "${flags}")
+    # The plain compiler, not mpicc: the .pc file brings MPI's flags.
+    run(${C_COMPILER} ${SOURCE_DIR}/tests/install/mpi_app.c ${flags} -o ${WORK_DIR}/mpi_app)
+    run(${CMAKE_COMMAND} -E env LD_LIBRARY_PATH=${libdir} ${mpirun} ${WORK_DIR}/mpi_app)
+  else()
+    run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/install/mpi_consumer -B ${WORK_DIR}/consumer
+        -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_C_COMPILER=${C_COMPILER})
+    run(${CMAKE_COMMAND} --build ${WORK_DIR}/consumer)
+    run(${mpirun} ${WORK_DIR}/consumer/mpi_consumer)
+    # A component the package does not have fails find_package, saying so.
+    execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/install/mpi_consumer -B ${WORK_DIR}/nocomp
+      -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_C_COMPILER=${C_COMPILER} -DMAPPING_COMPONENT=nosuch
+      RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+    if(rc EQUAL 0)
+      message(FATAL_ERROR "find_package(mapping COMPONENTS nosuch) succeeded")
+    endif()
+  endif()
+  if(NOT last_output MATCHES "ok on 2 ranks")
+    message(FATAL_ERROR "the MPI program said: ${last_output}")
+  endif()
+  message(STATUS "${HOW}: ${last_output}")
+elseif(HOW STREQUAL "static_pkgconfig")
+  # mapping-static.pc links libmapping.a: the program runs with no
+  # libmapping.so to be found, and does not ask for one.
+  set(ENV{PKG_CONFIG_PATH} ${pcdir})
+  run(pkg-config --cflags --libs mapping-static)
+  string(STRIP "${last_output}" flags)
+  separate_arguments(flags UNIX_COMMAND "${flags}")
+  run(${C_COMPILER} ${SOURCE_DIR}/tests/install/app.c ${flags} -o ${WORK_DIR}/app_static)
+  run(${WORK_DIR}/app_static)
+  set(said "${last_output}")
+  find_program(READELF readelf)
+  if(READELF)
+    run(${READELF} -d ${WORK_DIR}/app_static)
+    if(last_output MATCHES "libmapping")
+      message(FATAL_ERROR "linked with mapping-static.pc, the program still needs libmapping.so:\n${last_output}")
+    endif()
+  endif()
+  message(STATUS "pkg-config mapping-static build: ${said}")
+elseif(HOW STREQUAL "pkgconfig")
 set(ENV{PKG_CONFIG_PATH} ${pcdir})
 run(pkg-config --cflags --libs mapping)
 string(STRIP "${last_output}" flags)
