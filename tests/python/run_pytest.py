@@ -11,7 +11,9 @@ for mod in ("numpy", "pytest"):
     except ImportError:
         missing.append(mod)
 if missing:
-    print("SKIP: the Python tests need %s (pip install numpy pytest pyopencl)" % " and ".join(missing))
+    print("SKIP: the Python tests need %s, which %s lacks (%s -m pip install numpy pytest; or choose another "
+          "interpreter: PYTHON=/path/to/python3 scripts/test.sh, or cmake -DPython3_EXECUTABLE=/path/to/python3)"
+          % (" and ".join(missing), sys.executable, sys.executable))
     sys.exit(77)
 
 import pytest  # noqa: E402
