@@ -32,7 +32,7 @@ if(HOW STREQUAL "subdirectory")
 endif()
 
 run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
-foreach(f bin/mapping include/mapping.h share/doc/mapping/LICENSE share/man/man1/mapping.1)
+foreach(f bin/mapping bin/mapping-plot-bench include/mapping.h share/doc/mapping/LICENSE share/man/man1/mapping.1)
   if(NOT EXISTS ${prefix}/${f})
     message(FATAL_ERROR "missing after install: ${f}")
   endif()
