@@ -17,7 +17,8 @@ static void usage(FILE *f)
                "  MAPPING_HOST_LINK (bandwidth,latency for the host back end's link model),\n"
                "  MAPPING_TRACE (a file: Chrome Trace Event JSON of what the library did),\n"
                "  MAPPING_CHECK=unmarked (mirror syncs catch host writes without a mark)\n"
-               "exit status: 0 done, 1 failed, 2 bad command line, 77 back end not available\n"
+               "exit status: 0 done, 1 failed, 2 bad command line, 3 bench --strict: a target missed,\n"
+               "  77 back end not available\n"
                "see mapping(1)\n",
             mapping_version());
 }
