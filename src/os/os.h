@@ -76,12 +76,15 @@ const char *mapping_os_link_check(double bandwidth, double latency);
 bool mapping_os_parse_double(const char *text, const char *end_chars, const char **end, double *out);
 /* The per-user cache (os/cache_file.c): the path of file `name` in the cache
  * directory ($MAPPING_CACHE_DIR, else $XDG_CACHE_HOME/mapping, else
- * $HOME/.cache/mapping; made if missing), 0; -1 when there is none or it is
- * "off". */
+ * $HOME/.cache/mapping; made 0700 if missing), 0; -1 when there is none, it
+ * is "off", or it is not a directory of this user's that only this user may
+ * write (logged once per process). */
 int      mapping_os_cache_path(const char *name, char *out, size_t len);
-/* The whole file, malloc'd (NULL if missing, empty, unreadable or over max bytes). */
+/* The whole file, malloc'd: NULL if missing, empty, unreadable, over max
+ * bytes, not a regular file (opened without blocking or following a link),
+ * not owned by this user or writable by group or others. */
 void    *mapping_os_read_file(const char *path, size_t max, size_t *len);
-/* Writes the file through a temporary one and rename(): readers never see half a file. 0 or -1. */
+/* Writes the file (mode 0600) through a temporary one and rename(): readers never see half a file. 0 or -1. */
 int      mapping_os_write_file_atomic(const char *path, const void *data, size_t len);
 /* FNV-1a, continuing from h (start with 0xcbf29ce484222325). */
 uint64_t mapping_os_hash64(const void *data, size_t len, uint64_t h);
