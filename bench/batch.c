@@ -28,8 +28,8 @@ static int run_batch(void *arg)
     batch_job *j = arg;
     for (size_t k = 0; k < j->n; k++) {
         size_t i = j->order ? j->order[k] : k;
-        mapping_status st = j->to_gpu ? mapping_batch_sync_to_gpu(j->batch, j->host + i * COPY, j->buf, i * STRIDE, COPY)
-                                      : mapping_batch_sync_to_cpu(j->batch, j->buf, i * STRIDE, j->host + i * COPY, COPY);
+        mapping_status st = j->to_gpu ? mapping_batch_add_to_gpu(j->batch, j->host + i * COPY, j->buf, i * STRIDE, COPY)
+                                      : mapping_batch_add_to_cpu(j->batch, j->buf, i * STRIDE, j->host + i * COPY, COPY);
         if (st != MAPPING_OK)
             return 1;
     }

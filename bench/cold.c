@@ -30,7 +30,7 @@ static int cold_and_warm(bench_ctx *ctx, unsigned char *host, double *cold, doub
     for (int round = 0; round < 2; round++) {
         double t0 = bench_now();
         for (size_t i = 0; i < N; i++)
-            if (mapping_batch_sync_to_gpu(b, host + i * COPY, buf, i * STRIDE, COPY) != MAPPING_OK)
+            if (mapping_batch_add_to_gpu(b, host + i * COPY, buf, i * STRIDE, COPY) != MAPPING_OK)
                 goto out;
         if (bench_check(mapping_batch_flush(NULL, b), "flush"))
             goto out;

@@ -172,8 +172,8 @@ static int lib_batch(void *arg)
     raw_bench *r = arg;
     char *host = r->lib_pageable;
     for (size_t i = 0; i < BATCH_COPIES; i++) {
-        mapping_status st = r->dir == 0 ? mapping_batch_sync_to_gpu(r->batch, host + i * SMALL, r->buf, i * STRIDE, SMALL)
-                                        : mapping_batch_sync_to_cpu(r->batch, r->buf, i * STRIDE, host + i * SMALL, SMALL);
+        mapping_status st = r->dir == 0 ? mapping_batch_add_to_gpu(r->batch, host + i * SMALL, r->buf, i * STRIDE, SMALL)
+                                        : mapping_batch_add_to_cpu(r->batch, r->buf, i * STRIDE, host + i * SMALL, SMALL);
         if (st != MAPPING_OK)
             return 1;
     }

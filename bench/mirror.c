@@ -151,7 +151,7 @@ static int cmp_size(const void *a, const void *b)
 static int careful_batch(mirror_job *j, mapping_batch *b)
 {
     for (size_t i = 0; i < j->count; i++)
-        if (mapping_batch_sync_to_gpu(b, (char *)j->cpu + j->offsets[i], j->gpu, j->offsets[i], j->bytes) != MAPPING_OK)
+        if (mapping_batch_add_to_gpu(b, (char *)j->cpu + j->offsets[i], j->gpu, j->offsets[i], j->bytes) != MAPPING_OK)
             return 1;
     return mapping_batch_flush(NULL, b) != MAPPING_OK;
 }

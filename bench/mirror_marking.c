@@ -193,7 +193,7 @@ static int amortised_row(bench_ctx *ctx, size_t n, double *row)
         double t4 = bench_now();
         for (size_t k = 0; k < n; k++) {
             size_t at = k * AMORTISED_SLOT + 8;
-            if (mapping_batch_sync_to_gpu(b, cpu + at, gpu, at, 4) != MAPPING_OK)
+            if (mapping_batch_add_to_gpu(b, cpu + at, gpu, at, 4) != MAPPING_OK)
                 goto fail;
         }
         double t5 = bench_now();

@@ -48,7 +48,7 @@ int main(void)
         size_t i = k * (N / UPDATED) + 3;
         p[i].pos[0] += p[i].vel[0];
         p[i].mass = 2.0f;
-        CHECK(mapping_batch_sync_to_gpu(b, &p[i], gpu, i * sizeof *p, sizeof *p));
+        CHECK(mapping_batch_add_to_gpu(b, &p[i], gpu, i * sizeof *p, sizeof *p));
     }
     size_t queued = mapping_batch_count(b);
     CHECK(mapping_batch_flush(NULL, b)); /* pack, one transfer, scatter on the device */
@@ -57,7 +57,7 @@ int main(void)
 
     /* Bring a scattered selection back into a compact array. */
     for (size_t k = 0; k < PICKED; k++)
-        CHECK(mapping_batch_sync_to_cpu(b, gpu, picked_index(k) * sizeof *p, &picked[k], sizeof *p));
+        CHECK(mapping_batch_add_to_cpu(b, gpu, picked_index(k) * sizeof *p, &picked[k], sizeof *p));
     CHECK(mapping_batch_flush(NULL, b)); /* gather on the device, one transfer, unpack */
     mapping_stats down;
     CHECK(mapping_device_stats(dev, &down));

@@ -638,10 +638,11 @@ MAPPING_API int            mapping_trace_active(void);
  *   modification: an output buffer may be written on the GPU first.)
  * - sync_to_X copies exactly the stale ranges of X from Y. Two stale ranges
  *   separated by a gap are copied as one when gap / link.bandwidth <
- *   link.latency (mapping_device_link) and the gap is valid on the source;
- *   from 16 ranges on, on a link whose transfers cost at least 1 us, they
- *   are packed into one batch instead, where only gaps under 64 bytes are
- *   worth copying.
+ *   link.latency (mapping_device_link) and the gap is valid on the source.
+ *   From 16 ranges on (a mirror that is not unified), when the back end
+ *   scatters and gathers on the device (host, OpenCL and CUDA all do) or
+ *   the link's transfers cost at least 1 us each, they are packed into one
+ *   batch instead, where only gaps under 64 bytes are worth copying.
  *   A clean mirror syncs in O(log n) with no transfer. Bytes a sync did not
  *   move count in mapping_stats.sync_skipped_bytes.
  * - Async: with a stream, a range becomes valid on X when its copy completes,
@@ -746,12 +747,12 @@ MAPPING_API int             mapping_mirror_is_pinned(const mapping_mirror *m);
 MAPPING_API mapping_status  mapping_mirror_mark_cpu_modified(mapping_mirror *m, size_t offset, size_t bytes);
 MAPPING_API mapping_status  mapping_mirror_mark_gpu_modified(mapping_mirror *m, size_t offset, size_t bytes);
 /* Copies the stale ranges of the target side (only those, merged by the
- * link model; from 16 ranges on a link whose transfers cost at least 1 us,
- * packed into one staged transfer and scattered on the device, as
- * mapping_batch_flush does). stream NULL:
- * complete on return. Otherwise queued; the ranges become valid when the
- * stream reaches the end of the copies. The stream must belong to the
- * mirror's device (MAPPING_ERR_DEVICE_MISMATCH).
+ * link model; from 16 ranges on, where the back end scatters on the device
+ * or the link's transfers cost at least 1 us, packed into one staged
+ * transfer and scattered on the device, as mapping_batch_flush does).
+ * stream NULL: complete on return. Otherwise queued; the ranges become
+ * valid when the stream reaches the end of the copies. The stream must
+ * belong to the mirror's device (MAPPING_ERR_DEVICE_MISMATCH).
  * On failure no range becomes valid: every byte stale on the target stays
  * stale, and the next sync copies it again. Copies done (or queued) before
  * the failure may already have written the source's current bytes into
@@ -759,10 +760,26 @@ MAPPING_API mapping_status  mapping_mirror_mark_gpu_modified(mapping_mirror *m, 
  * the target, and the source, are untouched), so no data is lost. */
 MAPPING_API mapping_status  mapping_mirror_sync_to_gpu(mapping_stream *stream, mapping_mirror *m);
 MAPPING_API mapping_status  mapping_mirror_sync_to_cpu(mapping_stream *stream, mapping_mirror *m);
-/* Stale bytes of `side` within this mirror or view. Waits for queued copies
- * of the family touching the range, so the answer is exact. 0 for a NULL or
- * invalid handle or side (error recorded). O(log n + ranges in the view). */
+/* Stale bytes of `side` within this mirror or view. This WAITS (blocks the
+ * calling thread) for queued copies of the family touching the range, so
+ * the answer is exact; to ask "is a sync due?" without waiting, use
+ * mapping_mirror_needs_sync. 0 for a NULL or invalid handle or side (error
+ * recorded). O(log n + ranges in the view). */
 MAPPING_API size_t          mapping_mirror_stale_bytes(const mapping_mirror *m, mapping_side side);
+/* *out = 1 if a sync of this mirror or view to `side` would copy something
+ * now, else 0 (Kokkos' need_sync_host / need_sync_device): some byte of the
+ * view is stale on `side` and no queued copy to `side` covers it. Never
+ * waits and never touches the device. A copy queued on a stream and not yet
+ * complete counts as done (its bytes report 0 here, while stale_bytes waits
+ * for it and then reports them valid); if such a copy later fails, see
+ * "Async" above. Copies queued to the other side do not matter here. Cost:
+ * O(log n) without queued copies to `side`, else O(log n) per stale range in
+ * the view until one is found that no queued copy covers (marks made since
+ * the last call are applied first, as every mirror call does). Errors
+ * (*out = 0 where out is not NULL): NULL or invalid handle, side neither
+ * MAPPING_CPU nor MAPPING_GPU, out NULL, MAPPING_ERR_BUSY from inside the
+ * family's own sync. Thread safety: as any call on the mirror family. */
+MAPPING_API mapping_status  mapping_mirror_needs_sync(const mapping_mirror *m, mapping_side side, int *out);
 /* A view of parent[offset, offset+bytes) sharing its state (see above). A
  * view of a view is a view of the root at the summed offset. Destroy it with
  * mapping_mirror_destroy. */
@@ -853,15 +870,31 @@ MAPPING_API mapping_status mapping_batch_create(mapping_device *dev, mapping_bat
  * (its staging memory goes with mapping_close). */
 MAPPING_API void           mapping_batch_destroy(mapping_batch *b);
 
-/* Queue a copy of `bytes` bytes from cpu_src to gpu_dst[gpu_offset, +bytes).
- * Validated now (the same errors as mapping_sync_to_gpu_range; the buffer
- * must be of the batch's device); nothing is read until the flush. O(1)
- * amortised. */
-MAPPING_API mapping_status mapping_batch_sync_to_gpu(mapping_batch *b, const void *cpu_src, mapping_buffer *gpu_dst,
-                                                     size_t gpu_offset, size_t bytes);
-/* Queue a copy of gpu_src[gpu_offset, +bytes) to cpu_dst. As above. */
-MAPPING_API mapping_status mapping_batch_sync_to_cpu(mapping_batch *b, const mapping_buffer *gpu_src,
-                                                     size_t gpu_offset, void *cpu_dst, size_t bytes);
+/* Adds (records) a copy of `bytes` bytes from cpu_src to
+ * gpu_dst[gpu_offset, +bytes) for the next flush; moves nothing. Validated
+ * now (the same errors as mapping_sync_to_gpu_range; the buffer must be of
+ * the batch's device); nothing is read until the flush. O(1) amortised. */
+MAPPING_API mapping_status mapping_batch_add_to_gpu(mapping_batch *b, const void *cpu_src, mapping_buffer *gpu_dst,
+                                                    size_t gpu_offset, size_t bytes);
+/* Adds a copy of gpu_src[gpu_offset, +bytes) to cpu_dst. As above. */
+MAPPING_API mapping_status mapping_batch_add_to_cpu(mapping_batch *b, const mapping_buffer *gpu_src,
+                                                    size_t gpu_offset, void *cpu_dst, size_t bytes);
+/* Deprecated names of mapping_batch_add_to_gpu / _to_cpu (a batch's "sync"
+ * only recorded a copy, unlike every other sync): the same functions, kept
+ * and exported for programs written or built against them; errors name the
+ * function called. Define MAPPING_WARN_DEPRECATED before including this
+ * header to have the compiler warn at each use. */
+#if defined(MAPPING_WARN_DEPRECATED) && (defined(__GNUC__) || defined(__clang__))
+#define MAPPING_DEPRECATED(use) __attribute__((deprecated("use " use)))
+#else
+#define MAPPING_DEPRECATED(use)
+#endif
+MAPPING_API MAPPING_DEPRECATED("mapping_batch_add_to_gpu") mapping_status
+mapping_batch_sync_to_gpu(mapping_batch *b, const void *cpu_src, mapping_buffer *gpu_dst, size_t gpu_offset,
+                          size_t bytes);
+MAPPING_API MAPPING_DEPRECATED("mapping_batch_add_to_cpu") mapping_status
+mapping_batch_sync_to_cpu(mapping_batch *b, const mapping_buffer *gpu_src, size_t gpu_offset, void *cpu_dst,
+                          size_t bytes);
 /* Number of copies queued (0 after a successful flush). O(1). 0 for NULL. */
 MAPPING_API size_t         mapping_batch_count(const mapping_batch *b);
 /* Drops every queued copy without moving anything. NULL: no-op. */

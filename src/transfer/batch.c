@@ -201,25 +201,50 @@ static mapping_status check_copy(const char *fn, mapping_batch *b, const void *h
     return MAPPING_OK;
 }
 
-mapping_status mapping_batch_sync_to_gpu(mapping_batch *b, const void *cpu_src, mapping_buffer *gpu_dst,
-                                         size_t gpu_offset, size_t bytes)
+/* The adds under either name: fn names the one the caller used. */
+static mapping_status add_to_gpu(const char *fn, mapping_batch *b, const void *cpu_src, mapping_buffer *gpu_dst,
+                                 size_t gpu_offset, size_t bytes)
 {
-    mapping_status st = check_copy("mapping_batch_sync_to_gpu", b, cpu_src, "cpu_src", gpu_dst, "gpu_dst",
-                                   gpu_offset, bytes);
+    mapping_status st = check_copy(fn, b, cpu_src, "cpu_src", gpu_dst, "gpu_dst", gpu_offset, bytes);
     if (st)
         return st;
     return push(b, gpu_dst, gpu_offset, bytes, cpu_src, true);
 }
 
-mapping_status mapping_batch_sync_to_cpu(mapping_batch *b, const mapping_buffer *gpu_src, size_t gpu_offset,
-                                         void *cpu_dst, size_t bytes)
+static mapping_status add_to_cpu(const char *fn, mapping_batch *b, const mapping_buffer *gpu_src, size_t gpu_offset,
+                                 void *cpu_dst, size_t bytes)
 {
-    mapping_status st = check_copy("mapping_batch_sync_to_cpu", b, cpu_dst, "cpu_dst", gpu_src, "gpu_src",
-                                   gpu_offset, bytes);
+    mapping_status st = check_copy(fn, b, cpu_dst, "cpu_dst", gpu_src, "gpu_src", gpu_offset, bytes);
     if (st)
         return st;
     /* The buffer is only read; the cast keeps one copy record for both directions. */
     return push(b, (mapping_buffer *)(uintptr_t)gpu_src, gpu_offset, bytes, cpu_dst, false);
+}
+
+mapping_status mapping_batch_add_to_gpu(mapping_batch *b, const void *cpu_src, mapping_buffer *gpu_dst,
+                                        size_t gpu_offset, size_t bytes)
+{
+    return add_to_gpu("mapping_batch_add_to_gpu", b, cpu_src, gpu_dst, gpu_offset, bytes);
+}
+
+mapping_status mapping_batch_add_to_cpu(mapping_batch *b, const mapping_buffer *gpu_src, size_t gpu_offset,
+                                        void *cpu_dst, size_t bytes)
+{
+    return add_to_cpu("mapping_batch_add_to_cpu", b, gpu_src, gpu_offset, cpu_dst, bytes);
+}
+
+/* The earlier names (deprecated): real functions, so that programs built
+ * against them still find the symbols in libmapping.so. */
+mapping_status mapping_batch_sync_to_gpu(mapping_batch *b, const void *cpu_src, mapping_buffer *gpu_dst,
+                                         size_t gpu_offset, size_t bytes)
+{
+    return add_to_gpu("mapping_batch_sync_to_gpu", b, cpu_src, gpu_dst, gpu_offset, bytes);
+}
+
+mapping_status mapping_batch_sync_to_cpu(mapping_batch *b, const mapping_buffer *gpu_src, size_t gpu_offset,
+                                         void *cpu_dst, size_t bytes)
+{
+    return add_to_cpu("mapping_batch_sync_to_cpu", b, gpu_src, gpu_offset, cpu_dst, bytes);
 }
 
 /* Straight through once the latency is a small part of the transfer: a

@@ -115,8 +115,8 @@ STATUS_CALL(buf_sync_to_cpu_range, mapping_sync_to_cpu_range(NULL, B, 0, host, 8
 STATUS_CALL(buf_copy_src, mapping_copy_gpu(NULL, B, 0, live.buf, 0, 8))
 STATUS_CALL(buf_copy_dst, mapping_copy_gpu(NULL, live.buf, 0, B, 8, 8))
 STATUS_CALL(buf_fill, mapping_fill_gpu(NULL, B, 0, 8, 0))
-STATUS_CALL(buf_batch_to_gpu, mapping_batch_sync_to_gpu(live.b, host, B, 0, 8))
-STATUS_CALL(buf_batch_to_cpu, mapping_batch_sync_to_cpu(live.b, B, 0, host, 8))
+STATUS_CALL(buf_batch_to_gpu, mapping_batch_add_to_gpu(live.b, host, B, 0, 8))
+STATUS_CALL(buf_batch_to_cpu, mapping_batch_add_to_cpu(live.b, B, 0, host, 8))
 STATUS_CALL(buf_peer_src, mapping_copy_peer(NULL, B, 0, live.buf, 8, 8))
 STATUS_CALL(buf_peer_dst, mapping_copy_peer(NULL, live.buf, 0, B, 8, 8))
 STATUS_CALL(buf_mirror_adopt, mapping_mirror_adopt(live.dev, host, B, 0, 8, 0, &mirror_out))
@@ -166,8 +166,8 @@ STATUS_CALL(m_release_gpu, mapping_mirror_release_gpu(NULL, M))
 VOID_CALL(b_destroy, mapping_batch_destroy(BT))
 VOID_CALL(b_clear, mapping_batch_clear(BT))
 GETTER_CALL(b_count, mapping_batch_count(BT) == 0)
-STATUS_CALL(b_to_gpu, mapping_batch_sync_to_gpu(BT, host, live.buf, 0, 8))
-STATUS_CALL(b_to_cpu, mapping_batch_sync_to_cpu(BT, live.buf, 0, host, 8))
+STATUS_CALL(b_to_gpu, mapping_batch_add_to_gpu(BT, host, live.buf, 0, 8))
+STATUS_CALL(b_to_cpu, mapping_batch_add_to_cpu(BT, live.buf, 0, host, 8))
 STATUS_CALL(b_flush, mapping_batch_flush(NULL, BT))
 /* pipeline */
 VOID_CALL(p_destroy, mapping_pipeline_destroy(P))
@@ -509,7 +509,7 @@ TEST(a_batch_or_mirror_destroyed_after_a_loop_of_adds_or_marks_is_refused_at_the
         CHECK_OK(mapping_batch_create(dev, &b));
         CHECK_OK(mapping_mirror_create(dev, 4096, 0, &m));
         for (size_t i = 0; i < 64; i++) {
-            CHECK_OK(mapping_batch_sync_to_gpu(b, host, buf, i * 64, 64));
+            CHECK_OK(mapping_batch_add_to_gpu(b, host, buf, i * 64, 64));
             CHECK_OK(mapping_mirror_mark_cpu_modified(m, i * 64, 64));
         }
         if (other_thread) {
@@ -521,17 +521,17 @@ TEST(a_batch_or_mirror_destroyed_after_a_loop_of_adds_or_marks_is_refused_at_the
             mapping_batch_destroy(b);
             mapping_mirror_destroy(m);
         }
-        CHECK_STATUS(mapping_batch_sync_to_gpu(b, host, buf, 0, 64), MAPPING_ERR_INVALID_HANDLE);
-        CHECK_STATUS(mapping_batch_sync_to_cpu(b, buf, 0, host, 64), MAPPING_ERR_INVALID_HANDLE);
+        CHECK_STATUS(mapping_batch_add_to_gpu(b, host, buf, 0, 64), MAPPING_ERR_INVALID_HANDLE);
+        CHECK_STATUS(mapping_batch_add_to_cpu(b, buf, 0, host, 64), MAPPING_ERR_INVALID_HANDLE);
         CHECK_STATUS(mapping_mirror_mark_cpu_modified(m, 0, 64), MAPPING_ERR_INVALID_HANDLE);
         CHECK_STATUS(mapping_mirror_mark_gpu_modified(m, 0, 64), MAPPING_ERR_INVALID_HANDLE);
         /* A new batch may sit at the old address: it is a live one. */
         mapping_batch *again;
         CHECK_OK(mapping_batch_create(dev, &again));
-        CHECK_OK(mapping_batch_sync_to_gpu(again, host, buf, 0, 64));
+        CHECK_OK(mapping_batch_add_to_gpu(again, host, buf, 0, 64));
         CHECK(mapping_batch_count(again) == 1);
         if (again != b)
-            CHECK_STATUS(mapping_batch_sync_to_gpu(b, host, buf, 0, 64), MAPPING_ERR_INVALID_HANDLE);
+            CHECK_STATUS(mapping_batch_add_to_gpu(b, host, buf, 0, 64), MAPPING_ERR_INVALID_HANDLE);
         CHECK_OK(mapping_batch_flush(NULL, again));
         mapping_batch_destroy(again);
     }

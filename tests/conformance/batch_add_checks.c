@@ -29,24 +29,24 @@ TEST(batch_add_with_a_buffer_freed_since_it_last_passed_is_refused)
     for (int to_gpu = 1; to_gpu >= 0; to_gpu--) {
         /* x passes, then is freed: the same add is refused and queues nothing. */
         if (to_gpu)
-            CHECK_OK(mapping_batch_sync_to_gpu(batch, host, x, 0, 64));
+            CHECK_OK(mapping_batch_add_to_gpu(batch, host, x, 0, 64));
         else
-            CHECK_OK(mapping_batch_sync_to_cpu(batch, x, 0, back, 64));
+            CHECK_OK(mapping_batch_add_to_cpu(batch, x, 0, back, 64));
         CHECK_OK(mapping_batch_flush(NULL, batch));
         mapping_free_gpu(x);
         if (to_gpu)
-            CHECK_REFUSED(mapping_batch_sync_to_gpu(batch, host, x, 0, 64), MAPPING_ERR_INVALID_HANDLE);
+            CHECK_REFUSED(mapping_batch_add_to_gpu(batch, host, x, 0, 64), MAPPING_ERR_INVALID_HANDLE);
         else
-            CHECK_REFUSED(mapping_batch_sync_to_cpu(batch, x, 0, back, 64), MAPPING_ERR_INVALID_HANDLE);
+            CHECK_REFUSED(mapping_batch_add_to_cpu(batch, x, 0, back, 64), MAPPING_ERR_INVALID_HANDLE);
         CHECK(mapping_batch_count(batch) == 0);
         /* y passes; other handles come and go: y still passes. */
-        CHECK_OK(mapping_batch_sync_to_gpu(batch, host, y, 64, 64));
+        CHECK_OK(mapping_batch_add_to_gpu(batch, host, y, 64, 64));
         mapping_stream *s;
         CHECK_OK(mapping_stream_create(dev, &s));
         mapping_stream_destroy(s);
-        CHECK_OK(mapping_batch_sync_to_gpu(batch, host, y, 128, 64));
+        CHECK_OK(mapping_batch_add_to_gpu(batch, host, y, 128, 64));
         CHECK_OK(mapping_allocate_gpu(dev, 1024, &z)); /* another buffer: checked on its own */
-        CHECK_OK(mapping_batch_sync_to_cpu(batch, z, 0, back, 64));
+        CHECK_OK(mapping_batch_add_to_cpu(batch, z, 0, back, 64));
         CHECK_OK(mapping_batch_flush(NULL, batch));
         CHECK(mapping_batch_count(batch) == 0);
         x = z; /* the next pass frees this one */
@@ -56,10 +56,10 @@ TEST(batch_add_with_a_buffer_freed_since_it_last_passed_is_refused)
     mapping_free_gpu(y);
     mapping_buffer *w;
     CHECK_OK(mapping_allocate_gpu(dev, 512, &w));
-    CHECK_REFUSED(mapping_batch_sync_to_gpu(batch, host, w, 500, 64), MAPPING_ERR_OUT_OF_RANGE);
-    CHECK_OK(mapping_batch_sync_to_gpu(batch, host, w, 448, 64));
+    CHECK_REFUSED(mapping_batch_add_to_gpu(batch, host, w, 500, 64), MAPPING_ERR_OUT_OF_RANGE);
+    CHECK_OK(mapping_batch_add_to_gpu(batch, host, w, 448, 64));
     if (w != y)
-        CHECK_REFUSED(mapping_batch_sync_to_gpu(batch, host, y, 0, 64), MAPPING_ERR_INVALID_HANDLE);
+        CHECK_REFUSED(mapping_batch_add_to_gpu(batch, host, y, 0, 64), MAPPING_ERR_INVALID_HANDLE);
     CHECK(mapping_batch_count(batch) == 1);
     CHECK_OK(mapping_batch_flush(NULL, batch));
     CHECK_OK(mapping_sync_to_cpu_range(NULL, w, 448, back, 64));
@@ -77,13 +77,13 @@ TEST(batch_add_after_its_device_was_closed_is_refused)
     unsigned char host[64] = {0};
     mapping_batch *batch;
     CHECK_OK(mapping_batch_create(dev, &batch));
-    CHECK_OK(mapping_batch_sync_to_gpu(batch, host, buf, 0, 64));
+    CHECK_OK(mapping_batch_add_to_gpu(batch, host, buf, 0, 64));
     CHECK_OK(mapping_batch_flush(NULL, batch));
-    CHECK_OK(mapping_batch_sync_to_gpu(batch, host, buf, 64, 64)); /* passed twice: the fast path */
+    CHECK_OK(mapping_batch_add_to_gpu(batch, host, buf, 64, 64)); /* passed twice: the fast path */
     mapping_batch_clear(batch);
     mapping_close(dev); /* frees buf too */
-    CHECK_REFUSED(mapping_batch_sync_to_gpu(batch, host, buf, 0, 64), MAPPING_ERR_INVALID_HANDLE);
-    CHECK_REFUSED(mapping_batch_sync_to_cpu(batch, buf, 0, host, 64), MAPPING_ERR_INVALID_HANDLE);
+    CHECK_REFUSED(mapping_batch_add_to_gpu(batch, host, buf, 0, 64), MAPPING_ERR_INVALID_HANDLE);
+    CHECK_REFUSED(mapping_batch_add_to_cpu(batch, buf, 0, host, 64), MAPPING_ERR_INVALID_HANDLE);
     CHECK_REFUSED(mapping_batch_flush(NULL, batch), MAPPING_ERR_INVALID_HANDLE);
     CHECK(mapping_batch_count(batch) == 0);
     mapping_batch_destroy(batch); /* frees its own memory, records the error */

@@ -36,7 +36,7 @@ TEST(batch_of_scattered_small_copies_lands_every_byte_and_nothing_else)
     for (size_t i = 0; i < N; i++) { /* alternate buffers, offsets descending: the batch sorts */
         mapping_buffer *to = i % 2 ? a : b;
         size_t off = scattered(N - 1 - i);
-        CHECK_OK(mapping_batch_sync_to_gpu(batch, src + i * SMALL, to, off, SMALL));
+        CHECK_OK(mapping_batch_add_to_gpu(batch, src + i * SMALL, to, off, SMALL));
         memcpy((i % 2 ? expect_a : expect_b) + off, src + i * SMALL, SMALL);
     }
     CHECK(mapping_batch_count(batch) == N);
@@ -84,10 +84,10 @@ TEST(a_large_batch_of_overlapping_copies_lands_the_later_copy_everywhere)
         for (size_t i = 0; i < N; i++) {
             bool one = i < N / 2;
             size_t off = (one ? i : i - N / 2) * STEP;
-            CHECK_OK(mapping_batch_sync_to_gpu(batch, src + i * LEN, one ? first : second, off, LEN));
+            CHECK_OK(mapping_batch_add_to_gpu(batch, src + i * LEN, one ? first : second, off, LEN));
             memcpy((one ? expect_first : expect_second) + off, src + i * LEN, LEN);
         }
-        CHECK_OK(mapping_batch_sync_to_cpu(batch, a, 0, tail, TAIL)); /* after the scatters: sees them */
+        CHECK_OK(mapping_batch_add_to_cpu(batch, a, 0, tail, TAIL)); /* after the scatters: sees them */
         CHECK_OK(mapping_batch_flush(NULL, batch));
         CHECK_BYTES(tail, expect_a, TAIL);
         CHECK_OK(mapping_sync_to_cpu(a, got));
@@ -103,7 +103,7 @@ TEST(a_large_batch_of_overlapping_copies_lands_the_later_copy_everywhere)
     CHECK_OK(mapping_sync_to_cpu(first, got));
     for (size_t i = 0; i < N; i++) {
         size_t from = i * STEP, to = (N - 1 - i) * STEP;
-        CHECK_OK(mapping_batch_sync_to_cpu(batch, first, from, host + to, LEN));
+        CHECK_OK(mapping_batch_add_to_cpu(batch, first, from, host + to, LEN));
         memcpy(want + to, got + from, LEN);
     }
     CHECK_OK(mapping_batch_flush(NULL, batch));
@@ -130,10 +130,10 @@ TEST(batch_moves_scattered_small_copies_in_one_host_to_device_transfer)
     mapping_batch *batch;
     CHECK_OK(mapping_batch_create(dev, &batch));
     for (size_t i = 0; i < N; i++)
-        CHECK_OK(mapping_batch_sync_to_gpu(batch, src + i * SMALL, buf, scattered(i), SMALL));
+        CHECK_OK(mapping_batch_add_to_gpu(batch, src + i * SMALL, buf, scattered(i), SMALL));
     CHECK_OK(mapping_batch_flush(NULL, batch)); /* the first flush allocates staging */
     for (size_t i = 0; i < N; i++)
-        CHECK_OK(mapping_batch_sync_to_gpu(batch, src + i * SMALL, buf, scattered(i), SMALL));
+        CHECK_OK(mapping_batch_add_to_gpu(batch, src + i * SMALL, buf, scattered(i), SMALL));
     mapping_stats before = test_stats(dev);
     CHECK_OK(mapping_batch_flush(NULL, batch));
     mapping_stats after = test_stats(dev);
@@ -161,7 +161,7 @@ TEST(batch_moves_scattered_device_to_host_copies_in_one_read)
     CHECK_OK(mapping_batch_create(dev, &batch));
     mapping_stats before = test_stats(dev);
     for (size_t i = 0; i < N; i++)
-        CHECK_OK(mapping_batch_sync_to_cpu(batch, buf, scattered(N - 1 - i), dst + i * SMALL, SMALL));
+        CHECK_OK(mapping_batch_add_to_cpu(batch, buf, scattered(N - 1 - i), dst + i * SMALL, SMALL));
     CHECK_OK(mapping_batch_flush(NULL, batch));
     mapping_stats after = test_stats(dev);
     CHECK(after.d2h_copies - before.d2h_copies == 1);
@@ -184,10 +184,10 @@ TEST(batch_overlapping_host_to_device_copies_the_later_one_wins)
     memset(three, 3, sizeof three);
     mapping_batch *batch;
     CHECK_OK(mapping_batch_create(dev, &batch));
-    CHECK_OK(mapping_batch_sync_to_gpu(batch, one, buf, 100, 256));  /* [100, 356) */
-    CHECK_OK(mapping_batch_sync_to_gpu(batch, two, buf, 0, 200));    /* [0, 200): wins over one */
-    CHECK_OK(mapping_batch_sync_to_gpu(batch, three, buf, 150, 16)); /* inside both: wins */
-    CHECK_OK(mapping_batch_sync_to_gpu(batch, one, buf, 356, 44));   /* touches the first */
+    CHECK_OK(mapping_batch_add_to_gpu(batch, one, buf, 100, 256));  /* [100, 356) */
+    CHECK_OK(mapping_batch_add_to_gpu(batch, two, buf, 0, 200));    /* [0, 200): wins over one */
+    CHECK_OK(mapping_batch_add_to_gpu(batch, three, buf, 150, 16)); /* inside both: wins */
+    CHECK_OK(mapping_batch_add_to_gpu(batch, one, buf, 356, 44));   /* touches the first */
     memset(expect + 100, 1, 256);
     memset(expect, 2, 200);
     memset(expect + 150, 3, 16);
@@ -219,9 +219,9 @@ TEST(batch_over_many_buffers_the_later_of_two_copies_at_one_offset_wins)
     CHECK_OK(mapping_batch_create(dev, &batch));
     for (int v = 0; v < 3; v++)
         for (int k = BUFS - 1; k >= 0; k--) {
-            CHECK_OK(mapping_batch_sync_to_gpu(batch, src[v][k], bufs[k], 64, 32));
+            CHECK_OK(mapping_batch_add_to_gpu(batch, src[v][k], bufs[k], 64, 32));
             if (v == 0) /* device to host too: 24 (direction, buffer) pairs */
-                CHECK_OK(mapping_batch_sync_to_cpu(batch, bufs[k], 64, back[k], 32));
+                CHECK_OK(mapping_batch_add_to_cpu(batch, bufs[k], 64, back[k], 32));
         }
     CHECK_OK(mapping_batch_flush(NULL, batch));
     for (int k = 0; k < BUFS; k++) {
@@ -243,8 +243,8 @@ TEST(batch_large_copy_goes_straight_through_unstaged)
     test_pattern(small, sizeof small, 5);
     mapping_batch *batch;
     CHECK_OK(mapping_batch_create(dev, &batch));
-    CHECK_OK(mapping_batch_sync_to_gpu(batch, small, buf, large + 1024, sizeof small));
-    CHECK_OK(mapping_batch_sync_to_gpu(batch, src, buf, 0, large));
+    CHECK_OK(mapping_batch_add_to_gpu(batch, small, buf, large + 1024, sizeof small));
+    CHECK_OK(mapping_batch_add_to_gpu(batch, src, buf, 0, large));
     mapping_stats before = test_stats(dev);
     CHECK_OK(mapping_batch_flush(NULL, batch));
     mapping_stats after = test_stats(dev);
@@ -271,8 +271,8 @@ TEST(batch_host_to_device_copies_take_effect_before_device_to_host_ones)
     memset(out, 0, sizeof out);
     mapping_batch *batch;
     CHECK_OK(mapping_batch_create(dev, &batch));
-    CHECK_OK(mapping_batch_sync_to_cpu(batch, buf, 1000, out, sizeof out)); /* added first */
-    CHECK_OK(mapping_batch_sync_to_gpu(batch, in, buf, 1000, sizeof in));
+    CHECK_OK(mapping_batch_add_to_cpu(batch, buf, 1000, out, sizeof out)); /* added first */
+    CHECK_OK(mapping_batch_add_to_gpu(batch, in, buf, 1000, sizeof in));
     CHECK_OK(mapping_batch_flush(NULL, batch));
     CHECK_BYTES(out, in, sizeof in);
     mapping_batch_destroy(batch);
@@ -295,10 +295,10 @@ TEST(batch_flush_on_a_stream_reads_and_writes_host_memory_in_stream_order)
     mapping_batch *batch;
     CHECK_OK(mapping_batch_create(dev, &batch));
     for (size_t i = 0; i < sizeof host; i += 32)
-        CHECK_OK(mapping_batch_sync_to_gpu(batch, host + i, b, 2 * i, 32));
+        CHECK_OK(mapping_batch_add_to_gpu(batch, host + i, b, 2 * i, 32));
     CHECK_OK(mapping_batch_flush(s, batch));
     for (size_t i = 0; i < sizeof host; i += 32)
-        CHECK_OK(mapping_batch_sync_to_cpu(batch, b, 2 * i, out + i, 32));
+        CHECK_OK(mapping_batch_add_to_cpu(batch, b, 2 * i, out + i, 32));
     CHECK_OK(mapping_batch_flush(s, batch)); /* waits for the first flush's staging */
     CHECK_OK(mapping_stream_synchronize(s));
     CHECK_BYTES(out, content, sizeof content);
@@ -329,7 +329,7 @@ TEST(batch_clear_drops_queued_copies_without_moving_them)
     memset(expect, 0x33, sizeof expect);
     mapping_batch *batch;
     CHECK_OK(mapping_batch_create(dev, &batch));
-    CHECK_OK(mapping_batch_sync_to_gpu(batch, src, buf, 0, sizeof src));
+    CHECK_OK(mapping_batch_add_to_gpu(batch, src, buf, 0, sizeof src));
     mapping_batch_clear(batch);
     CHECK(mapping_batch_count(batch) == 0);
     CHECK_OK(mapping_batch_flush(NULL, batch));
@@ -352,19 +352,19 @@ TEST(batch_refuses_bad_arguments_and_queues_nothing)
     CHECK_STATUS(mapping_batch_create(NULL, &batch), MAPPING_ERR_NULL_ARGUMENT);
     CHECK_STATUS(mapping_batch_create(dev, NULL), MAPPING_ERR_NULL_ARGUMENT);
     CHECK_OK(mapping_batch_create(dev, &batch));
-    CHECK_STATUS(mapping_batch_sync_to_gpu(NULL, host, buf, 0, 1), MAPPING_ERR_NULL_ARGUMENT);
-    CHECK_STATUS(mapping_batch_sync_to_gpu(batch, NULL, buf, 0, 1), MAPPING_ERR_NULL_ARGUMENT);
-    CHECK_STATUS(mapping_batch_sync_to_gpu(batch, host, NULL, 0, 1), MAPPING_ERR_NULL_ARGUMENT);
-    CHECK_STATUS(mapping_batch_sync_to_gpu(batch, host, buf, 0, 0), MAPPING_ERR_ZERO_SIZE);
-    CHECK_STATUS(mapping_batch_sync_to_gpu(batch, host, buf, 200, 57), MAPPING_ERR_OUT_OF_RANGE);
-    CHECK_STATUS(mapping_batch_sync_to_gpu(batch, host, buf, SIZE_MAX, 2), MAPPING_ERR_OUT_OF_RANGE);
-    CHECK_STATUS(mapping_batch_sync_to_gpu(batch, host, foreign, 0, 1), MAPPING_ERR_DEVICE_MISMATCH);
-    CHECK_STATUS(mapping_batch_sync_to_cpu(batch, buf, 0, NULL, 1), MAPPING_ERR_NULL_ARGUMENT);
-    CHECK_STATUS(mapping_batch_sync_to_cpu(batch, buf, 1, host, 256), MAPPING_ERR_OUT_OF_RANGE);
-    CHECK_STATUS(mapping_batch_sync_to_cpu(batch, foreign, 0, host, 1), MAPPING_ERR_DEVICE_MISMATCH);
+    CHECK_STATUS(mapping_batch_add_to_gpu(NULL, host, buf, 0, 1), MAPPING_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(mapping_batch_add_to_gpu(batch, NULL, buf, 0, 1), MAPPING_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(mapping_batch_add_to_gpu(batch, host, NULL, 0, 1), MAPPING_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(mapping_batch_add_to_gpu(batch, host, buf, 0, 0), MAPPING_ERR_ZERO_SIZE);
+    CHECK_STATUS(mapping_batch_add_to_gpu(batch, host, buf, 200, 57), MAPPING_ERR_OUT_OF_RANGE);
+    CHECK_STATUS(mapping_batch_add_to_gpu(batch, host, buf, SIZE_MAX, 2), MAPPING_ERR_OUT_OF_RANGE);
+    CHECK_STATUS(mapping_batch_add_to_gpu(batch, host, foreign, 0, 1), MAPPING_ERR_DEVICE_MISMATCH);
+    CHECK_STATUS(mapping_batch_add_to_cpu(batch, buf, 0, NULL, 1), MAPPING_ERR_NULL_ARGUMENT);
+    CHECK_STATUS(mapping_batch_add_to_cpu(batch, buf, 1, host, 256), MAPPING_ERR_OUT_OF_RANGE);
+    CHECK_STATUS(mapping_batch_add_to_cpu(batch, foreign, 0, host, 1), MAPPING_ERR_DEVICE_MISMATCH);
     CHECK(mapping_batch_count(batch) == 0);
     CHECK_STATUS(mapping_batch_flush(NULL, NULL), MAPPING_ERR_NULL_ARGUMENT);
-    CHECK_OK(mapping_batch_sync_to_gpu(batch, host, buf, 0, 1));
+    CHECK_OK(mapping_batch_add_to_gpu(batch, host, buf, 0, 1));
     CHECK_STATUS(mapping_batch_flush(foreign_stream, batch), MAPPING_ERR_DEVICE_MISMATCH);
     CHECK(mapping_batch_count(batch) == 1);
     CHECK(mapping_batch_count(NULL) == 0);
@@ -389,14 +389,14 @@ TEST(batch_can_take_new_copies_while_its_last_flush_is_still_queued)
     mapping_batch *batch;
     CHECK_OK(mapping_batch_create(dev, &batch));
     for (size_t i = 0; i < sizeof first; i += 64) {
-        CHECK_OK(mapping_batch_sync_to_gpu(batch, first + i, buf, 2 * i, 64));
+        CHECK_OK(mapping_batch_add_to_gpu(batch, first + i, buf, 2 * i, 64));
         memcpy(expect + 2 * i, first + i, 64);
     }
     CHECK_OK(mapping_batch_flush(s, batch));
     CHECK(mapping_batch_count(batch) == 0);
     /* The flush is still queued behind the gate: new copies do not disturb it. */
     for (size_t i = 0; i < sizeof second; i += 64) {
-        CHECK_OK(mapping_batch_sync_to_gpu(batch, second + i, buf, 4096 + 2 * i, 64));
+        CHECK_OK(mapping_batch_add_to_gpu(batch, second + i, buf, 4096 + 2 * i, 64));
         memcpy(expect + 4096 + 2 * i, second + i, 64);
     }
     test_gate_open(&g);

@@ -261,10 +261,10 @@ static void run_round(world *w, unsigned seed)
         has_large |= c->bytes >= LARGE;
         if (c->to_gpu) {
             h2d = 1;
-            CHECK_OK(mapping_batch_sync_to_gpu(w->batch, w->src + c->host, w->bufs[c->buf], c->off, c->bytes));
+            CHECK_OK(mapping_batch_add_to_gpu(w->batch, w->src + c->host, w->bufs[c->buf], c->off, c->bytes));
         } else {
             d2h = 1;
-            CHECK_OK(mapping_batch_sync_to_cpu(w->batch, w->bufs[c->buf], c->off, w->dst + c->host, c->bytes));
+            CHECK_OK(mapping_batch_add_to_cpu(w->batch, w->bufs[c->buf], c->off, w->dst + c->host, c->bytes));
         }
     }
     CHECK(mapping_batch_count(w->batch) == w->n);
@@ -414,11 +414,11 @@ TEST(batch_copy_added_out_of_order_after_ordered_ones_lands_where_it_belongs)
         if (stream_round)
             CHECK_OK(mapping_stream_create(dev, &s));
         size_t base = (size_t)stream_round * 2048;
-        CHECK_OK(mapping_batch_sync_to_gpu(batch, one, buf, base + 0, 100));     /* [0, 100) */
-        CHECK_OK(mapping_batch_sync_to_gpu(batch, two, buf, base + 400, 300));   /* [400, 700): in order */
-        CHECK_OK(mapping_batch_sync_to_cpu(batch, buf, base + 1000, back[0], 64)); /* in order: after */
-        CHECK_OK(mapping_batch_sync_to_gpu(batch, three, buf, base + 50, 150));  /* [50, 200): back, wins */
-        CHECK_OK(mapping_batch_sync_to_cpu(batch, buf, base + 60, back[1], 64)); /* sees three */
+        CHECK_OK(mapping_batch_add_to_gpu(batch, one, buf, base + 0, 100));     /* [0, 100) */
+        CHECK_OK(mapping_batch_add_to_gpu(batch, two, buf, base + 400, 300));   /* [400, 700): in order */
+        CHECK_OK(mapping_batch_add_to_cpu(batch, buf, base + 1000, back[0], 64)); /* in order: after */
+        CHECK_OK(mapping_batch_add_to_gpu(batch, three, buf, base + 50, 150));  /* [50, 200): back, wins */
+        CHECK_OK(mapping_batch_add_to_cpu(batch, buf, base + 60, back[1], 64)); /* sees three */
         memset(expect + base, 1, 100);
         memset(expect + base + 400, 2, 300);
         memset(expect + base + 50, 3, 150);
@@ -439,9 +439,9 @@ TEST(batch_copy_added_out_of_order_after_ordered_ones_lands_where_it_belongs)
     mapping_buffer *hi = (uintptr_t)other > (uintptr_t)buf ? other : buf, *lo = hi == buf ? other : buf;
     CHECK_OK(mapping_fill_gpu(NULL, lo, 0, 4096, 0));
     CHECK_OK(mapping_fill_gpu(NULL, hi, 0, 4096, 0));
-    CHECK_OK(mapping_batch_sync_to_gpu(batch, one, hi, 100, 100));
-    CHECK_OK(mapping_batch_sync_to_gpu(batch, two, hi, 150, 300)); /* overlaps: wins */
-    CHECK_OK(mapping_batch_sync_to_gpu(batch, three, lo, 120, 150));
+    CHECK_OK(mapping_batch_add_to_gpu(batch, one, hi, 100, 100));
+    CHECK_OK(mapping_batch_add_to_gpu(batch, two, hi, 150, 300)); /* overlaps: wins */
+    CHECK_OK(mapping_batch_add_to_gpu(batch, three, lo, 120, 150));
     CHECK_OK(mapping_batch_flush(NULL, batch));
     unsigned char expect_hi[4096] = {0}, expect_lo[4096] = {0};
     memset(expect_hi + 100, 1, 100);

@@ -42,13 +42,13 @@ static void *batch_work(void *arg)
         /* Every other slot, in plan order, then each read back: the one-pass flush. */
         for (size_t i = 0; i < COPIES; i++) {
             size_t off = (2 * i + (size_t)(r & 1)) * SMALL;
-            if (mapping_batch_sync_to_gpu(batch, src + off, buf, off, SMALL))
+            if (mapping_batch_add_to_gpu(batch, src + off, buf, off, SMALL))
                 WFAIL(w, "round %d: add: %s", r, mapping_last_error_message());
             memcpy(expect + off, src + off, SMALL);
         }
         for (size_t i = 0; i < COPIES; i++) {
             size_t off = (2 * i + (size_t)(r & 1)) * SMALL;
-            if (mapping_batch_sync_to_cpu(batch, buf, off, back + off, SMALL))
+            if (mapping_batch_add_to_cpu(batch, buf, off, back + off, SMALL))
                 WFAIL(w, "round %d: add: %s", r, mapping_last_error_message());
         }
         mapping_stream *s = r % 3 == 2 ? own : NULL;

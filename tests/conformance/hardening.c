@@ -140,11 +140,11 @@ TEST(batch_of_only_large_copies)
     mapping_batch *b;
     CHECK_OK(mapping_allocate_gpu(dev, 2 * (size_t)BIG, &buf));
     CHECK_OK(mapping_batch_create(dev, &b));
-    CHECK_OK(mapping_batch_sync_to_gpu(b, in, buf, 0, BIG));
-    CHECK_OK(mapping_batch_sync_to_gpu(b, in + BIG, buf, BIG, BIG));
+    CHECK_OK(mapping_batch_add_to_gpu(b, in, buf, 0, BIG));
+    CHECK_OK(mapping_batch_add_to_gpu(b, in + BIG, buf, BIG, BIG));
     CHECK_OK(mapping_batch_flush(NULL, b));
-    CHECK_OK(mapping_batch_sync_to_cpu(b, buf, BIG, out + BIG, BIG));
-    CHECK_OK(mapping_batch_sync_to_cpu(b, buf, 0, out, BIG));
+    CHECK_OK(mapping_batch_add_to_cpu(b, buf, BIG, out + BIG, BIG));
+    CHECK_OK(mapping_batch_add_to_cpu(b, buf, 0, out, BIG));
     CHECK_OK(mapping_batch_flush(NULL, b));
     CHECK_BYTES(out, in, 2 * (size_t)BIG);
     mapping_batch_destroy(b);

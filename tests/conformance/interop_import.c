@@ -63,7 +63,7 @@ TEST(import_gpu_uses_memory_made_elsewhere_and_releases_only_its_handle)
     unsigned char small[64][16];
     for (int i = 0; i < 64; i++) {
         memset(small[i], i + 1, sizeof small[i]);
-        CHECK_OK(mapping_batch_sync_to_gpu(b, small[i], whole, (size_t)i * 48, sizeof small[i]));
+        CHECK_OK(mapping_batch_add_to_gpu(b, small[i], whole, (size_t)i * 48, sizeof small[i]));
         memcpy(src + (size_t)i * 48, small[i], sizeof small[i]);
     }
     CHECK_OK(mapping_batch_flush(NULL, b));

@@ -106,8 +106,8 @@ TEST(the_info_log_tells_each_sync_and_each_flush_plan)
     mapping_batch *b;
     char host[64] = {0};
     CHECK_OK(mapping_batch_create(dev, &b));
-    CHECK_OK(mapping_batch_sync_to_gpu(b, host, mapping_mirror_gpu(m), 0, 8));
-    CHECK_OK(mapping_batch_sync_to_gpu(b, host, mapping_mirror_gpu(m), 1000, 8));
+    CHECK_OK(mapping_batch_add_to_gpu(b, host, mapping_mirror_gpu(m), 0, 8));
+    CHECK_OK(mapping_batch_add_to_gpu(b, host, mapping_mirror_gpu(m), 1000, 8));
     CHECK_OK(mapping_batch_flush(NULL, b));
     mapping_set_log(NULL, NULL);
     const char *sync = find_line(&log, "2 stale ranges");

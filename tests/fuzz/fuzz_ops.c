@@ -577,9 +577,9 @@ static void op_batch_add(fuzz *f, int to_gpu)
     if (f->nq == MAX_QUEUED)
         return;
     if (to_gpu)
-        EXPECT(f, mapping_batch_sync_to_gpu(f->batch, f->hs + host_off, D->bufs[b], off, n), MAPPING_OK);
+        EXPECT(f, mapping_batch_add_to_gpu(f->batch, f->hs + host_off, D->bufs[b], off, n), MAPPING_OK);
     else
-        EXPECT(f, mapping_batch_sync_to_cpu(f->batch, D->bufs[b], off, f->hd + host_off, n), MAPPING_OK);
+        EXPECT(f, mapping_batch_add_to_cpu(f->batch, D->bufs[b], off, f->hd + host_off, n), MAPPING_OK);
     f->q[f->nq++] = (queued){to_gpu, b, off, host_off, n};
     if (mapping_batch_count(f->batch) != f->nq)
         fail(f, "batch count %zu, model %zu", mapping_batch_count(f->batch), f->nq);
@@ -592,9 +592,9 @@ static void op_batch_refused(fuzz *f)
     mapping_status want = zero ? MAPPING_ERR_ZERO_SIZE : MAPPING_ERR_OUT_OF_RANGE;
     trace(f, "batch refused add buf %d [%zu,+%zu)", b, off, n);
     if (u8(f) & 1)
-        EXPECT(f, mapping_batch_sync_to_gpu(f->batch, f->hs, D->bufs[b], off, n), want);
+        EXPECT(f, mapping_batch_add_to_gpu(f->batch, f->hs, D->bufs[b], off, n), want);
     else
-        EXPECT(f, mapping_batch_sync_to_cpu(f->batch, D->bufs[b], off, f->hd, n), want);
+        EXPECT(f, mapping_batch_add_to_cpu(f->batch, D->bufs[b], off, f->hd, n), want);
     if (mapping_batch_count(f->batch) != f->nq)
         fail(f, "a refused add changed the count: %zu, model %zu", mapping_batch_count(f->batch), f->nq);
 }

@@ -28,12 +28,12 @@ static size_t queue_copies(mapping_batch *batch, scenario *s)
 {
     size_t n = 0;
     for (size_t i = 0; i < N_SMALL; i++, n++)
-        CHECK_OK(mapping_batch_sync_to_gpu(batch, s->h2d_src + i * SMALL, i % 2 ? s->a : s->b, i * 2 * SMALL, SMALL));
-    CHECK_OK(mapping_batch_sync_to_gpu(batch, s->large_src, s->big, 0, LARGE));
+        CHECK_OK(mapping_batch_add_to_gpu(batch, s->h2d_src + i * SMALL, i % 2 ? s->a : s->b, i * 2 * SMALL, SMALL));
+    CHECK_OK(mapping_batch_add_to_gpu(batch, s->large_src, s->big, 0, LARGE));
     n++;
     for (size_t i = 0; i < N_SMALL; i++, n++)
-        CHECK_OK(mapping_batch_sync_to_cpu(batch, s->src_buf, i * 3 * SMALL, s->d2h_dst + i * SMALL, SMALL));
-    CHECK_OK(mapping_batch_sync_to_cpu(batch, s->src_buf, 0, s->large_dst, LARGE));
+        CHECK_OK(mapping_batch_add_to_cpu(batch, s->src_buf, i * 3 * SMALL, s->d2h_dst + i * SMALL, SMALL));
+    CHECK_OK(mapping_batch_add_to_cpu(batch, s->src_buf, 0, s->large_dst, LARGE));
     return n + 1;
 }
 

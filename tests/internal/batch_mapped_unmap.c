@@ -93,7 +93,7 @@ TEST(a_mapped_run_whose_unmap_fails_twice_counts_its_copies_done_and_keeps_the_n
     CHECK_OK(mapping_batch_create(s.dev, &b));
     for (int j = 0; j < 2; j++)
         for (size_t i = 0; i < COPIES; i++)
-            CHECK_OK(mapping_batch_sync_to_gpu(b, src[j] + i * STRIDE, buf[j], i * STRIDE, LEN));
+            CHECK_OK(mapping_batch_add_to_gpu(b, src[j] + i * STRIDE, buf[j], i * STRIDE, LEN));
     unmap_fails(&s, true);
     mapping_status st = mapping_batch_flush(NULL, b);
     unmap_fails(&s, false);
@@ -127,8 +127,8 @@ TEST(a_mapped_flush_in_add_order_whose_unmaps_fail_twice_reports_it_with_every_c
     mapping_batch *b;
     CHECK_OK(mapping_batch_create(s.dev, &b));
     for (size_t i = COPIES / 2; i-- > 0;) { /* backwards: not in order, so the add-order flush */
-        CHECK_OK(mapping_batch_sync_to_cpu(b, buf, (COPIES / 2 + i) * STRIDE, back + (COPIES / 2 + i) * STRIDE, LEN));
-        CHECK_OK(mapping_batch_sync_to_gpu(b, src + i * STRIDE, buf, i * STRIDE, LEN));
+        CHECK_OK(mapping_batch_add_to_cpu(b, buf, (COPIES / 2 + i) * STRIDE, back + (COPIES / 2 + i) * STRIDE, LEN));
+        CHECK_OK(mapping_batch_add_to_gpu(b, src + i * STRIDE, buf, i * STRIDE, LEN));
     }
     unmap_fails(&s, true);
     mapping_status st = mapping_batch_flush(NULL, b);

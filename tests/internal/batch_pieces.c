@@ -47,9 +47,9 @@ static void reset(pieces_scene *s)
 static void add_all(pieces_scene *s, mapping_batch *b)
 {
     for (size_t i = 0; i < N; i++)
-        CHECK_OK(mapping_batch_sync_to_gpu(b, s->h2d_src + slot(i), s->to, slot(i), LEN));
+        CHECK_OK(mapping_batch_add_to_gpu(b, s->h2d_src + slot(i), s->to, slot(i), LEN));
     for (size_t i = 0; i < N; i++)
-        CHECK_OK(mapping_batch_sync_to_cpu(b, s->from, slot(i), s->d2h_dst + slot(i), LEN));
+        CHECK_OK(mapping_batch_add_to_cpu(b, s->from, slot(i), s->d2h_dst + slot(i), LEN));
 }
 
 /* Every copy is done or untouched; one no longer queued in b (when b is

@@ -84,9 +84,9 @@ static void add(scene *s, mapping_batch *batch, const rcopy *c)
 {
     size_t off = dev_off(c->slot);
     if (c->to_gpu)
-        CHECK_OK(mapping_batch_sync_to_gpu(batch, s->h2d_src[c->buf] + off, s->dst[c->buf], off, SMALL));
+        CHECK_OK(mapping_batch_add_to_gpu(batch, s->h2d_src[c->buf] + off, s->dst[c->buf], off, SMALL));
     else
-        CHECK_OK(mapping_batch_sync_to_cpu(batch, s->src, off, s->d2h_dst + off, SMALL));
+        CHECK_OK(mapping_batch_add_to_cpu(batch, s->src, off, s->d2h_dst + off, SMALL));
 }
 
 /* 1: done; 0: destination untouched; anything else fails. */
@@ -273,7 +273,7 @@ static void *open_gate_later(void *gate)
 static mapping_status flush_small(mapping_batch *batch, const unsigned char *src, mapping_buffer *buf, int fault)
 {
     for (size_t i = 0; i < SLOTS; i++)
-        CHECK_OK(mapping_batch_sync_to_gpu(batch, src + i * SMALL, buf, dev_off(i), SMALL));
+        CHECK_OK(mapping_batch_add_to_gpu(batch, src + i * SMALL, buf, dev_off(i), SMALL));
     mapping_clear_last_error();
     mapping__inject_fault_any(mapping_buffer_device(buf), fault);
     mapping_status st = mapping_batch_flush(NULL, batch);

@@ -403,10 +403,10 @@ static void batch_flush_set(sweep *sw, batch_set *b, unsigned salt, mapping_stre
         const copy_spec *c = &copies[i];
         size_t before = mapping_batch_count(sw->batch);
         if (c->to_gpu)
-            TRY(sw, mapping_batch_sync_to_gpu(sw->batch, b->h2d_src + c->host_off, b->dst_buf, c->dev_off, c->bytes),
+            TRY(sw, mapping_batch_add_to_gpu(sw->batch, b->h2d_src + c->host_off, b->dst_buf, c->dev_off, c->bytes),
                 CHECK(mapping_batch_count(sw->batch) == before));
         else
-            TRY(sw, mapping_batch_sync_to_cpu(sw->batch, b->src_buf, c->dev_off, b->d2h_dst + c->host_off, c->bytes),
+            TRY(sw, mapping_batch_add_to_cpu(sw->batch, b->src_buf, c->dev_off, b->d2h_dst + c->host_off, c->bytes),
                 CHECK(mapping_batch_count(sw->batch) == before));
     }
     TRY(sw, mapping_batch_flush(s, sw->batch), check_failed_flush(sw, b, copies, n_copies));

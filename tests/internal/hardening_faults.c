@@ -24,7 +24,7 @@ static void reentering_log(int level, const char *message, void *user)
     if (r->calls++)
         return;
     r->flush = mapping_batch_flush(NULL, r->b);
-    r->add = mapping_batch_sync_to_gpu(r->b, r->host, r->buf, 0, 64);
+    r->add = mapping_batch_add_to_gpu(r->b, r->host, r->buf, 0, 64);
     mapping_clear_last_error();
     mapping_batch_destroy(r->b);
     r->destroy = mapping_last_error();
@@ -40,7 +40,7 @@ TEST(a_log_callback_cannot_reenter_the_batch_being_flushed)
     CHECK_OK(mapping_allocate_gpu(dev, COPIES * SIZE * 2, &r.buf));
     CHECK_OK(mapping_batch_create(dev, &r.b));
     for (int i = 0; i < COPIES; i++)
-        CHECK_OK(mapping_batch_sync_to_gpu(r.b, host + i * SIZE, r.buf, (size_t)i * SIZE * 2, SIZE));
+        CHECK_OK(mapping_batch_add_to_gpu(r.b, host + i * SIZE, r.buf, (size_t)i * SIZE * 2, SIZE));
     mapping_set_log(reentering_log, &r);
     mapping__inject_fault(dev, 0); /* the flush's first back-end operation fails */
     mapping_status st = mapping_batch_flush(NULL, r.b);
@@ -204,7 +204,7 @@ TEST(a_call_that_succeeds_after_a_recovered_fault_records_no_error)
             EXPECT_CLEAN_IF_OK(mapping_mirror_sync_to_gpu(s, m));
         }
         for (int i = 0; i < 8; i++)
-            EXPECT_CLEAN_IF_OK(mapping_batch_sync_to_gpu(b, host + 64 * i, buf, 128 * (size_t)i, 64));
+            EXPECT_CLEAN_IF_OK(mapping_batch_add_to_gpu(b, host + 64 * i, buf, 128 * (size_t)i, 64));
         EXPECT_CLEAN_IF_OK(mapping_batch_flush(s, b));
         EXPECT_CLEAN_IF_OK(mapping_batch_flush(s, b));
         mapping__inject_fault_any(dev, -1);

@@ -12,13 +12,13 @@ UNIT_TEST(batch_plan_merges_touching_and_overlapping_ranges_per_buffer_and_direc
     unsigned char host[4096];
     mapping_batch *batch;
     CHECK_OK(mapping_batch_create(dev, &batch));
-    CHECK_OK(mapping_batch_sync_to_gpu(batch, host, a, 64, 64));     /* [64,128) touches [0,64) */
-    CHECK_OK(mapping_batch_sync_to_gpu(batch, host, a, 0, 64));
-    CHECK_OK(mapping_batch_sync_to_gpu(batch, host, a, 100, 100));   /* overlaps: [0,200) */
-    CHECK_OK(mapping_batch_sync_to_gpu(batch, host, a, 1000, 10));   /* apart */
-    CHECK_OK(mapping_batch_sync_to_gpu(batch, host, b, 0, 64));      /* another buffer */
-    CHECK_OK(mapping_batch_sync_to_cpu(batch, a, 0, host, 64));      /* another direction */
-    CHECK_OK(mapping_batch_sync_to_cpu(batch, a, 64, host, 4096));   /* large: [64, 4160) */
+    CHECK_OK(mapping_batch_add_to_gpu(batch, host, a, 64, 64));     /* [64,128) touches [0,64) */
+    CHECK_OK(mapping_batch_add_to_gpu(batch, host, a, 0, 64));
+    CHECK_OK(mapping_batch_add_to_gpu(batch, host, a, 100, 100));   /* overlaps: [0,200) */
+    CHECK_OK(mapping_batch_add_to_gpu(batch, host, a, 1000, 10));   /* apart */
+    CHECK_OK(mapping_batch_add_to_gpu(batch, host, b, 0, 64));      /* another buffer */
+    CHECK_OK(mapping_batch_add_to_cpu(batch, a, 0, host, 64));      /* another direction */
+    CHECK_OK(mapping_batch_add_to_cpu(batch, a, 64, host, 4096));   /* large: [64, 4160) */
     batch_plan plan = {0};
     CHECK_OK(mapping__batch_plan(batch, &plan, 4096));
     CHECK(plan.group_count == 4); /* a: 2, b: 1, and one device-to-host */
@@ -51,9 +51,9 @@ UNIT_TEST(batch_plan_sends_groups_of_only_large_copies_straight_through)
     static unsigned char host[1 << 16];
     mapping_batch *batch;
     CHECK_OK(mapping_batch_create(dev, &batch));
-    CHECK_OK(mapping_batch_sync_to_gpu(batch, host, a, 0, 8192));
-    CHECK_OK(mapping_batch_sync_to_gpu(batch, host, a, 8192, 8192));
-    CHECK_OK(mapping_batch_sync_to_gpu(batch, host, a, 100000, 10));
+    CHECK_OK(mapping_batch_add_to_gpu(batch, host, a, 0, 8192));
+    CHECK_OK(mapping_batch_add_to_gpu(batch, host, a, 8192, 8192));
+    CHECK_OK(mapping_batch_add_to_gpu(batch, host, a, 100000, 10));
     batch_plan plan = {0};
     CHECK_OK(mapping__batch_plan(batch, &plan, 4096));
     CHECK(plan.group_count == 2);

@@ -41,7 +41,7 @@ static int child(void)
         mapping_batch_create(dev, &b))
         return 10;
     for (size_t i = 0; i < COPIES; i++)
-        if (mapping_batch_sync_to_gpu(b, host, buf, (i * 64) % (1 << 20), 64))
+        if (mapping_batch_add_to_gpu(b, host, buf, (i * 64) % (1 << 20), 64))
             return 11;
     /* The plan needs several arrays of COPIES entries: leave room for none. */
     struct rlimit lim = {virtual_bytes() + (4 << 20), RLIM_INFINITY};

@@ -451,7 +451,7 @@ static void opencl_a_failed_wait_skips_the_host_function_and_fails_the_stream_bo
     memcpy(out2, sentinel, sizeof out2);
     /* Flush 1 (device-to-host, staged) from the first half: completes. */
     for (int i = 0; i < COPIES; i++)
-        CHECK_OK(mapping_batch_sync_to_cpu(b, buf, (size_t)i * STRIDE, out1 + i * SIZE, SIZE));
+        CHECK_OK(mapping_batch_add_to_cpu(b, buf, (size_t)i * STRIDE, out1 + i * SIZE, SIZE));
     CHECK_OK(mapping_batch_flush(s, b));
     CHECK_OK(mapping_stream_synchronize(s));
 
@@ -463,7 +463,7 @@ static void opencl_a_failed_wait_skips_the_host_function_and_fails_the_stream_bo
     atomic_store(&wait_failures_armed, 1);
     mapping__opencl_driver.clWaitForEvents = failing_wait;
     for (int i = 0; i < COPIES; i++)
-        CHECK_OK(mapping_batch_sync_to_cpu(b, buf, HALF + (size_t)i * STRIDE, out2 + i * SIZE, SIZE));
+        CHECK_OK(mapping_batch_add_to_cpu(b, buf, HALF + (size_t)i * STRIDE, out2 + i * SIZE, SIZE));
     mapping_status flushed = mapping_batch_flush(s, b);
     mapping_status synced = mapping_stream_synchronize(s);
     char msg[512];
