@@ -561,7 +561,24 @@ typedef struct mapping_stats {
 #undef MAPPING_STATS_FIELD_
 } mapping_stats;
 
+/* ABI: mapping_stats grows (new counters are appended to MAPPING_STATS_LIST,
+ * never inserted, reordered or removed; every field is a uint64_t) while the
+ * library's soname stays libmapping.so.0. So the library is told how large
+ * the caller's struct is: mapping_device_stats is a macro (like zlib's
+ * deflateInit) that passes sizeof(mapping_stats) of the header the caller
+ * was compiled with to mapping_device_stats_sized, which writes exactly
+ * out_size bytes: the fields that size holds (a program built against an
+ * older, shorter struct is never written past its end), then zeros for
+ * fields this library does not know (a program built against a newer
+ * header and run with an older library reads 0 there). out_size must be a
+ * non-zero multiple of 8 (MAPPING_ERR_INVALID_ARGUMENT). The exported
+ * function mapping_device_stats itself (a program built before the macro,
+ * or a call written (mapping_device_stats)(dev, out)) writes the 15 fields
+ * of the 0.1.0 layout, h2d_bytes to blocking_ns (120 bytes), never more.
+ * Thread-safe. */
+MAPPING_API mapping_status mapping_device_stats_sized(const mapping_device *dev, mapping_stats *out, size_t out_size);
 MAPPING_API mapping_status mapping_device_stats(const mapping_device *dev, mapping_stats *out);
+#define mapping_device_stats(dev, out) mapping_device_stats_sized((dev), (out), sizeof(mapping_stats))
 MAPPING_API void           mapping_device_stats_reset(mapping_device *dev);
 /* Writes the statistics as one JSON object into buf (NUL-terminated, cut to
  * size) and the length it needs (without the NUL) into *needed (may be NULL).
