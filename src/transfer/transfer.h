@@ -1,7 +1,8 @@
 /*
  * The transfer layer's internals: batches (batch.c: queueing; batch_plan.c:
- * sorting and coalescing; batch_flush.c: running a plan; pipeline.c) and the
- * entry point the coherence layer uses to move many ranges of one mirror.
+ * sorting and coalescing; batch_flush.c: running a plan; batch_staging.c: its
+ * staging memory; pipeline.c) and the entry point the coherence layer uses
+ * to move many ranges of one mirror (transfer_ranges.c).
  * The transfer layer sits on core (core/core.h, core/ops.h) and is used by
  * the coherence layer.
  */
@@ -172,7 +173,7 @@ static inline bool mapping__batch_in_order(const batch_copy *a, const batch_copy
 }
 /* Waits for the last flush's work (it may still read the plan and staging). */
 mapping_status mapping__batch_wait_pending(mapping_batch *b);
-/* Frees the page-locked and device staging buffers (batch_flush.c). */
+/* Frees the page-locked and device staging buffers (batch_staging.c). */
 void mapping__batch_free_staging(mapping_batch *b);
 
 /* Groups at least this large go straight through (from the device's link);
@@ -220,7 +221,7 @@ static inline size_t mapping__align_up(size_t n, size_t a)
 {
     return (n + a - 1) / a * a;
 }
-/* The staging of a flush: at least `bytes` (batch_flush.c). */
+/* The staging of a flush: at least `bytes` (batch_staging.c). */
 mapping_status mapping__batch_ensure_staging(mapping_batch *b, size_t bytes);
 /* Moves staging bytes to the device (host_staging + offset = src) or back
  * (dst = host_staging + offset); nothing to move when the staging is shared,
