@@ -121,7 +121,8 @@ MAPPING_API const char *mapping_version(void); /* "0.1.0" */
     X(ERR_CONFLICT, -16, "the range is modified on both sides")                             \
     X(ERR_FAULT_INJECTED, -17, "a fault injected for testing")                              \
     X(ERR_BUSY, -18, "the object is in use by queued work or by other objects")             \
-    X(ERR_INTERNAL, -19, "internal error (a bug in mapping: please report it)")
+    X(ERR_INTERNAL, -19, "internal error (a bug in mapping: please report it)")             \
+    X(ERR_IO, -20, "a file could not be written (the message names the system's error)")
 
 typedef enum mapping_status {
 #define MAPPING_STATUS_ENUM_(name, value, message) MAPPING_##name = value,
@@ -709,8 +710,42 @@ enum {
      * page-locked already where the back end can). */
     MAPPING_MIRROR_PIN = 1u << 1,
     /* _adopt only: the GPU side holds the data; the CPU side starts stale. */
-    MAPPING_MIRROR_GPU_VALID = 1u << 2
+    MAPPING_MIRROR_GPU_VALID = 1u << 2,
+    /* Write tracking (create, wrap, adopt): the library watches the CPU
+     * side's pages, and every sync (and mapping_mirror_stale_bytes) first
+     * counts the pages written since the last look as marked on the CPU,
+     * where the CPU side is valid: no mark needed. Explicit marks still
+     * work (exact ranges; a mark never hurts). Granularity: a page
+     * (mapping_write_tracking). MAPPING_ERR_UNSUPPORTED when the process
+     * has no mechanism, or the pages are tracked already by another family
+     * (a wrapped array must not share a page with another tracked one).
+     * See docs/mirrors.md "Write tracking" for the mechanisms, system calls
+     * writing the memory, page-locked memory and costs. */
+    MAPPING_MIRROR_TRACK_WRITES = 1u << 3
 };
+
+/* How tracked mirrors see CPU writes in this process, chosen once from
+ * $MAPPING_TRACK (auto, uffd, mprotect, none) and what the kernel offers:
+ * - MAPPING_TRACK_UFFD: userfaultfd write-protect in asynchronous mode and
+ *   the PAGEMAP_SCAN ioctl (Linux >= 6.7). Writes the kernel makes for the
+ *   process (read(2) into the array) are tracked like any other.
+ * - MAPPING_TRACK_MPROTECT: read-only pages and a SIGSEGV handler (chained
+ *   to the one installed before; install yours first). A system call that
+ *   writes a protected page fails with EFAULT: mark the range (or
+ *   mapping_mirror_acquire_cpu with MAPPING_WRITE) before the call; a mark
+ *   makes its pages writable until the next sync.
+ * - MAPPING_TRACK_NONE: MAPPING_MIRROR_TRACK_WRITES is refused.
+ * *granularity (may be NULL): the bytes one written byte makes a sync move
+ * at most (the base page, 4096 on x86-64). Thread-safe. */
+typedef enum mapping_track_mechanism {
+    MAPPING_TRACK_NONE = 0,
+    MAPPING_TRACK_UFFD = 1,
+    MAPPING_TRACK_MPROTECT = 2
+} mapping_track_mechanism;
+MAPPING_API mapping_track_mechanism mapping_write_tracking(size_t *granularity);
+/* "uffd", "mprotect" or "none", and why (e.g. "mprotect: ...; uffd: the
+ * kernel offers no UFFD_FEATURE_WP_ASYNC"); never NULL. Thread-safe. */
+MAPPING_API const char *mapping_write_tracking_description(void);
 
 /* Access intents for mapping_mirror_acquire_cpu / _gpu. */
 typedef enum mapping_access {
@@ -720,12 +755,14 @@ typedef enum mapping_access {
 
 /* Creates a mirror of `bytes`: zero-filled CPU memory (page-locked, from
  * mapping_allocate_cpu) and a device buffer; the GPU side starts stale.
- * flags: 0 or MAPPING_MIRROR_UNIFIED. Thread-safe (the device is). */
+ * flags: 0, MAPPING_MIRROR_UNIFIED, MAPPING_MIRROR_TRACK_WRITES. Thread-safe (the
+ * device is). */
 MAPPING_API mapping_status mapping_mirror_create(mapping_device *dev, size_t bytes, unsigned flags,
                                                  mapping_mirror **out);
 /* Mirrors the caller's memory cpu_ptr[0, bytes) (not copied, not freed; must
  * outlive the mirror). The GPU side starts stale. flags: 0 or
- * MAPPING_MIRROR_PIN (MAPPING_MIRROR_UNIFIED is accepted and ignored). */
+ * MAPPING_MIRROR_PIN, MAPPING_MIRROR_TRACK_WRITES (MAPPING_MIRROR_UNIFIED is
+ * accepted and ignored). */
 MAPPING_API mapping_status mapping_mirror_wrap(mapping_device *dev, void *cpu_ptr, size_t bytes, unsigned flags,
                                                mapping_mirror **out);
 /* A mirror over both sides supplied by the caller: cpu_ptr[0, bytes) (not
@@ -735,7 +772,8 @@ MAPPING_API mapping_status mapping_mirror_wrap(mapping_device *dev, void *cpu_pt
  * mirror; mapping_mirror_gpu is `gpu` and mapping_mirror_gpu_offset includes
  * gpu_offset. The CPU side starts valid and the GPU side stale, or with
  * MAPPING_MIRROR_GPU_VALID the other way round (the device holds the data).
- * flags: 0, MAPPING_MIRROR_PIN, MAPPING_MIRROR_GPU_VALID. Thread-safe. */
+ * flags: 0, MAPPING_MIRROR_PIN, MAPPING_MIRROR_GPU_VALID, MAPPING_MIRROR_TRACK_WRITES.
+ * Thread-safe. */
 MAPPING_API mapping_status mapping_mirror_adopt(mapping_device *dev, void *cpu_ptr, mapping_buffer *gpu,
                                                 size_t gpu_offset, size_t bytes, unsigned flags,
                                                 mapping_mirror **out);
@@ -756,6 +794,8 @@ MAPPING_API size_t          mapping_mirror_gpu_offset(const mapping_mirror *m);
 MAPPING_API int             mapping_mirror_is_unified(const mapping_mirror *m);
 /* 1 if wrapped memory was page-locked in place (MAPPING_MIRROR_PIN). */
 MAPPING_API int             mapping_mirror_is_pinned(const mapping_mirror *m);
+/* 1 if the family's CPU writes are tracked (MAPPING_MIRROR_TRACK_WRITES). */
+MAPPING_API int             mapping_mirror_is_tracked(const mapping_mirror *m);
 
 /* "I wrote [offset, offset+bytes) of this side": the other side becomes
  * stale there. MAPPING_ERR_CONFLICT if the other side holds unsynced

@@ -46,6 +46,7 @@ static void state_free_host_parts(mirror_state *st)
  * memory with it: free what is the state's own host memory only. */
 static void state_forget(mirror_state *st)
 {
+    mapping__mirror_track_end(st); /* the watch goes first: the memory may be gone */
     if (st->batch)
         mapping__batch_forget(st->batch);
     state_free_host_parts(st);
@@ -64,6 +65,7 @@ static void state_free(mirror_state *st)
         st->owns_cpu = false;
         st->pinned = false;
     }
+    mapping__mirror_track_end(st); /* before the memory goes (no-op when not tracked) */
     if (st->batch)
         mapping__batch_destroy(st->batch);
     if (st->gpu && !st->borrowed_gpu)
@@ -123,7 +125,7 @@ static mapping_status check_create_args(const char *fn, mapping_device *dev, siz
     *out = NULL;
     if (bytes == 0)
         return mapping__fail(MAPPING_ERR_ZERO_SIZE, "%s: bytes is 0", fn);
-    const unsigned known = MAPPING_MIRROR_UNIFIED | MAPPING_MIRROR_PIN;
+    const unsigned known = MAPPING_MIRROR_UNIFIED | MAPPING_MIRROR_PIN | MAPPING_MIRROR_TRACK_WRITES;
     if (flags & ~known)
         return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: unknown flags 0x%x", fn, flags & ~known);
     return MAPPING_OK;
@@ -148,6 +150,8 @@ mapping_status mapping_mirror_create(mapping_device *dev, size_t bytes, unsigned
         st->owns_cpu = true;
     }
     memset(st->cpu, 0, bytes);
+    if ((flags & MAPPING_MIRROR_TRACK_WRITES) && (status = mapping__mirror_track_begin(fn, st)))
+        goto fail;
     if ((status = handle_new(fn, st, 0, bytes, out)) == MAPPING_OK)
         return MAPPING_OK;
 fail:
@@ -171,7 +175,9 @@ mapping_status mapping_mirror_wrap(mapping_device *dev, void *cpu_ptr, size_t by
     /* Pinning is an optimisation: a back end that cannot is not an error. */
     if ((flags & MAPPING_MIRROR_PIN) && mapping__host_register(dev, cpu_ptr, bytes) == MAPPING_OK)
         st->pinned = true;
-    if ((status = mapping__allocate_gpu(dev, bytes, &st->gpu)) || (status = handle_new(fn, st, 0, bytes, out))) {
+    if ((status = mapping__allocate_gpu(dev, bytes, &st->gpu)) ||
+        ((flags & MAPPING_MIRROR_TRACK_WRITES) && (status = mapping__mirror_track_begin(fn, st))) ||
+        (status = handle_new(fn, st, 0, bytes, out))) {
         state_free(st);
         return status;
     }
@@ -191,7 +197,7 @@ mapping_status mapping_mirror_adopt(mapping_device *dev, void *cpu_ptr, mapping_
         return status;
     if (gpu->dev != dev)
         return mapping__fail(MAPPING_ERR_DEVICE_MISMATCH, "%s: the buffer belongs to another device", fn);
-    const unsigned known = MAPPING_MIRROR_PIN | MAPPING_MIRROR_GPU_VALID;
+    const unsigned known = MAPPING_MIRROR_PIN | MAPPING_MIRROR_GPU_VALID | MAPPING_MIRROR_TRACK_WRITES;
     if (flags & ~known)
         return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: unknown flags 0x%x", fn, flags & ~known);
     if ((uintptr_t)cpu_ptr + bytes < (uintptr_t)cpu_ptr)
@@ -212,7 +218,8 @@ mapping_status mapping_mirror_adopt(mapping_device *dev, void *cpu_ptr, mapping_
     }
     if ((flags & MAPPING_MIRROR_PIN) && mapping__host_register(dev, cpu_ptr, bytes) == MAPPING_OK)
         st->pinned = true;
-    if ((status = handle_new(fn, st, 0, bytes, out))) {
+    if (((flags & MAPPING_MIRROR_TRACK_WRITES) && (status = mapping__mirror_track_begin(fn, st))) ||
+        (status = handle_new(fn, st, 0, bytes, out))) {
         state_free(st);
         return status;
     }
@@ -282,6 +289,11 @@ int mapping_mirror_is_pinned(const mapping_mirror *m)
     return mirror_readable(m) && m->st->pinned;
 }
 
+int mapping_mirror_is_tracked(const mapping_mirror *m)
+{
+    return mirror_readable(m) && m->st->track != NULL;
+}
+
 /* Does [lo, hi) hold modifications of side y that are not already queued to
  * be copied to the other side? (Queued ones are synced: no conflict.) */
 static bool has_unsynced_modification(const mirror_state *st, int y, size_t lo, size_t hi)
@@ -331,6 +343,8 @@ static mapping_status mark_public(const char *fn, mapping_mirror *m, int x, size
     size_t lo = m->offset + offset, hi = lo + bytes;
     if (st->n_inflight && (status = mapping__mirror_order(st, NULL, lo, hi, MIRROR_ACCESS)))
         return status;
+    if (__builtin_expect(st->track != NULL, 0) && x == MIRROR_CPU)
+        mapping__mirror_track_marked(st, lo, hi); /* mprotect mode: a system call may now write these pages */
     if (mapping__mirror_log_append(st, x, lo, hi))
         return MAPPING_OK;
     return mapping__mirror_mark(fn, st, x, lo, hi, false);
@@ -359,7 +373,7 @@ size_t mapping_mirror_stale_bytes(const mapping_mirror *m, mapping_side side)
     size_t lo = m->offset, hi = lo + m->size;
     if (st->n_inflight)
         mapping__mirror_order(st, NULL, lo, hi, MIRROR_ACCESS);
-    if (mapping__mirror_log_flush(st) != MAPPING_OK)
+    if (mapping__mirror_track_collect(fn, st) != MAPPING_OK || mapping__mirror_log_flush(st) != MAPPING_OK)
         return 0; /* out of memory, recorded */
     return mapping__rs_bytes_in(&st->stale[side - 1], lo, hi);
 }

@@ -67,6 +67,10 @@ typedef struct mirror_state {
     size_t         log_sorted; /* log[0, log_sorted) is sorted, disjoint and not touching (the last compaction's) */
     bool           log_unsorted; /* false: all of the log is (appends in order) */
     int            log_side;
+
+    /* MAPPING_MIRROR_TRACK_WRITES: the CPU side's pages under watch
+     * (mirror_track.c); NULL when not tracked. */
+    struct mapping_os_track *track;
 } mirror_state;
 
 struct mapping_mirror {
@@ -146,6 +150,24 @@ mapping_status mapping__mirror_copy_ranges(mapping_stream *stream, mirror_state 
 /* Waits for everything (a failed wait is tried twice); folds nothing. Not OK
  * when some queued copy could not be waited for: it may still use the memory. */
 mapping_status mapping__mirror_drain(mirror_state *st);
+
+/* ---- mirror_track.c (MAPPING_MIRROR_TRACK_WRITES) ---- */
+/* Starts watching st->cpu; MAPPING_ERR_UNSUPPORTED (recorded) when it cannot. */
+mapping_status mapping__mirror_track_begin(const char *fn, mirror_state *st);
+void           mapping__mirror_track_end(mirror_state *st);
+/* Marks the pages written since the last collect modified on the CPU,
+ * where the CPU side is valid. Every sync and stale count calls it first. */
+mapping_status mapping__mirror_track_collect_pages(const char *fn, mirror_state *st);
+static inline mapping_status mapping__mirror_track_collect(const char *fn, mirror_state *st)
+{
+    return __builtin_expect(st->track != NULL, 0) ? mapping__mirror_track_collect_pages(fn, st) : MAPPING_OK;
+}
+/* The library wrote these ranges of the CPU side (a copy from the device
+ * that completed): not the program's writes. */
+void           mapping__mirror_track_copied(mirror_state *st, const mapping_range *v, size_t n);
+/* A mark of [lo, hi) on the CPU side: in mprotect mode its pages become
+ * writable (a system call may write them; they count as written). */
+void           mapping__mirror_track_marked(mirror_state *st, size_t lo, size_t hi);
 
 /* ---- mirror_unified.c ---- */
 /* Allocates unified memory for st (st->gpu, st->cpu) if the back end can;

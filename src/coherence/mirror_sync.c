@@ -32,6 +32,8 @@ static mapping_status apply_valid(mirror_state *st, int t, const mapping_range *
         (status = mapping__rs_remove_sorted(&st->stale[t], v, n)) ||
         (status = mapping__rs_remove_sorted(&st->pending[t], v, n)))
         return status;
+    if (__builtin_expect(st->track != NULL, 0) && t == MIRROR_CPU)
+        mapping__mirror_track_copied(st, v, n); /* the copy's writes were not the program's */
     return MAPPING_OK;
 }
 
@@ -528,8 +530,13 @@ static mapping_status sync_checked(const char *fn, mapping_stream *stream, mappi
     if (!stream && st->unified && t == MIRROR_CPU && (status = mapping__device_synchronize(st->dev)))
         return status;
     mapping_trace_span span = mapping__trace_begin();
-    /* Not with MAPPING_CHECK=unmarked: the check reads the marked ranges, so the log must be applied. */
-    if (st->log_n && st->log_side != t && !stream && !st->n_inflight && !st->unified && lo == 0 && hi == st->size &&
+    /* A tracked mirror: the pages written since the last look become marks first. */
+    if ((status = mapping__mirror_track_collect(fn, st)))
+        return status;
+    /* Not with MAPPING_CHECK=unmarked: the check reads the marked ranges, so the log must be applied.
+     * Not to a tracked CPU side: its copies must pass apply_valid (mapping__mirror_track_copied). */
+    if (st->log_n && st->log_side != t && !(st->track && t == MIRROR_CPU) && !stream && !st->n_inflight && !st->unified &&
+        lo == 0 && hi == st->size &&
         !mapping__rs_count(&st->pending[t]) && !mapping__mirror_check_on()) {
         mirror_sync_report report = {0};
         if ((status = sync_whole_with_log(st, t, &report)) == MAPPING_OK) {

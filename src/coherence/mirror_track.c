@@ -1,0 +1,160 @@
+/*
+ * Write-tracking mirrors (MAPPING_MIRROR_TRACK_WRITES): the CPU side's
+ * pages are watched by the OS layer (os/write_track.h), and before every
+ * sync (and stale count) the pages written since the last look become CPU
+ * marks. The rest of the mirror code sees only marks.
+ *
+ * Which bytes of a written page are marked: those valid on the CPU. Bytes
+ * stale on the CPU hold old content the program was not meant to write
+ * (a byte the GPU side modified, or the GPU-valid start of an adopted
+ * mirror): marking them would raise a conflict for a page shared with GPU
+ * results, or send stale bytes over newer ones. So a tracked write is never
+ * a conflict, and a page shared by a CPU write and a GPU result is exact:
+ * the CPU's bytes go up, the GPU's come down.
+ *
+ * The library's own writes into the CPU side (a completed copy from the
+ * device: the host back end and PoCL copy with CPU stores) are forgotten
+ * again for the pages wholly inside the copied ranges; a page partly
+ * copied stays counted (the program may have written its other bytes), and
+ * is re-sent once, where valid on the CPU.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include "coherence/mirror_internal.h"
+#include "os/os.h"
+#include "os/write_track.h"
+
+mapping_track_mechanism mapping_write_tracking(size_t *granularity)
+{
+    if (granularity)
+        *granularity = mapping_os_page_size();
+    switch (mapping_os_track_kind_get()) {
+    case MAPPING_OS_TRACK_UFFD:
+        return MAPPING_TRACK_UFFD;
+    case MAPPING_OS_TRACK_MPROTECT:
+        return MAPPING_TRACK_MPROTECT;
+    default:
+        return MAPPING_TRACK_NONE;
+    }
+}
+
+const char *mapping_write_tracking_description(void)
+{
+    return mapping_os_track_reason();
+}
+
+mapping_status mapping__mirror_track_begin(const char *fn, mirror_state *st)
+{
+    mapping_os_track *t = NULL;
+    int rc = mapping_os_track_begin(st->cpu, st->size, &t);
+    if (rc == -ENOMEM)
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory for write tracking", fn);
+    if (rc == -EBUSY)
+        return mapping__fail(MAPPING_ERR_UNSUPPORTED, "%s: MAPPING_MIRROR_TRACK_WRITES: a page of [%p, +%zu) is "
+                                                      "tracked already by another mirror", fn, (void *)st->cpu, st->size);
+    if (rc)
+        return mapping__fail(MAPPING_ERR_UNSUPPORTED, "%s: MAPPING_MIRROR_TRACK_WRITES: no write tracking (%s; %s)", fn,
+                             mapping_os_track_reason(), strerror(-rc));
+    st->track = t;
+    return MAPPING_OK;
+}
+
+void mapping__mirror_track_end(mirror_state *st)
+{
+    mapping_os_track_end(st->track);
+    st->track = NULL;
+}
+
+/* The written page runs of one collect, as offsets within the family. */
+typedef struct collected {
+    mapping_range *v;
+    size_t         n, cap;
+    bool           oom;
+    uintptr_t      base;
+    size_t         size;
+} collected;
+
+static void on_written(void *user, uintptr_t lo, uintptr_t hi)
+{
+    collected *c = user;
+    /* Clip to the mirror (its first and last pages may hold other data). */
+    lo = lo < c->base ? c->base : lo;
+    hi = hi > c->base + c->size ? c->base + c->size : hi;
+    if (lo >= hi)
+        return;
+    if (c->n && c->v[c->n - 1].hi == lo - c->base) { /* runs of one scan may touch */
+        c->v[c->n - 1].hi = hi - c->base;
+        return;
+    }
+    if (c->n == c->cap) {
+        size_t cap = c->cap ? 2 * c->cap : 64;
+        mapping_range *v = mapping_os_realloc(c->v, cap * sizeof *v);
+        if (!v) {
+            c->oom = true;
+            return;
+        }
+        c->v = v;
+        c->cap = cap;
+    }
+    c->v[c->n++] = (mapping_range){lo - c->base, hi - c->base};
+}
+
+/* Marks [lo, hi) minus the CPU's stale bytes modified on the CPU. */
+static mapping_status mark_valid_part(const char *fn, mirror_state *st, size_t lo, size_t hi)
+{
+    mapping_rs_cursor c;
+    mapping_range r;
+    mapping_status status;
+    bool ok = mapping__rs_seek(&st->stale[MIRROR_CPU], lo, &c, &r);
+    while (lo < hi) {
+        size_t end = ok && r.lo < hi ? r.lo : hi; /* [lo, end) is valid on the CPU */
+        if (end > lo && (status = mapping__mirror_mark(fn, st, MIRROR_CPU, lo, end, false)))
+            return status;
+        if (!ok || r.lo >= hi)
+            break;
+        if (r.hi > lo)
+            lo = r.hi;
+        ok = mapping__rs_next(&c, &r);
+    }
+    return MAPPING_OK;
+}
+
+mapping_status mapping__mirror_track_collect_pages(const char *fn, mirror_state *st)
+{
+    collected c = {.base = (uintptr_t)st->cpu, .size = st->size};
+    int rc = mapping_os_track_collect(st->track, on_written, &c);
+    mapping_status status = MAPPING_OK;
+    if (c.n && !st->n_inflight && !st->stale[MIRROR_CPU].count && !(st->log_n && st->log_side != MIRROR_CPU) &&
+        !st->modified[MIRROR_GPU].count) {
+        /* Nothing stale on the CPU: the runs are marks as they are (the log, a few ns each). */
+        for (size_t i = 0; i < c.n; i++)
+            if (!mapping__mirror_log_append(st, MIRROR_CPU, c.v[i].lo, c.v[i].hi) &&
+                (status = mapping__mirror_mark(fn, st, MIRROR_CPU, c.v[i].lo, c.v[i].hi, false)))
+                break;
+    } else if (c.n) {
+        if (st->n_inflight)
+            mapping__mirror_fold_completed(st);
+        status = mapping__mirror_log_flush(st);
+        for (size_t i = 0; i < c.n && status == MAPPING_OK; i++)
+            status = mark_valid_part(fn, st, c.v[i].lo, c.v[i].hi);
+    }
+    free(c.v);
+    if (status == MAPPING_OK && (rc || c.oom))
+        status = mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: write tracking could not list the written pages "
+                                                               "(%s)", fn, rc ? strerror(-rc) : "out of memory");
+    return status;
+}
+
+void mapping__mirror_track_copied(mirror_state *st, const mapping_range *v, size_t n)
+{
+    uintptr_t base = (uintptr_t)st->cpu;
+    for (size_t i = 0; i < n; i++)
+        mapping_os_track_clear(st->track, base + v[i].lo, base + v[i].hi);
+}
+
+void mapping__mirror_track_marked(mirror_state *st, size_t lo, size_t hi)
+{
+    uintptr_t base = (uintptr_t)st->cpu;
+    mapping_os_track_release(st->track, base + lo, base + hi);
+}

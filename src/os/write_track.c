@@ -1,0 +1,179 @@
+/*
+ * Write tracking: choosing the mechanism once, widening regions to pages,
+ * refusing regions that share a page, and dispatching to the mechanism
+ * (write_track.h).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "os/os.h"
+#include "os/write_track.h"
+
+static pthread_once_t        choose_once = PTHREAD_ONCE_INIT;
+static mapping_os_track_kind chosen;
+static const char           *chosen_reason = "";
+static char                  reason_buf[160];
+
+static void choose(void)
+{
+    const char *env = getenv("MAPPING_TRACK");
+    const char *uffd_why = "", *mprot_why = "";
+    if (env && strcmp(env, "none") == 0) {
+        chosen_reason = "none: MAPPING_TRACK=none";
+        return;
+    }
+    bool want_uffd = !env || !*env || strcmp(env, "auto") == 0 || strcmp(env, "uffd") == 0;
+    bool want_mprot = !env || !*env || strcmp(env, "auto") == 0 || strcmp(env, "mprotect") == 0;
+    if (!want_uffd && !want_mprot) {
+        chosen_reason = "none: MAPPING_TRACK is not auto, uffd, mprotect or none";
+        return;
+    }
+    if (want_uffd && mapping__uffd_probe(&uffd_why) == 0) {
+        chosen = MAPPING_OS_TRACK_UFFD;
+        chosen_reason = "uffd: userfaultfd async write-protect + PAGEMAP_SCAN";
+        return;
+    }
+    if (want_mprot && (env && strcmp(env, "uffd") == 0 ? false : mapping__mprot_probe(&mprot_why) == 0)) {
+        chosen = MAPPING_OS_TRACK_MPROTECT;
+        snprintf(reason_buf, sizeof reason_buf, "mprotect: SIGSEGV handler%s%s", want_uffd ? "; uffd: " : "",
+                 want_uffd ? uffd_why : "");
+        chosen_reason = reason_buf;
+        return;
+    }
+    snprintf(reason_buf, sizeof reason_buf, "none: %s%s", want_uffd ? uffd_why : "", want_mprot ? mprot_why : "");
+    chosen_reason = reason_buf;
+}
+
+mapping_os_track_kind mapping_os_track_kind_get(void)
+{
+    pthread_once(&choose_once, choose);
+    return chosen;
+}
+
+const char *mapping_os_track_reason(void)
+{
+    pthread_once(&choose_once, choose);
+    return chosen_reason;
+}
+
+/* Every tracked region, to refuse a second one on the same page (two
+ * regions sharing a page would take each other's writes). */
+static pthread_mutex_t   regions_lock = PTHREAD_MUTEX_INITIALIZER;
+static mapping_os_track **regions;
+static size_t             n_regions, cap_regions;
+
+static int regions_add(mapping_os_track *t)
+{
+    for (size_t i = 0; i < n_regions; i++)
+        if (regions[i]->lo < t->hi && t->lo < regions[i]->hi)
+            return -EBUSY;
+    if (n_regions == cap_regions) {
+        size_t cap = cap_regions ? 2 * cap_regions : 16;
+        mapping_os_track **v = realloc(regions, cap * sizeof *v);
+        if (!v)
+            return -ENOMEM;
+        regions = v;
+        cap_regions = cap;
+    }
+    regions[n_regions++] = t;
+    return 0;
+}
+
+static void regions_remove(mapping_os_track *t)
+{
+    for (size_t i = 0; i < n_regions; i++)
+        if (regions[i] == t) {
+            regions[i] = regions[--n_regions];
+            break;
+        }
+    if (!n_regions) {
+        free(regions);
+        regions = NULL;
+        cap_regions = 0;
+    }
+}
+
+int mapping_os_track_begin(void *addr, size_t bytes, mapping_os_track **out)
+{
+    *out = NULL;
+    mapping_os_track_kind kind = mapping_os_track_kind_get();
+    if (kind == MAPPING_OS_TRACK_NONE)
+        return -ENOSYS;
+    uintptr_t page = mapping_os_page_size(), a = (uintptr_t)addr;
+    if (!bytes || a + bytes < a || a + bytes > UINTPTR_MAX - page)
+        return -EINVAL;
+    mapping_os_track *t = calloc(1, sizeof *t);
+    if (!t)
+        return -ENOMEM;
+    *t = (mapping_os_track){kind, a & ~(page - 1), (a + bytes + page - 1) & ~(page - 1), -1};
+    pthread_mutex_lock(&regions_lock);
+    int rc = regions_add(t);
+    if (rc == 0) {
+        rc = kind == MAPPING_OS_TRACK_UFFD ? mapping__uffd_begin(t) : mapping__mprot_begin(t);
+        if (rc)
+            regions_remove(t);
+    }
+    pthread_mutex_unlock(&regions_lock);
+    if (rc) {
+        free(t);
+        return rc;
+    }
+    *out = t;
+    return 0;
+}
+
+void mapping_os_track_end(mapping_os_track *t)
+{
+    if (!t)
+        return;
+    pthread_mutex_lock(&regions_lock);
+    if (t->kind == MAPPING_OS_TRACK_UFFD)
+        mapping__uffd_end(t);
+    else
+        mapping__mprot_end(t);
+    regions_remove(t);
+    pthread_mutex_unlock(&regions_lock);
+    free(t);
+}
+
+int mapping_os_track_collect(mapping_os_track *t, mapping_os_track_fn fn, void *user)
+{
+    return t->kind == MAPPING_OS_TRACK_UFFD ? mapping__uffd_collect(t, fn, user) : mapping__mprot_collect(t, fn, user);
+}
+
+/* The pages wholly inside [lo, hi), within the region; false if none. */
+static bool inner_pages(const mapping_os_track *t, uintptr_t *lo, uintptr_t *hi)
+{
+    uintptr_t page = mapping_os_page_size();
+    uintptr_t a = (*lo + page - 1) & ~(page - 1), b = *hi & ~(page - 1);
+    a = a < t->lo ? t->lo : a;
+    b = b > t->hi ? t->hi : b;
+    *lo = a;
+    *hi = b;
+    return a < b;
+}
+
+void mapping_os_track_clear(mapping_os_track *t, uintptr_t lo, uintptr_t hi)
+{
+    if (!inner_pages(t, &lo, &hi))
+        return;
+    if (t->kind == MAPPING_OS_TRACK_UFFD)
+        mapping__uffd_protect(t, lo, hi);
+    else
+        mapping__mprot_clear(t, lo, hi);
+}
+
+void mapping_os_track_release(mapping_os_track *t, uintptr_t lo, uintptr_t hi)
+{
+    if (t->kind != MAPPING_OS_TRACK_MPROTECT)
+        return;
+    uintptr_t page = mapping_os_page_size();
+    lo &= ~(page - 1);
+    hi = (hi + page - 1) & ~(page - 1);
+    lo = lo < t->lo ? t->lo : lo;
+    hi = hi > t->hi ? t->hi : hi;
+    if (lo < hi)
+        mapping__mprot_release(t, lo, hi);
+}

@@ -1,0 +1,84 @@
+/*
+ * Write tracking: which pages of a host region were written since the last
+ * look, without the writer's help. Three mechanisms, chosen once per process
+ * (mapping_os_track_kind; $MAPPING_TRACK = auto | uffd | mprotect | none):
+ *
+ * - uffd (write_track_uffd.c): userfaultfd write-protect in asynchronous
+ *   mode (UFFD_FEATURE_WP_ASYNC, user-mode faults only) plus the
+ *   PAGEMAP_SCAN ioctl of /proc/self/pagemap, Linux >= 6.7. The kernel
+ *   resolves a write fault itself and leaves the page writable: one fault
+ *   per page, no signal, and writes the kernel makes for the process
+ *   (read(2) into the region) are seen like any other. A scan returns the
+ *   written pages and protects them again in one call.
+ * - mprotect (write_track_mprotect.c): the region is PROT_READ; a SIGSEGV
+ *   handler (chained to any handler installed before it) records the page in
+ *   a bitmap and makes it writable. A kernel write into a protected page
+ *   fails with EFAULT instead: mapping_os_track_release makes pages writable
+ *   (and counts them written) before a system call writes them.
+ * - none: tracking is refused.
+ *
+ * Granularity: the base page (mapping_os_page_size()). A region is widened
+ * to whole pages; regions must not share a page (begin refuses with -EBUSY).
+ * Not thread-safe per region (one thread at a time calls collect / clear /
+ * release / end on a region); writes may come from any thread.
+ */
+#ifndef MAPPING_WRITE_TRACK_H
+#define MAPPING_WRITE_TRACK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum mapping_os_track_kind {
+    MAPPING_OS_TRACK_NONE = 0,
+    MAPPING_OS_TRACK_UFFD = 1,
+    MAPPING_OS_TRACK_MPROTECT = 2,
+} mapping_os_track_kind;
+
+/* The mechanism this process uses (chosen at the first call, from
+ * $MAPPING_TRACK and what the kernel offers). Thread-safe. */
+mapping_os_track_kind mapping_os_track_kind_get(void);
+/* Why the mechanism is what it is ("uffd: ..."), for `mapping info`. */
+const char *mapping_os_track_reason(void);
+
+typedef struct mapping_os_track mapping_os_track;
+/* Called with each run of written pages [lo, hi) (addresses, page-aligned). */
+typedef void (*mapping_os_track_fn)(void *user, uintptr_t lo, uintptr_t hi);
+
+/* Starts tracking [addr, addr + bytes) (widened to pages): nothing counts
+ * as written yet. 0, or -errno: -ENOSYS when no mechanism is available,
+ * -EBUSY when a page is tracked already, -ENOMEM. */
+int  mapping_os_track_begin(void *addr, size_t bytes, mapping_os_track **out);
+/* Stops tracking: the pages are writable again. NULL: no-op. */
+void mapping_os_track_end(mapping_os_track *t);
+/* Reports the pages written since the last collect (or begin, clear) and
+ * protects them again. 0 or -errno (nothing reported is lost: the pages
+ * stay counted as written). */
+int  mapping_os_track_collect(mapping_os_track *t, mapping_os_track_fn fn, void *user);
+/* Forgets writes to the pages wholly inside [lo, hi) (the library's own
+ * writes, e.g. a copy from the device). */
+void mapping_os_track_clear(mapping_os_track *t, uintptr_t lo, uintptr_t hi);
+/* mprotect: makes the pages meeting [lo, hi) writable and counts them
+ * written (so the kernel may write them). uffd: nothing to do. */
+void mapping_os_track_release(mapping_os_track *t, uintptr_t lo, uintptr_t hi);
+
+/* ---- the mechanisms (write_track_uffd.c, write_track_mprotect.c) ---- */
+struct mapping_os_track {
+    mapping_os_track_kind kind;
+    uintptr_t             lo, hi; /* page-aligned */
+    int                   slot;   /* mprotect: index in its table */
+};
+/* Probes once: 0 when available, else -errno with *why set. */
+int  mapping__uffd_probe(const char **why);
+int  mapping__uffd_begin(mapping_os_track *t);
+void mapping__uffd_end(mapping_os_track *t);
+int  mapping__uffd_collect(mapping_os_track *t, mapping_os_track_fn fn, void *user);
+void mapping__uffd_protect(mapping_os_track *t, uintptr_t lo, uintptr_t hi);
+
+int  mapping__mprot_probe(const char **why);
+int  mapping__mprot_begin(mapping_os_track *t);
+void mapping__mprot_end(mapping_os_track *t);
+int  mapping__mprot_collect(mapping_os_track *t, mapping_os_track_fn fn, void *user);
+void mapping__mprot_clear(mapping_os_track *t, uintptr_t lo, uintptr_t hi);
+void mapping__mprot_release(mapping_os_track *t, uintptr_t lo, uintptr_t hi);
+
+#endif

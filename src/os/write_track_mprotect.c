@@ -1,0 +1,227 @@
+/*
+ * Write tracking by mprotect and a SIGSEGV handler (write_track.h), for
+ * kernels without userfaultfd async write-protect.
+ *
+ * A tracked region is PROT_READ. The first write to a page faults; the
+ * handler finds the region in a fixed table without locks (slots published
+ * with release stores, read with acquire loads), makes the page writable,
+ * then sets its bit in the region's bitmap and bumps the region's dirty
+ * count. Everything in the handler is async-signal-safe: atomics and
+ * mprotect(2), no allocation, no lock. A fault outside every region goes to
+ * the handler installed before ours (or to the default action).
+ *
+ * Orders that keep a page's bit and its protection consistent when a write
+ * races a collect: the handler unprotects before it sets the bit; collect
+ * takes the bits (exchange with 0) before it protects again. Either way a
+ * page ends up protected with its bit clear, or writable with its bit set
+ * (a write that lands between is copied by the sync that collected it).
+ * Removing a region waits until no handler is running (an entry count),
+ * so its bitmap is never freed under a handler.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include "os/os.h"
+#include "os/write_track.h"
+
+enum { MPROT_SLOTS = 256 };
+
+typedef struct mprot_slot {
+    _Atomic uintptr_t lo, hi;           /* hi == 0: free (published last, cleared first) */
+    _Atomic(_Atomic uint64_t *) bits;   /* one bit per page */
+    _Atomic size_t dirty;               /* a hint: 0 means no bit was set since the last collect */
+} mprot_slot;
+
+static mprot_slot        slots[MPROT_SLOTS];
+static _Atomic int       in_handler;
+static struct sigaction  previous;
+static pthread_once_t    install_once = PTHREAD_ONCE_INIT;
+static int               install_rc;
+static size_t            page_size;
+
+static void chain(int sig, siginfo_t *info, void *ctx)
+{
+    if (previous.sa_flags & SA_SIGINFO) {
+        if (previous.sa_sigaction) {
+            previous.sa_sigaction(sig, info, ctx);
+            return;
+        }
+    } else if (previous.sa_handler != SIG_DFL && previous.sa_handler != SIG_IGN) {
+        previous.sa_handler(sig);
+        return;
+    }
+    /* Default action: restore it; the faulting instruction runs again and
+     * the process dies as it would have without us. */
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(SIGSEGV, &dfl, NULL);
+}
+
+static bool handle(uintptr_t addr)
+{
+    for (int i = 0; i < MPROT_SLOTS; i++) {
+        uintptr_t hi = atomic_load_explicit(&slots[i].hi, memory_order_acquire);
+        if (!hi || addr >= hi)
+            continue;
+        uintptr_t lo = atomic_load_explicit(&slots[i].lo, memory_order_relaxed);
+        if (addr < lo)
+            continue;
+        _Atomic uint64_t *bits = atomic_load_explicit(&slots[i].bits, memory_order_relaxed);
+        size_t p = (addr - lo) / page_size;
+        uintptr_t page = lo + p * page_size;
+        if (mprotect((void *)page, page_size, PROT_READ | PROT_WRITE) != 0) {
+            /* Out of mappings (vm.max_map_count: each protected island is
+             * one): the whole region becomes writable and counts as written. */
+            if (mprotect((void *)lo, hi - lo, PROT_READ | PROT_WRITE) != 0)
+                return false;
+            for (size_t w = 0, words = ((hi - lo) / page_size + 63) / 64; w < words; w++)
+                atomic_store_explicit(&bits[w], ~(uint64_t)0, memory_order_release);
+        }
+        atomic_fetch_or_explicit(&bits[p / 64], (uint64_t)1 << (p % 64), memory_order_release);
+        atomic_fetch_add_explicit(&slots[i].dirty, 1, memory_order_release);
+        return true;
+    }
+    return false;
+}
+
+static void on_segv(int sig, siginfo_t *info, void *ctx)
+{
+    int saved = errno;
+    atomic_fetch_add_explicit(&in_handler, 1, memory_order_acq_rel);
+    bool ours = info && info->si_code == SEGV_ACCERR && handle((uintptr_t)info->si_addr);
+    atomic_fetch_sub_explicit(&in_handler, 1, memory_order_acq_rel);
+    errno = saved;
+    if (!ours)
+        chain(sig, info, ctx);
+}
+
+static void install(void)
+{
+    page_size = mapping_os_page_size();
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_segv;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    install_rc = sigaction(SIGSEGV, &sa, &previous) == 0 ? 0 : -errno;
+}
+
+int mapping__mprot_probe(const char **why)
+{
+    *why = "";
+    return 0; /* installed on first use: a process that never tracks keeps its handlers untouched */
+}
+
+int mapping__mprot_begin(mapping_os_track *t)
+{
+    pthread_once(&install_once, install);
+    if (install_rc)
+        return install_rc;
+    int free_slot = -1;
+    for (int i = 0; i < MPROT_SLOTS && free_slot < 0; i++)
+        if (!atomic_load_explicit(&slots[i].hi, memory_order_acquire) && !atomic_load(&slots[i].bits))
+            free_slot = i;
+    if (free_slot < 0)
+        return -ENOSPC;
+    size_t pages = (t->hi - t->lo) / page_size;
+    _Atomic uint64_t *bits = calloc((pages + 63) / 64, sizeof *bits);
+    if (!bits)
+        return -ENOMEM;
+    mprot_slot *s = &slots[free_slot];
+    atomic_store_explicit(&s->bits, bits, memory_order_relaxed);
+    atomic_store_explicit(&s->dirty, 0, memory_order_relaxed);
+    atomic_store_explicit(&s->lo, t->lo, memory_order_relaxed);
+    atomic_store_explicit(&s->hi, t->hi, memory_order_release);
+    if (mprotect((void *)t->lo, t->hi - t->lo, PROT_READ) != 0) {
+        int rc = -errno;
+        atomic_store_explicit(&s->hi, 0, memory_order_release);
+        atomic_store(&s->bits, NULL);
+        free(bits);
+        return rc;
+    }
+    t->slot = free_slot;
+    return 0;
+}
+
+void mapping__mprot_end(mapping_os_track *t)
+{
+    mprot_slot *s = &slots[t->slot];
+    mprotect((void *)t->lo, t->hi - t->lo, PROT_READ | PROT_WRITE);
+    atomic_store_explicit(&s->hi, 0, memory_order_release);
+    while (atomic_load_explicit(&in_handler, memory_order_acquire))
+        sched_yield();
+    _Atomic uint64_t *bits = atomic_exchange(&s->bits, NULL);
+    free((void *)bits);
+}
+
+int mapping__mprot_collect(mapping_os_track *t, mapping_os_track_fn fn, void *user)
+{
+    mprot_slot *s = &slots[t->slot];
+    if (!atomic_exchange_explicit(&s->dirty, 0, memory_order_acq_rel))
+        return 0; /* the clean case: O(1) */
+    _Atomic uint64_t *bits = atomic_load_explicit(&s->bits, memory_order_relaxed);
+    size_t pages = (t->hi - t->lo) / page_size, words = (pages + 63) / 64;
+    size_t run_lo = 0, run_hi = 0; /* pages [run_lo, run_hi) written, not yet reported */
+    int rc = 0;
+    for (size_t w = 0; w < words; w++) {
+        if (!atomic_load_explicit(&bits[w], memory_order_relaxed))
+            continue;
+        uint64_t v = atomic_exchange_explicit(&bits[w], 0, memory_order_acq_rel);
+        while (v) {
+            size_t p = w * 64 + (size_t)__builtin_ctzll(v);
+            v &= v - 1;
+            if (p >= pages)
+                break; /* the bits past the end set by the fallback above */
+            if (p == run_hi && run_hi > run_lo) {
+                run_hi++;
+                continue;
+            }
+            if (run_hi > run_lo) {
+                uintptr_t a = t->lo + run_lo * page_size, b = t->lo + run_hi * page_size;
+                if (mprotect((void *)a, b - a, PROT_READ) != 0 && !rc)
+                    rc = -errno;
+                fn(user, a, b);
+            }
+            run_lo = p;
+            run_hi = p + 1;
+        }
+    }
+    if (run_hi > run_lo) {
+        uintptr_t a = t->lo + run_lo * page_size, b = t->lo + run_hi * page_size;
+        if (mprotect((void *)a, b - a, PROT_READ) != 0 && !rc)
+            rc = -errno;
+        fn(user, a, b);
+    }
+    return rc;
+}
+
+void mapping__mprot_clear(mapping_os_track *t, uintptr_t lo, uintptr_t hi)
+{
+    mprot_slot *s = &slots[t->slot];
+    _Atomic uint64_t *bits = atomic_load_explicit(&s->bits, memory_order_relaxed);
+    mprotect((void *)lo, hi - lo, PROT_READ);
+    for (size_t p = (lo - t->lo) / page_size, e = (hi - t->lo) / page_size; p < e; p++)
+        atomic_fetch_and_explicit(&bits[p / 64], ~((uint64_t)1 << (p % 64)), memory_order_acq_rel);
+}
+
+void mapping__mprot_release(mapping_os_track *t, uintptr_t lo, uintptr_t hi)
+{
+    mprot_slot *s = &slots[t->slot];
+    _Atomic uint64_t *bits = atomic_load_explicit(&s->bits, memory_order_relaxed);
+    if (mprotect((void *)lo, hi - lo, PROT_READ | PROT_WRITE) != 0)
+        return;
+    for (size_t p = (lo - t->lo) / page_size, e = (hi - t->lo) / page_size; p < e; p++)
+        atomic_fetch_or_explicit(&bits[p / 64], (uint64_t)1 << (p % 64), memory_order_release);
+    atomic_fetch_add_explicit(&s->dirty, 1, memory_order_release);
+}

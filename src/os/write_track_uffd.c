@@ -1,0 +1,194 @@
+/*
+ * Write tracking by userfaultfd write-protect in asynchronous mode and the
+ * PAGEMAP_SCAN ioctl (Linux >= 6.7; write_track.h). One userfaultfd and one
+ * /proc/self/pagemap descriptor per process. With UFFD_FEATURE_WP_ASYNC
+ * nobody reads the userfaultfd: the kernel resolves each write fault by
+ * making the page writable, and PAGEMAP_SCAN with PM_SCAN_WP_MATCHING lists
+ * the pages that are writable ("written") and protects them again,
+ * atomically per page. UFFD_USER_MODE_ONLY lets an unprivileged process use
+ * it whatever vm.unprivileged_userfaultfd says; with async mode, faults the
+ * kernel takes for the process (copy_to_user in read(2)) are resolved the
+ * same way, so they are tracked too. The constants are defined here when
+ * the build machine's headers predate them (the ABI is fixed).
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+#include "os/write_track.h"
+
+#if defined(__linux__) && defined(SYS_userfaultfd)
+#include <linux/fs.h>
+#include <linux/userfaultfd.h>
+
+#ifndef UFFD_USER_MODE_ONLY
+#define UFFD_USER_MODE_ONLY 1
+#endif
+#ifndef UFFD_FEATURE_WP_UNPOPULATED
+#define UFFD_FEATURE_WP_UNPOPULATED (1 << 13)
+#endif
+#ifndef UFFD_FEATURE_WP_ASYNC
+#define UFFD_FEATURE_WP_ASYNC (1 << 15)
+#endif
+#ifndef PAGEMAP_SCAN
+struct page_region {
+    uint64_t start, end, categories;
+};
+struct pm_scan_arg {
+    uint64_t size, flags, start, end, walk_end, vec, vec_len, max_pages;
+    uint64_t category_inverted, category_mask, category_anyof_mask, return_mask;
+};
+#define PAGEMAP_SCAN          _IOWR('f', 16, struct pm_scan_arg)
+#define PM_SCAN_WP_MATCHING   (1 << 0)
+#define PM_SCAN_CHECK_WPASYNC (1 << 1)
+#define PAGE_IS_WRITTEN       (1 << 1)
+#endif
+
+static pthread_once_t probe_once = PTHREAD_ONCE_INIT;
+static int            uffd = -1, pagemap = -1, probe_rc = -ENOSYS;
+static const char    *probe_why = "not probed";
+static bool           unpopulated; /* UFFD_FEATURE_WP_UNPOPULATED: untouched pages are protected too */
+
+static void probe(void)
+{
+    int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY);
+    if (fd < 0) {
+        probe_rc = -errno;
+        probe_why = "userfaultfd(UFFD_USER_MODE_ONLY) refused";
+        return;
+    }
+    struct uffdio_api api = {.api = UFFD_API, .features = 0};
+    if (ioctl(fd, UFFDIO_API, &api) != 0 || !(api.features & UFFD_FEATURE_WP_ASYNC)) {
+        close(fd);
+        probe_rc = -ENOSYS;
+        probe_why = "the kernel offers no UFFD_FEATURE_WP_ASYNC (Linux < 6.7)";
+        return;
+    }
+    unpopulated = (api.features & UFFD_FEATURE_WP_UNPOPULATED) != 0;
+    close(fd); /* the API handshake is once per descriptor: a fresh one asks for the features */
+    fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY);
+    api = (struct uffdio_api){.api = UFFD_API,
+                              .features = UFFD_FEATURE_WP_ASYNC | (unpopulated ? UFFD_FEATURE_WP_UNPOPULATED : 0)};
+    if (fd < 0 || ioctl(fd, UFFDIO_API, &api) != 0) {
+        probe_rc = -errno;
+        probe_why = "userfaultfd: enabling UFFD_FEATURE_WP_ASYNC failed";
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    int pm = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    struct pm_scan_arg a = {.size = sizeof a, .start = 0, .end = 0};
+    if (pm < 0 || (ioctl(pm, PAGEMAP_SCAN, &a) < 0 && errno != EINVAL)) {
+        probe_rc = -ENOSYS;
+        probe_why = "no PAGEMAP_SCAN on /proc/self/pagemap (Linux < 6.7)";
+        close(fd);
+        if (pm >= 0)
+            close(pm);
+        return;
+    }
+    uffd = fd;
+    pagemap = pm;
+    probe_rc = 0;
+    probe_why = "";
+}
+
+int mapping__uffd_probe(const char **why)
+{
+    pthread_once(&probe_once, probe);
+    *why = probe_why;
+    return probe_rc;
+}
+
+void mapping__uffd_protect(mapping_os_track *t, uintptr_t lo, uintptr_t hi)
+{
+    (void)t;
+    struct uffdio_writeprotect wp = {.range = {lo, hi - lo}, .mode = UFFDIO_WRITEPROTECT_MODE_WP};
+    ioctl(uffd, UFFDIO_WRITEPROTECT, &wp);
+}
+
+int mapping__uffd_begin(mapping_os_track *t)
+{
+    struct uffdio_register reg = {.range = {t->lo, t->hi - t->lo}, .mode = UFFDIO_REGISTER_MODE_WP};
+    if (ioctl(uffd, UFFDIO_REGISTER, &reg) != 0)
+        return -errno;
+    struct uffdio_writeprotect wp = {.range = {t->lo, t->hi - t->lo}, .mode = UFFDIO_WRITEPROTECT_MODE_WP};
+    if (ioctl(uffd, UFFDIO_WRITEPROTECT, &wp) != 0) {
+        int rc = -errno;
+        struct uffdio_range r = {t->lo, t->hi - t->lo};
+        ioctl(uffd, UFFDIO_UNREGISTER, &r);
+        return rc;
+    }
+    return 0;
+}
+
+void mapping__uffd_end(mapping_os_track *t)
+{
+    /* Unprotect first: pages of a region that stays mapped (wrapped memory)
+     * must not keep a protection nobody resolves. Fails harmlessly when the
+     * memory is gone already. */
+    struct uffdio_writeprotect wp = {.range = {t->lo, t->hi - t->lo}, .mode = 0};
+    ioctl(uffd, UFFDIO_WRITEPROTECT, &wp);
+    struct uffdio_range r = {t->lo, t->hi - t->lo};
+    ioctl(uffd, UFFDIO_UNREGISTER, &r);
+}
+
+enum { SCAN_VEC = 256 };
+
+int mapping__uffd_collect(mapping_os_track *t, mapping_os_track_fn fn, void *user)
+{
+    struct page_region vec[SCAN_VEC];
+    uint64_t start = t->lo;
+    while (start < t->hi) {
+        struct pm_scan_arg a = {.size = sizeof a,
+                                .flags = PM_SCAN_WP_MATCHING | PM_SCAN_CHECK_WPASYNC,
+                                .start = start,
+                                .end = t->hi,
+                                .vec = (uintptr_t)vec,
+                                .vec_len = SCAN_VEC,
+                                .category_mask = PAGE_IS_WRITTEN,
+                                .return_mask = PAGE_IS_WRITTEN};
+        long n = ioctl(pagemap, PAGEMAP_SCAN, &a);
+        if (n < 0)
+            return -errno;
+        for (long i = 0; i < n; i++)
+            fn(user, (uintptr_t)vec[i].start, (uintptr_t)vec[i].end);
+        if (a.walk_end <= start)
+            break; /* no progress: should not happen */
+        start = a.walk_end;
+    }
+    return 0;
+}
+
+#else /* no userfaultfd on this system */
+
+int mapping__uffd_probe(const char **why)
+{
+    *why = "no userfaultfd on this system";
+    return -ENOSYS;
+}
+int mapping__uffd_begin(mapping_os_track *t)
+{
+    (void)t;
+    return -ENOSYS;
+}
+void mapping__uffd_end(mapping_os_track *t)
+{
+    (void)t;
+}
+int mapping__uffd_collect(mapping_os_track *t, mapping_os_track_fn fn, void *user)
+{
+    (void)t, (void)fn, (void)user;
+    return -ENOSYS;
+}
+void mapping__uffd_protect(mapping_os_track *t, uintptr_t lo, uintptr_t hi)
+{
+    (void)t, (void)lo, (void)hi;
+}
+#endif

@@ -1,0 +1,393 @@
+/*
+ * Write-tracking mirrors (MAPPING_MIRROR_TRACK_WRITES): the program never
+ * marks a CPU write, and every sync still carries it. The mechanism is the
+ * process's ($MAPPING_TRACK; tests/CMakeLists.txt runs these tests once per
+ * mechanism). A model-based random test writes with memset, single stores,
+ * memcpy, another thread and read(2) from a pipe, writes device ranges
+ * (marked: device writes are not tracked), and syncs both ways, blocking and
+ * on a stream; after every sync the target side must hold the model's bytes.
+ * Seeds are printed; MAPPING_TEST_SEED=<n> runs that round alone.
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <unistd.h>
+#include "harness.h"
+
+static size_t page(void)
+{
+    size_t g = 0;
+    mapping_write_tracking(&g);
+    return g;
+}
+
+/* The tests need a mechanism; under MAPPING_TRACK=none the refusal is the test. */
+static void need_tracking(void)
+{
+    if (mapping_write_tracking(NULL) == MAPPING_TRACK_NONE)
+        test_skip("no write tracking here: %s", mapping_write_tracking_description());
+}
+
+static void device_bytes(mapping_mirror *m, unsigned char *out)
+{
+    CHECK_OK(mapping_sync_to_cpu_range(NULL, mapping_mirror_gpu(m), mapping_mirror_gpu_offset(m), out,
+                                       mapping_mirror_size(m)));
+}
+
+TEST(tracking_reports_its_mechanism_and_a_page_granularity)
+{
+    size_t g = 0;
+    mapping_track_mechanism k = mapping_write_tracking(&g);
+    const char *d = mapping_write_tracking_description();
+    CHECK(d != NULL);
+    CHECK(g >= 4096 && (g & (g - 1)) == 0);
+    const char *env = getenv("MAPPING_TRACK");
+    if (env && strcmp(env, "none") == 0)
+        CHECK(k == MAPPING_TRACK_NONE);
+    if (env && strcmp(env, "mprotect") == 0)
+        CHECK(k == MAPPING_TRACK_MPROTECT);
+    if (env && strcmp(env, "uffd") == 0)
+        CHECK(k == MAPPING_TRACK_UFFD || k == MAPPING_TRACK_NONE);
+    CHECK(strncmp(d, k == MAPPING_TRACK_UFFD ? "uffd" : k == MAPPING_TRACK_MPROTECT ? "mprotect" : "none",
+                  k == MAPPING_TRACK_MPROTECT ? 8 : 4) == 0);
+}
+
+TEST(tracked_mirror_is_refused_without_a_mechanism)
+{
+    mapping_device *dev = test_device();
+    mapping_mirror *m = NULL;
+    if (mapping_write_tracking(NULL) != MAPPING_TRACK_NONE) {
+        CHECK_OK(mapping_mirror_create(dev, 4096, MAPPING_MIRROR_TRACK_WRITES, &m));
+        CHECK(mapping_mirror_is_tracked(m));
+        mapping_mirror_destroy(m);
+        return;
+    }
+    CHECK_STATUS(mapping_mirror_create(dev, 4096, MAPPING_MIRROR_TRACK_WRITES, &m), MAPPING_ERR_UNSUPPORTED);
+    CHECK(m == NULL);
+    CHECK(strstr(mapping_last_error_message(), "MAPPING_MIRROR_TRACK_WRITES") != NULL);
+}
+
+TEST(tracked_sync_of_one_written_byte_moves_one_page)
+{
+    need_tracking();
+    mapping_device *dev = test_device();
+    size_t n = 256 * page();
+    mapping_mirror *m;
+    CHECK_OK(mapping_mirror_create(dev, n, MAPPING_MIRROR_TRACK_WRITES, &m));
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == 0);
+    unsigned char *cpu = mapping_mirror_cpu(m);
+    cpu[100 * page() + 7] = 0x5a; /* no mark */
+    CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == page());
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == 0);
+    unsigned char *got = malloc(n);
+    device_bytes(m, got);
+    CHECK(got[100 * page() + 7] == 0x5a);
+    CHECK(got[100 * page() + 6] == 0);
+    /* A clean sync moves nothing. */
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == 0);
+    free(got);
+    mapping_mirror_destroy(m);
+}
+
+TEST(tracked_copy_from_the_device_is_not_sent_back)
+{
+    need_tracking();
+    mapping_device *dev = test_device();
+    size_t n = 16 * page();
+    mapping_mirror *m;
+    CHECK_OK(mapping_mirror_create(dev, n, MAPPING_MIRROR_TRACK_WRITES, &m));
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    CHECK_OK(mapping_fill_gpu(NULL, mapping_mirror_gpu(m), 2 * page(), 4 * page(), 0x33));
+    CHECK_OK(mapping_mirror_mark_gpu_modified(m, 2 * page(), 4 * page()));
+    CHECK_OK(mapping_mirror_sync_to_cpu(NULL, m));
+    unsigned char *cpu = mapping_mirror_cpu(m);
+    CHECK(cpu[2 * page()] == 0x33 && cpu[6 * page() - 1] == 0x33 && cpu[6 * page()] == 0);
+    CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == 0);
+    /* The CPU writes next to a device result on one page: both survive. */
+    CHECK_OK(mapping_fill_gpu(NULL, mapping_mirror_gpu(m), 8 * page(), 100, 0x44));
+    CHECK_OK(mapping_mirror_mark_gpu_modified(m, 8 * page(), 100));
+    cpu[8 * page() + 200] = 0x55;
+    CHECK_OK(mapping_mirror_sync_to_cpu(NULL, m));
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    unsigned char *got = malloc(n);
+    device_bytes(m, got);
+    CHECK(got[8 * page()] == 0x44 && got[8 * page() + 99] == 0x44 && got[8 * page() + 200] == 0x55);
+    CHECK(cpu[8 * page()] == 0x44 && cpu[8 * page() + 200] == 0x55);
+    free(got);
+    mapping_mirror_destroy(m);
+}
+
+static int pipe_fill(int fd[2], unsigned char value, size_t bytes)
+{
+    unsigned char buf[512];
+    memset(buf, value, sizeof buf);
+    for (size_t done = 0; done < bytes;) {
+        size_t k = bytes - done < sizeof buf ? bytes - done : sizeof buf;
+        if (write(fd[1], buf, k) != (ssize_t)k)
+            return -1;
+        done += k;
+    }
+    return 0;
+}
+
+TEST(tracked_read_from_a_pipe_into_the_array)
+{
+    need_tracking();
+    mapping_device *dev = test_device();
+    size_t n = 8 * page();
+    mapping_mirror *m;
+    CHECK_OK(mapping_mirror_create(dev, n, MAPPING_MIRROR_TRACK_WRITES, &m));
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    unsigned char *cpu = mapping_mirror_cpu(m), *got = malloc(n);
+    int fd[2];
+    CHECK(pipe(fd) == 0);
+    CHECK(pipe_fill(fd, 0x77, 300) == 0);
+    if (mapping_write_tracking(NULL) == MAPPING_TRACK_UFFD) {
+        /* The kernel's write is tracked like the program's. */
+        CHECK(read(fd[0], cpu + 3 * page() + 10, 300) == 300);
+    } else {
+        /* mprotect: the kernel cannot write a protected page (documented);
+         * a mark first makes the pages writable. */
+        errno = 0;
+        CHECK(read(fd[0], cpu + 3 * page() + 10, 300) == -1 && errno == EFAULT);
+        CHECK_OK(mapping_mirror_mark_cpu_modified(m, 3 * page() + 10, 300));
+        CHECK(read(fd[0], cpu + 3 * page() + 10, 300) == 300);
+    }
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    device_bytes(m, got);
+    CHECK(got[3 * page() + 9] == 0 && got[3 * page() + 10] == 0x77 && got[3 * page() + 309] == 0x77 &&
+          got[3 * page() + 310] == 0);
+    /* After the sync the pages are watched again: a store is tracked. */
+    cpu[3 * page() + 11] = 1;
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    device_bytes(m, got);
+    CHECK(got[3 * page() + 11] == 1);
+    close(fd[0]);
+    close(fd[1]);
+    free(got);
+    mapping_mirror_destroy(m);
+}
+
+TEST(tracked_wrap_with_views_moves_only_each_views_pages)
+{
+    need_tracking();
+    mapping_device *dev = test_device();
+    size_t pg = page(), n = 32 * pg;
+    unsigned char *mem = aligned_alloc(pg, n);
+    CHECK(mem != NULL);
+    memset(mem, 0, n);
+    mapping_mirror *m, *a, *b, *again = NULL;
+    CHECK_OK(mapping_mirror_wrap(dev, mem, n, MAPPING_MIRROR_TRACK_WRITES | MAPPING_MIRROR_PIN, &m));
+    CHECK(mapping_mirror_is_tracked(m));
+    /* Another family on the same pages would take this one's writes. */
+    CHECK_STATUS(mapping_mirror_wrap(dev, mem + 5, 10, MAPPING_MIRROR_TRACK_WRITES, &again), MAPPING_ERR_UNSUPPORTED);
+    CHECK_OK(mapping_mirror_view(m, 0, 16 * pg, &a));
+    CHECK_OK(mapping_mirror_view(m, 16 * pg, 16 * pg, &b));
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    mem[3 * pg] = 1;
+    mem[20 * pg + 5] = 2;
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, a)); /* a's page only */
+    CHECK(mapping_mirror_stale_bytes(a, MAPPING_GPU) == 0);
+    CHECK(mapping_mirror_stale_bytes(b, MAPPING_GPU) == pg);
+    unsigned char *got = malloc(n);
+    device_bytes(m, got);
+    CHECK(got[3 * pg] == 1 && got[20 * pg + 5] == 0);
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, b));
+    device_bytes(m, got);
+    CHECK(got[20 * pg + 5] == 2);
+    mapping_mirror_destroy(a);
+    mapping_mirror_destroy(b);
+    mapping_mirror_destroy(m);
+    /* Destroyed: the memory is the caller's again, writable, untracked. */
+    mem[7] = 9;
+    CHECK_OK(mapping_mirror_wrap(dev, mem, n, MAPPING_MIRROR_TRACK_WRITES, &m));
+    mapping_mirror_destroy(m);
+    free(got);
+    free(mem);
+}
+
+/* ---- the model-based random test ---- */
+
+enum { MODEL_PAGES = 48, MODEL_TAIL = 123, ROUNDS = 40, STEPS = 30 };
+
+typedef struct tworld {
+    mapping_device *dev;
+    mapping_stream *stream;
+    mapping_mirror *m;
+    unsigned char  *cpu, *model, *got, *src;
+    size_t          n;
+    /* Device writes marked and not yet synced: the CPU leaves them alone
+     * (writing a byte both sides modified is a conflict, not tracked). */
+    size_t          gpu_lo[STEPS], gpu_hi[STEPS];
+    int             n_gpu;
+    int             pipe_fd[2];
+    unsigned long long rng;
+    unsigned        seed;
+} tworld;
+
+static size_t below(tworld *w, size_t n)
+{
+    return (size_t)(test_xorshift64(&w->rng) % n);
+}
+
+#define FAIL_AT(w, ...)                                                                                      \
+    do {                                                                                                     \
+        fprintf(stderr, "seed %u: ", (w)->seed);                                                             \
+        test_fail(__FILE__, __LINE__, __VA_ARGS__);                                                          \
+    } while (0)
+
+static bool meets_gpu_write(const tworld *w, size_t lo, size_t hi)
+{
+    for (int i = 0; i < w->n_gpu; i++)
+        if (lo < w->gpu_hi[i] && w->gpu_lo[i] < hi)
+            return true;
+    return false;
+}
+
+static void sync_to(tworld *w, int to_gpu)
+{
+    mapping_stream *s = below(w, 3) == 0 ? w->stream : NULL;
+    mapping_status st = to_gpu ? mapping_mirror_sync_to_gpu(s, w->m) : mapping_mirror_sync_to_cpu(s, w->m);
+    if (st != MAPPING_OK)
+        FAIL_AT(w, "sync to the %s: %s", to_gpu ? "GPU" : "CPU", mapping_last_error_message());
+    if (s)
+        CHECK_OK(mapping_stream_synchronize(s));
+    if (to_gpu) {
+        device_bytes(w->m, w->got);
+        for (size_t i = 0; i < w->n; i++)
+            if (w->got[i] != w->model[i] && !meets_gpu_write(w, i, i + 1))
+                FAIL_AT(w, "device byte %zu is 0x%02x, the model 0x%02x", i, w->got[i], w->model[i]);
+    } else {
+        w->n_gpu = 0;
+        for (size_t i = 0; i < w->n; i++)
+            if (w->cpu[i] != w->model[i])
+                FAIL_AT(w, "CPU byte %zu is 0x%02x, the model 0x%02x", i, w->cpu[i], w->model[i]);
+    }
+}
+
+typedef struct thread_write {
+    unsigned char *dst;
+    size_t         bytes;
+    unsigned char  value;
+} thread_write;
+
+static void *thread_writer(void *arg)
+{
+    thread_write *t = arg;
+    for (size_t i = 0; i < t->bytes; i++)
+        t->dst[i] = (unsigned char)(t->value + i);
+    return NULL;
+}
+
+static void cpu_write(tworld *w)
+{
+    size_t len = below(w, 4) == 0 ? 1 + below(w, 3 * page()) : 1 + below(w, 200);
+    size_t lo = below(w, w->n - len + 1), hi = lo + len;
+    if (meets_gpu_write(w, lo, hi))
+        sync_to(w, 0);
+    unsigned char v = (unsigned char)test_xorshift64(&w->rng);
+    switch (below(w, 5)) {
+    case 0:
+        memset(w->cpu + lo, v, len);
+        break;
+    case 1:
+        w->cpu[lo] = v;
+        len = 1;
+        break;
+    case 2:
+        for (size_t i = 0; i < len; i++)
+            w->src[i] = (unsigned char)(v * 31 + i);
+        memcpy(w->cpu + lo, w->src, len);
+        break;
+    case 3: {
+        thread_write t = {w->cpu + lo, len, v};
+        pthread_t th;
+        CHECK(pthread_create(&th, NULL, thread_writer, &t) == 0);
+        CHECK(pthread_join(th, NULL) == 0);
+        break;
+    }
+    default: {
+        len = len > 400 ? 400 : len; /* within the pipe's buffer */
+        CHECK(pipe_fill(w->pipe_fd, v, len) == 0);
+        if (mapping_write_tracking(NULL) == MAPPING_TRACK_MPROTECT) /* the documented rule: mark before */
+            CHECK_OK(mapping_mirror_mark_cpu_modified(w->m, lo, len));
+        if (read(w->pipe_fd[0], w->cpu + lo, len) != (ssize_t)len)
+            FAIL_AT(w, "read(2) into the array: %s", strerror(errno));
+        break;
+    }
+    }
+    memcpy(w->model + lo, w->cpu + lo, len);
+}
+
+static void gpu_write(tworld *w)
+{
+    if (w->n_gpu == STEPS)
+        sync_to(w, 0);
+    size_t len = 1 + below(w, 2 * page());
+    size_t lo = below(w, w->n - len + 1);
+    unsigned char v = (unsigned char)test_xorshift64(&w->rng);
+    /* The CPU side must hold everything the CPU wrote before the device
+     * range is marked: a sync first (tracked writes under it would
+     * otherwise be a conflict the page granularity cannot see). */
+    sync_to(w, 1);
+    CHECK_OK(mapping_fill_gpu(NULL, mapping_mirror_gpu(w->m), mapping_mirror_gpu_offset(w->m) + lo, len, v));
+    if (mapping_mirror_mark_gpu_modified(w->m, lo, len) != MAPPING_OK)
+        FAIL_AT(w, "mark_gpu_modified: %s", mapping_last_error_message());
+    memset(w->model + lo, v, len);
+    w->gpu_lo[w->n_gpu] = lo;
+    w->gpu_hi[w->n_gpu++] = lo + len;
+}
+
+static void model_round(tworld *w)
+{
+    CHECK_OK(mapping_mirror_create(w->dev, w->n, MAPPING_MIRROR_TRACK_WRITES, &w->m));
+    w->cpu = mapping_mirror_cpu(w->m);
+    memset(w->model, 0, w->n);
+    w->n_gpu = 0;
+    sync_to(w, 1);
+    for (int step = 0; step < STEPS; step++) {
+        size_t op = below(w, 10);
+        if (op < 6)
+            cpu_write(w);
+        else if (op < 7)
+            gpu_write(w);
+        else if (op < 9)
+            sync_to(w, 1);
+        else
+            sync_to(w, 0);
+    }
+    sync_to(w, 0);
+    sync_to(w, 1);
+    mapping_mirror_destroy(w->m);
+}
+
+TEST(tracked_mirror_without_marks_matches_a_byte_model)
+{
+    need_tracking();
+    tworld *w = calloc(1, sizeof *w);
+    w->dev = test_device();
+    w->n = MODEL_PAGES * page() + MODEL_TAIL;
+    w->model = malloc(w->n);
+    w->got = malloc(w->n);
+    w->src = malloc(w->n);
+    CHECK(pipe(w->pipe_fd) == 0);
+    CHECK_OK(mapping_stream_create(w->dev, &w->stream));
+    const char *only = getenv("MAPPING_TEST_SEED");
+    for (int r = 0; r < ROUNDS; r++) {
+        w->seed = only ? (unsigned)strtoul(only, NULL, 0) : 1000u + (unsigned)r;
+        w->rng = 0x9e3779b97f4a7c15ull ^ w->seed;
+        model_round(w);
+        if (only)
+            break;
+    }
+    printf("%d rounds of %d steps, mechanism %s\n", only ? 1 : ROUNDS, STEPS, mapping_write_tracking_description());
+    mapping_stream_destroy(w->stream);
+    close(w->pipe_fd[0]);
+    close(w->pipe_fd[1]);
+    free(w->model);
+    free(w->got);
+    free(w->src);
+    free(w);
+}
