@@ -9,25 +9,6 @@
 #include "targets.h"
 #include "os/json.h"
 
-static const bench_section *sections[64];
-static int section_count;
-
-void bench_register(const bench_section *section)
-{
-    if (section_count < (int)(sizeof sections / sizeof sections[0]))
-        sections[section_count++] = section;
-}
-
-int bench_section_count(void)
-{
-    return section_count;
-}
-
-const bench_section *bench_section_at(int i)
-{
-    return sections[i];
-}
-
 double bench_now(void)
 {
     struct timespec ts;
@@ -358,23 +339,6 @@ const char *bench_size_name(size_t bytes, char *buf, size_t len)
 
 /* ---- the command ---- */
 
-static int compare_sections(const void *a, const void *b)
-{
-    const bench_section *x = *(const bench_section *const *)a, *y = *(const bench_section *const *)b;
-    return (x->order > y->order) - (x->order < y->order);
-}
-
-static int wanted(const char *only, const char *name)
-{
-    if (!only)
-        return 1;
-    size_t n = strlen(name);
-    for (const char *p = only; (p = strstr(p, name)); p += n)
-        if ((p == only || p[-1] == ',') && (p[n] == '\0' || p[n] == ','))
-            return 1;
-    return 0;
-}
-
 /* Opens the device asked for into ctx; returns KEEP_GOING, or the exit status
  * when it cannot (BENCH_EXIT_UNAVAILABLE when the back end is absent). */
 static int open_device(const bench_args *args, bench_ctx *ctx)
@@ -427,29 +391,6 @@ static void report_begin(bench_ctx *ctx)
         printf("table,row,bytes,column,median,min,max\n");
 }
 
-/* Runs the sections --only names (all without it), in order; 1 if any failed. */
-static int run_sections(bench_ctx *ctx, const char *only)
-{
-    int failed = 0;
-    for (int i = 0; i < section_count; i++) {
-        if (!wanted(only, sections[i]->name))
-            continue;
-        ctx->section = sections[i]->name;
-        ctx->progress_last = bench_now(); /* the first progress line after half a second */
-        double t0 = bench_now();
-        int rc = sections[i]->run(ctx);
-        if (bench_now() - t0 > 1.0)
-            fprintf(stderr, isatty(STDERR_FILENO) ? "\r\033[Kmapping bench: %s: done in %.1f s\n"
-                                                  : "mapping bench: %s: done in %.1f s\n",
-                    sections[i]->name, bench_now() - t0);
-        if (rc != 0) {
-            fprintf(stderr, "mapping bench: section %s failed\n", sections[i]->name);
-            failed = 1;
-        }
-    }
-    return failed;
-}
-
 /* Closes the JSON document and prints it (with --json). */
 static void report_end(bench_ctx *ctx)
 {
@@ -467,14 +408,14 @@ int bench_main(int argc, char **argv)
 {
     bench_args args = {.device = -1};
     bench_ctx  ctx  = {.runs = 0, .out = stdout};
-    qsort(sections, (size_t)section_count, sizeof sections[0], compare_sections);
+    bench_sort_sections();
     int status = bench_parse_args(argc, argv, &args, &ctx);
     if (status == KEEP_GOING)
         status = open_device(&args, &ctx);
     if (status != KEEP_GOING)
         return status;
     report_begin(&ctx);
-    int failed = run_sections(&ctx, args.only);
+    int failed = bench_run_sections(&ctx, args.only);
     report_end(&ctx);
     mapping_close(ctx.dev);
     if (!failed && ctx.strict && bench_targets_failed())

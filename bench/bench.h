@@ -47,9 +47,14 @@ typedef struct bench_section {
     int (*run)(bench_ctx *ctx); /* 0 = ok; else the run fails */
 } bench_section;
 
+/* The registry (sections.c). */
 void bench_register(const bench_section *section);
 int                  bench_section_count(void);
 const bench_section *bench_section_at(int i); /* in run order once bench_main has sorted them */
+void                 bench_sort_sections(void); /* by order key; bench_main calls it first */
+/* Runs the sections --only names (all without it: NULL), in order; 1 if any
+ * failed. */
+int                  bench_run_sections(bench_ctx *ctx, const char *only);
 #define BENCH_SECTION(ident, order_, name_, help_)                                           \
     static int ident(bench_ctx *ctx);                                                        \
     static const bench_section ident##_section = {name_, order_, help_, ident};              \
