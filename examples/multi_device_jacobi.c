@@ -9,7 +9,11 @@
  *
  *     MAPPING_BACKEND=host MAPPING_HOST_DEVICES=4 example_multi_device_jacobi [rows cols steps]
  *     MAPPING_BACKEND=opencl POCL_DEVICES="pthread pthread" example_multi_device_jacobi
+ *     MAPPING_BACKEND=cuda example_multi_device_jacobi
  *
+ * Each back end runs its own kernel: a host function on host, an OpenCL
+ * kernel built from source on opencl, the PTX of kernels/jacobi.cu on cuda
+ * (kernels/jacobi_cuda.h); any other back end is skipped (exit 77).
  * With one device, two objects of device 0 stand in for two devices.
  */
 #include <stdio.h>
@@ -17,6 +21,7 @@
 #include <string.h>
 #include "check.h"
 #include "jacobi_kernel.h"
+#include "kernels/jacobi_cuda.h"
 
 enum { MAX_DEVICES = 4 };
 
@@ -24,7 +29,8 @@ typedef struct block {
     mapping_device *dev;
     mapping_stream *stream;
     mapping_buffer *grid[2]; /* (owned + 2) rows each: halo, owned rows, halo */
-    jacobi_cl       kernel;
+    jacobi_cl       kernel;   /* on opencl */
+    jacobi_cu       cu_kernel; /* on cuda */
     step_args       args;
 } block;
 
@@ -44,7 +50,8 @@ int main(int argc, char **argv)
     int count = 0;
     CHECK(mapping_list_devices(info.backend, NULL, 0, &count));
     int k = count < 2 ? 2 : count > MAX_DEVICES ? MAX_DEVICES : count;
-    int on_host = strcmp(info.backend, "host") == 0;
+    int on_host = strcmp(info.backend, "host") == 0, on_cl = strcmp(info.backend, "opencl") == 0,
+        on_cuda = strcmp(info.backend, "cuda") == 0;
 
     block b[MAX_DEVICES];
     memset(b, 0, sizeof b);
@@ -53,13 +60,14 @@ int main(int argc, char **argv)
         mapping_device_desc desc = {.backend = info.backend, .device = count < 2 ? 0 : d};
         CHECK(mapping_open(&desc, &b[d].dev));
     }
-    int ok = 1;
+    int ok = on_host || on_cl || on_cuda;
     for (int d = 0; d < k && ok && !on_host; d++)
-        ok = jacobi_cl_build(b[d].dev, &b[d].kernel);
+        ok = on_cl ? jacobi_cl_build(b[d].dev, &b[d].kernel) : jacobi_cu_build(b[d].dev, &b[d].cu_kernel);
     if (!ok) {
-        printf("SKIP: no Jacobi kernel for back end %s here (host and OpenCL have one)\n", info.backend);
+        printf("SKIP: no Jacobi kernel for back end %s here (host, OpenCL and CUDA have one)\n", info.backend);
         for (int d = 0; d < k; d++) {
             jacobi_cl_release(&b[d].kernel);
+            jacobi_cu_release(&b[d].cu_kernel);
             mapping_close(b[d].dev);
         }
         return 77;
@@ -112,8 +120,9 @@ int main(int argc, char **argv)
                 a->u = pu;
                 a->v = pv;
                 CHECK(mapping_launch_host(b[d].stream, host_step, a));
-            } else if (!jacobi_cl_step(&b[d].kernel, b[d].stream, b[d].grid[in], b[d].grid[out], a)) {
-                fprintf(stderr, "device %d: the OpenCL kernel could not be queued\n", d);
+            } else if (on_cl ? !jacobi_cl_step(&b[d].kernel, b[d].stream, b[d].grid[in], b[d].grid[out], a)
+                             : !jacobi_cu_step(&b[d].cu_kernel, b[d].stream, b[d].grid[in], b[d].grid[out], a)) {
+                fprintf(stderr, "device %d: the %s kernel could not be queued\n", d, info.backend);
                 return 1;
             }
         }
@@ -145,6 +154,7 @@ int main(int argc, char **argv)
         mapping_free_gpu(b[d].grid[0]);
         mapping_free_gpu(b[d].grid[1]);
         jacobi_cl_release(&b[d].kernel);
+        jacobi_cu_release(&b[d].cu_kernel);
         mapping_close(b[d].dev);
     }
     free(global);

@@ -3,6 +3,7 @@
 # toolkit's nvcc (only needed when a kernel changes; building and running
 # need no toolkit):
 #   examples/kernels/scale.cu        -> examples/kernels/scale.ptx + scale_ptx.h (the example's kernel)
+#   examples/kernels/jacobi.cu       -> examples/kernels/jacobi_ptx.h (multi_device_jacobi on cuda)
 #   src/backend/cuda/cuda_kernels.cu -> src/backend/cuda/cuda_kernels_ptx.h (scatter/gather)
 # compute_75 is the oldest target nvcc 13 accepts. nvcc 13 stamps its PTX
 # ".version 9.0", which only CUDA 13 drivers JIT; the kernels use nothing
@@ -35,6 +36,8 @@ embed examples/kernels/scale.ptx examples/kernels/scale_ptx.h scale_ptx
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+ptx examples/kernels/jacobi.cu "$tmp/jacobi.ptx"
+embed "$tmp/jacobi.ptx" examples/kernels/jacobi_ptx.h jacobi_ptx
 ptx src/backend/cuda/cuda_kernels.cu "$tmp/cuda_kernels.ptx"
 embed "$tmp/cuda_kernels.ptx" src/backend/cuda/cuda_kernels_ptx.h cuda_kernels_ptx
-echo "regenerated: examples/kernels/scale.ptx examples/kernels/scale_ptx.h src/backend/cuda/cuda_kernels_ptx.h (PTX ISA $ISA, sm_75)"
+echo "regenerated: examples/kernels/scale.ptx examples/kernels/scale_ptx.h examples/kernels/jacobi_ptx.h src/backend/cuda/cuda_kernels_ptx.h (PTX ISA $ISA, sm_75)"

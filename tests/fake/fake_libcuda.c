@@ -412,7 +412,7 @@ static void run_host_fn(host_fn fn, void *user)
 }
 
 /* ---- streams: a worker thread each, the legacy stream too ---- */
-typedef enum { OP_COPY, OP_SET, OP_HOST_FN, OP_RECORD, OP_WAIT, OP_KERNEL, OP_SAXPY, OP_FAULT } op_kind;
+typedef enum { OP_COPY, OP_SET, OP_HOST_FN, OP_RECORD, OP_WAIT, OP_KERNEL, OP_SAXPY, OP_JACOBI, OP_FAULT } op_kind;
 typedef struct op {
     struct op  *next;
     op_kind     kind;
@@ -487,6 +487,24 @@ static void run_copy_entries(op *o)
     }
 }
 
+/* examples/kernels/jacobi.cu: src = u, dst = v, user = its jacobi_args. */
+typedef struct { unsigned cols, first_row, rows, owned, halo; } jacobi_args;
+static void run_jacobi(op *o)
+{
+    const jacobi_args *a = o->user;
+    const float *u = o->src;
+    float *v = o->dst;
+    for (size_t i = 0; i < a->owned; i++) {
+        size_t g = a->first_row + i;
+        if (g == 0 || g + 1 == a->rows)
+            continue;
+        for (size_t j = 1; j + 1 < a->cols; j++) {
+            size_t k = (i + a->halo) * a->cols + j;
+            v[k] = 0.25f * (((u[k - a->cols] + u[k + a->cols]) + u[k - 1]) + u[k + 1]);
+        }
+    }
+}
+
 static void run_op(op *o)
 {
     bool skip = __atomic_load_n(&sticky, __ATOMIC_SEQ_CST) != 0; /* the context is broken: nothing runs */
@@ -503,6 +521,7 @@ static void run_op(op *o)
         for (size_t i = 0; i < o->bytes; i++)
             ((float *)o->dst)[i] = (float)o->value * ((const float *)o->src)[i] + ((float *)o->dst)[i];
         break;
+    case OP_JACOBI: if (!skip) run_jacobi(o); break;
     case OP_FAULT: set_sticky(ILLEGAL_ADDRESS); break;
     }
     free(o->owned);
@@ -1179,12 +1198,13 @@ API CUresult cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t 
 }
 #endif
 
-/* Modules: the back end's kernel and the example's saxpy, emulated on the stream. */
-static int module_token, function_token, saxpy_token;
+/* Modules: the back end's kernel and the examples' saxpy and jacobi, emulated on the stream. */
+static int module_token, function_token, saxpy_token, jacobi_token;
 API CUresult cuModuleLoadData(void **module, const void *image)
 {
     NEED_CONTEXT();
-    if (!strstr(image, ".entry mapping_copy_entries") && !strstr(image, ".entry saxpy"))
+    if (!strstr(image, ".entry mapping_copy_entries") && !strstr(image, ".entry saxpy") &&
+        !strstr(image, ".entry jacobi("))
         return 218; /* CUDA_ERROR_INVALID_PTX */
     *module = &module_token;
     return OK;
@@ -1199,6 +1219,8 @@ API CUresult cuModuleGetFunction(void **fn, void *module, const char *name)
         *fn = &function_token;
     else if (strcmp(name, "saxpy") == 0)
         *fn = &saxpy_token;
+    else if (strcmp(name, "jacobi") == 0)
+        *fn = &jacobi_token;
     else
         return NOT_FOUND;
     return OK;
@@ -1207,12 +1229,27 @@ API CUresult cuModuleGetFunction(void **fn, void *module, const char *name)
 API CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                             unsigned shared, stream *s, void **params, void **extra)
 {
-    (void)gy, (void)gz, (void)by, (void)bz, (void)shared, (void)extra;
+    (void)shared, (void)extra;
     NEED_CONTEXT();
     count(COUNT_cuLaunchKernel);
     STREAM_ARG(s);
-    if ((fn != &function_token && fn != &saxpy_token) || gx == 0 || bx == 0 || bx > 1024)
+    if ((fn != &function_token && fn != &saxpy_token && fn != &jacobi_token) || gx == 0 || gy == 0 || gz == 0 ||
+        bx == 0 || by == 0 || bz == 0 || (unsigned long long)bx * by * bz > 1024)
         return INVALID_VALUE;
+    if (fn == &jacobi_token) { /* u, v, cols, first_row, rows, owned, halo; the grid must cover the block */
+        CUdeviceptr u = *(CUdeviceptr *)params[0], v = *(CUdeviceptr *)params[1];
+        jacobi_args *a = malloc(sizeof *a);
+        if (!a)
+            return OUT_OF_MEMORY;
+        *a = (jacobi_args){*(unsigned *)params[2], *(unsigned *)params[3], *(unsigned *)params[4],
+                           *(unsigned *)params[5], *(unsigned *)params[6]};
+        if ((unsigned long long)gx * bx < a->cols || (unsigned long long)gy * by < a->owned) {
+            free(a);
+            return INVALID_VALUE; /* a real launch would leave cells out: refuse it here */
+        }
+        size_t n = (size_t)(a->owned + 2 * a->halo) * a->cols * sizeof(float);
+        return submit_checked(s, (op){.kind = OP_JACOBI, .src = D(u), .dst = D(v), .user = a, .owned = a}, u, n, v, n);
+    }
     if (fn == &saxpy_token) { /* whole numbers only: the example's a is 2 */
         CUdeviceptr x = *(CUdeviceptr *)params[1], y = *(CUdeviceptr *)params[2];
         size_t n = *(unsigned *)params[3];
