@@ -136,8 +136,15 @@ static void print_default(int json)
 {
     mapping_device *dev;
     if (mapping_open(NULL, &dev) == MAPPING_OK) {
-        printf(json ? "],\"default\":\"%s\"}\n" : "\ndefault back end: %s (MAPPING_BACKEND overrides)\n",
+        printf(json ? "],\"default\":\"%s\"" : "\ndefault back end: %s (MAPPING_BACKEND overrides)\n",
                mapping_backend_name(dev));
+        if (json) { /* write tracking is the process's, not a device's (MAPPING_TRACK overrides) */
+            printf(",\"write_tracking\":");
+            mapping_json_fputs(mapping_write_tracking_description(), stdout);
+            printf("}\n");
+        } else {
+            printf("write tracking: %s (MAPPING_TRACK overrides)\n", mapping_write_tracking_description());
+        }
         mapping_close(dev);
     } else {
         printf(json ? "],\"default\":null}\n" : "\nno default device: %s\n", mapping_last_error_message());
