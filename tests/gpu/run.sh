@@ -6,16 +6,22 @@
 #   OUT=/some/dir tests/gpu/run.sh
 #
 # Steps, all under one deadline (DEADLINE seconds, default 480; each step gets
-# what is left, minus a few seconds kept for the summary):
-#   1. build (Release, tests on) into build-gpu/
+# what is left, minus the seconds kept for what follows it; a step whose share
+# is below its minimum is skipped and says so, never run without a limit;
+# every limit is `timeout -k 10`, so a step that ignores SIGTERM is killed):
+#   1. build (Release, tests on) into build-gpu/ (Ninja where make is absent;
+#      -DPython3_EXECUTABLE=$(command -v python3), and whether Python.h exists)
 #   2. mapping info, nvidia-smi, where libcuda is
 #   3. ctest: labels cuda and example (conformance.cuda.*, internal.cuda.*,
-#      backend.cuda.*, examples), -j8, no cli.* and no fake-driver tests
+#      backend.cuda.*, examples), no cli.* and no fake-driver tests; -j8 only
+#      when the GPU's compute mode is Default (an exclusive-process GPU takes
+#      one process at a time: -j1)
 #   4. the CUDA example (a real kernel from the shipped PTX)
 #   5. mapping bench --backend cuda --only cuda-raw (every figure a ratio
-#      against direct driver calls in the same run), then, with time left,
-#      the other sections (--quick)
-#   6. the Python package's tests (PyTorch/CuPy interop), once it exists
+#      against direct driver calls in the same run)
+#   6. the Python package's tests (PyTorch/CuPy interop), up to 90 s
+#   7. with the time left, the other bench sections (--quick)
+# The commit is `git rev-parse HEAD`, else $MAPPING_COMMIT (a copy without .git).
 # $OUT/summary.txt is appended line by line as steps finish, so a run killed
 # at any point still leaves the figures so far. At most 6 files in $OUT:
 # summary.txt, build.log, ctest.log, bench.txt, bench.json, misc.log.
@@ -37,20 +43,45 @@ failures=()
 
 # Appends one line to the summary (and prints it).
 say() { printf '%s\n' "$*" | tee -a "$summary"; }
-# Seconds left for a step, keeping `reserve` for what follows it.
-left() { local l=$((deadline - $(date +%s) - ${1:-10})); echo $((l > 0 ? l : 0)); }
+# Seconds left for a step, keeping `reserve` for what follows it (may be <= 0).
+left() { echo $((deadline - $(date +%s) - ${1:-10})); }
+# budget RESERVE MINIMUM [CAP]: the seconds a step may take; fails (and the
+# step is skipped) when fewer than MINIMUM are left. `timeout 0` would mean
+# no limit at all, so no step ever runs with a budget below 1.
+budget() {
+    local l
+    l=$(left "$1")
+    [ -n "${3:-}" ] && [ "$l" -gt "$3" ] && l=$3
+    [ "$l" -ge "$2" ] && [ "$l" -ge 1 ] || return 1
+    echo "$l"
+}
+# limit SECONDS COMMAND...: the command under `timeout -k 10` (SIGKILL 10 s
+# after SIGTERM, for a step that ignores the TERM).
+limit() { local t=$1; shift; timeout -k 10 "$t" "$@"; }
 elapsed() { echo $(($(date +%s) - t_start)); }
 misc() { printf '\n==== %s (%ds)\n' "$*" "$(elapsed)" >>"$OUT/misc.log"; }
 
-say "tests/gpu/run.sh $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown), deadline ${DEADLINE:-480} s, $(nproc) cores"
+commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null) || commit=""
+[ -z "$commit" ] && commit=${MAPPING_COMMIT:-"unknown (no .git; set MAPPING_COMMIT)"}
+say "tests/gpu/run.sh $(date -u '+%Y-%m-%d %H:%M UTC'), commit $commit, deadline ${DEADLINE:-480} s, $(nproc) cores"
 
 # ---- the driver: nvidia-smi, where libcuda is ----------------------------------
 if command -v nvidia-smi >/dev/null 2>&1; then
-    smi=$(timeout 20 nvidia-smi --query-gpu=name,driver_version,compute_mode --format=csv,noheader 2>&1 | head -4)
+    smi=$(timeout -k 5 20 nvidia-smi --query-gpu=name,driver_version,compute_mode --format=csv,noheader 2>&1 | head -4)
     say "nvidia-smi: ${smi//$'\n'/; }"
+    compute_mode=$(printf '%s\n' "$smi" | head -1 | awk -F', *' '{print $NF}')
 else
     say "nvidia-smi: not found"
 fi
+# ctest's parallelism: several test processes share the GPU only in the
+# Default compute mode (Exclusive_Process admits one context at a time).
+# The fake driver of a rehearsal is shared like a Default GPU.
+compute_mode=${compute_mode:-}
+[ "${MAPPING_GPU_REHEARSAL:-0}" = 1 ] && [ -z "$compute_mode" ] && compute_mode="Default (rehearsal)"
+case $compute_mode in
+Default*) ctest_jobs=8 ;;
+*) ctest_jobs=1 ;;
+esac
 libcuda=""
 if [ -n "${MAPPING_CUDA_LIBRARY:-}" ]; then
     libcuda="$MAPPING_CUDA_LIBRARY (MAPPING_CUDA_LIBRARY)"
@@ -70,11 +101,33 @@ fi
 
 # ---- 1. build --------------------------------------------------------------------
 jobs=$(nproc 2>/dev/null || echo 4)
+generator=()
+if [ ! -e "$build/CMakeCache.txt" ] && ! command -v make >/dev/null 2>&1 && command -v ninja >/dev/null 2>&1; then
+    generator=(-G Ninja) # no make here
+fi
+python_args=()
+if py=$(command -v python3); then
+    python_args=(-DPython3_EXECUTABLE="$py")
+    if "$py" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' 2>/dev/null; then
+        say "python3: $py ($("$py" -V 2>&1)), Python.h found"
+    else
+        say "python3: $py ($("$py" -V 2>&1)), no Python.h (the Python package is not built)"
+    fi
+else
+    say "python3: not found"
+fi
 t0=$(date +%s)
-if timeout "$(left 300)" cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DMAPPING_BUILD_TESTS=ON >"$OUT/build.log" 2>&1 &&
-   timeout "$(left 240)" cmake --build "$build" -j"$jobs" >>"$OUT/build.log" 2>&1; then
+if ! b_config=$(budget 180 60); then
+    say "build: SKIPPED ($(left 180) s left for it; needs 60)"
+    say "result: FAILED (build), $(elapsed) s"
+    exit 1
+fi
+if limit "$b_config" cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DMAPPING_BUILD_TESTS=ON \
+       "${python_args[@]}" >"$OUT/build.log" 2>&1 &&
+   b_build=$(budget 150 30) &&
+   limit "$b_build" cmake --build "$build" -j"$jobs" >>"$OUT/build.log" 2>&1; then
     warnings=$(grep -c -i "warning:" "$OUT/build.log")
-    say "build: ok in $(($(date +%s) - t0)) s, $warnings warnings"
+    say "build: ok in $(($(date +%s) - t0)) s, $warnings warnings ($(sed -n 's/^CMAKE_GENERATOR:INTERNAL=//p' "$build/CMakeCache.txt"))"
 else
     say "build: FAILED after $(($(date +%s) - t0)) s (tail of build.log:)"
     tail -15 "$OUT/build.log" | sed 's/^/  /' | tee -a "$summary"
@@ -89,7 +142,11 @@ say "libcuda: $libcuda"
 
 # ---- 2. mapping info -------------------------------------------------------------
 misc "mapping info"
-timeout "$(left 60)" "$build/mapping" info >>"$OUT/misc.log" 2>&1
+if b=$(budget 120 5 60); then
+    limit "$b" "$build/mapping" info >>"$OUT/misc.log" 2>&1
+else
+    echo "skipped: too little time" >>"$OUT/misc.log"
+fi
 cuda_line=$(grep -E '^  cuda ' "$OUT/misc.log" | head -1)
 cuda_available=$(awk '$1 == "cuda" && $2 == "available" {print 1; exit}' "$OUT/misc.log")
 cuda_available=${cuda_available:-0}
@@ -106,16 +163,20 @@ fi
 labels=(-L '^(cuda|example)$' -LE '^(fakecuda|fakecuda128|cli)$')
 total=$(ctest --test-dir "$build" -N "${labels[@]}" 2>/dev/null | sed -n 's/^Total Tests: *//p')
 t0=$(date +%s)
-budget=$(left 150) # keeps time for the example and the bench's headline figures
-stop=$(date -d "@$(($(date +%s) + budget))" +%H:%M:%S)
-timeout "$((budget + 15))" ctest --test-dir "$build" "${labels[@]}" -j8 --stop-time "$stop" --output-on-failure \
-    >"$OUT/ctest.log" 2>&1
-ctest_rc=$?
+if b_ctest=$(budget 150 20); then # keeps time for the example, the bench's headline figures and Python
+    stop=$(date -d "@$(($(date +%s) + b_ctest))" +%H:%M:%S)
+    limit "$((b_ctest + 15))" ctest --test-dir "$build" "${labels[@]}" -j"$ctest_jobs" --stop-time "$stop" \
+        --output-on-failure >"$OUT/ctest.log" 2>&1
+    ctest_rc=$?
+else
+    echo "ctest skipped: $(left 150) s left for it" >"$OUT/ctest.log"
+    ctest_rc=1
+fi
 passed=$(grep -cE "Test +#[0-9]+: .* +Passed" "$OUT/ctest.log")
 skipped=$(grep -cE "Test +#[0-9]+: .*\*\*\*Skipped" "$OUT/ctest.log")
 failed=$(($(grep -cE "Test +#[0-9]+: .*\*\*\*" "$OUT/ctest.log") - skipped))
 ran=$((passed + failed + skipped))
-line="ctest (labels cuda, example; -j8): $passed passed, $failed failed, $skipped skipped of ${total:-?} in $(($(date +%s) - t0)) s"
+line="ctest (labels cuda, example; -j$ctest_jobs, compute mode ${compute_mode:-unknown}): $passed passed, $failed failed, $skipped skipped of ${total:-?} in $(($(date +%s) - t0)) s"
 [ -n "$total" ] && [ "$ran" -lt "$total" ] && line="$line; $((total - ran)) NOT RUN (out of time)"
 say "$line"
 if [ "$ctest_rc" -ne 0 ] || [ "$failed" -ne 0 ] || { [ -n "$total" ] && [ "$ran" -lt "$total" ]; }; then
@@ -129,58 +190,72 @@ fi
 
 # ---- 4. the CUDA example -----------------------------------------------------------
 misc "example_cuda_kernel"
-timeout "$(left 120)" "$build/example_cuda_kernel" >>"$OUT/misc.log" 2>&1
-case $? in
-0) say "example cuda_kernel: passed" ;;
-77) say "example cuda_kernel: skipped ($(grep -m1 SKIP "$OUT/misc.log" || echo no reason))" ;;
-124) say "example cuda_kernel: TIMED OUT"; failures+=("example") ;;
-*) say "example cuda_kernel: FAILED (misc.log)"; failures+=("example") ;;
-esac
+if b=$(budget 110 10 60); then
+    limit "$b" "$build/example_cuda_kernel" >>"$OUT/misc.log" 2>&1
+    case $? in
+    0) say "example cuda_kernel: passed" ;;
+    77) say "example cuda_kernel: skipped ($(grep -m1 SKIP "$OUT/misc.log" || echo no reason))" ;;
+    124 | 137) say "example cuda_kernel: TIMED OUT"; failures+=("example") ;;
+    *) say "example cuda_kernel: FAILED (misc.log)"; failures+=("example") ;;
+    esac
+else
+    say "example cuda_kernel: NOT RUN (out of time)"; failures+=("example")
+fi
 
-# ---- 5. the bench: cuda-raw first, the rest with the time left -----------------------
+# ---- 5. the bench: cuda-raw ----------------------------------------------------------
 if [ "$cuda_available" = 1 ]; then
     t0=$(date +%s)
-    timeout "$(left 30)" "$build/mapping" bench --backend cuda --only cuda-raw --json >"$OUT/bench.json" \
-        2>"$OUT/bench.txt"
-    rc=$?
+    if b=$(budget 100 20); then # keeps 90 s for Python
+        limit "$b" "$build/mapping" bench --backend cuda --only cuda-raw --json >"$OUT/bench.json" 2>"$OUT/bench.txt"
+        rc=$?
+    else
+        rc=skip
+    fi
     case $rc in
     0) say "bench cuda-raw: completed in $(($(date +%s) - t0)) s (speed ratio = driver time / mapping time)" ;;
-    124) say "bench cuda-raw: TIMED OUT after $(($(date +%s) - t0)) s (the tables it finished are in bench.txt)"; failures+=("bench") ;;
+    skip) say "bench cuda-raw: NOT RUN ($(left 100) s left for it)"; failures+=("bench") ;;
+    124 | 137) say "bench cuda-raw: TIMED OUT after $(($(date +%s) - t0)) s (the tables it finished are in bench.txt)"; failures+=("bench") ;;
     *) say "bench cuda-raw: FAILED (exit $rc)"; failures+=("bench") ;;
     esac
-    grep -E "^  => " "$OUT/bench.txt" | sed 's/^  => /  /' | tee -a "$summary"
-    rest=$(left 20)
-    if [ "$rest" -ge 40 ]; then
+    grep -E "^  => " "$OUT/bench.txt" 2>/dev/null | sed 's/^  => /  /' | tee -a "$summary"
+else
+    say "bench: skipped, cuda is unavailable"
+fi
+
+# ---- 6. the Python package (PyTorch / CuPy interop), before the optional bench -------
+# The build made the extension in $build/python/mapping (tests/python/CMakeLists.txt).
+if [ ! -d "$build/python/mapping" ]; then
+    say "python: not built (no Python headers or numpy for ${py:-python3})"
+elif ! "${py:-python3}" -c "import pytest" >/dev/null 2>&1; then
+    say "python: pytest is not installed for ${py:-python3}"
+elif ! b=$(budget 5 20 90); then
+    say "python: NOT RUN ($(left 5) s left)"
+    failures+=("python")
+else
+    misc "pytest tests/python/test_gpu_interop.py tests/python/test_cuda_paths.py"
+    t0=$(date +%s)
+    MAPPING_BACKEND=cuda PYTHONPATH="$root/$build/python${PYTHONPATH:+:$PYTHONPATH}" \
+        limit "$b" "${py:-python3}" -m pytest -q -rs -p no:cacheprovider \
+        tests/python/test_gpu_interop.py tests/python/test_cuda_paths.py >>"$OUT/misc.log" 2>&1
+    rc=$?
+    say "python (torch/CuPy interop): $(tail -1 "$OUT/misc.log") [exit $rc, $(($(date +%s) - t0)) s]"
+    [ $rc -ne 0 ] && [ $rc -ne 5 ] && failures+=("python")
+fi
+
+# ---- 7. with the time left: the other bench sections ------------------------------------
+if [ "$cuda_available" = 1 ]; then
+    if b=$(budget 10 40); then
         t0=$(date +%s)
         echo >>"$OUT/bench.txt"
-        timeout "$rest" "$build/mapping" bench --backend cuda --quick \
-            --only bandwidth,latency,batch,mirror,mirror_mark,pipeline >>"$OUT/bench.txt" 2>&1
+        limit "$b" "$build/mapping" bench --backend cuda --quick \
+            --only bandwidth,latency,batch,mirror,mirror_mark,pipeline,staging >>"$OUT/bench.txt" 2>&1
         rc=$?
         say "bench other sections (--quick): $([ $rc = 0 ] && echo completed || echo "stopped (exit $rc)") in $(($(date +%s) - t0)) s"
         awk 'f && /^  => /; /^Scattered 64-byte copies \(stride/{f=1}' "$OUT/bench.txt" | sed 's/^  => /  /' |
             head -8 | tee -a "$summary"
     else
-        say "bench other sections: skipped (${rest} s left)"
+        say "bench other sections: skipped ($(left 10) s left)"
     fi
-else
-    say "bench: skipped, cuda is unavailable"
-fi
-
-# ---- 6. the Python package (PyTorch / CuPy interop) ---------------------------------
-# The build made the extension in $build/python/mapping (tests/python/CMakeLists.txt).
-if [ ! -d "$build/python/mapping" ]; then
-    say "python: not built (no Python headers or numpy here)"
-elif ! python3 -c "import pytest" >/dev/null 2>&1; then
-    say "python: pytest is not installed"
-else
-    misc "pytest tests/python/test_gpu_interop.py tests/python/test_cuda_paths.py"
-    t0=$(date +%s)
-    MAPPING_BACKEND=cuda PYTHONPATH="$root/$build/python${PYTHONPATH:+:$PYTHONPATH}" \
-        timeout "$(left 5)" python3 -m pytest -q -rs -p no:cacheprovider \
-        tests/python/test_gpu_interop.py tests/python/test_cuda_paths.py >>"$OUT/misc.log" 2>&1
-    rc=$?
-    say "python (torch/CuPy interop): $(tail -1 "$OUT/misc.log") [exit $rc, $(($(date +%s) - t0)) s]"
-    [ $rc -ne 0 ] && [ $rc -ne 5 ] && failures+=("python")
 fi
 
 # ---- the result -----------------------------------------------------------------------
