@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""Checks the README and man page tables that can be checked against the code.
+
+1. Environment variables: every MAPPING_* variable the code reads (src/,
+   tools/, bench/) has a row in README's table of accepted values
+   ("| variable | accepted |"), and every variable there is read somewhere.
+   A read is getenv("MAPPING_X"), or a call of a function that passes its
+   parameter to getenv (found in the code, e.g. env_or_null("MAPPING_X")).
+2. Layout: every path in README's layout table ("| folder | what it holds |")
+   exists, and every top-level folder and every folder of src/ is in it.
+3. The man page's --csv columns are the header bench/bench.c writes.
+
+Usage: check_docs.py [SOURCE_DIR] (default: this script's repository).
+Exit status 0 when everything matches, 1 with one line per mismatch.
+Run by CTest as lint.docs.
+"""
+import os
+import re
+import subprocess
+import sys
+
+ROOT = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), '..'))
+CODE_DIRS = ('src', 'tools', 'bench')
+problems = []
+
+
+def read(rel):
+    with open(os.path.join(ROOT, rel), encoding='utf-8') as f:
+        return f.read()
+
+
+def code_files():
+    for top in CODE_DIRS:
+        for folder, _, names in os.walk(os.path.join(ROOT, top)):
+            for name in sorted(names):
+                if name.endswith(('.c', '.h')):
+                    yield os.path.relpath(os.path.join(folder, name), ROOT)
+
+
+def strip_comments(text):
+    """C comments become spaces (line numbers kept); string literals stay."""
+    def blank(m):
+        s = m.group(0)
+        return s if s.startswith('"') else re.sub(r'[^\n]', ' ', s)
+    return re.sub(r'"(?:\\.|[^"\\\n])*"|/\*.*?\*/|//[^\n]*', blank, text, flags=re.S)
+
+
+def table_rows(text, header):
+    """The rows of the markdown table whose header line starts with `header`,
+    as lists of cells."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if line.replace(' ', '').startswith(header.replace(' ', '')):
+            rows = []
+            for row in lines[i + 2:]:
+                if not row.startswith('|'):
+                    break
+                rows.append([c.strip() for c in row.strip().strip('|').split('|')])
+            return rows
+    problems.append(f'README.md: no table with the header "{header}"')
+    return []
+
+
+# ---- 1. environment variables ----
+
+def variables_read():
+    """{variable: first 'file:line' reading it}."""
+    sources = {rel: strip_comments(read(rel)) for rel in code_files()}
+    # Functions that hand one of their parameters to getenv.
+    readers = {'getenv', 'secure_getenv'}
+    definition = re.compile(r'^[A-Za-z_][^;{}()]*?\b(\w+)\s*\(([^)]*)\)\s*\{?\s*$')
+    for text in sources.values():
+        current, params = None, set()
+        for line in text.splitlines():
+            m = definition.match(line)
+            if m:
+                current = m.group(1)
+                params = set(re.findall(r'(\w+)\s*(?:,|$)', m.group(2)))
+            for arg in re.findall(r'\bgetenv\s*\(\s*(\w+)\s*\)', line):
+                if current and arg in params:
+                    readers.add(current)
+    call = re.compile(r'\b(' + '|'.join(sorted(readers)) + r')\s*\(\s*"(MAPPING_[A-Z0-9_]+)"')
+    found = {}
+    for rel, text in sources.items():
+        for n, line in enumerate(text.splitlines(), 1):
+            for _, var in call.findall(line):
+                found.setdefault(var, f'{rel}:{n}')
+    return found
+
+
+def check_environment(readme):
+    documented = {}
+    for cells in table_rows(readme, '| variable | accepted |'):
+        for var in re.findall(r'`(MAPPING_[A-Z0-9_]+)`', cells[0]):
+            documented[var] = True
+    read_vars = variables_read()
+    for var, where in sorted(read_vars.items()):
+        if var not in documented:
+            problems.append(f'README.md: {var} is read ({where}) but has no row in the table of accepted values '
+                            '("| variable | accepted |")')
+    for var in sorted(documented):
+        if var not in read_vars:
+            problems.append(f'README.md: {var} has a row in the table of accepted values, but nothing in '
+                            f'{", ".join(d + "/" for d in CODE_DIRS)} reads it')
+    return len(read_vars)
+
+
+# ---- 2. layout ----
+
+def tracked_folders():
+    """Top-level folders and folders of src/ holding files git knows (or,
+    outside a git checkout, that exist and are not build output)."""
+    try:
+        out = subprocess.run(['git', '-C', ROOT, 'ls-files'], capture_output=True, text=True, check=True).stdout
+        paths = [p for p in out.splitlines() if p and os.path.exists(os.path.join(ROOT, p))]
+    except (OSError, subprocess.CalledProcessError):
+        paths = []
+        for folder, dirs, names in os.walk(ROOT):
+            dirs[:] = [d for d in dirs if not d.startswith(('.', 'build'))]
+            paths += [os.path.relpath(os.path.join(folder, n), ROOT) for n in names]
+    tops, srcs = set(), set()
+    for p in paths:
+        parts = p.split('/')
+        if len(parts) > 1 and not parts[0].startswith('.'):
+            tops.add(parts[0] + '/')
+        if len(parts) > 2 and parts[0] == 'src':
+            srcs.add('src/' + parts[1] + '/')
+    return tops, srcs
+
+
+def check_layout(readme):
+    named = []
+    for cells in table_rows(readme, '| folder | what it holds |'):
+        named += re.findall(r'`([^`]+)`', cells[0])
+    for path in named:
+        if not os.path.exists(os.path.join(ROOT, path)):
+            problems.append(f'README.md: the layout table names `{path}`, which does not exist')
+    tops, srcs = tracked_folders()
+    for folder in sorted(tops | srcs):
+        if not any(p == folder or p.startswith(folder) for p in named):
+            problems.append(f'README.md: the layout table does not mention `{folder}`')
+    return len(named)
+
+
+# ---- 3. the man page's CSV columns ----
+
+def check_csv():
+    code = read('bench/bench.c')
+    m = re.search(r'printf\("(table,[^"\\]*)\\n"\)', code)
+    if not m:
+        problems.append('bench/bench.c: no CSV header line (printf("table,...\\n")) found')
+        return
+    header = m.group(1)
+    man = read('docs/mapping.1')
+    m = re.search(r'^\.B \\-\\-csv\n(.*?)(?=^\.(?:TP|SH))', man, flags=re.M | re.S)
+    if not m:
+        problems.append('docs/mapping.1: no ".B \\-\\-csv" entry')
+        return
+    text = m.group(1).replace('\\-', '-').replace('\n', ' ')
+    cols = re.search(r'\b(table(?:,[a-z_]+)+)', text)
+    if not cols or cols.group(1) != header:
+        problems.append(f'docs/mapping.1: --csv lists the columns {cols.group(1) if cols else "(none)"!r}; '
+                        f'bench/bench.c writes {header!r}')
+
+
+def main():
+    readme = read('README.md')
+    n_vars = check_environment(readme)
+    n_paths = check_layout(readme)
+    check_csv()
+    for p in problems:
+        print(p)
+    if problems:
+        print(f'check_docs: {len(problems)} mismatch(es) between the docs and the code')
+        return 1
+    print(f'check_docs: {n_vars} environment variables, {n_paths} layout paths and the CSV columns match the code')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
