@@ -614,11 +614,16 @@ MAPPING_API mapping_status mapping_device_stats_json(const mapping_device *dev, 
  * per event until the trace is written. Process-wide and thread-safe. */
 
 /* Starts recording; the trace is written to `path` by mapping_trace_stop or
- * at exit. The file is created now (MAPPING_ERR_INVALID_ARGUMENT when it
- * cannot be); MAPPING_ERR_BUSY while a trace is being recorded. */
+ * at exit. Whether a file can be created there is checked now
+ * (MAPPING_ERR_INVALID_ARGUMENT when it cannot); MAPPING_ERR_BUSY while a
+ * trace is being recorded (decided under one lock: of two threads starting
+ * at once, exactly one records). */
 MAPPING_API mapping_status mapping_trace_start(const char *path);
-/* Stops recording and writes the file. MAPPING_OK when no trace was being
- * recorded (nothing written). */
+/* Stops recording and writes the file: to a temporary file beside it,
+ * renamed over it, so a failed write leaves what was there (a path that is
+ * not a regular file, /dev/stdout, is written in place). MAPPING_ERR_IO,
+ * with a message naming errno, when it cannot be written (a full disk).
+ * MAPPING_OK when no trace was being recorded (nothing written). */
 MAPPING_API mapping_status mapping_trace_stop(void);
 /* 1 while a trace is being recorded, else 0. */
 MAPPING_API int            mapping_trace_active(void);

@@ -1,6 +1,5 @@
 /* Tracing, the public side: start and stop a Chrome Trace Event JSON
  * timeline (the recorder is os/trace.c). */
-#include <stdio.h>
 #include "core/core.h"
 #include "os/trace.h"
 
@@ -12,13 +11,7 @@ mapping_status mapping_trace_start(const char *path)
         return st;
     if (!*path)
         return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: path is empty", fn);
-    if (mapping_trace_active())
-        return mapping__fail(MAPPING_ERR_BUSY, "%s: a trace is already being recorded (stop it first)", fn);
-    FILE *f = fopen(path, "w"); /* fail now, not when the trace is written */
-    if (!f)
-        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: cannot open %s for writing", fn, path);
-    fclose(f);
-    return mapping__trace_start(path);
+    return mapping__trace_start(fn, path);
 }
 
 mapping_status mapping_trace_stop(void)

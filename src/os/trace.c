@@ -1,11 +1,20 @@
 /*
  * The trace recorder (os/trace.h): events in memory while tracing, written
  * as Chrome Trace Event JSON ({"traceEvents":[...]}) at stop or at exit.
+ * Start decides under the lock (two threads starting at once: one gets
+ * MAPPING_ERR_BUSY). The file is written to a temporary one beside it and
+ * renamed over it, so a full disk leaves the file as it was, never a
+ * truncated trace; only a path that is not a regular file (/dev/stdout, a
+ * FIFO) is written in place.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include "os/json.h"
 #include "os/os.h"
 #include "os/trace.h"
@@ -154,11 +163,8 @@ static void put_event(FILE *f, const trace_event *e)
 }
 
 /* Names the processes and tracks, then every event in recording order. */
-static int write_file(const char *path)
+static void put_trace(FILE *f)
 {
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return -1;
     fprintf(f, "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"library\":\"mapping %s\"},\"traceEvents\":[\n",
             mapping_version());
     fprintf(f, "{\"name\":\"trace start\",\"ph\":\"i\",\"s\":\"g\",\"ts\":0,\"pid\":0,\"tid\":0}");
@@ -180,7 +186,70 @@ static int write_file(const char *path)
     for (size_t i = 0; i < trace.count; i++)
         put_event(f, &trace.events[i]);
     fprintf(f, "\n]}\n");
-    return fclose(f) == 0 ? 0 : -1;
+}
+
+/* Whether path names something other than a regular file (a device, a
+ * FIFO): written in place, since renaming over it would replace it. */
+static bool written_in_place(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && !S_ISREG(st.st_mode);
+}
+
+/* The temporary file beside path, created (mode 0666 less the umask); NULL
+ * with errno set. */
+static FILE *create_temporary(const char *path, char *tmp, size_t len)
+{
+    int n = snprintf(tmp, len, "%s.%ld.tmp", path, (long)getpid());
+    if (n <= 0 || (size_t)n >= len) {
+        errno = ENAMETOOLONG;
+        return NULL;
+    }
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0666);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (fd >= 0 && !f) {
+        int e = errno;
+        close(fd);
+        unlink(tmp);
+        errno = e;
+    }
+    return f;
+}
+
+/* Writes the trace to path: 0, or the errno of the first failure (the file
+ * at path is then left as it was, unless it is written in place). */
+static int write_file(const char *path)
+{
+    char tmp[4200];
+    bool in_place = written_in_place(path);
+    FILE *f = in_place ? fopen(path, "w") : create_temporary(path, tmp, sizeof tmp);
+    if (!f)
+        return errno ? errno : EIO;
+    errno = 0;
+    put_trace(f);
+    int err = fflush(f) != 0 || ferror(f) ? (errno ? errno : EIO) : 0;
+    errno = 0;
+    if (fclose(f) != 0 && !err)
+        err = errno ? errno : EIO;
+    if (!in_place && !err && rename(tmp, path) != 0)
+        err = errno ? errno : EIO;
+    if (!in_place && err)
+        unlink(tmp);
+    return err;
+}
+
+/* Whether a trace could be written to path: the file itself where it is
+ * written in place, else a new file beside it (made and removed). */
+static int check_writable(const char *path)
+{
+    char tmp[4200];
+    FILE *f = written_in_place(path) ? fopen(path, "a") : create_temporary(path, tmp, sizeof tmp);
+    if (!f)
+        return errno ? errno : EIO;
+    fclose(f);
+    if (!written_in_place(path))
+        unlink(tmp);
+    return 0;
 }
 
 static void reset_locked(void)
@@ -191,22 +260,45 @@ static void reset_locked(void)
     trace.n_processes = trace.n_tracks = 0;
 }
 
-mapping_status mapping__trace_start(const char *path)
+static void stop_at_exit(void)
 {
-    char *copy = path ? mapping_os_malloc(strlen(path) + 1) : NULL;
-    if (copy)
-        memcpy(copy, path, strlen(path) + 1);
-    if (path && !copy)
-        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mapping_trace_start: out of memory");
+    if (mapping__trace_stop() != MAPPING_OK)
+        fprintf(stderr, "mapping: %s\n", mapping_last_error_message());
+}
+
+static void register_stop_at_exit(void)
+{
+    atexit(stop_at_exit);
+}
+
+mapping_status mapping__trace_start(const char *fn, const char *path)
+{
+    static pthread_once_t at_exit = PTHREAD_ONCE_INIT;
+    size_t len = strlen(path) + 1;
+    char *copy = mapping_os_malloc(len);
+    if (!copy)
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
+    memcpy(copy, path, len);
     pthread_mutex_lock(&trace.lock);
-    if (copy) {
-        free(trace.path);
-        trace.path = copy;
+    if (atomic_load_explicit(&mapping__trace_active, memory_order_relaxed)) {
+        pthread_mutex_unlock(&trace.lock);
+        free(copy);
+        return mapping__fail(MAPPING_ERR_BUSY, "%s: a trace is already being recorded (stop it first)", fn);
     }
+    int err = check_writable(path); /* fail now, not when the trace is written */
+    if (err) {
+        pthread_mutex_unlock(&trace.lock);
+        free(copy);
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: cannot create a file at %s: %s", fn, path,
+                             strerror(err));
+    }
+    free(trace.path);
+    trace.path = copy;
     reset_locked();
     trace.origin_ns = mapping_os_now_ns();
     atomic_store_explicit(&mapping__trace_active, true, memory_order_relaxed);
     pthread_mutex_unlock(&trace.lock);
+    pthread_once(&at_exit, register_stop_at_exit);
     return MAPPING_OK;
 }
 
@@ -214,20 +306,15 @@ mapping_status mapping__trace_stop(void)
 {
     pthread_mutex_lock(&trace.lock);
     bool was = atomic_exchange_explicit(&mapping__trace_active, false, memory_order_relaxed);
-    int rc = was && trace.path ? write_file(trace.path) : 0;
+    int err = was && trace.path ? write_file(trace.path) : 0;
     char path[256];
     snprintf(path, sizeof path, "%s", trace.path ? trace.path : "");
     reset_locked();
     pthread_mutex_unlock(&trace.lock);
-    if (rc != 0)
-        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "mapping_trace_stop: cannot write the trace to %s", path);
+    if (err)
+        return mapping__fail(MAPPING_ERR_IO, "mapping_trace_stop: cannot write the trace to %s: %s (errno %d)", path,
+                             strerror(err), err);
     return MAPPING_OK;
-}
-
-static void stop_at_exit(void)
-{
-    if (mapping__trace_stop() != MAPPING_OK)
-        fprintf(stderr, "mapping: %s\n", mapping_last_error_message());
 }
 
 static bool environment_failed;
@@ -235,16 +322,8 @@ static bool environment_failed;
 static void start_from_environment(void)
 {
     const char *path = getenv("MAPPING_TRACE");
-    if (!path || !*path)
-        return;
-    FILE *f = fopen(path, "w"); /* fail at the start, not at exit */
-    if (!f) {
+    if (path && *path && mapping__trace_start("MAPPING_TRACE", path) != MAPPING_OK)
         environment_failed = true;
-        return;
-    }
-    fclose(f);
-    if (mapping__trace_start(path) == MAPPING_OK)
-        atexit(stop_at_exit);
 }
 
 mapping_status mapping__trace_from_environment(const char *fn)

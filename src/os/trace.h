@@ -72,10 +72,14 @@ void mapping__trace_instant(const mapping_trace_record *record);
             mapping__trace_record(&(span), &(mapping_trace_record){__VA_ARGS__});       \
     } while (0)
 
-/* Starts recording into memory, to be written to path (NULL: keep the
- * current path) at mapping__trace_stop or at exit. Drops earlier events. */
-mapping_status mapping__trace_start(const char *path);
-/* Stops recording and writes the file. MAPPING_OK also when not tracing. */
+/* Starts recording into memory, to be written to path at
+ * mapping__trace_stop or at exit. Decided under one lock: MAPPING_ERR_BUSY
+ * while tracing; MAPPING_ERR_INVALID_ARGUMENT when no file can be made
+ * there. Failures are recorded under fn. */
+mapping_status mapping__trace_start(const char *fn, const char *path);
+/* Stops recording and writes the file (a temporary beside it, renamed over
+ * it): MAPPING_ERR_IO naming errno when it cannot be written, the file then
+ * left as it was. MAPPING_OK also when not tracing. */
 mapping_status mapping__trace_stop(void);
 /* $MAPPING_TRACE=path starts tracing (once per process), written at exit.
  * MAPPING_ERR_INVALID_ARGUMENT, recorded under fn, when the file cannot be
