@@ -13,6 +13,8 @@ The default device follows $MAPPING_BACKEND / $MAPPING_DEVICE (mapping.open()
 picks one explicitly). docs/python.md has the whole API.
 """
 import collections
+import operator as _operator
+import threading as _threading
 import weakref
 
 import numpy as _np
@@ -33,24 +35,38 @@ _DL_KIND = {0: "i", 1: "u", 2: "f", 5: "c", 6: "b"}
 
 
 class _Handle:
-    """Owns one C object; destroys it when the last Python reference goes
-    (a numpy view of host memory holds one, so memory never dangles). `parent`
-    (its device's handle, or a mirror's) stays alive until then.
+    """The one owner of a C object: the C object is destroyed when the last
+    reference to its handle goes. The Python object (Buffer, Mirror, ...) holds
+    one reference; so does every export of it (a numpy view, a DLPack capsule,
+    a Buffer.view(), a record of queued stream work, a pending batch copy, a
+    mirror adopting a buffer). close() drops the Python object's reference (the
+    object is closed: every later use raises), so the free waits for the last
+    export.
 
-    The garbage collector may finalize a device's handle before its children's
-    (objects reachable only from a reference cycle are finalized in any
-    order), so a device's handle knows its children's handles and destroys them
-    first (mirrors, then batches and pipelines, streams, events, buffers), and a
-    child whose device is gone does nothing."""
+    `parent` (its device's handle, or a mirror's) stays alive until then;
+    `keep` holds what the C object uses (Pins of host buffers, other handles)
+    until it is destroyed. A handle another one keeps counts it in `users` and
+    defers its own destroy until that one has gone: the garbage collector may
+    finalize handles reachable only from a reference cycle in any order. For
+    the same reason a device's handle knows its children's handles and
+    destroys them first (mirrors, then batches and pipelines, streams, events,
+    buffers), and a child whose device is gone does nothing."""
 
-    __slots__ = ("ptr", "destroy", "parent", "rank", "children", "__weakref__")
+    __slots__ = ("ptr", "destroy", "parent", "rank", "children", "keep", "users", "deferred", "__weakref__")
 
-    def __init__(self, ptr, destroy, parent=None, rank=9):
+    def __init__(self, ptr, destroy, parent=None, rank=9, keep=None):
         self.ptr = ptr
         self.destroy = destroy
         self.parent = parent
         self.rank = rank
         self.children = None
+        self.users = 0
+        self.deferred = False
+        self.keep = keep
+        if keep:
+            for k in keep:
+                if type(k) is _Handle:
+                    k.users += 1
         if parent is not None and destroy is not None:
             root = parent
             while root.parent is not None:
@@ -67,37 +83,59 @@ class _Handle:
             p = p.parent
         return True
 
+    def _let_go(self):
+        keep, self.keep = self.keep, None
+        if keep:
+            for k in keep:
+                if type(k) is _Handle:
+                    k.users -= 1
+                    if k.deferred and k.users <= 0:
+                        k.release()
+
     def release(self):
         ptr = self.ptr
         if ptr is None or self.destroy is None:
             self.ptr = None
+            self._let_go()
+            return
+        if self.users > 0:  # a handle that uses it is finalized later (GC order)
+            self.deferred = True
             return
         if self.children:
             for child in sorted(list(self.children), key=lambda h: h.rank):
+                child.users = 0
                 child.release()
         if not self._ancestors_alive():
             self.ptr = None
+            self._let_go()
             return
         self.ptr = None
         try:
             self.destroy(ptr)
         except Exception:  # pragma: no cover - never raise from GC
             pass
+        self._let_go()
 
     def __del__(self):
         self.release()
 
 
+def _closed_error(kind):
+    return _ERR["ERR_INVALID_HANDLE"]("this %s is closed" % kind, -5)
+
+
 class _Owned:
     """Base of the objects that hold a C handle: close() / context manager; a
-    closed object raises mapping.InvalidHandleError."""
+    closed object raises mapping.InvalidHandleError on every use. They cannot
+    be copied or pickled (a copy would share the C object)."""
 
     _kind = "object"
+    _h = None
 
     def _ptr(self):
         h = self._h
         if h is None or h.ptr is None:
-            raise _ERR["ERR_INVALID_HANDLE"]("this %s is closed" % self._kind, -5)
+            raise _closed_error(self._kind)
         return h.ptr
 
     @property
@@ -105,7 +143,8 @@ class _Owned:
         return self._h is None
 
     def close(self):
-        """Frees it now (the memory itself goes once no numpy view of it remains)."""
+        """Closes it now: every later use raises. The C object is freed once
+        nothing uses it any more (a numpy view, a DLPack export, queued work)."""
         self._h = None
 
     def __enter__(self):
@@ -115,25 +154,73 @@ class _Owned:
         self.close()
         return False
 
+    def __copy__(self):
+        raise TypeError("a mapping.%s cannot be copied (it owns a C object): make a new one and copy the data"
+                        % type(self).__name__)
+
+    def __deepcopy__(self, memo):
+        self.__copy__()
+
+    def __reduce_ex__(self, protocol):
+        raise TypeError("a mapping.%s cannot be pickled (it owns a C object): pickle a numpy copy of its data"
+                        % type(self).__name__)
+
+
+
+def _index(v, what):
+    """An int from an int or a numpy integer (never a float or a bool)."""
+    if type(v) is int:
+        return v
+    if isinstance(v, bool) or not hasattr(v, "__index__"):
+        raise TypeError("%s must be an int, got %s" % (what, type(v).__name__))
+    return _operator.index(v)
+
+
+def _size(v, what):
+    v = _index(v, what)
+    if v < 0:
+        raise ValueError("%s must be >= 0, got %d" % (what, v))
+    return v
+
+
+def _dtype(dtype, call):
+    dt = _np.dtype(dtype)
+    if dt.hasobject:
+        raise TypeError("%s: dtype %s holds Python objects; only plain data can live in device memory" % (call, dt))
+    if dt.itemsize == 0:
+        raise TypeError("%s: dtype %s has no size" % (call, dt))
+    return dt
+
 
 def _nbytes_of(shape, dtype):
     n = _np.dtype(dtype).itemsize
     for s in shape:
-        n *= int(s)
+        n *= s
     return n
 
 
-def _shape_dtype(shape, dtype):
-    """allocate_*(nbytes) or (shape, dtype): returns (shape tuple, numpy dtype)."""
-    if dtype is None:
-        if isinstance(shape, (tuple, list)):
-            return tuple(int(s) for s in shape), _np.dtype(_np.float32)
-        if not isinstance(shape, int) or isinstance(shape, bool):
-            raise TypeError("expected a byte count or a shape, got %s" % type(shape).__name__)
-        return (int(shape),), _np.dtype(_np.uint8)
-    if isinstance(shape, int):
-        shape = (shape,)
-    return tuple(int(s) for s in shape), _np.dtype(dtype)
+def _shape_dtype(shape, dtype, call="allocate"):
+    """(nbytes) or (shape, dtype): returns (shape tuple, numpy dtype, typed).
+    A byte count alone is uint8 (untyped); a shape alone is float64, as in numpy."""
+    if isinstance(shape, (tuple, list)):
+        dims = tuple(_size(s, "%s: shape[%d]" % (call, i)) for i, s in enumerate(shape))
+    elif hasattr(shape, "__index__") and not isinstance(shape, bool):
+        dims = (_size(shape, "%s: shape" % call),)
+        if dtype is None:
+            return dims, _np.dtype(_np.uint8), False
+    else:
+        raise TypeError("%s: expected a byte count or a shape (tuple of ints), got %s" % (call, type(shape).__name__))
+    return dims, _dtype(_np.float64 if dtype is None else dtype, call), True
+
+
+def _retag(e, call):
+    """The same error class with the Python call named first."""
+    msg = "%s: %s" % (call, e)
+    try:
+        new = type(e)(msg, getattr(e, "status", None)) if isinstance(e, Error) else type(e)(msg)
+    except Exception:  # pragma: no cover
+        return e
+    return new
 
 
 # ---------------------------------------------------------------------------
@@ -141,8 +228,9 @@ def _shape_dtype(shape, dtype):
 # ---------------------------------------------------------------------------
 
 class Device(_Owned):
-    """An open device. Everything made from it holds it open; close() frees
-    its objects now and the device as soon as no numpy view of its memory is left."""
+    """An open device. Everything made from it holds it open; close() closes
+    its objects now and frees the device once nothing uses it (a numpy view of
+    its memory, a DLPack export, queued work)."""
 
     _kind = "device"
 
@@ -216,27 +304,33 @@ class Device(_Owned):
 
 
 _default = None
-_opencl_devices = {}
+# One Device per (back end, index) opened implicitly, and one per OpenCL
+# context: found again while in use, released when nothing uses it.
+_implicit_devices = weakref.WeakValueDictionary()
+_opencl_devices = weakref.WeakValueDictionary()
+_registry_lock = _threading.RLock()
 
 
 def open(backend=None, device=None, context=None, queue=None):  # noqa: A001 (the library's own name)
     """Opens a device: open(backend="host"|"opencl"|"cuda", device=N); with no
     arguments $MAPPING_BACKEND / $MAPPING_DEVICE or the best available.
     open(context=pyopencl.Context[, queue=pyopencl.CommandQueue]) opens on
-    PyOpenCL's context, so its buffers can be used directly."""
+    PyOpenCL's context, so its buffers and queues go to this device."""
     if context is not None:
         return open_opencl(context, queue=queue)
     if backend is not None and not isinstance(backend, str):
-        raise TypeError("backend must be a str such as 'host', 'opencl' or 'cuda'")
-    if device is not None and (not isinstance(device, int) or isinstance(device, bool)):
-        raise TypeError("device must be an int index")
+        raise TypeError("open: backend must be a str such as 'host', 'opencl' or 'cuda'")
+    if device is not None:
+        device = _index(device, "open: device")
+        if not 0 <= device < 2 ** 31:
+            raise ValueError("open: device=%d is not a device index (0, 1, ...)" % device)
     return Device(_core.open(backend, -1 if device is None else device))
 
 
 def _int_ptr(obj, what):
     p = getattr(obj, "int_ptr", None)
     if p is None:
-        if isinstance(obj, int):
+        if isinstance(obj, int) and not isinstance(obj, bool):
             return obj
         raise TypeError("%s must be a pyopencl object (with .int_ptr) or an int handle" % what)
     return int(p)
@@ -245,7 +339,8 @@ def _int_ptr(obj, what):
 def open_opencl(context, device=None, queue=None):
     """A device on an OpenCL context made elsewhere: a pyopencl.Context (or a
     cl_context int), its device (default: the context's first device), and an
-    optional in-order queue that becomes the device's own queue."""
+    optional in-order queue that becomes the device's own queue. PyOpenCL
+    buffers and queues of that context then go to this device."""
     ctx = _int_ptr(context, "context")
     if device is None:
         devs = getattr(context, "devices", None)
@@ -257,25 +352,47 @@ def open_opencl(context, device=None, queue=None):
             raise TypeError("pass device= with a cl_device_id int handle")
     dev = _int_ptr(device, "device")
     q = _int_ptr(queue, "queue") if queue is not None else None
-    return Device(_core.open_opencl(ctx, dev, q), keep=(context, device, queue))
-
-
-def _device_for_opencl_context(context):
-    key = int(context.int_ptr)
-    d = _opencl_devices.get(key)
-    if d is None or d.closed:
-        d = open_opencl(context)
-        _opencl_devices[key] = d
+    d = Device(_core.open_opencl(ctx, dev, q), keep=(context, device, queue))
+    with _registry_lock:
+        old = _opencl_devices.get(ctx)
+        if old is None or old.closed or queue is not None:
+            _opencl_devices[ctx] = d
     return d
+
+
+def _device_for_opencl_context(context, device=None):
+    if device is not None:
+        return device
+    key = int(context.int_ptr)
+    with _registry_lock:
+        d = _opencl_devices.get(key)
+        if d is None or d.closed:
+            d = open_opencl(context)
+        return d
+
+
+def _implicit_device(backend, index):
+    """The device of another back end a foreign tensor lives on: one per
+    (back end, index), found again while used."""
+    with _registry_lock:
+        d = _implicit_devices.get((backend, index))
+        if d is None or d.closed:
+            d = open(backend, index)
+            _implicit_devices[(backend, index)] = d
+        return d
 
 
 def default_device():
     """The device the module-level functions use: opened on first use from
     $MAPPING_BACKEND / $MAPPING_DEVICE (or the best available)."""
     global _default
-    if _default is None or _default.closed:
-        _default = open()
-    return _default
+    d = _default
+    if d is None or d.closed:
+        with _registry_lock:
+            if _default is None or _default.closed:
+                _default = open()
+            d = _default
+    return d
 
 
 def set_default_device(device):
@@ -287,7 +404,11 @@ def set_default_device(device):
 
 
 def _dev(device):
-    return default_device() if device is None else device
+    if device is None:
+        return default_device()
+    if type(device) is not Device:
+        raise TypeError("device must be a mapping.Device or None, got %s" % type(device).__name__)
+    return device
 
 
 # ---------------------------------------------------------------------------
@@ -301,22 +422,31 @@ class Buffer(_Owned):
 
     _kind = "buffer"
 
-    def __init__(self, device, ptr, nbytes, shape=None, dtype=None, owned=True, keep=None):
+    def __init__(self, device, ptr, nbytes, shape=None, dtype=None, owned=True, keep=None, handle=None, typed=None):
         self.device = device
-        self._h = _Handle(ptr, _core.free_gpu if owned else None, device._h, 4)
+        if handle is None:
+            handle = _Handle(ptr, _core.free_gpu if owned else None, device._h, 4,
+                             keep=(keep,) if keep is not None else None)
+        self._h = handle
         self.nbytes = nbytes
         self.dtype = _np.dtype(_np.uint8 if dtype is None else dtype)
         self.shape = (nbytes // self.dtype.itemsize,) if shape is None else tuple(shape)
-        self._keep = keep
+        # typed: made with a dtype, so a copy from an array of another dtype is refused
+        self._typed = dtype is not None if typed is None else typed
         self._stream = None  # the last stream queued work on it (for the CUDA array interface)
         if owned:
             device._adopt(self)
 
     def __repr__(self):
-        return "<mapping.Buffer %d bytes %s %s on %s>" % (self.nbytes, self.shape, self.dtype, self.device.backend)
+        return "<mapping.Buffer %d bytes %s %s on %s%s>" % (self.nbytes, self.shape, self.dtype, self.device.backend,
+                                                             " closed" if self.closed else "")
 
     def __len__(self):
         return self.shape[0] if self.shape else 1
+
+    def _check(self):
+        if self._h is None:
+            raise _closed_error("buffer")
 
     @property
     def size(self):
@@ -325,6 +455,7 @@ class Buffer(_Owned):
     @property
     def native(self):
         """The native handle as an int: cl_mem (OpenCL), CUdeviceptr (CUDA), address (host)."""
+        self._check()
         if self.nbytes == 0:
             return 0
         return _core.buffer_native(self._ptr())
@@ -337,16 +468,21 @@ class Buffer(_Owned):
         return self.native
 
     def view(self, shape=None, dtype=None):
-        """The same memory with another shape/dtype (no copy)."""
-        dt = self.dtype if dtype is None else _np.dtype(dtype)
-        shape = (self.nbytes // dt.itemsize,) if shape is None else tuple(shape)
+        """The same memory with another shape/dtype (no copy). The view keeps
+        the memory: closing the buffer first leaves the view valid."""
+        self._check()
+        dt = self.dtype if dtype is None else _dtype(dtype, "Buffer.view")
+        if shape is None:
+            shape = (self.nbytes // dt.itemsize,)
+        shape, _, _ = _shape_dtype(tuple(shape) if isinstance(shape, (tuple, list)) else shape, dt, "Buffer.view")
         if _nbytes_of(shape, dt) != self.nbytes:
             raise _ERR["ERR_INVALID_ARGUMENT"]("view: %s of %s is not %d bytes" % (shape, dt, self.nbytes), -2)
-        b = Buffer(self.device, self._ptr() if self.nbytes else None, self.nbytes, shape, dt, owned=False, keep=self)
-        return b
+        return Buffer(self.device, None, self.nbytes, shape, dt, owned=False, handle=self._h,
+                      typed=self._typed or dtype is not None)
 
     def get(self, stream=None):
         """A new numpy array with the buffer's content."""
+        self._check()
         out = _np.empty(self.shape, self.dtype)
         sync_to_cpu(self, out, stream=stream)
         if stream is not None:
@@ -355,12 +491,21 @@ class Buffer(_Owned):
 
     def fill(self, value, offset=0, nbytes=None, stream=None):
         """Sets bytes to `value` (0..255)."""
-        n = self.nbytes - offset if nbytes is None else nbytes
-        if not isinstance(value, int) or not 0 <= value <= 255:
+        self._check()
+        offset = _size(offset, "fill: offset")
+        n = self.nbytes - offset if nbytes is None else _size(nbytes, "fill: nbytes")
+        if isinstance(value, bool) or not hasattr(value, "__index__") or not 0 <= _operator.index(value) <= 255:
             raise _ERR["ERR_INVALID_ARGUMENT"]("fill: value %r is not a byte (0..255)" % (value,), -2)
         if n == 0:
             return
-        _core.fill_gpu(_stream_ptr(stream, self.device), self._ptr(), offset, n, value)
+        sp = _stream_ptr(stream, self.device)
+        try:
+            _core.fill_gpu(sp, self._ptr(), offset, n, _operator.index(value))
+        except Error as e:
+            raise _retag(e, "fill(value, offset=%d, nbytes=%d)" % (offset, n)) from None
+        if sp is not None:
+            _keep_for(stream, self.device, self._h)
+            self._stream = stream if isinstance(stream, Stream) else None
 
     # ---- DLPack ----
     def __dlpack_device__(self):
@@ -368,16 +513,20 @@ class Buffer(_Owned):
         return (kind, 0 if self.device.backend == "host" else self.device.index)
 
     def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        self._check()
         if copy:
             raise BufferError("mapping buffers are exported without a copy")
         kind, index = self.__dlpack_device__()
-        if self._stream is not None and not self._stream.closed:
-            self._stream.synchronize()  # make queued work visible to any consumer stream
+        if not self.dtype.isnative:
+            raise BufferError("DLPack only supports native byte order; this buffer's dtype is %s" % self.dtype)
         code = _DL_CODE.get(self.dtype.kind)
         if code is None:
             raise BufferError("dtype %s has no DLPack equivalent" % self.dtype)
+        if self._stream is not None and not self._stream.closed:
+            self._stream.synchronize()  # make queued work visible to any consumer stream
         addr = self.native
-        return _core.to_dlpack(addr, kind, index, tuple(self.shape), (code, self.dtype.itemsize * 8), self)
+        # the capsule holds the handle: the memory stays until the consumer's deleter runs
+        return _core.to_dlpack(addr, kind, index, tuple(self.shape), (code, self.dtype.itemsize * 8), self._h)
 
     # ---- CUDA array interface v3 ----
     @property
@@ -391,13 +540,14 @@ class Buffer(_Owned):
 
 
 def allocate_gpu(shape, dtype=None, device=None):
-    """Device memory: allocate_gpu(nbytes) (uint8) or allocate_gpu(shape, dtype).
-    Its content is undefined until written. Size 0 gives an empty buffer."""
-    shape, dtype = _shape_dtype(shape, dtype)
+    """Device memory: allocate_gpu(nbytes) (uint8) or allocate_gpu(shape, dtype)
+    (dtype defaults to float64, as in numpy). Its content is undefined until
+    written. Size 0 gives an empty buffer."""
+    shape, dtype, typed = _shape_dtype(shape, dtype, "allocate_gpu")
     dev = _dev(device)
     n = _nbytes_of(shape, dtype)
     ptr = _core.allocate_gpu(dev._ptr(), n) if n else None
-    return Buffer(dev, ptr, n, shape, dtype)
+    return Buffer(dev, ptr, n, shape, dtype, typed=typed)
 
 
 class _HostBlock:
@@ -422,7 +572,7 @@ def allocate_cpu(shape, dtype=None, device=None):
     """A numpy array in page-locked host memory (the fastest copies):
     allocate_cpu(nbytes) (uint8) or allocate_cpu(shape, dtype). Freed with the
     array; it keeps its device open until then."""
-    shape, dtype = _shape_dtype(shape, dtype)
+    shape, dtype, _ = _shape_dtype(shape, dtype, "allocate_cpu")
     dev = _dev(device)
     n = _nbytes_of(shape, dtype)
     if n == 0:
@@ -432,8 +582,8 @@ def allocate_cpu(shape, dtype=None, device=None):
     return _np.frombuffer(mem, dtype=dtype).reshape(shape)
 
 
-def _import_pyopencl_buffer(obj):
-    dev = _device_for_opencl_context(obj.context)
+def _import_pyopencl_buffer(obj, device=None):
+    dev = _device_for_opencl_context(obj.context, device)
     n = int(obj.size)
     ptr = _core.import_gpu(dev._ptr(), int(obj.int_ptr), 0, n)
     return Buffer(dev, ptr, n, keep=obj)
@@ -444,20 +594,26 @@ def _is_pyopencl(obj, name):
     return mod.startswith("pyopencl") and any(c.__name__ == name for c in type(obj).__mro__)
 
 
-def as_buffer(obj, device=None):
-    """A mapping.Buffer for obj: itself; a pyopencl.Buffer (opens a device on
-    its context); an object with __dlpack__ or __cuda_array_interface__
-    (torch, CuPy) imported without a copy. The memory stays the owner's."""
+_GPU_KINDS = "a mapping.Buffer, a pyopencl.Buffer or a DLPack / CUDA-array-interface device tensor"
+
+
+def as_buffer(obj, device=None, call="as_buffer"):
+    """A mapping.Buffer for obj: itself; a pyopencl.Buffer (on `device`, else
+    the device opened on its context); an object with __dlpack__ or
+    __cuda_array_interface__ (torch, CuPy) imported without a copy. Host
+    memory (a numpy array) is device memory only on the host back end. The
+    memory stays the owner's."""
+    if type(obj) is Buffer:
+        return obj
     if isinstance(obj, Buffer):
         return obj
     if _is_pyopencl(obj, "Buffer"):
-        return _import_pyopencl_buffer(obj)
+        return _import_pyopencl_buffer(obj, device)
     if hasattr(obj, "__cuda_array_interface__") and not hasattr(obj, "__dlpack__"):
         return _import_cai(obj, device)
-    if hasattr(obj, "__dlpack__"):
-        return from_dlpack(obj, device=device)
-    raise TypeError("expected a mapping.Buffer, a pyopencl.Buffer or a DLPack / CUDA-array-interface device "
-                    "tensor; got %s" % type(obj).__name__)
+    if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
+        return from_dlpack(obj, device=device, call=call)
+    raise TypeError("%s: expected %s; got %s" % (call, _GPU_KINDS, type(obj).__name__))
 
 
 def import_gpu(native, nbytes, offset=0, device=None, shape=None, dtype=None, keep=None):
@@ -465,16 +621,35 @@ def import_gpu(native, nbytes, offset=0, device=None, shape=None, dtype=None, ke
     opened on its context, a CUdeviceptr (int), or an address (host back end).
     Freeing the Buffer never frees the memory; `keep` is held until then."""
     dev = _dev(device)
-    ptr = _core.import_gpu(dev._ptr(), int(native), offset, nbytes)
+    nbytes = _size(nbytes, "import_gpu: nbytes")
+    offset = _size(offset, "import_gpu: offset")
+    ptr = _core.import_gpu(dev._ptr(), _index(native, "import_gpu: native"), offset, nbytes)
+    if dtype is not None:
+        dtype = _dtype(dtype, "import_gpu")
     if shape is None and dtype is not None:
-        shape = (nbytes // _np.dtype(dtype).itemsize,)
+        shape = (nbytes // dtype.itemsize,)
     return Buffer(dev, ptr, nbytes, shape, dtype, keep=keep)
+
+
+def _cuda_stream_sync(dev, handle):
+    """Waits for a producer's CUDA stream (the "stream" key of the CUDA array
+    interface): 1 is the legacy default stream, 2 the per-thread one."""
+    if handle is None:
+        return
+    handle = _index(handle, "__cuda_array_interface__['stream']")
+    if handle == 0:
+        raise _ERR["ERR_INVALID_ARGUMENT"]("__cuda_array_interface__: stream 0 is disallowed (v3)", -2)
+    s = _core.import_stream(dev._ptr(), handle)
+    try:
+        _core.stream_sync(s)
+    finally:
+        _core.stream_destroy(s)
 
 
 def _import_cai(obj, device):
     cai = obj.__cuda_array_interface__
-    dt = _np.dtype(cai["typestr"])
-    shape = tuple(cai["shape"])
+    dt = _dtype(cai["typestr"], "__cuda_array_interface__")
+    shape = tuple(_size(d, "__cuda_array_interface__ shape") for d in cai["shape"])
     if cai.get("strides") not in (None, ()):
         exp = dt.itemsize
         for s, st in zip(reversed(shape), reversed(cai["strides"])):
@@ -484,33 +659,51 @@ def _import_cai(obj, device):
     dev = _dev(device)
     if dev.backend != "cuda":
         raise _ERR["ERR_DEVICE_MISMATCH"]("a CUDA array needs a CUDA device (this one is %s)" % dev.backend, -6)
+    _cuda_stream_sync(dev, cai.get("stream"))
     n = _nbytes_of(shape, dt)
     ptr = _core.import_gpu(dev._ptr(), cai["data"][0], 0, n) if n else None
     return Buffer(dev, ptr, n, shape, dt, keep=obj)
 
 
-def from_dlpack(obj, device=None):
+def from_dlpack(obj, device=None, call="from_dlpack"):
     """Imports a DLPack tensor's memory (torch, CuPy; numpy on the host back
-    end) as a Buffer, without a copy. The producer's memory is released when
-    the Buffer is freed."""
+    end) as a Buffer, without a copy, on `device` or else the device of its
+    back end and index (found again while in use). The producer's memory is
+    released when the Buffer is freed."""
     if not hasattr(obj, "__dlpack__"):
-        raise TypeError("from_dlpack: %s has no __dlpack__" % type(obj).__name__)
+        raise TypeError("%s: %s has no __dlpack__" % (call, type(obj).__name__))
     kind, index = obj.__dlpack_device__()
-    kind = int(kind)
+    kind, index = int(kind), int(index)
     want = {_DL_CPU: "host", _DL_CUDA: "cuda", _DL_OPENCL: "opencl"}.get(kind)
-    dev = device
-    if dev is None:
-        dev = default_device()
-        if want is not None and dev.backend != want:
-            dev = open(want, int(index) if want != "host" else 0)
-    if want is None or dev.backend != want:
+    dev = None if device is None else _dev(device)
+    if want == "host":
+        d = dev if dev is not None else default_device()
+        if d.backend != "host":
+            raise TypeError("%s: expected %s on the %s device; got %s, which is host memory (device memory only on "
+                            "the host back end: copy it with sync_to_gpu)" % (call, _GPU_KINDS, d.backend,
+                                                                             type(obj).__name__))
+        dev = d
+    elif dev is None:
+        if want is None:
+            raise _ERR["ERR_DEVICE_MISMATCH"]("%s: DLPack device type %d is not supported" % (call, kind), -6)
+        d = default_device()
+        dev = d if d.backend == want and d.index == index else _implicit_device(want, index)
+    if want is None or dev.backend != want or (want != "host" and dev.index != index):
         raise _ERR["ERR_DEVICE_MISMATCH"](
-            "from_dlpack: the tensor is on DLPack device type %d, the device is %s (a CPU tensor is device memory "
-            "only on the host back end: use sync_to_gpu to copy it)" % (kind, dev.backend), -6)
-    try:
-        capsule = obj.__dlpack__(stream=None)
-    except TypeError:
-        capsule = obj.__dlpack__()
+            "%s: the tensor is on DLPack device (%d, %d), the device is %s:%d" % (call, kind, index, dev.backend,
+                                                                                  dev.index), -6)
+    if want == "cuda":
+        # the consumer stream (DLPack): the device's own queue, else the legacy default stream (1)
+        q = dev.native[3]
+        try:
+            capsule = obj.__dlpack__(stream=q if q else 1)
+        except TypeError:
+            capsule = obj.__dlpack__()
+    else:
+        try:
+            capsule = obj.__dlpack__(stream=None)
+        except TypeError:
+            capsule = obj.__dlpack__()
     ptr, _, _, shape, (code, bits), n = _core.import_dlpack(dev._ptr(), capsule)
     dt = _np.dtype("%s%d" % (_DL_KIND.get(code, "u"), bits // 8)) if code != 6 else _np.dtype(bool)
     return Buffer(dev, ptr, n, shape, dt, keep=obj)
@@ -523,75 +716,138 @@ def from_dlpack(obj, device=None):
 def _stream_ptr(stream, device):
     if stream is None:
         return None
-    if isinstance(stream, Stream):
+    if type(stream) is Stream:
         return stream._ptr()
     if _is_pyopencl(stream, "CommandQueue"):
         return import_stream(stream, device)._ptr()
-    raise TypeError("stream must be a mapping.Stream, a pyopencl.CommandQueue or None")
+    raise TypeError("stream must be a mapping.Stream, a pyopencl.CommandQueue or None, got %s"
+                    % type(stream).__name__)
 
 
 def _keep_for(stream, device, *objs):
-    """Host objects queued work uses stay alive until the stream has passed it."""
-    if isinstance(stream, Stream):
-        stream._keep.extend(objs)
-    elif stream is not None and _is_pyopencl(stream, "CommandQueue"):
-        # The caller waits on PyOpenCL's queue, not through mapping: mark the
-        # point with an event and let go of the objects once it has passed.
-        s = import_stream(stream, device)
-        s._keep = [(e, o) for e, o in s._keep if not (isinstance(e, Event) and e.query())]
-        s._keep.append((Event(s), objs))
+    """What queued work uses (buffer handles, Pins of host buffers) is held
+    until the stream has passed that work: a host function queued behind it
+    releases this submission's record (not a sweep at synchronize)."""
+    if stream is None:
+        return
+    s = stream if type(stream) is Stream else import_stream(stream, device)
+    try:
+        _core.keep_until(s._ptr(), objs)
+    except Error:
+        s.synchronize()  # could not queue the release: wait, then let go
+        raise
+
+
+def _host_dtype_check(call, arg, host, gpu):
+    dt = getattr(host, "dtype", None)
+    if dt is not None and gpu._typed and dt is not gpu.dtype and dt != gpu.dtype:
+        raise TypeError("%s: %s has dtype %s, gpu has dtype %s (convert with .astype or use a view)"
+                        % (call, arg, dt, gpu.dtype))
 
 
 def sync_to_gpu(cpu_data, gpu, offset=0, stream=None):
-    """Copies cpu_data (any C-contiguous buffer: numpy, bytes, bytearray,
-    array.array, memoryview) into gpu at byte `offset`. gpu: a Buffer, a
-    pyopencl.Buffer, or a DLPack / CUDA-array tensor. stream None: blocking.
-    An empty cpu_data is a no-op."""
+    """Copies cpu_data (any C-contiguous buffer of plain data: numpy, bytes,
+    bytearray, array.array, memoryview) into gpu at byte `offset`. gpu: a
+    Buffer, a pyopencl.Buffer, or a DLPack / CUDA-array tensor. stream None:
+    blocking; else cpu_data is held (and cannot be resized) until the stream
+    has done the copy. An empty cpu_data is a no-op."""
     if type(gpu) is not Buffer:
-        gpu = as_buffer(gpu)
+        gpu = as_buffer(gpu, call="sync_to_gpu")
+    h = gpu._h
+    if h is None:
+        raise _closed_error("buffer")
+    if type(offset) is not int or offset < 0:
+        offset = _size(offset, "sync_to_gpu: offset")
+    if gpu._typed:
+        _host_dtype_check("sync_to_gpu", "cpu_data", cpu_data, gpu)
     if gpu.nbytes == 0:
         if memoryview(cpu_data).nbytes:
             raise _ERR["ERR_OUT_OF_RANGE"]("sync_to_gpu: the buffer is empty", -4)
         return
-    if stream is None:
-        _core.write(None, gpu._h.ptr if gpu._h is not None else gpu._ptr(), offset, cpu_data,
-                    gpu.device._hold_gil_below)
-        return
-    _core.write(_stream_ptr(stream, gpu.device), gpu._ptr(), offset, cpu_data)
-    gpu._stream = stream if isinstance(stream, Stream) else None
-    _keep_for(stream, gpu.device, cpu_data, gpu)
+    try:
+        if stream is None:
+            _core.write(None, h.ptr, offset, cpu_data, gpu.device._hold_gil_below)
+            return
+        sp = _stream_ptr(stream, gpu.device)
+        pin = _core.pin(cpu_data, False, "cpu_data")
+        _core.write(sp, h.ptr, offset, cpu_data)
+    except Error as e:
+        raise _retag(e, "sync_to_gpu(cpu_data, gpu, offset=%d)" % offset) from None
+    gpu._stream = stream if type(stream) is Stream else None
+    _keep_for(stream, gpu.device, pin, h)
 
 
 def sync_to_cpu(gpu, cpu_result, offset=0, stream=None):
     """Copies gpu[offset, +len(cpu_result) bytes) into cpu_result (a writable,
-    C-contiguous buffer). stream None: blocking. An empty cpu_result is a no-op."""
+    C-contiguous buffer of plain data). stream None: blocking; else
+    cpu_result is held until the stream has done the copy. An empty
+    cpu_result is a no-op."""
     if type(gpu) is not Buffer:
-        gpu = as_buffer(gpu)
+        gpu = as_buffer(gpu, call="sync_to_cpu")
+    h = gpu._h
+    if h is None:
+        raise _closed_error("buffer")
+    if type(offset) is not int or offset < 0:
+        offset = _size(offset, "sync_to_cpu: offset")
+    if gpu._typed:
+        _host_dtype_check("sync_to_cpu", "cpu_result", cpu_result, gpu)
     if gpu.nbytes == 0:
         if memoryview(cpu_result).nbytes:
             raise _ERR["ERR_OUT_OF_RANGE"]("sync_to_cpu: the buffer is empty", -4)
         return
-    if stream is None:
-        _core.read(None, gpu._h.ptr if gpu._h is not None else gpu._ptr(), offset, cpu_result,
-                   gpu.device._hold_gil_below)
-        return
-    _core.read(_stream_ptr(stream, gpu.device), gpu._ptr(), offset, cpu_result)
-    _keep_for(stream, gpu.device, cpu_result, gpu)
+    try:
+        if stream is None:
+            _core.read(None, h.ptr, offset, cpu_result, gpu.device._hold_gil_below)
+            return
+        sp = _stream_ptr(stream, gpu.device)
+        pin = _core.pin(cpu_result, True, "cpu_result")
+        _core.read(sp, h.ptr, offset, cpu_result)
+    except Error as e:
+        raise _retag(e, "sync_to_cpu(gpu, cpu_result, offset=%d)" % offset) from None
+    _keep_for(stream, gpu.device, pin, h)
 
 
 def copy_gpu(src, dst, nbytes=None, src_offset=0, dst_offset=0, stream=None):
-    """Device-to-device copy (default: all of src)."""
-    src, dst = as_buffer(src), as_buffer(dst)
-    n = src.nbytes - src_offset if nbytes is None else nbytes
+    """Device-to-device copy on one device (default: all of src)."""
+    src, dst = as_buffer(src, call="copy_gpu"), as_buffer(dst, call="copy_gpu")
+    src_offset = _size(src_offset, "copy_gpu: src_offset")
+    dst_offset = _size(dst_offset, "copy_gpu: dst_offset")
+    n = src.nbytes - src_offset if nbytes is None else _size(nbytes, "copy_gpu: nbytes")
     if n == 0:
         return
-    _core.copy_gpu(_stream_ptr(stream, src.device), src._ptr(), src_offset, dst._ptr(), dst_offset, n)
-    _keep_for(stream, src.device, src, dst)
+    sp = _stream_ptr(stream, src.device)
+    try:
+        _core.copy_gpu(sp, src._ptr(), src_offset, dst._ptr(), dst_offset, n)
+    except Error as e:
+        raise _retag(e, "copy_gpu(src, dst, nbytes=%d, src_offset=%d, dst_offset=%d)"
+                     % (n, src_offset, dst_offset)) from None
+    if sp is not None:
+        _keep_for(stream, src.device, src._h, dst._h)
+        src._stream = dst._stream = stream if type(stream) is Stream else None
+
+
+def copy_peer(src, dst, nbytes=None, src_offset=0, dst_offset=0, stream=None):
+    """Copy between buffers of two devices (stream: one of the destination's)."""
+    src, dst = as_buffer(src, call="copy_peer"), as_buffer(dst, call="copy_peer")
+    src_offset = _size(src_offset, "copy_peer: src_offset")
+    dst_offset = _size(dst_offset, "copy_peer: dst_offset")
+    n = src.nbytes - src_offset if nbytes is None else _size(nbytes, "copy_peer: nbytes")
+    if n == 0:
+        return
+    sp = _stream_ptr(stream, dst.device)
+    try:
+        _core.copy_peer(sp, src._ptr(), src_offset, dst._ptr(), dst_offset, n)
+    except Error as e:
+        raise _retag(e, "copy_peer(src, dst, nbytes=%d, src_offset=%d, dst_offset=%d)"
+                     % (n, src_offset, dst_offset)) from None
+    if sp is not None:
+        _keep_for(stream, dst.device, src._h, dst._h)
+        dst._stream = stream if type(stream) is Stream else None
 
 
 def fill_gpu(gpu, value, offset=0, nbytes=None, stream=None):
     """Sets bytes of gpu to value (0..255)."""
-    as_buffer(gpu).fill(value, offset, nbytes, stream)
+    as_buffer(gpu, call="fill_gpu").fill(value, offset, nbytes, stream)
 
 
 # ---------------------------------------------------------------------------
@@ -600,7 +856,8 @@ def fill_gpu(gpu, value, offset=0, nbytes=None, stream=None):
 
 class Stream(_Owned):
     """An in-order queue (CUDA stream, OpenCL queue, a worker thread on host).
-    Host objects used by queued work are kept alive until synchronize()."""
+    What queued work uses (host buffers, device buffers) is held until the
+    stream has passed that work."""
 
     _kind = "stream"
 
@@ -608,9 +865,8 @@ class Stream(_Owned):
         dev = _dev(device)
         self.device = dev
         ptr = _core.stream_create(dev._ptr()) if _ptr is None else _ptr
-        self._h = _Handle(ptr, _core.stream_destroy, dev._h, 2)
-        self._keep = []
-        self._owner = _keep
+        self._h = _Handle(ptr, _core.stream_destroy, dev._h, 2, keep=(_keep,) if _keep is not None else None)
+        self._errors = []  # exceptions raised by launch_host functions, raised by synchronize
         dev._adopt(self)
 
     @property
@@ -619,11 +875,12 @@ class Stream(_Owned):
         return _core.stream_native(self._ptr()) or 0
 
     def synchronize(self):
-        """Waits for the queued work; raises its first error."""
-        try:
-            _core.stream_sync(self._ptr())
-        finally:
-            self._keep.clear()
+        """Waits for the queued work; raises its first error (or the first
+        exception of a launch_host function)."""
+        _core.stream_sync(self._ptr())
+        if self._errors:
+            e = self._errors.pop(0)
+            raise e
 
     def record(self):
         """An Event at the current end of the stream."""
@@ -631,22 +888,48 @@ class Stream(_Owned):
 
     def wait(self, event):
         """Later work on this stream waits for event."""
+        if type(event) is not Event:
+            raise TypeError("Stream.wait: expected a mapping.Event, got %s" % type(event).__name__)
         _core.stream_wait_event(self._ptr(), event._ptr())
 
-    def close(self):
-        self._h = None
-        self._keep = []
+    def launch_host(self, fn):
+        """Runs fn() in stream order (see mapping.launch_host)."""
+        launch_host(self, fn)
 
 
 def stream(device=None):
     return Stream(device)
 
 
+def launch_host(stream, fn):
+    """Runs the Python callable fn() once the stream's earlier work is done;
+    later work waits for it (the kernel step of the seed on the host back
+    end). stream None: runs fn now. An exception in fn is raised by the
+    stream's next synchronize(). fn runs on the library's thread with the GIL;
+    it must not wait for its own stream, and on CUDA (a driver host function)
+    must not call mapping at all."""
+    if not callable(fn):
+        raise TypeError("launch_host: fn must be callable, got %s" % type(fn).__name__)
+    if stream is None:
+        fn()
+        return
+    if type(stream) is not Stream:
+        raise TypeError("launch_host: stream must be a mapping.Stream or None, got %s" % type(stream).__name__)
+    errors = stream._errors
+
+    def run():
+        try:
+            fn()
+        except BaseException as e:  # noqa: B902 - raised by synchronize
+            errors.append(e)
+    _core.launch_host(stream._ptr(), run)
+
+
 def import_stream(queue, device=None):
     """A stream on a native queue made elsewhere: a pyopencl.CommandQueue
-    (on a device opened on its context) or a CUstream int."""
+    (on `device`, else the device opened on its context) or a CUstream int."""
     if _is_pyopencl(queue, "CommandQueue"):
-        dev = device if device is not None else _device_for_opencl_context(queue.context)
+        dev = _device_for_opencl_context(queue.context, None if device is None else _dev(device))
         key = int(queue.int_ptr)
         s = dev._imported_queues.get(key)
         if s is None or s.closed:
@@ -654,7 +937,7 @@ def import_stream(queue, device=None):
             dev._imported_queues[key] = s
         return s
     dev = _dev(device)
-    return Stream(dev, _core.import_stream(dev._ptr(), int(queue)), _keep=queue)
+    return Stream(dev, _core.import_stream(dev._ptr(), _index(queue, "import_stream: queue")), _keep=queue)
 
 
 class Event(_Owned):
@@ -674,6 +957,8 @@ class Event(_Owned):
 
     def elapsed(self, end):
         """Seconds from this event to `end` (both completed)."""
+        if type(end) is not Event:
+            raise TypeError("Event.elapsed: expected a mapping.Event, got %s" % type(end).__name__)
         return _core.event_elapsed(self._ptr(), end._ptr())
 
 
@@ -702,14 +987,15 @@ class Mirror(_Owned):
     """A host array and its device twin whose validity is tracked per byte:
     .array is a numpy view of the host side, .buffer the device Buffer (this
     mirror's bytes start at .gpu_offset). A sync moves only stale bytes.
+    Indexing and marks follow numpy on the array's own shape (m[1:3] is rows
+    1-2 of a 2-D mirror); byte_range=(offset, nbytes) names bytes.
     Access intents: ``with m.cpu("rw") as a:`` and ``with m.gpu("rw", stream) as buf:``."""
 
     _kind = "mirror"
 
     def __init__(self, device, ptr, shape, dtype, keep=None):
         self.device = device
-        self._h = _Handle(ptr, _core.mirror_destroy, device._h, 0)
-        self._keep = keep
+        self._h = _Handle(ptr, _core.mirror_destroy, device._h, 0, keep=keep)
         self.dtype = _np.dtype(dtype)
         self.shape = tuple(shape)
         addr, size, gpu, off, unified = _core.mirror_parts(ptr)
@@ -717,12 +1003,14 @@ class Mirror(_Owned):
         self.gpu_offset = off
         self.is_unified = unified
         self._addr = addr
-        self._gpu = Buffer(device, gpu, off + size, owned=False, keep=self._h)
+        # the device side: a Buffer whose handle keeps the mirror's
+        self._gpu = Buffer(device, None, off + size, owned=False, handle=_Handle(gpu, None, self._h))
         self._cpu = None
         device._adopt(self)
 
     def __repr__(self):
-        return "<mapping.Mirror %s %s%s>" % (self.shape, self.dtype, " unified" if self.is_unified else "")
+        return "<mapping.Mirror %s %s%s%s>" % (self.shape, self.dtype, " unified" if self.is_unified else "",
+                                               " closed" if self.closed else "")
 
     @property
     def array(self):
@@ -742,61 +1030,89 @@ class Mirror(_Owned):
         self._ptr()
         return self._gpu
 
-    def _range(self, key, nbytes):
+    def _range(self, key, byte_range, call):
+        """(byte offset, nbytes, the selection's shape) of key, numpy-indexed
+        in the mirror's shape, or of byte_range=(offset, nbytes)."""
+        if byte_range is not None:
+            if key is not None:
+                raise TypeError("%s: pass an index or byte_range=(offset, nbytes), not both" % call)
+            try:
+                off, n = byte_range
+            except (TypeError, ValueError):
+                raise TypeError("%s: byte_range must be (offset, nbytes)" % call) from None
+            off, n = _size(off, call + ": byte_range offset"), _size(n, call + ": byte_range nbytes")
+            if off + n > self.nbytes:
+                raise _ERR["ERR_OUT_OF_RANGE"]("%s: byte_range (%d, %d) is past the mirror's %d bytes"
+                                               % (call, off, n, self.nbytes), -4)
+            return off, n, None
         if key is None:
-            return 0, self.nbytes
-        item = self.dtype.itemsize
-        if isinstance(key, slice):
-            start, stop, step = key.indices(self.nbytes // item)
-            if step != 1:
-                raise _ERR["ERR_INVALID_ARGUMENT"]("a mirror range must have step 1", -2)
-            return start * item, max(0, stop - start) * item
-        if isinstance(key, int) and not isinstance(key, bool):
-            if nbytes is not None:
-                return key, nbytes  # byte offset and size
-            n = self.nbytes // item
-            if key < 0:
-                key += n
-            if not 0 <= key < n:
-                raise _ERR["ERR_OUT_OF_RANGE"]("index %d is outside the mirror's %d elements" % (key, n), -4)
-            return key * item, item
-        raise TypeError("expected a slice, an element index, or a byte offset with nbytes")
+            return 0, self.nbytes, self.shape
+        parts = key if type(key) is tuple else (key,)
+        for k in parts:
+            if k is Ellipsis or k is None or type(k) is slice:
+                continue
+            if isinstance(k, bool) or not hasattr(k, "__index__"):
+                raise TypeError("%s: index %r: a mirror takes ints, slices and Ellipsis (numpy basic indexing)"
+                                % (call, k))
+        if not any(k is Ellipsis for k in parts):
+            parts = parts + (Ellipsis,)  # a 0-d view, never a scalar copy
+        base = self.array
+        try:
+            sub = base[parts]
+        except IndexError as e:
+            raise _ERR["ERR_OUT_OF_RANGE"]("%s: %s" % (call, e), -4) from None
+        except (TypeError, ValueError) as e:
+            raise TypeError("%s: %s" % (call, e)) from None
+        if sub.size and not sub.flags.c_contiguous:
+            raise _ERR["ERR_INVALID_ARGUMENT"]("%s: %r is not one contiguous range of the mirror (a step or columns)"
+                                               % (call, key), -2)
+        off = sub.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+        return (off, sub.nbytes, sub.shape) if sub.size else (0, 0, sub.shape)
 
-    def mark_cpu_modified(self, key=None, nbytes=None):
-        """"I wrote these bytes on the CPU": a slice of elements, an element
-        index, a byte offset with nbytes, or nothing for all of it."""
-        off, n = self._range(key, nbytes)
+    def mark_cpu_modified(self, key=None, *, byte_range=None):
+        """"I wrote these on the CPU": an index or slice of the array (numpy
+        semantics in its shape), byte_range=(offset, nbytes), or nothing for all of it."""
+        off, n, _ = self._range(key, byte_range, "mark_cpu_modified")
         if n:
             _core.mirror_mark(self._ptr(), 1, off, n)
 
-    def mark_gpu_modified(self, key=None, nbytes=None):
-        off, n = self._range(key, nbytes)
+    def mark_gpu_modified(self, key=None, *, byte_range=None):
+        off, n, _ = self._range(key, byte_range, "mark_gpu_modified")
         if n:
             _core.mirror_mark(self._ptr(), 2, off, n)
 
     def sync_to_gpu(self, stream=None):
-        _core.mirror_sync(_stream_ptr(stream, self.device), self._ptr(), 2)
+        sp = _stream_ptr(stream, self.device)
+        _core.mirror_sync(sp, self._ptr(), 2)
+        if sp is not None:
+            _keep_for(stream, self.device, self._h)
+            self._gpu._stream = stream if type(stream) is Stream else None
 
     def sync_to_cpu(self, stream=None):
-        _core.mirror_sync(_stream_ptr(stream, self.device), self._ptr(), 1)
+        sp = _stream_ptr(stream, self.device)
+        _core.mirror_sync(sp, self._ptr(), 1)
+        if sp is not None:
+            _keep_for(stream, self.device, self._h)
+            self._gpu._stream = stream if type(stream) is Stream else None
 
     def stale_bytes(self, side="gpu"):
-        if side not in _SIDES:
+        if not isinstance(side, (str, int)) or isinstance(side, bool) or side not in _SIDES:
             raise _ERR["ERR_INVALID_ARGUMENT"]("side must be 'cpu' or 'gpu'", -2)
         return _core.mirror_stale(self._ptr(), _SIDES[side])
 
     def __getitem__(self, key):
-        """A view over a slice of elements (flat), sharing the state."""
-        off, n = self._range(key, None)
+        """A view over a selection in the array's shape (numpy basic
+        indexing, one contiguous range), sharing the state."""
+        off, n, shape = self._range(key, None, "Mirror[...]")
         if n == 0:
             raise _ERR["ERR_ZERO_SIZE"]("an empty mirror view", -3)
         ptr = _core.mirror_view(self._ptr(), off, n)
-        return Mirror(self.device, ptr, (n // self.dtype.itemsize,), self.dtype, keep=self)
+        return Mirror(self.device, ptr, shape, self.dtype, keep=(self._h,))
 
     def cpu(self, access="rw"):
         """with m.cpu("rw") as a: ... syncs before a read ("r"), marks after a
         write ("w"; "w" alone discards: nothing is copied). a is the numpy view."""
-        if access not in _ACCESS:
+        if not isinstance(access, str) or access not in _ACCESS:
             raise _ERR["ERR_INVALID_ARGUMENT"]("access must be 'r', 'w' or 'rw'", -2)
 
         def enter():
@@ -812,16 +1128,20 @@ class Mirror(_Owned):
         """with m.gpu("rw", stream) as buf: launch your work on buf at
         m.gpu_offset (on `stream`, or the device's own queue when None); on
         exit it is released, so later calls order themselves after it."""
-        if access not in _ACCESS:
+        if not isinstance(access, str) or access not in _ACCESS:
             raise _ERR["ERR_INVALID_ARGUMENT"]("access must be 'r', 'w' or 'rw'", -2)
         sp = _stream_ptr(stream, self.device)
 
         def enter():
             _core.mirror_acquire_gpu(sp, self._ptr(), _ACCESS[access])
+            if sp is not None:
+                self._gpu._stream = stream if type(stream) is Stream else None
             return self._gpu
 
         def leave():
             _core.mirror_release_gpu(sp, self._ptr())
+            if sp is not None:
+                _keep_for(stream, self.device, self._h)
         return _Access(enter, leave)
 
     def close(self):
@@ -831,15 +1151,11 @@ class Mirror(_Owned):
             self._gpu._h = None
 
 
-def _mirror_shape(shape, dtype):
-    return _shape_dtype(shape, dtype)
-
-
 def mirror(shape, dtype=None, unified=False, device=None):
     """A new mirror: zero-filled page-locked host memory and a device buffer.
     mirror(nbytes) or mirror(shape, dtype); unified=True uses one unified
     allocation where the device has it."""
-    shape, dtype = _mirror_shape(shape, dtype)
+    shape, dtype, _ = _shape_dtype(shape, dtype, "mirror")
     dev = _dev(device)
     n = _nbytes_of(shape, dtype)
     if n == 0:
@@ -847,29 +1163,40 @@ def mirror(shape, dtype=None, unified=False, device=None):
     return Mirror(dev, _core.mirror_create(dev._ptr(), n, _core.MIRROR_UNIFIED if unified else 0), shape, dtype)
 
 
-def mirror_wrap(array, pin=False, device=None):
-    """A mirror over your numpy array (C-contiguous, writable; not copied)."""
-    dev = _dev(device)
-    addr, n = _core.address_of(array, True)
-    if n == 0:
-        raise _ERR["ERR_ZERO_SIZE"]("a mirror of 0 bytes", -3)
+def _host_array(array, call):
     arr = _np.asarray(array)
-    return Mirror(dev, _core.mirror_wrap(dev._ptr(), addr, n, _core.MIRROR_PIN if pin else 0), arr.shape,
-                  arr.dtype, keep=array)
+    if arr.dtype.hasobject:
+        raise TypeError("%s: dtype %s holds Python objects; only plain data can be mirrored" % (call, arr.dtype))
+    return arr
+
+
+def mirror_wrap(array, pin=False, device=None):
+    """A mirror over your array (C-contiguous, writable; not copied). The
+    mirror holds the array's buffer export: a bytearray or array.array cannot
+    be resized while the mirror lives."""
+    dev = _dev(device)
+    arr = _host_array(array, "mirror_wrap")
+    p = _core.pin(array, True, "array")
+    if p.nbytes == 0:
+        raise _ERR["ERR_ZERO_SIZE"]("a mirror of 0 bytes", -3)
+    return Mirror(dev, _core.mirror_wrap(dev._ptr(), p, _core.MIRROR_PIN if pin else 0), arr.shape,
+                  arr.dtype, keep=(p,))
 
 
 def mirror_adopt(array, gpu, gpu_offset=0, gpu_valid=False, device=None):
-    """A mirror over both sides supplied by you: a numpy array and device
-    memory (a Buffer, pyopencl.Buffer, or DLPack tensor) at gpu_offset bytes.
-    gpu_valid=True: the device side holds the data (the CPU side starts stale)."""
-    buf = as_buffer(gpu, device)
-    addr, n = _core.address_of(array, True)
-    if n == 0:
+    """A mirror over both sides supplied by you: an array and device memory
+    (a Buffer, pyopencl.Buffer, or DLPack tensor, on `device` if given) at
+    gpu_offset bytes. gpu_valid=True: the device side holds the data (the CPU
+    side starts stale). Both are held while the mirror lives."""
+    buf = as_buffer(gpu, None if device is None else _dev(device), call="mirror_adopt")
+    arr = _host_array(array, "mirror_adopt")
+    gpu_offset = _size(gpu_offset, "mirror_adopt: gpu_offset")
+    p = _core.pin(array, True, "array")
+    if p.nbytes == 0:
         raise _ERR["ERR_ZERO_SIZE"]("a mirror of 0 bytes", -3)
-    arr = _np.asarray(array)
     flags = _core.MIRROR_GPU_VALID if gpu_valid else 0
-    ptr = _core.mirror_adopt(buf.device._ptr(), addr, buf._ptr(), gpu_offset, n, flags)
-    return Mirror(buf.device, ptr, arr.shape, arr.dtype, keep=(array, buf))
+    ptr = _core.mirror_adopt(buf.device._ptr(), p, buf._ptr(), gpu_offset, flags)
+    return Mirror(buf.device, ptr, arr.shape, arr.dtype, keep=(p, buf._h))
 
 
 # ---------------------------------------------------------------------------
@@ -877,7 +1204,9 @@ def mirror_adopt(array, gpu, gpu_offset=0, gpu_valid=False, device=None):
 # ---------------------------------------------------------------------------
 
 class Batch(_Owned):
-    """Many copies moved with few transfers. Host objects are held until the flush is done."""
+    """Many copies moved with few transfers. Each added copy holds its host
+    buffer (which cannot be resized meanwhile) and device buffer until the
+    flush is done."""
 
     _kind = "batch"
 
@@ -888,19 +1217,25 @@ class Batch(_Owned):
         self._keep = []
         dev._adopt(self)
 
+    def _add(self, to_gpu, host, gpu, offset, call):
+        gpu = as_buffer(gpu, call=call)
+        gpu._check()
+        offset = _size(offset, call + ": offset")
+        if gpu._typed:
+            _host_dtype_check(call, "cpu_data" if to_gpu else "cpu_result", host, gpu)
+        p = _core.pin(host, not to_gpu, "cpu_data" if to_gpu else "cpu_result")
+        if p.nbytes:
+            try:
+                _core.batch_add(self._ptr(), to_gpu, gpu._ptr(), offset, p)
+            except Error as e:
+                raise _retag(e, "%s(offset=%d)" % (call, offset)) from None
+            self._keep.append((p, gpu._h, gpu))
+
     def sync_to_gpu(self, cpu_data, gpu, offset=0):
-        gpu = as_buffer(gpu)
-        addr, n = _core.address_of(cpu_data, False)
-        if n:
-            _core.batch_add(self._ptr(), True, gpu._ptr(), offset, addr, n)
-            self._keep.append((cpu_data, gpu))
+        self._add(True, cpu_data, gpu, offset, "Batch.sync_to_gpu")
 
     def sync_to_cpu(self, gpu, cpu_result, offset=0):
-        gpu = as_buffer(gpu)
-        addr, n = _core.address_of(cpu_result, True)
-        if n:
-            _core.batch_add(self._ptr(), False, gpu._ptr(), offset, addr, n)
-            self._keep.append((cpu_result, gpu))
+        self._add(False, cpu_result, gpu, offset, "Batch.sync_to_cpu")
 
     def __len__(self):
         return _core.batch_count(self._ptr())
@@ -910,9 +1245,19 @@ class Batch(_Owned):
         self._keep = []
 
     def flush(self, stream=None):
-        _core.batch_flush(_stream_ptr(stream, self.device), self._ptr())
-        if stream is not None:
-            _keep_for(stream, self.device, *self._keep)
+        sp = _stream_ptr(stream, self.device)
+        keep, self._keep = self._keep, []
+        try:
+            _core.batch_flush(sp, self._ptr())
+        finally:
+            if sp is not None:
+                _keep_for(stream, self.device, *[(p, h) for p, h, _ in keep])
+        if sp is not None:
+            for _, _, b in keep:  # the CUDA array interface's "stream" of each buffer it used
+                b._stream = stream if type(stream) is Stream else None
+
+    def close(self):
+        self._h = None
         self._keep = []
 
     def __exit__(self, exc_type, *rest):
@@ -939,24 +1284,29 @@ class Pipeline(_Owned):
     def __init__(self, device=None, chunk_bytes=0, depth=0, element_bytes=0):
         dev = _dev(device)
         self.device = dev
+        chunk_bytes = _size(chunk_bytes, "pipeline: chunk_bytes")
+        depth = _size(depth, "pipeline: depth")
+        element_bytes = _size(element_bytes, "pipeline: element_bytes")
         ptr, self.chunk_bytes, self.depth, self.element_bytes = _core.pipeline_create(
             dev._ptr(), chunk_bytes, depth, element_bytes)
         self._h = _Handle(ptr, _core.pipeline_destroy, dev._h, 1)
         self._wrappers = {}
+        self._running = 0
+        self._closing = None
         dev._adopt(self)
 
     def _wrap_stream(self, ptr):
         s = self._wrappers.get(("s", ptr))
         if s is None:
             s = Stream.__new__(Stream)
-            s.device, s._h, s._keep, s._owner = self.device, _Handle(ptr, None), [], None
+            s.device, s._h, s._errors = self.device, _Handle(ptr, None, self._h), []
             self._wrappers[("s", ptr)] = s
         return s
 
     def _wrap_buffer(self, ptr):
         b = self._wrappers.get(("b", ptr))
         if b is None:
-            b = Buffer(self.device, ptr, self.chunk_bytes, owned=False)
+            b = Buffer(self.device, None, self.chunk_bytes, owned=False, handle=_Handle(ptr, None, self._h))
             self._wrappers[("b", ptr)] = b
         return b
 
@@ -966,11 +1316,28 @@ class Pipeline(_Owned):
         dst None: nothing is downloaded. Blocking."""
         if not callable(step):
             raise TypeError("step must be callable")
+        ptr = self._ptr()
 
         def call(sp, index, offset, nbytes, _zero, inp, ioff, out, ooff):
             step(self._wrap_stream(sp), Chunk(index, offset, nbytes, self._wrap_buffer(inp), ioff,
                                               self._wrap_buffer(out), ooff))
-        _core.pipeline_run(self._ptr(), src, dst, call)
+        self._running += 1
+        try:
+            _core.pipeline_run(ptr, src, dst, call)
+        finally:
+            self._running -= 1
+            if not self._running and self._closing is not None:
+                h, self._closing = self._closing, None
+                del h  # closed inside a step: destroyed now that the run is over
+
+    def close(self):
+        """Closes it; inside its own step the destroy waits for the run's end."""
+        if self._running and self._h is not None:
+            self._closing = self._h
+        self._h = None
+        for w in self._wrappers.values():
+            w._h = None
+        self._wrappers = {}
 
 
 def pipeline(device=None, chunk_bytes=0, depth=0, element_bytes=0):

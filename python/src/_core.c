@@ -97,6 +97,8 @@ static PyObject *core_statuses(PyObject *self, PyObject *unused)
     (void)self;
     (void)unused;
     PyObject *list = PyList_New(0);
+    if (!list)
+        return NULL;
 #define STATUS_ITEM_(name, value, message)                                              \
     {                                                                                   \
         PyObject *t = Py_BuildValue("(sis)", #name, (int)(value), message);             \
@@ -114,20 +116,65 @@ static PyObject *core_statuses(PyObject *self, PyObject *unused)
 
 /* ---- devices ---- */
 
+/* A C string from a driver as str: UTF-8, any undecodable byte replaced (a
+ * device's name is never an error). NULL reads as "". */
+static PyObject *text(const char *s)
+{
+    if (!s)
+        s = "";
+    return PyUnicode_DecodeUTF8(s, (Py_ssize_t)strlen(s), "replace");
+}
+
+/* d[key] = value, taking value's reference (NULL value: the error is set). */
+static int put(PyObject *d, const char *key, PyObject *value)
+{
+    if (!value)
+        return -1;
+    int r = PyDict_SetItemString(d, key, value);
+    Py_DECREF(value);
+    return r;
+}
+
+static PyObject *core_text(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    if (!PyBytes_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "_text expects bytes");
+        return NULL;
+    }
+    return text(PyBytes_AS_STRING(arg));
+}
+
 static PyObject *info_dict(const mapping_device_info *i)
 {
-    PyObject *caps = PyList_New(0);
+    PyObject *caps = PyList_New(0), *d = PyDict_New();
+    if (!caps || !d)
+        goto fail;
 #define CAP_ITEM_(name, bit, label)                                     \
     if (i->caps & MAPPING_CAP_##name) {                                 \
         PyObject *s = PyUnicode_FromString(label);                      \
-        PyList_Append(caps, s);                                         \
-        Py_XDECREF(s);                                                  \
+        if (!s || PyList_Append(caps, s) < 0) {                         \
+            Py_XDECREF(s);                                              \
+            goto fail;                                                  \
+        }                                                               \
+        Py_DECREF(s);                                                   \
     }
     MAPPING_CAP_LIST(CAP_ITEM_)
 #undef CAP_ITEM_
-    return Py_BuildValue("{s:s,s:i,s:s,s:s,s:s,s:s,s:K,s:N}", "backend", i->backend, "index", i->index, "kind",
-                         i->kind, "name", i->name, "vendor", i->vendor, "driver", i->driver, "memory_bytes",
-                         (unsigned long long)i->memory_bytes, "capabilities", caps);
+    if (put(d, "backend", text(i->backend)) < 0 || put(d, "index", PyLong_FromLong(i->index)) < 0 ||
+        put(d, "kind", text(i->kind)) < 0 || put(d, "name", text(i->name)) < 0 ||
+        put(d, "vendor", text(i->vendor)) < 0 || put(d, "driver", text(i->driver)) < 0 ||
+        put(d, "memory_bytes", PyLong_FromUnsignedLongLong((unsigned long long)i->memory_bytes)) < 0)
+        goto fail;
+    if (put(d, "capabilities", caps) < 0) {
+        caps = NULL;
+        goto fail;
+    }
+    return d;
+fail:
+    Py_XDECREF(caps);
+    Py_XDECREF(d);
+    return NULL;
 }
 
 static PyObject *core_open(PyObject *self, PyObject *args)
@@ -197,23 +244,45 @@ static PyObject *core_list(PyObject *self, PyObject *unused)
     int count = 0;
     CHECK_ST(mapping_list_backends(b, 8, &count));
     PyObject *list = PyList_New(0);
+    if (!list)
+        return NULL;
     for (int i = 0; i < count && i < 8; i++) {
-        PyObject *devices = PyList_New(0);
+        PyObject *devices = PyList_New(0), *o = PyDict_New();
+        if (!devices || !o)
+            goto fail_item;
         if (b[i].available) {
             mapping_device_info d[16];
             int n = 0;
             if (mapping_list_devices(b[i].name, d, 16, &n) == MAPPING_OK)
                 for (int k = 0; k < n && k < 16; k++) {
-                    PyObject *o = info_dict(&d[k]);
-                    PyList_Append(devices, o);
-                    Py_XDECREF(o);
+                    PyObject *dev = info_dict(&d[k]);
+                    if (!dev || PyList_Append(devices, dev) < 0) {
+                        Py_XDECREF(dev);
+                        goto fail_item;
+                    }
+                    Py_DECREF(dev);
                 }
         }
-        PyObject *o = Py_BuildValue("{s:s,s:O,s:O,s:i,s:s,s:N}", "name", b[i].name, "compiled",
-                                    b[i].compiled ? Py_True : Py_False, "available", b[i].available ? Py_True : Py_False,
-                                    "device_count", b[i].device_count, "reason", b[i].reason, "devices", devices);
-        PyList_Append(list, o);
+        if (put(o, "name", text(b[i].name)) < 0 || put(o, "compiled", PyBool_FromLong(b[i].compiled)) < 0 ||
+            put(o, "available", PyBool_FromLong(b[i].available)) < 0 ||
+            put(o, "device_count", PyLong_FromLong(b[i].device_count)) < 0 ||
+            put(o, "reason", text(b[i].reason)) < 0)
+            goto fail_item;
+        if (put(o, "devices", devices) < 0) {
+            devices = NULL;
+            goto fail_item;
+        }
+        if (PyList_Append(list, o) < 0) {
+            devices = NULL;
+            goto fail_item;
+        }
+        Py_DECREF(o);
+        continue;
+    fail_item:
+        Py_XDECREF(devices);
         Py_XDECREF(o);
+        Py_DECREF(list);
+        return NULL;
     }
     return list;
 }
@@ -224,11 +293,12 @@ static PyObject *core_stats(PyObject *self, PyObject *arg)
     mapping_stats s;
     CHECK_ST(mapping_device_stats(as_ptr(arg), &s));
     PyObject *d = PyDict_New();
+    if (!d)
+        return NULL;
 #define STAT_ITEM_(field)                                                  \
-    {                                                                      \
-        PyObject *v = PyLong_FromUnsignedLongLong(s.field);                \
-        PyDict_SetItemString(d, #field, v);                                \
-        Py_XDECREF(v);                                                     \
+    if (put(d, #field, PyLong_FromUnsignedLongLong(s.field)) < 0) {        \
+        Py_DECREF(d);                                                      \
+        return NULL;                                                       \
     }
     MAPPING_STATS_LIST(STAT_ITEM_)
 #undef STAT_ITEM_
@@ -302,7 +372,9 @@ static PyObject *core_free_gpu(PyObject *self, PyObject *arg)
     mapping_buffer *b = as_ptr(arg);
     if (PyErr_Occurred())
         return NULL;
-    mapping_free_gpu(b); /* release callbacks (DLPack) need the GIL: keep it */
+    Py_BEGIN_ALLOW_THREADS
+    mapping_free_gpu(b); /* a release callback (DLPack) takes the GIL itself */
+    Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
 
@@ -314,12 +386,34 @@ static PyObject *core_buffer_native(PyObject *self, PyObject *arg)
     return from_ptr(n);
 }
 
-/* Host memory: [stream, buf, offset, obj]. obj is any C-contiguous buffer;
- * its length is the copy's size; 0 bytes is a no-op. */
+/* A buffer format with Python objects in it ('O', also inside a struct
+ * "T{...}"; field names between colons are skipped): its bytes are
+ * PyObject pointers, never data to copy (numpy's frombuffer refuses them too). */
+static int has_objects(const char *f)
+{
+    for (int in_name = 0; f && *f; f++) {
+        if (*f == ':')
+            in_name = !in_name;
+        else if (!in_name && *f == 'O')
+            return 1;
+    }
+    return 0;
+}
+
+/* Host memory: [stream, buf, offset, obj]. obj is any C-contiguous buffer of
+ * plain data; its length is the copy's size; 0 bytes is a no-op. */
 static int get_view(PyObject *obj, Py_buffer *view, int writable, const char *what)
 {
-    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) == 0)
-        return 0;
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0)) == 0) {
+        if (!has_objects(view->format))
+            return 0;
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_TypeError,
+                     "%s holds Python objects (buffer format '%s', e.g. numpy dtype object): only plain data can be "
+                     "copied",
+                     what, view->format ? view->format : "O");
+        return -1;
+    }
     if (!PyErr_ExceptionMatches(PyExc_BufferError) && !PyErr_ExceptionMatches(PyExc_TypeError) &&
         !PyErr_ExceptionMatches(PyExc_ValueError))
         return -1;
@@ -334,6 +428,8 @@ static int get_view(PyObject *obj, Py_buffer *view, int writable, const char *wh
         Py_XDECREF(key);
         if (c)
             cls = c;
+        else
+            PyErr_Clear();
     }
     if (plain_type)
         PyErr_Format(cls, "%s must support the buffer protocol (numpy array, bytes, bytearray, memoryview, "
@@ -346,6 +442,230 @@ static int get_view(PyObject *obj, Py_buffer *view, int writable, const char *wh
     Py_XDECREF(value);
     Py_XDECREF(tb);
     return -1;
+}
+
+/* ---- Pin(obj, writable, what): holds obj's buffer export (PyObject_GetBuffer)
+ * until release() or its own end, so the memory cannot move or shrink under
+ * queued work: resizing a bytearray or array.array meanwhile raises
+ * BufferError, as with a numpy view. .address, .nbytes. ---- */
+typedef struct {
+    PyObject_HEAD
+    Py_buffer view;
+    int       held;
+} pin_object;
+
+static PyTypeObject pin_type;
+
+static PyObject *core_pin(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    NEED(3);
+    int writable = PyObject_IsTrue(args[1]);
+    if (writable < 0)
+        return NULL;
+    const char *what = PyUnicode_Check(args[2]) ? PyUnicode_AsUTF8(args[2]) : "array";
+    if (!what)
+        return NULL;
+    pin_object *p = PyObject_New(pin_object, &pin_type);
+    if (!p)
+        return NULL;
+    p->held = 0;
+    if (get_view(args[0], &p->view, writable, what) < 0) {
+        Py_DECREF(p);
+        return NULL;
+    }
+    p->held = 1;
+    return (PyObject *)p;
+}
+
+static void pin_dealloc(pin_object *p)
+{
+    if (p->held)
+        PyBuffer_Release(&p->view);
+    p->held = 0;
+    PyObject_Free(p);
+}
+
+static PyObject *pin_release(pin_object *p, PyObject *unused)
+{
+    (void)unused;
+    if (p->held)
+        PyBuffer_Release(&p->view);
+    p->held = 0;
+    Py_RETURN_NONE;
+}
+
+static PyObject *pin_address(pin_object *p, void *closure)
+{
+    (void)closure;
+    return PyLong_FromVoidPtr(p->held ? p->view.buf : NULL);
+}
+
+static PyObject *pin_nbytes(pin_object *p, void *closure)
+{
+    (void)closure;
+    return PyLong_FromSsize_t(p->held ? p->view.len : 0);
+}
+
+static PyMethodDef pin_methods[] = {{"release", (PyCFunction)pin_release, METH_NOARGS, "lets the buffer go"},
+                                    {NULL, NULL, 0, NULL}};
+static PyGetSetDef pin_getset[] = {{"address", (getter)pin_address, NULL, "the first byte", NULL},
+                                   {"nbytes", (getter)pin_nbytes, NULL, "the size", NULL},
+                                   {NULL, NULL, NULL, NULL, NULL}};
+static PyTypeObject pin_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "mapping._core.Pin",
+    .tp_basicsize = sizeof(pin_object),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_dealloc = (destructor)pin_dealloc,
+    .tp_methods = pin_methods,
+    .tp_getset = pin_getset,
+    .tp_doc = "a held buffer export (mapping._core.pin)",
+};
+
+static void *pin_addr(PyObject *o, size_t *n)
+{
+    if (Py_TYPE(o) != &pin_type || !((pin_object *)o)->held) {
+        PyErr_SetString(PyExc_TypeError, "expected a held mapping._core.Pin");
+        return NULL;
+    }
+    *n = (size_t)((pin_object *)o)->view.len;
+    return ((pin_object *)o)->view.buf;
+}
+
+/* ---- keep records released by completion ----
+ * keep_until(stream, obj) holds obj until the stream reaches this point: a
+ * host function queued on the stream moves the record to a done list (it
+ * takes no GIL and calls no Python, so it is safe on a driver thread); the
+ * records on it are dropped, with the GIL, by a pending call on the main
+ * thread and at every keep_until / stream sync / drain() call. Dropping a
+ * record can free the C objects it holds, so it is never done on the
+ * stream's own thread. */
+typedef struct done_node {
+    struct done_node *next;
+    PyObject         *obj;
+} done_node;
+
+static PyThread_type_lock done_lock;
+static done_node         *done_head;
+static int                drain_scheduled;
+
+static void drain_done(void)
+{
+    if (!done_lock)
+        return;
+    PyThread_acquire_lock(done_lock, WAIT_LOCK);
+    done_node *n = done_head;
+    done_head = NULL;
+    drain_scheduled = 0;
+    PyThread_release_lock(done_lock);
+    while (n) {
+        done_node *next = n->next;
+        PyObject *o = n->obj;
+        PyMem_RawFree(n);
+        Py_DECREF(o);
+        n = next;
+    }
+}
+
+static int drain_pending(void *unused)
+{
+    (void)unused;
+    drain_done();
+    return 0;
+}
+
+static void keep_done(void *user)
+{
+    done_node *n = user;
+    PyThread_acquire_lock(done_lock, WAIT_LOCK);
+    n->next = done_head;
+    done_head = n;
+    int schedule = !drain_scheduled;
+    drain_scheduled = 1;
+    PyThread_release_lock(done_lock);
+    if (schedule && Py_AddPendingCall(drain_pending, NULL) < 0) {
+        PyThread_acquire_lock(done_lock, WAIT_LOCK);
+        drain_scheduled = 0; /* the next keep_until or sync drains it */
+        PyThread_release_lock(done_lock);
+    }
+}
+
+/* [stream, obj] */
+static PyObject *core_keep_until(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    NEED(2);
+    mapping_stream *s = PTR(0);
+    if (PyErr_Occurred())
+        return NULL;
+    drain_done();
+    done_node *n = PyMem_RawMalloc(sizeof *n);
+    if (!n)
+        return PyErr_NoMemory();
+    n->next = NULL;
+    n->obj = Py_NewRef(args[1]);
+    mapping_status st;
+    Py_BEGIN_ALLOW_THREADS /* a full queue waits for its thread, which may want the GIL */
+    st = mapping_launch_host(s, keep_done, n);
+    Py_END_ALLOW_THREADS
+    if (st != MAPPING_OK) {
+        Py_DECREF(n->obj);
+        PyMem_RawFree(n);
+        return raise_status(st);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *core_drain(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    drain_done();
+    Py_RETURN_NONE;
+}
+
+/* launch_host(stream, fn): fn() runs in stream order on the library's thread
+ * (with the GIL); fn is dropped through the done list. An exception in fn is
+ * the caller's wrapper's to catch (mapping.launch_host stores it). */
+static void host_call(void *user)
+{
+    done_node *n = user;
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *r = PyObject_CallNoArgs(n->obj);
+    if (!r)
+        PyErr_WriteUnraisable(n->obj);
+    Py_XDECREF(r);
+    PyGILState_Release(g);
+    keep_done(n);
+}
+
+static PyObject *core_launch_host(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    NEED(2);
+    mapping_stream *s = PTR(0);
+    if (PyErr_Occurred())
+        return NULL;
+    if (!PyCallable_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "launch_host: fn must be callable");
+        return NULL;
+    }
+    done_node *n = PyMem_RawMalloc(sizeof *n);
+    if (!n)
+        return PyErr_NoMemory();
+    n->next = NULL;
+    n->obj = Py_NewRef(args[1]);
+    mapping_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = mapping_launch_host(s, host_call, n);
+    Py_END_ALLOW_THREADS
+    if (st != MAPPING_OK) {
+        Py_DECREF(n->obj);
+        PyMem_RawFree(n);
+        return raise_status(st);
+    }
+    drain_done();
+    Py_RETURN_NONE;
 }
 
 static PyObject *core_write(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -422,6 +742,23 @@ static PyObject *core_copy_gpu(PyObject *self, PyObject *const *args, Py_ssize_t
     mapping_status st;
     Py_BEGIN_ALLOW_THREADS
     st = mapping_copy_gpu(s, src, so, dst, dof, n);
+    Py_END_ALLOW_THREADS
+    CHECK_ST(st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *core_copy_peer(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    NEED(6);
+    size_t so, dof, n;
+    mapping_stream *s = PTR(0);
+    mapping_buffer *src = PTR(1), *dst = PTR(3);
+    if (PyErr_Occurred() || get_size(args[2], &so) < 0 || get_size(args[4], &dof) < 0 || get_size(args[5], &n) < 0)
+        return NULL;
+    mapping_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = mapping_copy_peer(s, src, so, dst, dof, n);
     Py_END_ALLOW_THREADS
     CHECK_ST(st);
     Py_RETURN_NONE;
@@ -604,6 +941,7 @@ static PyObject *core_stream_sync(PyObject *self, PyObject *arg)
     Py_BEGIN_ALLOW_THREADS
     st = mapping_stream_synchronize(s);
     Py_END_ALLOW_THREADS
+    drain_done();
     CHECK_ST(st);
     Py_RETURN_NONE;
 }
@@ -620,7 +958,14 @@ static PyObject *core_event_record(PyObject *self, PyObject *arg)
 {
     (void)self;
     mapping_event *e = NULL;
-    CHECK_ST(mapping_event_record(as_ptr(arg), &e));
+    mapping_stream *s = as_ptr(arg);
+    if (PyErr_Occurred())
+        return NULL;
+    mapping_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = mapping_event_record(s, &e);
+    Py_END_ALLOW_THREADS
+    CHECK_ST(st);
     return from_ptr(e);
 }
 
@@ -628,7 +973,15 @@ static PyObject *core_stream_wait_event(PyObject *self, PyObject *const *args, P
 {
     (void)self;
     NEED(2);
-    CHECK_ST(mapping_stream_wait_event(PTR(0), PTR(1)));
+    mapping_stream *s = PTR(0);
+    mapping_event *e = PTR(1);
+    if (PyErr_Occurred())
+        return NULL;
+    mapping_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = mapping_stream_wait_event(s, e);
+    Py_END_ALLOW_THREADS
+    CHECK_ST(st);
     Py_RETURN_NONE;
 }
 
@@ -691,31 +1044,37 @@ static PyObject *core_mirror_create(PyObject *self, PyObject *const *args, Py_ss
     return from_ptr(m);
 }
 
+/* [dev, pin, flags]: the caller keeps the Pin until the mirror is destroyed. */
 static PyObject *core_mirror_wrap(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    NEED(4);
-    size_t n;
+    NEED(3);
+    size_t n = 0;
     mapping_device *dev = PTR(0);
-    void *cpu = PTR(1);
-    unsigned flags = (unsigned)PyLong_AsUnsignedLong(args[3]);
-    if (PyErr_Occurred() || get_size(args[2], &n) < 0)
+    if (PyErr_Occurred())
+        return NULL;
+    void *cpu = pin_addr(args[1], &n);
+    unsigned flags = (unsigned)PyLong_AsUnsignedLong(args[2]);
+    if (!cpu || PyErr_Occurred())
         return NULL;
     mapping_mirror *m = NULL;
     CHECK_ST(mapping_mirror_wrap(dev, cpu, n, flags, &m));
     return from_ptr(m);
 }
 
+/* [dev, pin, buf, gpu_offset, flags] */
 static PyObject *core_mirror_adopt(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    NEED(6);
-    size_t off, n;
+    NEED(5);
+    size_t off, n = 0;
     mapping_device *dev = PTR(0);
-    void *cpu = PTR(1);
     mapping_buffer *b = PTR(2);
-    unsigned flags = (unsigned)PyLong_AsUnsignedLong(args[5]);
-    if (PyErr_Occurred() || get_size(args[3], &off) < 0 || get_size(args[4], &n) < 0)
+    if (PyErr_Occurred())
+        return NULL;
+    void *cpu = pin_addr(args[1], &n);
+    unsigned flags = (unsigned)PyLong_AsUnsignedLong(args[4]);
+    if (!cpu || PyErr_Occurred() || get_size(args[3], &off) < 0)
         return NULL;
     mapping_mirror *m = NULL;
     CHECK_ST(mapping_mirror_adopt(dev, cpu, b, off, n, flags, &m));
@@ -877,17 +1236,19 @@ static PyObject *core_batch_destroy(PyObject *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
-/* [batch, to_gpu, buf, offset, address, nbytes]: the caller keeps the host object alive. */
+/* [batch, to_gpu, buf, offset, pin]: the caller keeps the Pin until the flush is done. */
 static PyObject *core_batch_add(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    NEED(6);
-    size_t off, n;
+    NEED(5);
+    size_t off, n = 0;
     mapping_batch *b = PTR(0);
     int to_gpu = PyObject_IsTrue(args[1]);
     mapping_buffer *buf = PTR(2);
-    void *host = PTR(4);
-    if (PyErr_Occurred() || get_size(args[3], &off) < 0 || get_size(args[5], &n) < 0)
+    if (to_gpu < 0 || PyErr_Occurred() || get_size(args[3], &off) < 0)
+        return NULL;
+    void *host = pin_addr(args[4], &n);
+    if (!host)
         return NULL;
     CHECK_ST(to_gpu ? mapping_batch_sync_to_gpu(b, host, buf, off, n) : mapping_batch_sync_to_cpu(b, buf, off, host, n));
     Py_RETURN_NONE;
@@ -930,11 +1291,15 @@ static PyObject *core_pipeline_create(PyObject *self, PyObject *const *args, Py_
     NEED(4);
     size_t chunk, elem;
     mapping_device *dev = PTR(0);
-    int depth = (int)PyLong_AsLong(args[2]);
+    long depth = PyLong_AsLong(args[2]);
     if (PyErr_Occurred() || get_size(args[1], &chunk) < 0 || get_size(args[3], &elem) < 0)
         return NULL;
+    if (depth < 0 || depth > 1024) {
+        PyErr_Format(PyExc_ValueError, "pipeline: depth=%ld is outside 0..1024", depth);
+        return NULL;
+    }
     mapping_pipeline *p = NULL;
-    mapping_pipeline_desc desc = {chunk, depth, elem};
+    mapping_pipeline_desc desc = {chunk, (int)depth, elem};
     CHECK_ST(mapping_pipeline_create(dev, &desc, &p));
     mapping_pipeline_desc got;
     CHECK_ST(mapping_pipeline_get_desc(p, &got));
@@ -1081,7 +1446,7 @@ static PyObject *core_to_dlpack(PyObject *self, PyObject *args)
         return PyErr_NoMemory();
     for (Py_ssize_t i = 0; i < ndim; i++)
         e->shape[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
-    e->managed.dl_tensor.data = PyLong_AsVoidPtr(addr);
+    e->managed.dl_tensor.data = PyErr_Occurred() ? NULL : PyLong_AsVoidPtr(addr);
     if (PyErr_Occurred()) {
         PyMem_RawFree(e);
         return NULL;
@@ -1095,7 +1460,7 @@ static PyObject *core_to_dlpack(PyObject *self, PyObject *args)
     e->owner = Py_NewRef(owner);
     PyObject *cap = PyCapsule_New(&e->managed, "dltensor", dl_capsule_destructor);
     if (!cap) {
-        Py_DECREF(owner);
+        Py_DECREF(e->owner);
         PyMem_RawFree(e);
     }
     return cap;
@@ -1139,8 +1504,16 @@ static PyObject *core_import_dlpack(PyObject *self, PyObject *const *args, Py_ss
         n *= (size_t)t->shape[i];
     }
     PyObject *shape = PyTuple_New(t->ndim);
-    for (int i = 0; i < t->ndim; i++)
-        PyTuple_SET_ITEM(shape, i, PyLong_FromLongLong(t->shape[i]));
+    if (!shape)
+        return NULL;
+    for (int i = 0; i < t->ndim; i++) {
+        PyObject *d = PyLong_FromLongLong(t->shape[i]);
+        if (!d) {
+            Py_DECREF(shape);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(shape, i, d);
+    }
     mapping_buffer *buf = NULL;
     if (n > 0) {
         mapping_status st = mapping_import_gpu(dev, t->data, (size_t)t->byte_offset, n, dl_import_release, m, &buf);
@@ -1216,7 +1589,8 @@ static PyMethodDef core_methods[] = {
     FAST(mirror_acquire_gpu, NULL), FAST(mirror_release_gpu, NULL), ONE(batch_create, NULL),
     ONE(batch_destroy, NULL), FAST(batch_add, NULL), FAST(batch_flush, NULL), ONE(batch_count, NULL),
     ONE(batch_clear, NULL), FAST(pipeline_create, NULL), ONE(pipeline_destroy, NULL), FAST(pipeline_run, NULL),
-    VAR(to_dlpack, NULL), FAST(import_dlpack, NULL), FAST(bench_copies, NULL), {NULL, NULL, 0, NULL}};
+    VAR(to_dlpack, NULL), FAST(import_dlpack, NULL), FAST(bench_copies, NULL), FAST(pin, NULL), FAST(copy_peer, NULL),
+    FAST(keep_until, NULL), NONE_(drain, NULL), FAST(launch_host, NULL), ONE(text, NULL), {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef core_module = {PyModuleDef_HEAD_INIT, "mapping._core",
                                          "libmapping's C API for the mapping package", -1, core_methods,
@@ -1224,19 +1598,26 @@ static struct PyModuleDef core_module = {PyModuleDef_HEAD_INIT, "mapping._core",
 
 PyMODINIT_FUNC PyInit__core(void)
 {
-    if (PyType_Ready(&host_memory_type) < 0)
+    if (PyType_Ready(&host_memory_type) < 0 || PyType_Ready(&pin_type) < 0)
         return NULL;
+    if (!done_lock && !(done_lock = PyThread_allocate_lock()))
+        return PyErr_NoMemory();
     PyObject *m = PyModule_Create(&core_module);
     if (!m)
         return NULL;
     Py_INCREF(&host_memory_type);
-    PyModule_AddObject(m, "HostMemory", (PyObject *)&host_memory_type);
-    PyModule_AddIntConstant(m, "MIRROR_UNIFIED", MAPPING_MIRROR_UNIFIED);
-    PyModule_AddIntConstant(m, "MIRROR_PIN", MAPPING_MIRROR_PIN);
-    PyModule_AddIntConstant(m, "MIRROR_GPU_VALID", MAPPING_MIRROR_GPU_VALID);
-    PyModule_AddIntConstant(m, "CPU", MAPPING_CPU);
-    PyModule_AddIntConstant(m, "GPU", MAPPING_GPU);
-    PyModule_AddIntConstant(m, "READ", MAPPING_READ);
-    PyModule_AddIntConstant(m, "WRITE", MAPPING_WRITE);
+    if (PyModule_AddObject(m, "HostMemory", (PyObject *)&host_memory_type) < 0) {
+        Py_DECREF(&host_memory_type);
+        goto fail;
+    }
+    if (PyModule_AddIntConstant(m, "MIRROR_UNIFIED", MAPPING_MIRROR_UNIFIED) < 0 ||
+        PyModule_AddIntConstant(m, "MIRROR_PIN", MAPPING_MIRROR_PIN) < 0 ||
+        PyModule_AddIntConstant(m, "MIRROR_GPU_VALID", MAPPING_MIRROR_GPU_VALID) < 0 ||
+        PyModule_AddIntConstant(m, "CPU", MAPPING_CPU) < 0 || PyModule_AddIntConstant(m, "GPU", MAPPING_GPU) < 0 ||
+        PyModule_AddIntConstant(m, "READ", MAPPING_READ) < 0 || PyModule_AddIntConstant(m, "WRITE", MAPPING_WRITE) < 0)
+        goto fail;
     return m;
+fail:
+    Py_DECREF(m);
+    return NULL;
 }

@@ -53,7 +53,7 @@ def test_size_mismatch_and_ranges(device):
         mapping.fill_gpu(g, 300)
     m = mapping.mirror(100, device=device)
     with pytest.raises(mapping.OutOfRangeError):
-        m.mark_cpu_modified(90, 20)
+        m.mark_cpu_modified(byte_range=(90, 20))
     with pytest.raises(mapping.InvalidArgumentError):
         m.mark_cpu_modified(slice(0, 10, 2))
     with pytest.raises(mapping.InvalidArgumentError):

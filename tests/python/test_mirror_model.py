@@ -70,7 +70,7 @@ def test_scattered_edits_move_only_what_changed(device):
     idx = rng.choice(n // 64, 1000, replace=False) * 64
     for i in idx:
         a[i:i + 64] = 1
-        m.mark_cpu_modified(int(i), 64)
+        m.mark_cpu_modified(byte_range=(int(i), 64))
     before = device.stats()
     m.sync_to_gpu()
     after = device.stats()
