@@ -67,7 +67,7 @@ static size_t round_pow2(double bytes)
  * one to the work that reads it, so each copy touches DRAM on the host
  * array's side only. Chunks of 16 MiB (what a 25 GB/s, 5 us link alone
  * gives) were slower, and so were chunks of 1 MiB (more per-chunk thread
- * wake-ups): BENCHMARKS.md, "Lab notes: batching and pipeline history".
+ * wake-ups): BENCHMARKS-archive.md, "Lab notes: batching and pipeline history".
  * Other devices have their own memory: there the chunk only has
  * to hide the per-transfer latency. */
 enum { HOST_CHUNK_MAX = 2 << 20 };

@@ -40,7 +40,7 @@ typedef struct host_stream {
  * same buffer read back again and again): ordinary stores hit the cache
  * there. glibc's memcpy streams only above 3/4 of the cache size it reads
  * from CPUID, which under a hypervisor can be far off. (The measurements
- * behind these thresholds: BENCHMARKS.md, "Lab notes".)
+ * behind these thresholds: BENCHMARKS-archive.md, "Lab notes".)
  * Host-to-device copies write device memory, which here is a buffer a
  * kernel (or the next copy) reads next: ordinary stores keep it in cache. */
 enum {
