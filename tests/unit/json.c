@@ -51,3 +51,22 @@ UNIT_TEST(json_string_cuts_like_snprintf)
     CHECK(mapping_json_string(out, 0, s) == 6); /* writes nothing */
     CHECK(out[0] == 'x');
 }
+
+UNIT_TEST(json_string_writes_each_byte_of_invalid_utf8_as_replacement_character)
+{
+    /* Well-formed sequences of every length stay, at the edges of the ranges. */
+    check_string("\xc2\x80 \xdf\xbf \xe0\xa0\x80 \xed\x9f\xbf \xef\xbf\xbf \xf0\x90\x80\x80 \xf4\x8f\xbf\xbf",
+                 "\"\xc2\x80 \xdf\xbf \xe0\xa0\x80 \xed\x9f\xbf \xef\xbf\xbf \xf0\x90\x80\x80 \xf4\x8f\xbf\xbf\"");
+    check_string("Latin-1 caf\xe9", "\"Latin-1 caf\\ufffd\"");                     /* a lone lead byte */
+    check_string("\x80\xbf", "\"\\ufffd\\ufffd\"");                                 /* stray continuations */
+    check_string("\xc3", "\"\\ufffd\"");                                            /* cut at the end */
+    check_string("\xe2\x82", "\"\\ufffd\\ufffd\"");                                 /* cut, then a stray */
+    check_string("\xc0\xaf \xc1\xbf", "\"\\ufffd\\ufffd \\ufffd\\ufffd\"");         /* overlong '/' */
+    check_string("\xe0\x80\xaf", "\"\\ufffd\\ufffd\\ufffd\"");                      /* overlong, 3 bytes */
+    check_string("\xf0\x80\x80\xaf", "\"\\ufffd\\ufffd\\ufffd\\ufffd\"");           /* overlong, 4 bytes */
+    check_string("\xed\xa0\x80", "\"\\ufffd\\ufffd\\ufffd\"");                      /* a surrogate */
+    check_string("\xf4\x90\x80\x80", "\"\\ufffd\\ufffd\\ufffd\\ufffd\"");           /* past U+10FFFF */
+    check_string("\xf5\xff\xfe", "\"\\ufffd\\ufffd\\ufffd\"");
+    check_string("\xc3\"", "\"\\ufffd\\\"\"");                                      /* the quote still escaped */
+    check_string("\xe2\x82\x0a", "\"\\ufffd\\ufffd\\u000a\"");
+}
