@@ -258,11 +258,18 @@ MAPPING_API mapping_status mapping_list_devices(const char *backend, mapping_dev
  * object (opening the same index twice gives two objects whose buffers must
  * not be mixed). Thread-safe. */
 MAPPING_API mapping_status mapping_open(const mapping_device_desc *desc, mapping_device **out);
-/* Waits for all of the device's streams, frees what is still allocated on it
- * (streams, events, buffers, page-locked host memory; reported as leaks
- * through the log callback), and closes it. Handles of those objects are
- * invalid afterwards. Mirrors, batches and pipelines are not freed: destroy
- * them first. NULL: no-op. Must not race with other calls on the device. */
+/* Waits for all of the device's streams, and for the work queued on other
+ * devices' streams that reads this device's memory (a mapping_copy_peer from
+ * one of its buffers, a multimirror sync that copies from its replica), so
+ * that no queued copy reads freed memory; then frees what is still
+ * allocated on it (streams, events, buffers, page-locked host memory;
+ * reported as leaks through the log callback), and closes it. Handles of
+ * those objects are invalid afterwards. Mirrors, batches and pipelines are
+ * not freed: destroy them first. Called from a host function (host and
+ * OpenCL back ends) running on one of the device's streams, or on another
+ * device's stream that holds such a copy queued after the function, it
+ * would wait for itself: it changes nothing and records MAPPING_ERR_BUSY.
+ * NULL: no-op. Must not race with other calls on the device. */
 MAPPING_API void           mapping_close(mapping_device *dev);
 MAPPING_API const char    *mapping_backend_name(const mapping_device *dev); /* "host", ...; "" for NULL */
 MAPPING_API mapping_status mapping_device_get_info(const mapping_device *dev, mapping_device_info *out);

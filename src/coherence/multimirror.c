@@ -85,14 +85,23 @@ static mapping_status settle(mapping_multimirror *m, int keep_side, const mappin
 }
 
 /* A device closed before the multimirror took its buffers and events (and,
- * for device 0, the host array) with it: only what is still alive is freed. */
+ * for device 0, the host array) with it: only what is still alive is freed,
+ * after the syncs queued on the live devices' streams (which write their
+ * buffers; one that read a closed device's replica ended before that close
+ * returned: core/peer_fence.c). */
 static void release(mapping_multimirror *m)
 {
-    bool all_alive = true, alive[MAPPING_MULTIMIRROR_MAX_DEVICES];
+    bool alive[MAPPING_MULTIMIRROR_MAX_DEVICES];
     for (int j = 0; j < m->count; j++)
-        all_alive &= alive[j] = m->dev_serial[j] == 0 || mapping__device_alive(m->dev[j], m->dev_serial[j]);
-    if (all_alive)
-        settle(m, -1, NULL);
+        alive[j] = m->dev_serial[j] == 0 || mapping__device_alive(m->dev[j], m->dev_serial[j]);
+    for (size_t i = 0; i < m->n_queued; i++) {
+        struct queued_sync *q = &m->queued[i];
+        if (q->side > 0 && alive[q->side - 1]) { /* else its device's close destroyed the event */
+            mapping__event_synchronize(q->event);
+            mapping__event_destroy(q->event);
+        }
+    }
+    m->n_queued = 0;
     free(m->queued);
     for (int j = 0; j < m->count; j++)
         if (alive[j])

@@ -59,6 +59,7 @@ struct mapping_stream {
     void             *state;
     mapping_list_node node;
     bool              imported; /* mapping_import_stream: the caller's queue */
+    mapping_list_node fences;   /* its work that reads other devices' memory (core/peer_fence.c) */
 };
 
 struct mapping_device {
@@ -71,6 +72,9 @@ struct mapping_device {
 
     pthread_mutex_t   objects_lock;
     mapping_list_node buffers, streams, events; /* live objects */
+    /* Work queued on other devices' streams that reads this device's memory
+     * (core/peer_fence.c): mapping_close waits for it. */
+    mapping_list_node fences;
 
     pthread_mutex_t link_lock;
     mapping_link    link; /* 0 fields: not measured yet */
@@ -251,6 +255,22 @@ mapping_status mapping__import_gpu(mapping_device *dev, void *native, size_t off
                                    void (*release)(void *user), void *user, mapping_buffer **out);
 /* A stream on the caller's native queue (see mapping_import_stream). */
 mapping_status mapping__import_stream(mapping_device *dev, void *native, mapping_stream **out);
+
+/* ---- cross-device work (src/core/peer_fence.c) ----
+ * A peer copy queued on a stream of one device reads another device's
+ * memory when the stream reaches it. mapping__fence_add, called after such
+ * work is queued, records an event after it on the stream, listed both with
+ * the stream and with the device read (at most one per pair: a later one
+ * replaces it, as the stream runs in order). mapping_close of the device
+ * read waits for those events (mapping__fences_wait); destroying the stream
+ * (its work done) drops them (mapping__fences_drop_stream). */
+void           mapping__fence_init(mapping_list_node *head);
+void           mapping__fence_add(mapping_stream *stream, mapping_device *read);
+/* MAPPING_ERR_BUSY (recorded under fn, nothing waited for) when called from
+ * a host function on a stream whose work that reads dev has not completed:
+ * it would wait for itself. */
+mapping_status mapping__fences_wait(const char *fn, mapping_device *dev);
+void           mapping__fences_drop_stream(mapping_stream *stream);
 
 /* ---- object lists (src/core/device.c) ---- */
 void mapping__list_add(mapping_device *dev, mapping_list_node *head, mapping_list_node *node);

@@ -154,6 +154,8 @@ mapping_status mapping__device_finish(mapping_device *dev, mapping_device **out)
     dev->buffers.next = dev->buffers.prev = &dev->buffers;
     dev->streams.next = dev->streams.prev = &dev->streams;
     dev->events.next = dev->events.prev = &dev->events;
+    mapping__fence_init(&dev->fences);
+    mapping__fence_init(&dev->blocking.fences);
     static _Atomic uint64_t serials;
     dev->serial = atomic_fetch_add(&serials, 1) + 1;
     if (mapping__handle_add(MAPPING_HANDLE_DEVICE, dev) != MAPPING_OK) {
@@ -182,8 +184,11 @@ void mapping_close(mapping_device *dev)
         own = s->state == worker ? s : NULL;
     }
     pthread_mutex_unlock(&dev->objects_lock);
+    /* Then work queued on other devices' streams that reads this device's
+     * memory (peer copies, multimirror syncs): it must end before the memory
+     * goes (or BUSY, from a host function that such work waits behind). */
     if ((own && mapping__check_not_in_host_fn("mapping_close", own) != MAPPING_OK) ||
-        !mapping__handle_remove(MAPPING_HANDLE_DEVICE, dev))
+        mapping__fences_wait("mapping_close", dev) != MAPPING_OK || !mapping__handle_remove(MAPPING_HANDLE_DEVICE, dev))
         return;
     mapping__trace_statistics(dev, "device closed");
     /* Streams first (they wait for their work), then the memory it used. */

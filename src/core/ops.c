@@ -424,10 +424,12 @@ mapping_status mapping__copy_peer(mapping_stream *stream, const mapping_buffer *
     mapping_status st = mapping__fault_check(dev, "peer copy");
     if (st != MAPPING_OK)
         return st;
-    if (mapping__can_copy_peer_direct(src->dev, dev))
+    if (mapping__can_copy_peer_direct(src->dev, dev)) {
         st = dev->be->peer_copy(dev->state, mapping__stream_state(stream), src->dev->state, src->mem, src_offset,
                                 dst->mem, dst_offset, bytes);
-    else
+        if (st == MAPPING_OK && stream) /* queued: closing src's device waits for it (core/peer_fence.c) */
+            mapping__fence_add(stream, src->dev);
+    } else
         st = copy_peer_staged(stream, src, src_offset, dst, dst_offset, bytes);
     if (st != MAPPING_OK)
         return st;

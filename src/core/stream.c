@@ -16,6 +16,7 @@ static mapping_status stream_new(mapping_device *dev, void *native, mapping_stre
     if (!s)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mapping_stream_create: out of memory");
     s->imported = native != NULL;
+    mapping__fence_init(&s->fences);
     mapping_status st = native ? mapping__op_stream_import(dev, native, &s->state)
                                : mapping__op_stream_create(dev, &s->state);
     if (st == MAPPING_OK && mapping__handle_add(MAPPING_HANDLE_STREAM, s) != MAPPING_OK) {
@@ -57,6 +58,7 @@ void mapping__stream_destroy(mapping_stream *stream)
     mapping_status st = mapping__stream_synchronize(stream);
     if (st != MAPPING_OK)
         mapping__log(1, "mapping_stream_destroy: queued work failed: %s", mapping_status_string(st));
+    mapping__fences_drop_stream(stream); /* its copies from other devices are done */
     mapping__list_remove(dev, &stream->node);
     if (stream->imported)
         mapping__op_stream_unimport(dev, stream->state);
