@@ -844,7 +844,8 @@ MAPPING_API size_t          mapping_mirror_stale_bytes(const mapping_mirror *m, 
  * "Async" above. Copies queued to the other side do not matter here. Cost:
  * O(log n) without queued copies to `side`, else O(log n) per stale range in
  * the view until one is found that no queued copy covers (marks made since
- * the last call are applied first, as every mirror call does). Errors
+ * the last call, and a tracked mirror's pages written since the last look,
+ * are applied first, as a sync applies them). Errors
  * (*out = 0 where out is not NULL): NULL or invalid handle, side neither
  * MAPPING_CPU nor MAPPING_GPU, out NULL, MAPPING_ERR_BUSY from inside the
  * family's own sync. Thread safety: as any call on the mirror family. */

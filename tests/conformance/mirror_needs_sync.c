@@ -93,3 +93,20 @@ TEST(needs_sync_refuses_bad_arguments)
     CHECK_REFUSED(mapping_mirror_needs_sync(m, MAPPING_GPU, &out), MAPPING_ERR_INVALID_HANDLE);
     CHECK(out == 0);
 }
+
+TEST(needs_sync_sees_the_writes_of_a_tracked_mirror)
+{
+    mapping_device *dev = test_device();
+    if (mapping_write_tracking(NULL) == MAPPING_TRACK_NONE)
+        test_skip("no write tracking here: %s", mapping_write_tracking_description());
+    mapping_mirror *m;
+    CHECK_OK(mapping_mirror_create(dev, 1 << 16, MAPPING_MIRROR_TRACK_WRITES, &m));
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    CHECK(needs(m, MAPPING_GPU) == 0);
+    ((unsigned char *)mapping_mirror_cpu(m))[40000] = 0x5A; /* written, never marked */
+    CHECK(needs(m, MAPPING_GPU) == 1 && needs(m, MAPPING_CPU) == 0);
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    CHECK(needs(m, MAPPING_GPU) == 0);
+    test_check_mirror_sides_equal(m);
+    mapping_mirror_destroy(m);
+}
