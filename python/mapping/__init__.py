@@ -523,10 +523,15 @@ class Buffer(_Owned):
         if code is None:
             raise BufferError("dtype %s has no DLPack equivalent" % self.dtype)
         if self._stream is not None and not self._stream.closed:
-            self._stream.synchronize()  # make queued work visible to any consumer stream
+            try:
+                self._stream.synchronize()  # make queued work visible to any consumer stream
+            except _ERR["ERR_BUSY"]:
+                pass  # called from a host function on that stream: its earlier work is done
         addr = self.native
         # the capsule holds the handle: the memory stays until the consumer's deleter runs
-        return _core.to_dlpack(addr, kind, index, tuple(self.shape), (code, self.dtype.itemsize * 8), self._h)
+        versioned = max_version is not None and tuple(max_version)[:1] >= (1,)
+        return _core.to_dlpack(addr, kind, index, tuple(self.shape), (code, self.dtype.itemsize * 8), self._h,
+                               versioned)
 
     # ---- CUDA array interface v3 ----
     @property
@@ -1327,14 +1332,19 @@ class Pipeline(_Owned):
         finally:
             self._running -= 1
             if not self._running and self._closing is not None:
-                h, self._closing = self._closing, None
-                del h  # closed inside a step: destroyed now that the run is over
+                self._closing = None  # closed inside a step: destroyed now that the run is over
+                self._close_wrappers()
 
     def close(self):
         """Closes it; inside its own step the destroy waits for the run's end."""
         if self._running and self._h is not None:
             self._closing = self._h
+            self._h = None
+            return
         self._h = None
+        self._close_wrappers()
+
+    def _close_wrappers(self):
         for w in self._wrappers.values():
             w._h = None
         self._wrappers = {}

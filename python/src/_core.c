@@ -9,6 +9,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 #include "mapping.h"
@@ -1404,19 +1405,44 @@ typedef struct dl_managed {
     void    (*deleter)(struct dl_managed *self);
 } dl_managed;
 
+/* DLPack >= 1.0: the versioned tensor, with flags (bit 0: read-only). */
 typedef struct {
-    dl_managed managed;
-    PyObject  *owner;
-    int64_t    shape[32];
+    uint32_t major, minor;
+} dl_version;
+
+typedef struct dl_managed_v {
+    dl_version version;
+    void      *manager_ctx;
+    void     (*deleter)(struct dl_managed_v *self);
+    uint64_t   flags;
+    dl_tensor  dl_tensor;
+} dl_managed_v;
+
+/* An export holds `owner` (the buffer's handle) until the consumer's deleter
+ * runs, so the memory outlives close() of the buffer and of its device. */
+typedef struct {
+    dl_managed   managed;
+    dl_managed_v managed_v;
+    PyObject    *owner;
+    int64_t      shape[32];
 } dl_export;
 
-static void dl_export_deleter(dl_managed *m)
+static void dl_export_free(dl_export *e)
 {
-    dl_export *e = (dl_export *)m;
     PyGILState_STATE g = PyGILState_Ensure();
     Py_XDECREF(e->owner);
     PyGILState_Release(g);
     PyMem_RawFree(e);
+}
+
+static void dl_export_deleter(dl_managed *m)
+{
+    dl_export_free((dl_export *)((char *)m - offsetof(dl_export, managed)));
+}
+
+static void dl_export_deleter_v(dl_managed_v *m)
+{
+    dl_export_free((dl_export *)((char *)m - offsetof(dl_export, managed_v)));
 }
 
 static void dl_capsule_destructor(PyObject *capsule)
@@ -1425,20 +1451,31 @@ static void dl_capsule_destructor(PyObject *capsule)
         dl_managed *m = PyCapsule_GetPointer(capsule, "dltensor");
         if (m && m->deleter)
             m->deleter(m);
+    } else if (PyCapsule_IsValid(capsule, "dltensor_versioned")) {
+        dl_managed_v *m = PyCapsule_GetPointer(capsule, "dltensor_versioned");
+        if (m && m->deleter)
+            m->deleter(m);
     }
 }
 
-/* to_dlpack(address, device_type, device_id, shape tuple, (code, bits), owner) */
+/* to_dlpack(address, device_type, device_id, shape tuple, (code, bits), owner, versioned):
+ * versioned (the consumer asked for max_version >= 1.0): a writable
+ * "dltensor_versioned"; else the legacy "dltensor". */
 static PyObject *core_to_dlpack(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *addr, *shape, *owner;
-    int dtype, did, code, bits;
-    if (!PyArg_ParseTuple(args, "OiiO!(ii)O", &addr, &dtype, &did, &PyTuple_Type, &shape, &code, &bits, &owner))
+    int dtype, did, code, bits, versioned = 0;
+    if (!PyArg_ParseTuple(args, "OiiO!(ii)O|p", &addr, &dtype, &did, &PyTuple_Type, &shape, &code, &bits, &owner,
+                          &versioned))
         return NULL;
     Py_ssize_t ndim = PyTuple_GET_SIZE(shape);
     if (ndim > 32) {
         PyErr_SetString(PyExc_ValueError, "at most 32 dimensions");
+        return NULL;
+    }
+    if (bits <= 0 || bits > 255 || code < 0 || code > 255) {
+        PyErr_SetString(PyExc_ValueError, "to_dlpack: bad dtype");
         return NULL;
     }
     dl_export *e = PyMem_RawCalloc(1, sizeof *e);
@@ -1446,19 +1483,25 @@ static PyObject *core_to_dlpack(PyObject *self, PyObject *args)
         return PyErr_NoMemory();
     for (Py_ssize_t i = 0; i < ndim; i++)
         e->shape[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
-    e->managed.dl_tensor.data = PyErr_Occurred() ? NULL : PyLong_AsVoidPtr(addr);
+    void *data = PyErr_Occurred() ? NULL : PyLong_AsVoidPtr(addr);
     if (PyErr_Occurred()) {
         PyMem_RawFree(e);
         return NULL;
     }
-    e->managed.dl_tensor.device = (dl_device){dtype, did};
-    e->managed.dl_tensor.ndim = (int32_t)ndim;
-    e->managed.dl_tensor.dtype = (dl_dtype){(uint8_t)code, (uint8_t)bits, 1};
-    e->managed.dl_tensor.shape = e->shape;
-    e->managed.dl_tensor.strides = NULL; /* compact, row-major */
-    e->managed.deleter = dl_export_deleter;
+    dl_tensor t = {data, {dtype, did}, (int32_t)ndim, {(uint8_t)code, (uint8_t)bits, 1}, e->shape, NULL, 0};
     e->owner = Py_NewRef(owner);
-    PyObject *cap = PyCapsule_New(&e->managed, "dltensor", dl_capsule_destructor);
+    PyObject *cap;
+    if (versioned) {
+        e->managed_v.version = (dl_version){1, 0};
+        e->managed_v.dl_tensor = t;
+        e->managed_v.deleter = dl_export_deleter_v;
+        e->managed_v.flags = 0; /* writable, not a copy */
+        cap = PyCapsule_New(&e->managed_v, "dltensor_versioned", dl_capsule_destructor);
+    } else {
+        e->managed.dl_tensor = t; /* strides NULL: compact, row-major */
+        e->managed.deleter = dl_export_deleter;
+        cap = PyCapsule_New(&e->managed, "dltensor", dl_capsule_destructor);
+    }
     if (!cap) {
         Py_DECREF(e->owner);
         PyMem_RawFree(e);
@@ -1590,7 +1633,8 @@ static PyMethodDef core_methods[] = {
     ONE(batch_destroy, NULL), FAST(batch_add, NULL), FAST(batch_flush, NULL), ONE(batch_count, NULL),
     ONE(batch_clear, NULL), FAST(pipeline_create, NULL), ONE(pipeline_destroy, NULL), FAST(pipeline_run, NULL),
     VAR(to_dlpack, NULL), FAST(import_dlpack, NULL), FAST(bench_copies, NULL), FAST(pin, NULL), FAST(copy_peer, NULL),
-    FAST(keep_until, NULL), NONE_(drain, NULL), FAST(launch_host, NULL), ONE(text, NULL), {NULL, NULL, 0, NULL}};
+    FAST(keep_until, NULL), NONE_(drain, NULL), FAST(launch_host, NULL),
+    {"_text", (PyCFunction)core_text, METH_O, "bytes from a driver as str (undecodable bytes replaced)"}, {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef core_module = {PyModuleDef_HEAD_INIT, "mapping._core",
                                          "libmapping's C API for the mapping package", -1, core_methods,
