@@ -203,7 +203,7 @@ BENCH_SECTION(bench_bandwidth, 10, "bandwidth",
      * memory regions the library copies between (the buffer's native handle
      * is its address), so the ratio isolates the library's own cost. */
     void *baseline_peer = other;
-    if (host && mapping_native_buffer(buf, &baseline_peer) != MAPPING_OK)
+    if (host && mapping_buffer_native(buf, &baseline_peer) != MAPPING_OK)
         baseline_peer = other;
 
     copy_job pj = {buf, pageable, other, 0}, lj = {buf, locked, baseline_peer, 0};

@@ -298,7 +298,7 @@ BENCH_SECTION(bench_cuda_raw, 90, "cuda-raw",
         return 0;
     }
     mapping_native_device native;
-    if (bench_check(mapping_native_device_handles(ctx->dev, &native), "native handles"))
+    if (bench_check(mapping_device_native(ctx->dev, &native), "native handles"))
         return 1;
     r.context = native.context;
     int rc = 1;

@@ -66,7 +66,7 @@ static int floor_kernel(bench_floor *f)
 {
     mapping_native_device nd;
     void *mem = NULL;
-    if (mapping_native_device_handles(f->dev, &nd) != MAPPING_OK || mapping_native_buffer(f->buf, &mem) != MAPPING_OK)
+    if (mapping_device_native(f->dev, &nd) != MAPPING_OK || mapping_buffer_native(f->buf, &mem) != MAPPING_OK)
         return 1;
     void *lib = dlopen("libOpenCL.so.1", RTLD_NOW | RTLD_LOCAL);
     if (!lib)
@@ -157,7 +157,7 @@ int bench_floor_has_kernel(const bench_floor *f)
 void bench_floor_scatter(bench_floor *f, mapping_buffer *dst, const size_t *offsets, size_t count, size_t bytes)
 {
     void *mem = NULL;
-    if (!f || !f->host_backend || count * bytes > f->bytes || mapping_native_buffer(dst, &mem) != MAPPING_OK)
+    if (!f || !f->host_backend || count * bytes > f->bytes || mapping_buffer_native(dst, &mem) != MAPPING_OK)
         return;
     f->dst = mem;
     f->offsets = offsets;
@@ -169,7 +169,7 @@ void bench_floor_scatter(bench_floor *f, mapping_buffer *dst, const size_t *offs
 static void host_scatter(bench_floor *f, int to_gpu)
 {
     void *packed = NULL;
-    if (!f->dst || mapping_native_buffer(f->buf, &packed) != MAPPING_OK)
+    if (!f->dst || mapping_buffer_native(f->buf, &packed) != MAPPING_OK)
         return;
     for (size_t i = 0; i < f->count; i++) {
         unsigned char *p = (unsigned char *)packed + i * f->range_bytes, *d = f->dst + f->offsets[i];

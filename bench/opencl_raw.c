@@ -179,7 +179,7 @@ BENCH_SECTION(bench_opencl_raw, 30, "opencl-raw", "the library against raw OpenC
     cl_mem pinned = NULL;
     cl_int err = CL_SUCCESS;
     int rc = 1;
-    if (bench_check(mapping_native_device_handles(ctx->dev, &nd), "native handles") ||
+    if (bench_check(mapping_device_native(ctx->dev, &nd), "native handles") ||
         bench_check(mapping_allocate_gpu(ctx->dev, big, &j.lib_buf), "allocate_gpu") ||
         bench_check(mapping_allocate_cpu(ctx->dev, big, &j.lib_host), "allocate_cpu"))
         goto out;
@@ -189,7 +189,7 @@ BENCH_SECTION(bench_opencl_raw, 30, "opencl-raw", "the library against raw OpenC
      * expert's own queue, buffer and mapped pinned buffer are measured too
      * ("raw own mem"), to show that the library's memory is as good. */
     void *native_buf = NULL;
-    if (bench_check(mapping_native_buffer(j.lib_buf, &native_buf), "native buffer"))
+    if (bench_check(mapping_buffer_native(j.lib_buf, &native_buf), "native buffer"))
         goto out;
     j.raw_buf = native_buf;
     j.raw_host = j.lib_host;

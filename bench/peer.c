@@ -139,15 +139,15 @@ BENCH_SECTION(bench_peer, 60, "peer", "peer copy between two devices, 256 MiB, a
                  bench_check(mapping_allocate_gpu(other, j.bytes, &j.dst), "mapping_allocate_gpu") ||
                  bench_check(mapping_fill_gpu(NULL, j.src, 0, j.bytes, 0x3c), "mapping_fill_gpu") ||
                  bench_check(mapping_fill_gpu(NULL, j.dst, 0, j.bytes, 0), "mapping_fill_gpu") ||
-                 bench_check(mapping_native_buffer(j.src, &j.native_src), "mapping_native_buffer") ||
-                 bench_check(mapping_native_buffer(j.dst, &j.native_dst), "mapping_native_buffer");
+                 bench_check(mapping_buffer_native(j.src, &j.native_src), "mapping_buffer_native") ||
+                 bench_check(mapping_buffer_native(j.dst, &j.native_dst), "mapping_buffer_native");
     if (!failed && strcmp(backend, "host") == 0) {
         baseline = run_memcpy;
         baseline_name = "memcpy";
     }
 #ifdef BENCH_PEER_CL
     mapping_native_device nd;
-    if (!failed && strcmp(backend, "opencl") == 0 && mapping_native_device_handles(other, &nd) == MAPPING_OK &&
+    if (!failed && strcmp(backend, "opencl") == 0 && mapping_device_native(other, &nd) == MAPPING_OK &&
         load_cl(&j) == 0) {
         j.queue = nd.queue;
         baseline = run_cl;

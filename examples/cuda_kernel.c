@@ -85,11 +85,11 @@ int main(void)
     mapping_native_device native;
     void *x_ptr, *y_ptr, *stream_handle;
     mapping_stream *stream;
-    CHECK(mapping_native_device_handles(dev, &native));
-    CHECK(mapping_native_buffer(gpu_x, &x_ptr));
-    CHECK(mapping_native_buffer(gpu_y, &y_ptr));
+    CHECK(mapping_device_native(dev, &native));
+    CHECK(mapping_buffer_native(gpu_x, &x_ptr));
+    CHECK(mapping_buffer_native(gpu_y, &y_ptr));
     CHECK(mapping_stream_create(dev, &stream));
-    CHECK(mapping_native_stream(stream, &stream_handle));
+    CHECK(mapping_stream_native(stream, &stream_handle));
 
     CHECK_CU(cuCtxPushCurrent_v2(native.context));
     CUmodule module;

@@ -123,7 +123,7 @@ static int jacobi_cl_build(mapping_device *dev, jacobi_cl *k)
 #undef RESOLVE_
     }
     mapping_native_device native;
-    if (mapping_native_device_handles(dev, &native) != MAPPING_OK)
+    if (mapping_device_native(dev, &native) != MAPPING_OK)
         return 0;
     cl_int err = CL_SUCCESS;
     cl_device_id device = native.device;
@@ -142,7 +142,7 @@ static int jacobi_cl_step(jacobi_cl *k, mapping_stream *stream, mapping_buffer *
                           const step_args *a)
 {
     void *queue, *mu, *mv;
-    if (mapping_native_stream(stream, &queue) || mapping_native_buffer(u, &mu) || mapping_native_buffer(v, &mv))
+    if (mapping_stream_native(stream, &queue) || mapping_buffer_native(u, &mu) || mapping_buffer_native(v, &mv))
         return 0;
     cl_mem cu = mu, cv = mv;
     cl_kernel kernel = k->kernel;

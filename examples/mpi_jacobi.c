@@ -101,8 +101,8 @@ int main(int argc, char **argv)
                          .halo = where.halo};
         if (on_host) {
             void *pu, *pv;
-            CHECK(mapping_native_buffer(bu, &pu));
-            CHECK(mapping_native_buffer(bv, &pv));
+            CHECK(mapping_buffer_native(bu, &pu));
+            CHECK(mapping_buffer_native(bv, &pv));
             a->u = pu;
             a->v = pv;
             CHECK(mapping_launch_host(stream, host_step, a));

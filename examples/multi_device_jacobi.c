@@ -115,8 +115,8 @@ int main(int argc, char **argv)
             step_args *a = &b[d].args;
             if (on_host) {
                 void *pu, *pv;
-                CHECK(mapping_native_buffer(b[d].grid[in], &pu));
-                CHECK(mapping_native_buffer(b[d].grid[out], &pv));
+                CHECK(mapping_buffer_native(b[d].grid[in], &pu));
+                CHECK(mapping_buffer_native(b[d].grid[out], &pv));
                 a->u = pu;
                 a->v = pv;
                 CHECK(mapping_launch_host(b[d].stream, host_step, a));

@@ -102,9 +102,9 @@ int main(void)
     /* The library's objects as OpenCL objects. */
     mapping_native_device native;
     void *mem, *queue;
-    CHECK(mapping_native_device_handles(dev, &native));
-    CHECK(mapping_native_buffer(gpu_tensor, &mem));
-    CHECK(mapping_native_stream(stream, &queue));
+    CHECK(mapping_device_native(dev, &native));
+    CHECK(mapping_buffer_native(gpu_tensor, &mem));
+    CHECK(mapping_stream_native(stream, &queue));
 
     /* A kernel built from source now, queued on the library's stream: it runs
      * after the upload and before the download, in stream order. */

@@ -9,7 +9,7 @@
  *
  * The kernel here runs on the host back end (a host function on the
  * pipeline's stream, working on the buffers' native addresses); on other
- * back ends a real kernel would be enqueued on mapping_native_stream()'s
+ * back ends a real kernel would be enqueued on mapping_stream_native()'s
  * queue in the same place, so the example skips there.
  */
 #include <math.h>
@@ -53,8 +53,8 @@ static mapping_status saxpy_step(mapping_stream *stream, const mapping_pipeline_
     step_state *s = user;
     void *in, *out;
     mapping_status st;
-    if ((st = mapping_native_buffer(chunk->input, &in)) != MAPPING_OK ||
-        (st = mapping_native_buffer(chunk->output, &out)) != MAPPING_OK)
+    if ((st = mapping_buffer_native(chunk->input, &in)) != MAPPING_OK ||
+        (st = mapping_buffer_native(chunk->output, &out)) != MAPPING_OK)
         return st;
     saxpy_args *k = &s->ring[chunk->index % RING];
     *k = (saxpy_args){(const pair *)((char *)in + chunk->input_offset), (pair *)((char *)out + chunk->output_offset),

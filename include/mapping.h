@@ -87,6 +87,14 @@ extern "C" {
 #else
 #define MAPPING_API __attribute__((visibility("default")))
 #endif
+/* Deprecated names stay declared and exported (programs built against them
+ * keep working); define MAPPING_WARN_DEPRECATED before including this header
+ * to have the compiler warn at each use. */
+#if defined(MAPPING_WARN_DEPRECATED) && (defined(__GNUC__) || defined(__clang__))
+#define MAPPING_DEPRECATED(use) __attribute__((deprecated("use " use)))
+#else
+#define MAPPING_DEPRECATED(use)
+#endif
 
 #define MAPPING_VERSION_MAJOR 0
 #define MAPPING_VERSION_MINOR 1
@@ -300,13 +308,22 @@ typedef struct mapping_native_device {
     void *platform;
     void *queue;
 } mapping_native_device;
-MAPPING_API mapping_status mapping_native_device_handles(const mapping_device *dev, mapping_native_device *out);
+MAPPING_API mapping_status mapping_device_native(const mapping_device *dev, mapping_native_device *out);
 /* OpenCL: a cl_mem; CUDA: the CUdeviceptr, as (void *)(uintptr_t)ptr; host: the
  * address of the buffer's memory. Valid until the buffer is freed. */
-MAPPING_API mapping_status mapping_native_buffer(const mapping_buffer *buf, void **out);
+MAPPING_API mapping_status mapping_buffer_native(const mapping_buffer *buf, void **out);
 /* OpenCL: a cl_command_queue (in order); CUDA: a CUstream; host: NULL with
  * MAPPING_OK (work on the host back end is submitted with mapping_launch_host). */
-MAPPING_API mapping_status mapping_native_stream(const mapping_stream *stream, void **out);
+MAPPING_API mapping_status mapping_stream_native(const mapping_stream *stream, void **out);
+/* Deprecated synonyms of the three above, in the old word order (every other
+ * getter, and Python's Device.native, Buffer.native, Stream.native, name the
+ * object first); errors name the function called. */
+MAPPING_API MAPPING_DEPRECATED("mapping_device_native") mapping_status
+mapping_native_device_handles(const mapping_device *dev, mapping_native_device *out);
+MAPPING_API MAPPING_DEPRECATED("mapping_buffer_native") mapping_status
+mapping_native_buffer(const mapping_buffer *buf, void **out);
+MAPPING_API MAPPING_DEPRECATED("mapping_stream_native") mapping_status
+mapping_native_stream(const mapping_stream *stream, void **out);
 
 /* ===========================================================================
  * Adopting memory and queues made elsewhere (docs/interop.md)
@@ -314,7 +331,7 @@ MAPPING_API mapping_status mapping_native_stream(const mapping_stream *stream, v
 
 /* The NULL-stream contract. A call with stream == NULL is ordered after all
  * work enqueued before it on the device's native queue
- * (mapping_native_device_handles: OpenCL `queue`; CUDA the legacy default
+ * (mapping_device_native: OpenCL `queue`; CUDA the legacy default
  * stream, which also follows every blocking stream of the context), your own
  * kernels included, and returns when its own work is done. In particular
  * mapping_mirror_release_gpu(NULL, m) waits for that queue, and a blocking
@@ -344,7 +361,7 @@ MAPPING_API mapping_status mapping_open_opencl(void *cl_context, void *cl_device
  * the device's CL_DEVICE_MEM_BASE_ADDR_ALIGN), a CUdeviceptr as
  * (void *)(uintptr_t)ptr (CUDA), or a pointer to memory that stays valid (host
  * back end). The buffer works in every copy, fill, batch and mirror like one
- * from mapping_allocate_gpu; mapping_native_buffer gives the cl_mem (or the
+ * from mapping_allocate_gpu; mapping_buffer_native gives the cl_mem (or the
  * sub-buffer), the pointer + offset. mapping_free_gpu (or mapping_close)
  * releases only the library's handle, never the memory, and then calls
  * release(user) if release is not NULL (on the thread that frees). The caller
@@ -952,13 +969,7 @@ MAPPING_API mapping_status mapping_batch_add_to_cpu(mapping_batch *b, const mapp
 /* Deprecated names of mapping_batch_add_to_gpu / _to_cpu (a batch's "sync"
  * only recorded a copy, unlike every other sync): the same functions, kept
  * and exported for programs written or built against them; errors name the
- * function called. Define MAPPING_WARN_DEPRECATED before including this
- * header to have the compiler warn at each use. */
-#if defined(MAPPING_WARN_DEPRECATED) && (defined(__GNUC__) || defined(__clang__))
-#define MAPPING_DEPRECATED(use) __attribute__((deprecated("use " use)))
-#else
-#define MAPPING_DEPRECATED(use)
-#endif
+ * function called (MAPPING_WARN_DEPRECATED: see MAPPING_DEPRECATED). */
 MAPPING_API MAPPING_DEPRECATED("mapping_batch_add_to_gpu") mapping_status
 mapping_batch_sync_to_gpu(mapping_batch *b, const void *cpu_src, mapping_buffer *gpu_dst, size_t gpu_offset,
                           size_t bytes);
@@ -1047,7 +1058,7 @@ typedef struct mapping_pipeline_chunk {
 } mapping_pipeline_chunk;
 
 /* The caller's compute step: enqueue the work for one chunk on `stream` (a
- * kernel through mapping_native_stream, mapping_copy_gpu, or on the host
+ * kernel through mapping_stream_native, mapping_copy_gpu, or on the host
  * back end mapping_launch_host) and return; do not wait for it. The chunk
  * struct is valid during the call only. Called on the thread that called
  * mapping_pipeline_run, in chunk order, up to 2 x depth chunks ahead of the

@@ -156,7 +156,7 @@ void device_details_get(const char *backend, int index, const mapping_device_inf
         return;
     }
     mapping_native_device native = {0};
-    mapping_native_device_handles(dev, &native);
+    mapping_device_native(dev, &native);
     if (!strcmp(backend, "opencl") && native.device) {
         opencl_details(native.device, d);
     } else if (!strcmp(backend, "cuda")) {

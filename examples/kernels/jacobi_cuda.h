@@ -56,7 +56,7 @@ static int jacobi_cu_load_driver(void)
 static int jacobi_cu_build(mapping_device *dev, jacobi_cu *k)
 {
     mapping_native_device native;
-    if (!jacobi_cu_load_driver() || mapping_native_device_handles(dev, &native) != MAPPING_OK)
+    if (!jacobi_cu_load_driver() || mapping_device_native(dev, &native) != MAPPING_OK)
         return 0;
     k->context = native.context;
     void *popped;
@@ -77,7 +77,7 @@ static int jacobi_cu_step(jacobi_cu *k, mapping_stream *stream, mapping_buffer *
                           const step_args *a)
 {
     void *s, *mu, *mv, *popped;
-    if (mapping_native_stream(stream, &s) || mapping_native_buffer(u, &mu) || mapping_native_buffer(v, &mv))
+    if (mapping_stream_native(stream, &s) || mapping_buffer_native(u, &mu) || mapping_buffer_native(v, &mv))
         return 0;
     unsigned long long pu = (uintptr_t)mu, pv = (uintptr_t)mv; /* CUdeviceptr */
     unsigned cols = (unsigned)a->cols, first = (unsigned)a->first_row, rows = (unsigned)a->rows,

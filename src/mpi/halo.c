@@ -13,7 +13,7 @@ enum { TAG_TO_UP = 0x6d01, TAG_TO_DOWN = 0x6d02 };
 static void *device_address(mapping_mpi_darray *a, mapping_mirror *v)
 {
     void *base = NULL;
-    if (mapping_native_buffer(mapping_mirror_gpu(a->block), &base) != MAPPING_OK)
+    if (mapping_buffer_native(mapping_mirror_gpu(a->block), &base) != MAPPING_OK)
         return NULL;
     return (char *)base + mapping_mirror_gpu_offset(v);
 }

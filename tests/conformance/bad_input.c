@@ -43,10 +43,10 @@ TEST(null_handles_and_pointers_are_refused)
     CHECK_REFUSED(mapping_event_elapsed(NULL, NULL, &seconds), MAPPING_ERR_NULL_ARGUMENT);
     CHECK_REFUSED(mapping_device_get_info(dev, NULL), MAPPING_ERR_NULL_ARGUMENT);
     CHECK_REFUSED(mapping_device_get_info(NULL, NULL), MAPPING_ERR_NULL_ARGUMENT);
-    CHECK_REFUSED(mapping_native_buffer(NULL, &p), MAPPING_ERR_NULL_ARGUMENT);
-    CHECK_REFUSED(mapping_native_buffer(buf, NULL), MAPPING_ERR_NULL_ARGUMENT);
-    CHECK_REFUSED(mapping_native_stream(NULL, &p), MAPPING_ERR_NULL_ARGUMENT);
-    CHECK_REFUSED(mapping_native_device_handles(dev, NULL), MAPPING_ERR_NULL_ARGUMENT);
+    CHECK_REFUSED(mapping_buffer_native(NULL, &p), MAPPING_ERR_NULL_ARGUMENT);
+    CHECK_REFUSED(mapping_buffer_native(buf, NULL), MAPPING_ERR_NULL_ARGUMENT);
+    CHECK_REFUSED(mapping_stream_native(NULL, &p), MAPPING_ERR_NULL_ARGUMENT);
+    CHECK_REFUSED(mapping_device_native(dev, NULL), MAPPING_ERR_NULL_ARGUMENT);
     CHECK_REFUSED(mapping_list_backends(NULL, 0, NULL), MAPPING_ERR_NULL_ARGUMENT);
     CHECK_REFUSED(mapping_list_devices(NULL, NULL, 0, (int *)host), MAPPING_ERR_NULL_ARGUMENT);
     CHECK_REFUSED(mapping_device_link(dev, NULL), MAPPING_ERR_NULL_ARGUMENT);

@@ -44,18 +44,18 @@ TEST(native_buffer_handles_are_distinct_and_stable)
     CHECK_OK(mapping_allocate_gpu(dev, 128, &a));
     CHECK_OK(mapping_allocate_gpu(dev, 128, &b));
     void *na = NULL, *nb = NULL, *na2 = NULL;
-    CHECK_OK(mapping_native_buffer(a, &na));
-    CHECK_OK(mapping_native_buffer(b, &nb));
-    CHECK_OK(mapping_native_buffer(a, &na2));
+    CHECK_OK(mapping_buffer_native(a, &na));
+    CHECK_OK(mapping_buffer_native(b, &nb));
+    CHECK_OK(mapping_buffer_native(a, &na2));
     CHECK(na != NULL && na != nb && na == na2);
     mapping_native_device nd;
-    CHECK_OK(mapping_native_device_handles(dev, &nd));
+    CHECK_OK(mapping_device_native(dev, &nd));
     if (strcmp(test_backend(), "host") != 0)
         CHECK(nd.context != NULL);
     mapping_stream *s;
     CHECK_OK(mapping_stream_create(dev, &s));
     void *ns = (void *)1;
-    CHECK_OK(mapping_native_stream(s, &ns));
+    CHECK_OK(mapping_stream_native(s, &ns));
     if (strcmp(test_backend(), "host") != 0)
         CHECK(ns != NULL);
     mapping_stream_destroy(s);

@@ -38,7 +38,7 @@ TEST(cuda_runtime_pointer_and_stream_are_accepted_by_import)
     CU_LOAD_(cuStreamCreate) CU_LOAD_(cuStreamDestroy_v2)
 #undef CU_LOAD_
     mapping_native_device native;
-    CHECK_OK(mapping_native_device_handles(dev, &native));
+    CHECK_OK(mapping_device_native(dev, &native));
     CHECK(native.context != NULL);
 
     /* "The runtime's" allocation and stream, in the primary context. */
@@ -53,7 +53,7 @@ TEST(cuda_runtime_pointer_and_stream_are_accepted_by_import)
     mapping_buffer *buf;
     CHECK_OK(mapping_import_gpu(dev, (void *)(uintptr_t)ptr, 0, n, NULL, NULL, &buf));
     void *native_ptr;
-    CHECK_OK(mapping_native_buffer(buf, &native_ptr));
+    CHECK_OK(mapping_buffer_native(buf, &native_ptr));
     CHECK((uintptr_t)native_ptr == ptr);
     mapping_stream *s;
     CHECK_OK(mapping_import_stream(dev, stream, &s));

@@ -27,7 +27,7 @@ TEST(import_gpu_uses_memory_made_elsewhere_and_releases_only_its_handle)
     mapping_buffer *owner;
     CHECK_OK(mapping_allocate_gpu(dev, n, &owner)); /* stands in for another library's allocation */
     void *native = NULL;
-    CHECK_OK(mapping_native_buffer(owner, &native));
+    CHECK_OK(mapping_buffer_native(owner, &native));
 
     release_count rel = {0, NULL};
     mapping_buffer *whole, *part;
@@ -93,7 +93,7 @@ TEST(import_gpu_left_open_is_released_by_close)
     mapping_buffer *owner, *imported;
     CHECK_OK(mapping_allocate_gpu(dev, 4096, &owner));
     void *native;
-    CHECK_OK(mapping_native_buffer(owner, &native));
+    CHECK_OK(mapping_buffer_native(owner, &native));
     release_count rel = {0, NULL};
     CHECK_OK(mapping_import_gpu(dev, native, 0, 4096, count_release, &rel, &imported));
     mapping_close(dev); /* frees both, the import through its release */
@@ -106,7 +106,7 @@ TEST(import_gpu_refuses_bad_input)
     mapping_buffer *owner, *out = (mapping_buffer *)1;
     CHECK_OK(mapping_allocate_gpu(dev, 4096, &owner));
     void *native;
-    CHECK_OK(mapping_native_buffer(owner, &native));
+    CHECK_OK(mapping_buffer_native(owner, &native));
     CHECK_REFUSED(mapping_import_gpu(NULL, native, 0, 16, NULL, NULL, &out), MAPPING_ERR_NULL_ARGUMENT);
     CHECK_REFUSED(mapping_import_gpu(dev, native, 0, 16, NULL, NULL, NULL), MAPPING_ERR_NULL_ARGUMENT);
     CHECK_REFUSED(mapping_import_gpu(dev, NULL, 0, 16, NULL, NULL, &out), MAPPING_ERR_NULL_ARGUMENT);
@@ -125,7 +125,7 @@ TEST(import_stream_orders_the_librarys_work_on_the_callers_queue)
     mapping_stream *owner, *imported = (mapping_stream *)1;
     CHECK_OK(mapping_stream_create(dev, &owner)); /* stands in for another library's queue */
     void *queue = NULL;
-    CHECK_OK(mapping_native_stream(owner, &queue));
+    CHECK_OK(mapping_stream_native(owner, &queue));
     if (!queue) {
         CHECK_REFUSED(mapping_import_stream(dev, owner, &imported), MAPPING_ERR_UNSUPPORTED);
         CHECK(imported == NULL);
@@ -135,7 +135,7 @@ TEST(import_stream_orders_the_librarys_work_on_the_callers_queue)
     }
     CHECK_OK(mapping_import_stream(dev, queue, &imported));
     void *again = NULL;
-    CHECK_OK(mapping_native_stream(imported, &again));
+    CHECK_OK(mapping_stream_native(imported, &again));
     CHECK(again == queue);
 
     const size_t n = 1 << 20;
@@ -247,7 +247,7 @@ TEST(mirror_adopt_over_an_imported_buffer)
     mapping_buffer *owner, *imported;
     CHECK_OK(mapping_allocate_gpu(dev, n, &owner));
     void *native;
-    CHECK_OK(mapping_native_buffer(owner, &native));
+    CHECK_OK(mapping_buffer_native(owner, &native));
     CHECK_OK(mapping_import_gpu(dev, native, 0, n, NULL, NULL, &imported));
     unsigned char *cpu = malloc(n), *back = malloc(n);
     test_pattern(cpu, n, 5);

@@ -48,7 +48,7 @@ static mapping_device *opencl_device(mapping_native_device *native)
     }
     CL_CALLS(CL_LOAD_)
 #undef CL_LOAD_
-    CHECK_OK(mapping_native_device_handles(dev, native));
+    CHECK_OK(mapping_device_native(dev, native));
     return dev;
 }
 
@@ -111,7 +111,7 @@ static void native_queue_case(void)
             mapping_buffer *buf;
             CHECK_OK(mapping_mirror_acquire_gpu(NULL, m, MAPPING_READ | MAPPING_WRITE, &buf));
             void *mem;
-            CHECK_OK(mapping_native_buffer(buf, &mem));
+            CHECK_OK(mapping_buffer_native(buf, &mem));
             launch(native.queue, k, mem, n, rounds);
             CHECK_OK(mapping_mirror_release_gpu(NULL, m));
             CHECK_OK(mapping_mirror_sync_to_cpu(NULL, m));
@@ -155,7 +155,7 @@ static void open_opencl_case(void)
     mapping_device *dev;
     CHECK_OK(mapping_open_opencl(ctx, device, q, &dev));
     mapping_native_device got;
-    CHECK_OK(mapping_native_device_handles(dev, &got));
+    CHECK_OK(mapping_device_native(dev, &got));
     CHECK(got.context == ctx && got.device == device && got.queue == q);
     mapping_device_info info;
     CHECK_OK(mapping_device_get_info(dev, &info));
@@ -167,7 +167,7 @@ static void open_opencl_case(void)
     mapping_buffer *own;
     CHECK_OK(mapping_allocate_gpu(first, 4096, &own));
     void *own_mem;
-    CHECK_OK(mapping_native_buffer(own, &own_mem));
+    CHECK_OK(mapping_buffer_native(own, &own_mem));
     CHECK_REFUSED(mapping_import_gpu(dev, own_mem, 0, 4096, NULL, NULL, &foreign), MAPPING_ERR_DEVICE_MISMATCH);
     CHECK(foreign == NULL);
     CHECK_REFUSED(mapping_import_gpu(dev, mem, 0, bytes + 1, NULL, NULL, &foreign), MAPPING_ERR_OUT_OF_RANGE);
@@ -205,7 +205,7 @@ static void open_opencl_case(void)
 
     /* Without a queue the device makes its own on the caller's context. */
     CHECK_OK(mapping_open_opencl(ctx, device, NULL, &dev));
-    CHECK_OK(mapping_native_device_handles(dev, &got));
+    CHECK_OK(mapping_device_native(dev, &got));
     CHECK(got.context == ctx && got.queue != NULL && got.queue != q);
     CHECK_OK(mapping_import_gpu(dev, mem, 0, bytes, NULL, NULL, &buf));
     memset(back, 0, bytes);

@@ -140,8 +140,8 @@ TEST(host_exposes_virtual_devices_each_with_its_own_memory)
     CHECK_OK(mapping_allocate_gpu(test_device(), 64, &x));
     CHECK_OK(mapping_allocate_gpu(b, 64, &y));
     void *nx, *ny;
-    CHECK_OK(mapping_native_buffer(x, &nx));
-    CHECK_OK(mapping_native_buffer(y, &ny));
+    CHECK_OK(mapping_buffer_native(x, &nx));
+    CHECK_OK(mapping_buffer_native(y, &ny));
     CHECK(nx != ny);
     /* Device buffers of different devices do not mix in device copies. */
     CHECK_REFUSED(mapping_copy_gpu(NULL, x, 0, y, 0, 64), MAPPING_ERR_DEVICE_MISMATCH);

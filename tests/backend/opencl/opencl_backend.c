@@ -37,7 +37,7 @@ static void opencl_native_handles_run_a_user_kernel_on_the_library_stream_body(v
 {
     mapping_device *dev = open_opencl();
     mapping_native_device nd;
-    CHECK_OK(mapping_native_device_handles(dev, &nd));
+    CHECK_OK(mapping_device_native(dev, &nd));
     CHECK(nd.context && nd.device && nd.platform && nd.queue);
 
     static const char *source = "__kernel void affine(__global float *x, float a)\n"
@@ -59,8 +59,8 @@ static void opencl_native_handles_run_a_user_kernel_on_the_library_stream_body(v
     CHECK_OK(mapping_allocate_gpu(dev, sizeof in, &buf));
     CHECK_OK(mapping_stream_create(dev, &s));
     void *mem = NULL, *queue = NULL;
-    CHECK_OK(mapping_native_buffer(buf, &mem));
-    CHECK_OK(mapping_native_stream(s, &queue));
+    CHECK_OK(mapping_buffer_native(buf, &mem));
+    CHECK_OK(mapping_stream_native(s, &queue));
     CHECK(mem != NULL && queue != NULL);
 
     CHECK_OK(mapping_sync_to_gpu_range(s, in, buf, 0, sizeof in));

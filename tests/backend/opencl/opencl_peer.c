@@ -22,8 +22,8 @@ UNIT_TEST(opencl_devices_of_one_platform_share_a_context)
 {
     mapping_device *a = open_index(0), *b = open_index(1);
     mapping_native_device na, nb;
-    CHECK_OK(mapping_native_device_handles(a, &na));
-    CHECK_OK(mapping_native_device_handles(b, &nb));
+    CHECK_OK(mapping_device_native(a, &na));
+    CHECK_OK(mapping_device_native(b, &nb));
     if (na.platform != nb.platform)
         test_skip("devices 0 and 1 are of different platforms");
     const char *env = getenv("MAPPING_OPENCL_SHARED_CONTEXT");
