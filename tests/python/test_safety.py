@@ -149,8 +149,13 @@ def test_synchronize_on_one_thread_keeps_what_another_thread_queued():
                 ev = s.record()
                 ref = weakref.ref(data)
                 del data
+                junk = np.full(8 << 20, 255, np.uint8)  # takes the freed memory, if it were freed early
                 if ref() is None and not ev.query():
-                    bad += 1
+                    ev.synchronize()  # let go early: the copy must still have read the array's bytes
+                    back = np.empty(16, np.uint8)
+                    mapping.sync_to_cpu(g, back, offset=(8 << 20) - 16)
+                    bad += int((back != i % 251).any())
+                del junk
         finally:
             stop.set()
             t.join()
