@@ -9,6 +9,9 @@
 2. Layout: every path in README's layout table ("| folder | what it holds |")
    exists, and every top-level folder and every folder of src/ is in it.
 3. The man page's --csv columns are the header bench/bench.c writes.
+4. File tables ("| file | job |" in docs/*.md): every file named exists (a
+   bare name is looked up under src/), and every file of a src/ folder the
+   table describes is in it.
 
 Usage: check_docs.py [SOURCE_DIR] (default: this script's repository).
 Exit status 0 when everything matches, 1 with one line per mismatch.
@@ -45,10 +48,11 @@ def strip_comments(text):
     return re.sub(r'"(?:\\.|[^"\\\n])*"|/\*.*?\*/|//[^\n]*', blank, text, flags=re.S)
 
 
-def table_rows(text, header):
-    """The rows of the markdown table whose header line starts with `header`,
-    as lists of cells."""
+def all_tables(text, header):
+    """The rows of every markdown table whose header line starts with
+    `header`, one list of rows (each a list of cells) per table."""
     lines = text.splitlines()
+    tables = []
     for i, line in enumerate(lines):
         if line.replace(' ', '').startswith(header.replace(' ', '')):
             rows = []
@@ -56,9 +60,17 @@ def table_rows(text, header):
                 if not row.startswith('|'):
                     break
                 rows.append([c.strip() for c in row.strip().strip('|').split('|')])
-            return rows
-    problems.append(f'README.md: no table with the header "{header}"')
-    return []
+            tables.append(rows)
+    return tables
+
+
+def table_rows(text, header):
+    """The rows of README's first table with this header."""
+    tables = all_tables(text, header)
+    if not tables:
+        problems.append(f'README.md: no table with the header "{header}"')
+        return []
+    return tables[0]
 
 
 # ---- 1. environment variables ----
@@ -163,17 +175,59 @@ def check_csv():
                         f'bench/bench.c writes {header!r}')
 
 
+# ---- 4. file tables in docs/ ----
+
+def check_file_tables():
+    by_name = {}
+    for folder, dirs, names in os.walk(os.path.join(ROOT, 'src')):
+        for name in names:
+            by_name.setdefault(name, []).append(os.path.relpath(os.path.join(folder, name), ROOT))
+    checked = 0
+    docs = os.path.join(ROOT, 'docs')
+    for doc in sorted(os.listdir(docs)):
+        if not doc.endswith('.md'):
+            continue
+        rel_doc = 'docs/' + doc
+        for rows in all_tables(read(rel_doc), '| file | job |'):
+            listed, homes = set(), set()
+            for cells in rows:
+                for name in re.findall(r'`([^`]+)`', cells[0]):
+                    path = name.rstrip('/')
+                    if '/' not in path:
+                        found = by_name.get(path, [])
+                        if len(found) != 1:
+                            problems.append(f'{rel_doc}: the file table names `{name}`, which is '
+                                            f'{"not a file under src/" if not found else "ambiguous: " + ", ".join(found)}')
+                            continue
+                        path = found[0]
+                    elif not os.path.exists(os.path.join(ROOT, path)):
+                        problems.append(f'{rel_doc}: the file table names `{name}`, which does not exist')
+                        continue
+                    listed.add(path)
+                    checked += 1
+                    if path.startswith('src/') and os.path.isfile(os.path.join(ROOT, path)):
+                        homes.add(os.path.dirname(path))
+            for home in sorted(homes):
+                for name in sorted(os.listdir(os.path.join(ROOT, home))):
+                    path = home + '/' + name
+                    if os.path.isfile(os.path.join(ROOT, path)) and path not in listed:
+                        problems.append(f'{rel_doc}: the file table describes {home}/ but not `{name}`')
+    return checked
+
+
 def main():
     readme = read('README.md')
     n_vars = check_environment(readme)
     n_paths = check_layout(readme)
     check_csv()
+    n_files = check_file_tables()
     for p in problems:
         print(p)
     if problems:
         print(f'check_docs: {len(problems)} mismatch(es) between the docs and the code')
         return 1
-    print(f'check_docs: {n_vars} environment variables, {n_paths} layout paths and the CSV columns match the code')
+    print(f'check_docs: {n_vars} environment variables, {n_paths} layout paths, {n_files} files of docs/ file '
+          'tables and the CSV columns match the code')
     return 0
 
 

@@ -3,7 +3,8 @@
  *   opencl.c          load, devices, the back-end table
  *   opencl_memory.c   buffers, page-locked host memory, SVM
  *   opencl_queue.c    streams, transfers, host functions, events
- *   mapping__opencl_scatter.c  the scatter/gather kernel
+ *   opencl_scatter.c  the scatter/gather kernel
+ *   (and opencl_peer.c, opencl_import.c, opencl_program_cache.c)
  */
 #ifndef MAPPING_BACKEND_OPENCL_INTERNAL_H
 #define MAPPING_BACKEND_OPENCL_INTERNAL_H
