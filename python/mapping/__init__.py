@@ -642,9 +642,11 @@ def _cuda_stream_sync(dev, handle):
     if handle is None:
         return
     handle = _index(handle, "__cuda_array_interface__['stream']")
-    if handle == 0:
-        raise _ERR["ERR_INVALID_ARGUMENT"]("__cuda_array_interface__: stream 0 is disallowed (v3)", -2)
-    s = _core.import_stream(dev._ptr(), handle)
+    if handle < 0:
+        raise _ERR["ERR_INVALID_ARGUMENT"]("__cuda_array_interface__: stream %d is not a CUstream" % handle, -2)
+    # 0 (torch's default stream, though v3 disallows it) is the legacy default
+    # stream, CU_STREAM_LEGACY (1); 2 is CU_STREAM_PER_THREAD
+    s = _core.import_stream(dev._ptr(), handle or 1)
     try:
         _core.stream_sync(s)
     finally:
