@@ -47,6 +47,14 @@
  *   mirror, batch or pipeline after its device was closed frees its own host
  *   memory and records that error.) A call that races with the destruction
  *   of the same handle on another thread stays undefined.
+ * - A freed handle stays refused for the rest of the process, however many
+ *   objects are made after it: the objects behind handles (devices,
+ *   buffers, streams, events, mirrors, batches, pipelines, multimirrors)
+ *   live at addresses the library never uses again (reserved address
+ *   space; the memory itself is given back), so a stale pointer is never
+ *   taken for a newer object. Only where the system refuses to reserve
+ *   address space (a tight RLIMIT_AS; said once through the log) may an
+ *   address come back.
  * - An operation that can run on a stream takes `mapping_stream *stream`
  *   first. stream == NULL means blocking: the call returns when the work is
  *   done. Non-NULL: the call returns once the work is queued; host memory the

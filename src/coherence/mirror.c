@@ -80,9 +80,9 @@ static void state_free(mirror_state *st)
 
 static mapping_status handle_new(const char *fn, mirror_state *st, size_t offset, size_t size, mapping_mirror **out)
 {
-    mapping_mirror *m = mapping_os_calloc(1, sizeof *m);
+    mapping_mirror *m = mapping_os_handle_alloc(sizeof *m); /* see os/handle_arena.c */
     if (!m || mapping__handle_add(MAPPING_HANDLE_MIRROR, m) != MAPPING_OK) {
-        free(m);
+        mapping_os_handle_free(m);
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
     }
     m->st = st;
@@ -235,7 +235,7 @@ void mapping_mirror_destroy(mapping_mirror *m)
     if ((status != MAPPING_OK && !device_closed) || !mapping__handle_remove(MAPPING_HANDLE_MIRROR, m))
         return;
     mirror_state *st = m->st;
-    free(m);
+    mapping_os_handle_free(m);
     if (--st->refs == 0)
         (device_closed ? state_forget : state_free)(st); /* device closed: the error stays recorded */
 }

@@ -112,7 +112,7 @@ static void release(mapping_multimirror *m)
         mapping__span_set_free(&m->stale[s]);
         mapping__span_set_free(&m->modified[s]);
     }
-    free(m);
+    mapping_os_handle_free(m);
 }
 
 mapping_status mapping_multimirror_create(mapping_device *const *devices, int count, size_t bytes,
@@ -136,7 +136,7 @@ mapping_status mapping_multimirror_create(mapping_device *const *devices, int co
                 return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: devices %d and %d are the same device", fn,
                                      i, j);
     }
-    mapping_multimirror *m = mapping_os_calloc(1, sizeof *m);
+    mapping_multimirror *m = mapping_os_handle_alloc(sizeof *m); /* see os/handle_arena.c */
     if (!m)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
     m->count = count;

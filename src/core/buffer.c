@@ -13,7 +13,7 @@ typedef struct buffer_import {
 static mapping_status buffer_new(const char *fn, mapping_device *dev, size_t bytes, void **host,
                                  const buffer_import *import, mapping_buffer **out)
 {
-    mapping_buffer *buf = mapping_os_calloc(1, sizeof *buf);
+    mapping_buffer *buf = mapping_os_handle_alloc(sizeof *buf); /* see os/handle_arena.c */
     if (!buf)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
     mapping_status st = mapping__fault_check(dev, fn);
@@ -30,7 +30,7 @@ static mapping_status buffer_new(const char *fn, mapping_device *dev, size_t byt
         st = mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
     }
     if (st != MAPPING_OK) {
-        free(buf);
+        mapping_os_handle_free(buf);
         return st;
     }
     buf->dev = dev;
@@ -59,7 +59,7 @@ void mapping__free_gpu(mapping_buffer *buf)
     } else {
         mapping__op_buffer_free(dev, buf->mem);
     }
-    free(buf);
+    mapping_os_handle_free(buf);
 }
 
 mapping_status mapping_allocate_gpu(mapping_device *dev, size_t bytes, mapping_buffer **out)

@@ -127,13 +127,13 @@ mapping_status mapping_open(const mapping_device_desc *desc, mapping_device **ou
         return mapping__fail(MAPPING_ERR_NO_DEVICE, "%s: %s has %d device(s); there is no device %d", fn, info.name,
                              info.device_count, d.device);
 
-    mapping_device *dev = mapping_os_calloc(1, sizeof *dev);
+    mapping_device *dev = mapping_os_handle_alloc(sizeof *dev); /* zeroed; see os/handle_arena.c */
     if (!dev)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
     dev->be = be;
     if ((st = mapping__op_device_info(be, d.device, &dev->info)) != MAPPING_OK ||
         (st = mapping__op_device_open(be, d.device, &d, &dev->state)) != MAPPING_OK) {
-        free(dev);
+        mapping_os_handle_free(dev);
         return st;
     }
     return mapping__device_finish(dev, out);
@@ -156,6 +156,8 @@ mapping_status mapping__device_finish(mapping_device *dev, mapping_device **out)
     dev->events.next = dev->events.prev = &dev->events;
     mapping__fence_init(&dev->fences);
     mapping__fence_init(&dev->blocking.fences);
+    mapping__fence_init(&dev->fences);
+    mapping__fence_init(&dev->blocking.fences);
     static _Atomic uint64_t serials;
     dev->serial = atomic_fetch_add(&serials, 1) + 1;
     if (mapping__handle_add(MAPPING_HANDLE_DEVICE, dev) != MAPPING_OK) {
@@ -164,7 +166,7 @@ mapping_status mapping__device_finish(mapping_device *dev, mapping_device **out)
         pthread_mutex_destroy(&dev->objects_lock);
         pthread_mutex_destroy(&dev->link_lock);
         mapping__op_device_close(dev);
-        free(dev);
+        mapping_os_handle_free(dev);
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mapping_open: out of memory for the handle registry");
     }
     *out = dev;
@@ -212,7 +214,7 @@ void mapping_close(mapping_device *dev)
     mapping__op_device_close(dev);
     pthread_mutex_destroy(&dev->objects_lock);
     pthread_mutex_destroy(&dev->link_lock);
-    free(dev);
+    mapping_os_handle_free(dev);
 }
 
 const char *mapping_backend_name(const mapping_device *dev)

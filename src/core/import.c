@@ -28,18 +28,18 @@ mapping_status mapping_open_opencl(void *cl_context, void *cl_device_id, void *c
         return mapping__fail(MAPPING_ERR_NO_BACKEND, "%s: the opencl back end is unavailable: %s", fn,
                              which >= 0 ? binfo.reason : "not compiled in");
     const mapping_native_device native = {cl_context, cl_device_id, NULL, cl_command_queue};
-    mapping_device *dev = mapping_os_calloc(1, sizeof *dev);
+    mapping_device *dev = mapping_os_handle_alloc(sizeof *dev);
     if (!dev)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
     dev->be = be;
     int index = -1;
     if ((st = mapping__op_device_adopt(be, &native, &index, &dev->state)) != MAPPING_OK) {
-        free(dev);
+        mapping_os_handle_free(dev);
         return st;
     }
     if ((st = mapping__op_device_info(be, index, &dev->info)) != MAPPING_OK) {
         mapping__op_device_close(dev);
-        free(dev);
+        mapping_os_handle_free(dev);
         return st;
     }
     return mapping__device_finish(dev, out);

@@ -12,7 +12,7 @@
 static mapping_status stream_new(mapping_device *dev, void *native, mapping_stream **out)
 {
     *out = NULL;
-    mapping_stream *s = mapping_os_calloc(1, sizeof *s);
+    mapping_stream *s = mapping_os_handle_alloc(sizeof *s); /* see os/handle_arena.c */
     if (!s)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mapping_stream_create: out of memory");
     s->imported = native != NULL;
@@ -27,7 +27,7 @@ static mapping_status stream_new(mapping_device *dev, void *native, mapping_stre
         st = mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mapping_stream_create: out of memory");
     }
     if (st != MAPPING_OK) {
-        free(s);
+        mapping_os_handle_free(s);
         return st;
     }
     s->dev = dev;
@@ -64,13 +64,13 @@ void mapping__stream_destroy(mapping_stream *stream)
         mapping__op_stream_unimport(dev, stream->state);
     else
         mapping__op_stream_destroy(dev, stream->state);
-    free(stream);
+    mapping_os_handle_free(stream);
 }
 
 mapping_status mapping__event_record(mapping_stream *stream, mapping_event **out)
 {
     *out = NULL;
-    mapping_event *ev = mapping_os_calloc(1, sizeof *ev);
+    mapping_event *ev = mapping_os_handle_alloc(sizeof *ev);
     if (!ev)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mapping_event_record: out of memory");
     mapping_device *dev = stream->dev;
@@ -80,7 +80,7 @@ mapping_status mapping__event_record(mapping_stream *stream, mapping_event **out
         st = mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mapping_event_record: out of memory");
     }
     if (st != MAPPING_OK) {
-        free(ev);
+        mapping_os_handle_free(ev);
         return st;
     }
     ev->dev = dev;
@@ -95,7 +95,7 @@ void mapping__event_destroy(mapping_event *event)
         return; /* another thread destroyed it first */
     mapping__list_remove(event->dev, &event->node);
     mapping__op_event_destroy(event->dev, event->state);
-    free(event);
+    mapping_os_handle_free(event);
 }
 
 /* ---- public: validate once, then the internal function ---- */

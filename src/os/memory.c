@@ -93,6 +93,11 @@ static bool alloc_fails(void)
     return atomic_compare_exchange_strong(&alloc_armed, &armed, 0);
 }
 
+bool mapping_os_alloc_fault(void)
+{
+    return alloc_fails();
+}
+
 void *mapping_os_malloc(size_t bytes)
 {
     return alloc_fails() ? NULL : malloc(bytes);

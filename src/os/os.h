@@ -40,6 +40,15 @@ void *mapping_os_realloc(void *ptr, size_t bytes);
 void *mapping_os_aligned_alloc(size_t alignment, size_t bytes);
 void  mapping_os_inject_alloc_fault(long n);
 long  mapping_os_alloc_fault_remaining(void);
+/* For allocators of their own (os/handle_arena.c): true when the
+ * allocation being made is the one to fail. */
+bool  mapping_os_alloc_fault(void);
+/* Zeroed, 64-byte aligned memory (at most 64 KiB - 64) for an object behind
+ * a public handle, at an address that no object had before and none gets
+ * after: a stale handle is never another object's (os/handle_arena.c).
+ * NULL when out of memory. Freed with mapping_os_handle_free (NULL: no-op). */
+void *mapping_os_handle_alloc(size_t bytes);
+void  mapping_os_handle_free(void *ptr);
 /* Asks for transparent huge pages on a large region (a hint). */
 void   mapping_os_advise_huge_pages(void *ptr, size_t bytes);
 /* Physical memory in bytes (0 if unknown). */

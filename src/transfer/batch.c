@@ -35,7 +35,7 @@ mapping_status mapping__batch_check(const char *fn, const mapping_batch *b)
 mapping_status mapping__batch_create(mapping_device *dev, mapping_batch **out)
 {
     *out = NULL;
-    mapping_batch *b = mapping_os_calloc(1, sizeof *b);
+    mapping_batch *b = mapping_os_handle_alloc(sizeof *b); /* see os/handle_arena.c */
     if (!b)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mapping_batch_create: out of memory");
     b->dev = dev;
@@ -77,14 +77,14 @@ void mapping__batch_destroy(mapping_batch *b)
     mapping__batch_plan_free(&b->plan);
     mapping__batch_free_staging(b);
     free(b->copies);
-    free(b);
+    mapping_os_handle_free(b);
 }
 
 void mapping__batch_forget(mapping_batch *b)
 {
     mapping__batch_plan_free(&b->plan);
     free(b->copies);
-    free(b);
+    mapping_os_handle_free(b);
 }
 
 mapping_status mapping_batch_create(mapping_device *dev, mapping_batch **out)

@@ -127,7 +127,7 @@ static void pipeline_free(mapping_pipeline *p)
         if (s->stage_out)
             mapping__free_cpu(p->dev, s->stage_out);
     }
-    free(p);
+    mapping_os_handle_free(p);
 }
 
 void mapping_pipeline_destroy(mapping_pipeline *p)
@@ -139,7 +139,7 @@ void mapping_pipeline_destroy(mapping_pipeline *p)
     if (st == MAPPING_ERR_INVALID_HANDLE && mapping__handle_live(MAPPING_HANDLE_PIPELINE, p)) {
         /* Its device was closed first and took the streams and buffers. */
         mapping__handle_remove(MAPPING_HANDLE_PIPELINE, p);
-        free(p);
+        mapping_os_handle_free(p);
         return;
     }
     if (st != MAPPING_OK || check_idle(fn, p) != MAPPING_OK)
@@ -162,7 +162,7 @@ mapping_status mapping_pipeline_create(mapping_device *dev, const mapping_pipeli
     mapping_pipeline_desc d = desc ? *desc : (mapping_pipeline_desc){0};
     if (d.depth < 0 || d.depth > MAX_DEPTH)
         return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: depth %d is not 0 (default), 1, 2 or 3", fn, d.depth);
-    mapping_pipeline *p = mapping_os_calloc(1, sizeof *p);
+    mapping_pipeline *p = mapping_os_handle_alloc(sizeof *p); /* see os/handle_arena.c */
     if (!p)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
     p->dev = dev;
