@@ -187,6 +187,19 @@ def closed(obj):
     return obj
 
 
+_GATE = {}
+
+
+def gated_stream():
+    """A stream busy for a few milliseconds (a 32 MiB copy queued first), so the copies a case
+    queues next are still pending when it closes or resizes things under them."""
+    s = mapping.stream()
+    if "src" not in _GATE:
+        _GATE["src"], _GATE["dst"] = np.ones(32 * MiB, np.uint8), mapping.allocate_gpu(32 * MiB)
+    mapping.sync_to_gpu(_GATE["src"], _GATE["dst"], stream=s)
+    return s
+
+
 def objarr(n=8):
     a = np.empty(n, dtype=object)
     for i in range(n):
@@ -884,7 +897,7 @@ def _():
 
 @case("life.queued.buffer_close_then_sync", ok=True)
 def _():
-    s = mapping.stream()
+    s = gated_stream()
     b = buf(16 * MiB)
     mapping.sync_to_gpu(np.ones(16 * MiB, np.uint8), b, stream=s)
     b.close()  # waits, or frees once the copy is done
@@ -895,7 +908,7 @@ def _():
 
 @case("life.queued.buffer_close_read", ok=True)
 def _():
-    s = mapping.stream()
+    s = gated_stream()
     b = buf(8 * MiB, fill=7)
     out = np.zeros(8 * MiB, np.uint8)
     mapping.sync_to_cpu(b, out, stream=s)
@@ -908,7 +921,7 @@ def _():
 
 @case("life.queued.with_block_exit", ok=True)
 def _():
-    s = mapping.stream()
+    s = gated_stream()
     x = np.full(8 * MiB, 3, np.uint8)
     with buf(8 * MiB) as b:
         mapping.sync_to_gpu(x, b, stream=s)
@@ -918,7 +931,7 @@ def _():
 
 @case("life.queued.stream_close", ok=True)
 def _():
-    s = mapping.stream()
+    s = gated_stream()
     b = buf(8 * MiB)
     mapping.sync_to_gpu(np.full(8 * MiB, 4, np.uint8), b, stream=s)
     s.close()
@@ -939,7 +952,7 @@ def _():
 
 @case("life.queued.host_array_dropped", ok=True)
 def _():
-    s = mapping.stream()
+    s = gated_stream()
     b = buf(8 * MiB)
     mapping.sync_to_gpu(np.full(8 * MiB, 5, np.uint8), b, stream=s)  # the temporary is the only reference
     gc.collect()
@@ -1119,7 +1132,7 @@ def _():
 def _():
     h = _Bag()
     h.me = h
-    h.s = mapping.stream()
+    h.s = gated_stream()
     h.b = buf(8 * MiB)
     h.x = np.full(8 * MiB, 6, np.uint8)
     mapping.sync_to_gpu(h.x, h.b, stream=h.s)
@@ -1288,7 +1301,7 @@ def _grow(x):
 
 @case("resize.bytearray.queued_h2d", ok=True)
 def _():
-    s, b = mapping.stream(), buf(4 * MiB)
+    s, b = gated_stream(), buf(4 * MiB)
     ba = bytearray(b"\x05" * (4 * MiB))
     mapping.sync_to_gpu(ba, b, stream=s)
     e = attempt(BufferError, _grow, ba)
@@ -1299,7 +1312,7 @@ def _():
 
 @case("resize.bytearray.queued_d2h", ok=True)
 def _():
-    s, b = mapping.stream(), buf(4 * MiB, fill=6)
+    s, b = gated_stream(), buf(4 * MiB, fill=6)
     ba = bytearray(4 * MiB)
     mapping.sync_to_cpu(b, ba, stream=s)
     expect(BufferError, ba.clear)
@@ -1309,7 +1322,7 @@ def _():
 
 @case("resize.array.queued_h2d", ok=True)
 def _():
-    s, b = mapping.stream(), buf(4 * MiB)
+    s, b = gated_stream(), buf(4 * MiB)
     aa = array.array("i", [7]) * MiB
     mapping.sync_to_gpu(aa, b, stream=s)
     expect(BufferError, _grow, aa)
@@ -1319,7 +1332,7 @@ def _():
 
 @case("resize.array.queued_d2h", ok=True)
 def _():
-    s, b = mapping.stream(), buf(4 * MiB, fill=1)
+    s, b = gated_stream(), buf(4 * MiB, fill=1)
     aa = array.array("B", bytes(4 * MiB))
     mapping.sync_to_cpu(b, aa, stream=s)
     expect(BufferError, aa.pop)
@@ -1329,7 +1342,7 @@ def _():
 
 @case("resize.allowed_after_synchronize", ok=True)
 def _():
-    s, b = mapping.stream(), buf(MiB)
+    s, b = gated_stream(), buf(MiB)
     ba = bytearray(MiB)
     aa = array.array("B", bytes(MiB))
     mapping.sync_to_gpu(ba, b, stream=s)
@@ -1403,7 +1416,7 @@ def _():
 
 @case("resize.memoryview_release_queued", ok=True)
 def _():
-    s, b = mapping.stream(), buf(4 * MiB)
+    s, b = gated_stream(), buf(4 * MiB)
     ba = bytearray(b"\x09" * (4 * MiB))
     mv = memoryview(ba)
     mapping.sync_to_gpu(mv, b, stream=s)
@@ -1594,7 +1607,7 @@ def _():
 
 @case("thread.close_buffer_while_queued_elsewhere", ok=True)
 def _():
-    s = mapping.stream()
+    s = gated_stream()
     b = buf(8 * MiB)
     x = np.full(8 * MiB, 2, np.uint8)
     queued = threading.Event()
@@ -2271,3 +2284,62 @@ def _():
     mapping.pipeline(chunk_bytes=4096).run(src, dst, lambda s, c: mapping.copy_gpu(
         c.input, c.output, c.nbytes, c.input_offset, c.output_offset, stream=s))
     assert (dst == src).all()
+
+
+# ===========================================================================
+# launch_host (issue 23 item 16): a Python callable in stream order, used badly (host back end)
+# ===========================================================================
+
+@case("host_fn.runs_in_stream_order", ok=True, backends="host")
+def _():
+    s, b = gated_stream(), buf(MiB)
+    seen = []
+    mapping.sync_to_gpu(np.full(MiB, 7, np.uint8), b, stream=s)
+    mapping.launch_host(s, lambda: seen.append(int(np.from_dlpack(b)[0]) if b.device.backend == "host" else 7))
+    s.synchronize()
+    assert seen == [7], seen
+
+
+bad("host_fn.not_callable", lambda: mapping.launch_host(mapping.stream(), "fn"), TYPE, backends="host")
+bad("host_fn.stream_none", lambda: mapping.launch_host(None, lambda: None), TYPE + BAD, backends="host")
+bad("host_fn.closed_stream", lambda: mapping.launch_host(closed(mapping.stream()), lambda: None), CLOSED, backends="host")
+
+
+@case("host_fn.raises", ok_or=(ZeroDivisionError, mapping.Error), backends="host")
+def _():
+    s = mapping.stream()
+    mapping.launch_host(s, lambda: 1 / 0)
+    s.synchronize()  # reports the error, or the callable's exception was reported and dropped
+    s.synchronize()  # the stream stays usable
+
+
+@case("host_fn.closes_its_stream", ok_or=(mapping.Error, RuntimeError), backends="host")
+def _():
+    s = mapping.stream()
+    mapping.launch_host(s, s.close)  # must not deadlock
+    attempt(CLOSED + (mapping.Error,), s.synchronize)
+
+
+@case("host_fn.synchronizes_its_stream", ok_or=(mapping.Error, RuntimeError), backends="host")
+def _():
+    s = mapping.stream()
+    errs = []
+
+    def fn():
+        try:
+            s.synchronize()  # waiting for itself: refused, never a hang
+        except Exception as e:  # noqa: BLE001
+            errs.append(e)
+    mapping.launch_host(s, fn)
+    s.synchronize()
+    assert errs and isinstance(errs[0], (mapping.Error, RuntimeError)), errs
+
+
+@case("dlpack.self_roundtrip", ok_or=EXPORT)
+def _():
+    b = mapping.allocate_gpu((16,), np.int32)
+    mapping.sync_to_gpu(np.arange(16, dtype=np.int32), b)
+    c = mapping.from_dlpack(b)
+    assert c.device.backend == b.device.backend and (c.get() == np.arange(16)).all()
+    c.fill(0)
+    assert (b.get() == 0).all()  # the same memory
