@@ -275,7 +275,7 @@ class Device(_Owned):
     def close(self):
         if self._h is None:
             return
-        for order in (Mirror, Batch, Pipeline, Stream, Event, Buffer):
+        for order in (MultiMirror, Mirror, Batch, Pipeline, Stream, Event, Buffer):
             for c in list(self._children):
                 if isinstance(c, order):
                     c.close()
@@ -1204,6 +1204,120 @@ def mirror_adopt(array, gpu, gpu_offset=0, gpu_valid=False, device=None):
     flags = _core.MIRROR_GPU_VALID if gpu_valid else 0
     ptr = _core.mirror_adopt(buf.device._ptr(), p, buf._ptr(), gpu_offset, flags)
     return Mirror(buf.device, ptr, arr.shape, arr.dtype, keep=(p, buf._h))
+
+
+def mirror_sharded(array, devices, granule=None, pin=False):
+    """The data-parallel layout: your array cut into len(devices) consecutive
+    slices along its first axis (never splitting a row: granule defaults to
+    one row's bytes), slice i a Mirror on devices[i] (as mirror_wrap: not
+    copied; the array is held, and cannot be resized, while any shard lives)."""
+    devs = [_dev(d) for d in devices]
+    if not devs:
+        raise ValueError("mirror_sharded: at least one device")
+    arr = _host_array(array, "mirror_sharded")
+    if arr.ndim == 0:
+        raise ValueError("mirror_sharded: a 0-d array cannot be sharded")
+    row = arr.nbytes // arr.shape[0] if arr.shape[0] else 0
+    granule = row if granule is None else _size(granule, "mirror_sharded: granule")
+    p = _core.pin(array, True, "array")
+    if p.nbytes == 0:
+        raise _ERR["ERR_ZERO_SIZE"]("a mirror of 0 bytes", -3)
+    ptrs = _core.mirror_sharded([d._ptr() for d in devs], p, granule, _core.MIRROR_PIN if pin else 0)
+    shards = []
+    for i, (d, ptr) in enumerate(zip(devs, ptrs)):
+        try:
+            size = _core.mirror_parts(ptr)[1]
+            rows = size // row if row and size % row == 0 and granule % row == 0 else None
+            shape = (rows,) + arr.shape[1:] if rows is not None else (size // arr.dtype.itemsize,)
+            shards.append(Mirror(d, ptr, shape, arr.dtype, keep=(p,)))
+        except BaseException:
+            for q in ptrs[len(shards):]:  # the ones no Mirror owns yet
+                _core.mirror_destroy(q)
+            raise
+    return shards
+
+
+class MultiMirror(_Owned):
+    """One host array and a replica on each of several devices, validity
+    tracked per byte for every side (mapping_multimirror). Sides: "cpu" and
+    device indices 0 .. len(devices)-1 in the order given. A sync to a device
+    copies each stale part from the cheapest valid side (the host or a peer).
+    Calls on one multimirror are serialized (the C object is not locked)."""
+
+    _kind = "multimirror"
+
+    def __init__(self, devices, shape, dtype=None):
+        devs = [_dev(d) for d in devices]
+        if not devs:
+            raise ValueError("multimirror: at least one device")
+        shape, dtype, _ = _shape_dtype(shape, dtype, "multimirror")
+        n = _nbytes_of(shape, dtype)
+        if n == 0:
+            raise _ERR["ERR_ZERO_SIZE"]("a multimirror of 0 bytes", -3)
+        ptr = _core.multimirror_create([d._ptr() for d in devs], n)
+        # destroyed before any of its devices: it keeps every device's handle
+        self._h = _Handle(ptr, _core.multimirror_destroy, devs[0]._h, 0, keep=tuple(d._h for d in devs[1:]))
+        self.devices = devs
+        self.shape, self.dtype, self.nbytes = shape, dtype, n
+        addr, _, gpus = _core.multimirror_parts(ptr, len(devs))
+        self._addr = addr
+        self._lock = _threading.RLock()
+        self.replicas = [Buffer(d, None, n, shape, dtype, owned=False, handle=_Handle(g, None, self._h))
+                         for d, g in zip(devs, gpus)]
+        self._cpu = None
+        devs[0]._adopt(self)
+
+    def _side(self, side, call):
+        if side in ("cpu", CPU):
+            return -1
+        if isinstance(side, str) or isinstance(side, bool) or not hasattr(side, "__index__"):
+            raise TypeError("%s: side must be 'cpu' or a device index" % call)
+        i = _operator.index(side)
+        if not 0 <= i < len(self.devices):
+            raise _ERR["ERR_OUT_OF_RANGE"]("%s: device %d of %d" % (call, i, len(self.devices)), -4)
+        return i
+
+    @property
+    def array(self):
+        """The host array as numpy (no sync)."""
+        self._ptr()
+        if self._cpu is None:
+            mem = _core.HostMemory(self._addr, self.nbytes, self._h)
+            self._cpu = _np.frombuffer(mem, dtype=self.dtype).reshape(self.shape)
+        return self._cpu
+
+    def mark_modified(self, side, byte_range=None):
+        """side ("cpu" or a device index) wrote byte_range=(offset, nbytes) (default: all)."""
+        i = self._side(side, "mark_modified")
+        off, n = (0, self.nbytes) if byte_range is None else byte_range
+        off, n = _size(off, "mark_modified: offset"), _size(n, "mark_modified: nbytes")
+        with self._lock:
+            _core.multimirror_mark(self._ptr(), i, off, n)
+
+    def sync(self, side, stream=None):
+        """Makes `side` valid: sync("cpu") (blocking) or sync(j, stream) (a stream of device j)."""
+        i = self._side(side, "sync")
+        sp = None if i < 0 else _stream_ptr(stream, self.devices[i])
+        with self._lock:
+            _core.multimirror_sync(sp, self._ptr(), i)
+            if sp is not None:
+                _keep_for(stream, self.devices[i], self._h)
+
+    def stale_bytes(self, side):
+        i = self._side(side, "stale_bytes")
+        with self._lock:
+            return _core.multimirror_stale(self._ptr(), i)
+
+    def close(self):
+        self._h = None
+        self._cpu = None
+        for r in getattr(self, "replicas", ()):
+            r._h = None
+
+
+def multimirror(devices, shape, dtype=None):
+    """A MultiMirror over `devices` (1 to 16): multimirror(devices, nbytes) or (devices, shape, dtype)."""
+    return MultiMirror(devices, shape, dtype)
 
 
 # ---------------------------------------------------------------------------

@@ -1217,6 +1217,183 @@ static PyObject *core_mirror_release_gpu(PyObject *self, PyObject *const *args, 
     Py_RETURN_NONE;
 }
 
+/* [list of device handles, pin, granule, flags] -> [mirror handles]; the caller keeps the Pin. */
+static PyObject *core_mirror_sharded(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    NEED(4);
+    size_t n = 0, granule;
+    if (!PyList_Check(args[0]) || PyList_GET_SIZE(args[0]) < 1 || PyList_GET_SIZE(args[0]) > 1024) {
+        PyErr_SetString(PyExc_ValueError, "mirror_sharded: 1 to 1024 devices");
+        return NULL;
+    }
+    void *cpu = pin_addr(args[1], &n);
+    unsigned flags = (unsigned)PyLong_AsUnsignedLong(args[3]);
+    if (!cpu || PyErr_Occurred() || get_size(args[2], &granule) < 0)
+        return NULL;
+    int count = (int)PyList_GET_SIZE(args[0]);
+    mapping_device **devs = PyMem_Calloc((size_t)count, sizeof *devs);
+    mapping_mirror **shards = PyMem_Calloc((size_t)count, sizeof *shards);
+    PyObject *out = NULL;
+    if (!devs || !shards) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (int i = 0; i < count; i++) {
+        devs[i] = as_ptr(PyList_GET_ITEM(args[0], i));
+        if (PyErr_Occurred())
+            goto done;
+    }
+    mapping_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = mapping_mirror_create_sharded(devs, count, cpu, n, granule, flags, shards);
+    Py_END_ALLOW_THREADS
+    if (st != MAPPING_OK) {
+        raise_status(st);
+        goto done;
+    }
+    out = PyList_New(count);
+    for (int i = 0; out && i < count; i++) {
+        PyObject *p = from_ptr(shards[i]);
+        if (!p) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyList_SET_ITEM(out, i, p);
+    }
+    if (!out) /* none is left on failure */
+        for (int i = 0; i < count; i++)
+            mapping_mirror_destroy(shards[i]);
+done:
+    PyMem_Free(devs);
+    PyMem_Free(shards);
+    return out;
+}
+
+/* ---- multimirrors: one host array, a replica per device; side -1 is the CPU ---- */
+
+/* [list of device handles, nbytes] */
+static PyObject *core_multimirror_create(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    NEED(2);
+    size_t n;
+    if (!PyList_Check(args[0]) || PyList_GET_SIZE(args[0]) < 1 ||
+        PyList_GET_SIZE(args[0]) > MAPPING_MULTIMIRROR_MAX_DEVICES) {
+        PyErr_Format(PyExc_ValueError, "multimirror: 1 to %d devices", (int)MAPPING_MULTIMIRROR_MAX_DEVICES);
+        return NULL;
+    }
+    if (get_size(args[1], &n) < 0)
+        return NULL;
+    mapping_device *devs[MAPPING_MULTIMIRROR_MAX_DEVICES];
+    int count = (int)PyList_GET_SIZE(args[0]);
+    for (int i = 0; i < count; i++) {
+        devs[i] = as_ptr(PyList_GET_ITEM(args[0], i));
+        if (PyErr_Occurred())
+            return NULL;
+    }
+    mapping_multimirror *m = NULL;
+    mapping_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = mapping_multimirror_create(devs, count, n, &m);
+    Py_END_ALLOW_THREADS
+    CHECK_ST(st);
+    return from_ptr(m);
+}
+
+static PyObject *core_multimirror_destroy(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    mapping_multimirror *m = as_ptr(arg);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    mapping_multimirror_destroy(m);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+/* [m, count] -> (cpu address, size, [replica buffer handles]) */
+static PyObject *core_multimirror_parts(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    NEED(2);
+    mapping_multimirror *m = PTR(0);
+    long count = PyLong_AsLong(args[1]);
+    if (PyErr_Occurred())
+        return NULL;
+    PyObject *gpus = PyList_New(0);
+    if (!gpus)
+        return NULL;
+    for (long i = 0; i < count && i < MAPPING_MULTIMIRROR_MAX_DEVICES; i++) {
+        PyObject *b = from_ptr(mapping_multimirror_gpu(m, (int)i));
+        if (!b || PyList_Append(gpus, b) < 0) {
+            Py_XDECREF(b);
+            Py_DECREF(gpus);
+            return NULL;
+        }
+        Py_DECREF(b);
+    }
+    return Py_BuildValue("(NnN)", from_ptr(mapping_multimirror_cpu(m)), (Py_ssize_t)mapping_multimirror_size(m),
+                         gpus);
+}
+
+/* [m, side, offset, nbytes] */
+static PyObject *core_multimirror_mark(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    NEED(4);
+    size_t off, n;
+    mapping_multimirror *m = PTR(0);
+    long side = PyLong_AsLong(args[1]);
+    if (PyErr_Occurred() || get_size(args[2], &off) < 0 || get_size(args[3], &n) < 0)
+        return NULL;
+    mapping_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = side < 0 ? mapping_multimirror_mark_cpu_modified(m, off, n)
+                  : mapping_multimirror_mark_gpu_modified(m, (int)side, off, n);
+    Py_END_ALLOW_THREADS
+    CHECK_ST(st);
+    Py_RETURN_NONE;
+}
+
+/* [stream, m, side] */
+static PyObject *core_multimirror_sync(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    NEED(3);
+    mapping_stream *s = PTR(0);
+    mapping_multimirror *m = PTR(1);
+    long side = PyLong_AsLong(args[2]);
+    if (PyErr_Occurred())
+        return NULL;
+    mapping_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = side < 0 ? mapping_multimirror_sync_to_cpu(m) : mapping_multimirror_sync_to_gpu(s, m, (int)side);
+    Py_END_ALLOW_THREADS
+    CHECK_ST(st);
+    Py_RETURN_NONE;
+}
+
+/* [m, side] */
+static PyObject *core_multimirror_stale(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    NEED(2);
+    mapping_multimirror *m = PTR(0);
+    long side = PyLong_AsLong(args[1]);
+    if (PyErr_Occurred())
+        return NULL;
+    mapping_clear_last_error();
+    size_t n;
+    Py_BEGIN_ALLOW_THREADS
+    n = mapping_multimirror_stale_bytes(m, (int)side);
+    Py_END_ALLOW_THREADS
+    if (mapping_last_error() != MAPPING_OK)
+        return raise_status(mapping_last_error());
+    return PyLong_FromSize_t(n);
+}
+
 /* ---- batches ---- */
 
 static PyObject *core_batch_create(PyObject *self, PyObject *arg)
@@ -1633,6 +1810,8 @@ static PyMethodDef core_methods[] = {
     ONE(batch_destroy, NULL), FAST(batch_add, NULL), FAST(batch_flush, NULL), ONE(batch_count, NULL),
     ONE(batch_clear, NULL), FAST(pipeline_create, NULL), ONE(pipeline_destroy, NULL), FAST(pipeline_run, NULL),
     VAR(to_dlpack, NULL), FAST(import_dlpack, NULL), FAST(bench_copies, NULL), FAST(pin, NULL), FAST(copy_peer, NULL),
+    FAST(mirror_sharded, NULL), FAST(multimirror_create, NULL), ONE(multimirror_destroy, NULL), FAST(multimirror_parts, NULL),
+    FAST(multimirror_mark, NULL), FAST(multimirror_sync, NULL), FAST(multimirror_stale, NULL),
     FAST(keep_until, NULL), NONE_(drain, NULL), FAST(launch_host, NULL),
     {"_text", (PyCFunction)core_text, METH_O, "bytes from a driver as str (undecodable bytes replaced)"}, {NULL, NULL, 0, NULL}};
 

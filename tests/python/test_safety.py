@@ -496,3 +496,51 @@ def test_declared_python_range_holds():
         if name in src:
             assert int(low.group(1)) >= minor, "%s needs Python 3.%d, pyproject claims 3.%s" % (
                 name, minor, low.group(1))
+
+
+def test_multimirror_over_two_devices(device):
+    other = mapping.open(device.backend, 0)
+    mm = mapping.multimirror([device, other], (256,), np.int32)
+    mm.array[:] = np.arange(256)
+    mm.mark_modified("cpu")
+    assert mm.stale_bytes(0) == 1024 and mm.stale_bytes(1) == 1024
+    mm.sync(0)
+    s = other.stream()
+    mm.sync(1, stream=s)
+    s.synchronize()
+    assert mm.stale_bytes(1) == 0
+    np.testing.assert_array_equal(mm.replicas[1].get(), np.arange(256))
+    mm.replicas[0].fill(0)
+    mm.mark_modified(0)
+    assert mm.stale_bytes("cpu") == 1024
+    mm.sync("cpu")
+    assert (mm.array == 0).all()
+    with pytest.raises(mapping.OutOfRangeError):
+        mm.sync(2)
+    view = mm.array
+    device.close()  # the multimirror keeps both devices until it is gone
+    other.close()
+    with pytest.raises(mapping.InvalidHandleError):
+        mm.sync(0)
+    view[:] = 1
+    del view, mm
+    gc.collect()
+
+
+def test_mirror_sharded_cuts_rows_over_devices(device):
+    other = mapping.open(device.backend, 0)
+    a = np.arange(5 * 4, dtype=np.float32).reshape(5, 4)
+    shards = mapping.mirror_sharded(a, [device, other])
+    assert [s.shape for s in shards] == [(3, 4), (2, 4)]  # rows never split; the first gets one more
+    for s in shards:
+        s.sync_to_gpu()
+    np.testing.assert_array_equal(shards[1].buffer.get()[shards[1].gpu_offset:].view(np.float32)[:8],
+                                  a[3:].ravel())
+    ba = bytearray(64)
+    held = mapping.mirror_sharded(ba, [device, other], granule=16)
+    with pytest.raises(BufferError):
+        ba.extend(b"x")
+    for s in held + shards:
+        s.close()
+    ba.extend(b"x")
+    other.close()
