@@ -33,6 +33,38 @@ static int bad_argument(const char *fmt, const char *value)
     return 2;
 }
 
+/* The back end that --device counts in: --backend, else $MAPPING_BACKEND,
+ * else the one mapping_open(NULL) picks (opened and closed to learn it). */
+static int device_backend(const bench_args *args, char *name, size_t len)
+{
+    const char *env = getenv("MAPPING_BACKEND");
+    if (args->backend || (env && *env)) {
+        snprintf(name, len, "%s", args->backend ? args->backend : env);
+        return 0;
+    }
+    mapping_device *dev;
+    if (mapping_open(&(mapping_device_desc){0}, &dev) != MAPPING_OK)
+        return -1;
+    snprintf(name, len, "%s", mapping_backend_name(dev));
+    mapping_close(dev);
+    return 0;
+}
+
+/* --device N where the back end has devices but not N is a bad command line
+ * (exit 2, with the valid range); a back end without any device is
+ * unavailable here, and the open says so (exit 77). */
+static int check_device_index(const bench_args *args)
+{
+    char name[32], text[160];
+    int count = 0;
+    if (device_backend(args, name, sizeof name) != 0 || mapping_list_devices(name, NULL, 0, &count) != MAPPING_OK ||
+        count == 0 || args->device < count)
+        return KEEP_GOING;
+    snprintf(text, sizeof text, "%d: back end %s has %d device%s (valid: 0..%d)", args->device, name, count,
+             count == 1 ? "" : "s", count - 1);
+    return bad_argument("--device %s", text);
+}
+
 /* A whole decimal integer in [min, max]. */
 static int parse_int(const char *s, long min, long max, long *out)
 {
@@ -72,6 +104,10 @@ static int parse_size(const char *s, size_t *out)
     return 0;
 }
 
+/* 0, -1 when malformed, -2 when the factor does not grow START by a whole
+ * byte per step (1.0000000000000002 times 1 KiB stays 1 KiB in a double:
+ * the sweep would never end). With START * FACTOR >= START + 1 every step
+ * adds a byte or more, so the sweep (at most 64 sizes) ends. */
 static int parse_sizes(const char *arg, bench_ctx *ctx)
 {
     char buf[128], *a, *b, *c, *end;
@@ -82,6 +118,9 @@ static int parse_sizes(const char *arg, bench_ctx *ctx)
     if (*end || !(factor > 1) || factor > 1024 || parse_size(a, &ctx->size_start) || parse_size(b, &ctx->size_end) ||
         ctx->size_start > ctx->size_end)
         return -1;
+    double start = (double)ctx->size_start;
+    if (ctx->size_start < ctx->size_end && !(start * factor >= start + 1))
+        return -2;
     ctx->size_factor = factor;
     return 0;
 }
@@ -137,6 +176,7 @@ int bench_parse_args(int argc, char **argv, bench_args *args, bench_ctx *ctx)
         {NULL, 0, NULL, 0}};
     long v;
     const char *bad;
+    int         bad_sizes;
     opterr = 0;
     optind = 1;
     for (int c; (c = getopt_long(argc, argv, "+h", options, NULL)) != -1;) {
@@ -163,7 +203,11 @@ int bench_parse_args(int argc, char **argv, bench_args *args, bench_ctx *ctx)
         case OPT_CSV: ctx->csv = 1; break;
         case OPT_STRICT: ctx->strict = 1; break;
         case OPT_SIZES:
-            if (parse_sizes(a, ctx))
+            if ((bad_sizes = parse_sizes(a, ctx)) == -2)
+                return bad_argument("--sizes %s: the factor does not grow START by a byte per step (use at least "
+                                    "1 + 1/START)",
+                                    a);
+            if (bad_sizes)
                 return bad_argument("--sizes %s: expected START,END,FACTOR with 0 < START <= END (bytes; K, M, G "
                                     "suffixes) and a factor above 1",
                                     a);
@@ -202,6 +246,6 @@ int bench_parse_args(int argc, char **argv, bench_args *args, bench_ctx *ctx)
         if (!known)
             return bad_argument("--backend %s: unknown back end (mapping info lists them)", args->backend);
     }
-    return KEEP_GOING;
+    return args->device > 0 ? check_device_index(args) : KEEP_GOING;
 }
 

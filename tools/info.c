@@ -1,12 +1,13 @@
 /* mapping info: what the library can use on this machine, and why not. */
 #include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "mapping.h"
 #include "os/json.h"
 #include "device_details.h"
 
-enum { MAX_BACKENDS = 8, MAX_DEVICES = 16 };
+enum { MAX_BACKENDS = 8 };
 
 /* The labels of the bits set in caps, in MAPPING_CAP_LIST order: space
  * separated, or as the elements of a JSON array. */
@@ -121,12 +122,15 @@ static void print_backend(const mapping_backend_info *bi, int first, int json)
                !bi->compiled ? "not compiled in" : bi->available ? "available" : "unavailable",
                bi->reason[0] ? ": " : "", bi->reason);
     }
-    mapping_device_info devs[MAX_DEVICES];
+    /* Every device, however many (MAPPING_HOST_DEVICES=64 makes 64). */
+    mapping_device_info *devs = NULL;
     int nd = 0;
-    if (bi->available)
-        mapping_list_devices(bi->name, devs, MAX_DEVICES, &nd);
-    for (int d = 0; d < nd && d < MAX_DEVICES; d++)
+    if (bi->available && mapping_list_devices(bi->name, NULL, 0, &nd) == MAPPING_OK && nd > 0 &&
+        (!(devs = calloc((size_t)nd, sizeof *devs)) || mapping_list_devices(bi->name, devs, nd, &nd) != MAPPING_OK))
+        nd = 0;
+    for (int d = 0; d < nd; d++)
         print_device(&devs[d], d == 0, json);
+    free(devs);
     if (json)
         printf("]}");
 }

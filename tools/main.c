@@ -1,6 +1,10 @@
 /* mapping: the command-line tool. `mapping info`, `mapping bench`. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 #include "mapping.h"
 
 int info_main(int argc, char **argv);
@@ -23,7 +27,36 @@ static void usage(FILE *f)
             mapping_version());
 }
 
-int main(int argc, char **argv)
+/* A closed standard stream (`mapping info >&-`) is held by /dev/null,
+ * opened read-only: writes to it then fail (and are reported), and no file
+ * the library opens takes its number and receives the report. */
+static void hold_closed_standard_streams(void)
+{
+    for (int fd = 0; fd <= 2; fd++)
+        if (fcntl(fd, F_GETFD) == -1 && errno == EBADF) {
+            int held = open("/dev/null", O_RDONLY);
+            if (held >= 0 && held != fd) {
+                dup2(held, fd);
+                close(held);
+            }
+        }
+}
+
+/* The exit status once the report is out: 1 when it could not all be
+ * written (a closed stdout, a full disk: /dev/full), said on stderr. */
+static int report_written(int status)
+{
+    errno = 0;
+    bool failed = fflush(stdout) != 0 || ferror(stdout);
+    int err = errno;
+    if (!failed)
+        return status;
+    fprintf(stderr, "mapping: the report could not be written to standard output: %s\n",
+            err ? strerror(err) : "a write failed");
+    return status == 0 || status == 3 ? 1 : status;
+}
+
+static int run(int argc, char **argv)
 {
     if (argc < 2) {
         usage(stderr);
@@ -44,4 +77,10 @@ int main(int argc, char **argv)
     fprintf(stderr, "mapping: unknown command %s\n\n", argv[1]);
     usage(stderr);
     return 2;
+}
+
+int main(int argc, char **argv)
+{
+    hold_closed_standard_streams();
+    return report_written(run(argc, argv));
 }

@@ -125,7 +125,12 @@ int mapping__backend_default(void)
     /* From the end of the table: the first back end with a device whose
      * memory is not the CPU's (an OpenCL CPU device is used only when asked
      * for), else the first available one of the table (host). Back ends
-     * before the choice are not loaded. */
+     * before the choice are not loaded, except host: a bad setting of
+     * its own (MAPPING_HOST_DEVICES=0) makes it the choice, so that
+     * mapping_open fails naming the variable, as for any bad value, rather
+     * than silently opening another back end. */
+    if (slots[SLOT_host].be && loaded_slot(SLOT_host)->status == MAPPING_ERR_INVALID_ARGUMENT)
+        return SLOT_host;
     int fallback = -1;
     for (int i = SLOT_COUNT - 1; i >= 0; i--) {
         mapping_backend_info info;
