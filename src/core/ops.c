@@ -2,9 +2,11 @@
  * The seam to the drivers (see ops.h): every call through a back end's
  * table, with fault injection, page-locked lookup, timing and statistics.
  */
+#include <stdlib.h>
 #include "core/ops.h"
 #include "core/trace_hooks.h"
 #include "os/os.h"
+#include "os/race_guard.h"
 
 /* Blocking transfers at least this large are timed for the statistics;
  * reading the clock twice costs more than a small copy does. */
@@ -12,6 +14,21 @@ enum { TIMED_TRANSFER_MIN = 64 * 1024 };
 
 /* The stream argument to the back end and the device both come from the
  * buffer: the caller checked that the stream (if any) is of the same device. */
+
+/* MAPPING_CHECK=races (os/race_guard.h): after an async copy was queued (or
+ * failed to be), the guard's protection goes when the stream gets there.
+ * The back end's own launch_host: no fault injection, no trace event, so
+ * the check changes nothing else a run does. */
+static void race_guard_queued(mapping_stream *stream, mapping_race_guard *guard, mapping_status st)
+{
+    mapping_device *dev = stream->dev;
+    if (st != MAPPING_OK ||
+        dev->be->launch_host(dev->state, stream->state, mapping__race_guard_end, guard) != MAPPING_OK) {
+        if (st == MAPPING_OK)
+            dev->be->stream_synchronize(dev->state, stream->state);
+        mapping__race_guard_end(guard);
+    }
+}
 
 mapping_status mapping__write(mapping_stream *stream, const void *src, mapping_buffer *dst, size_t dst_offset,
                               size_t bytes)
@@ -23,9 +40,14 @@ mapping_status mapping__write(mapping_stream *stream, const void *src, mapping_b
     mapping_host_ref ref;
     const mapping_host_ref *pinned = mapping__host_registry_find(&dev->host_blocks, src, bytes, &ref) ? &ref : NULL;
     uint64_t t0 = !stream && bytes >= TIMED_TRANSFER_MIN ? mapping_os_now_ns() : 0;
+    mapping_race_guard *guard = NULL; /* MAPPING_CHECK=races: the source is read-only until the copy is done */
+    if (__builtin_expect(stream != NULL, 0) && mapping__race_check_on())
+        guard = mapping__race_guard_begin(src, bytes, MAPPING_RACE_H2D, stream);
     mapping_trace_span span = mapping__trace_begin();
     st = dev->be->write(dev->state, mapping__stream_state(stream), src, pinned, dst->mem, dst_offset, bytes);
     mapping__trace_op(&span, "write", "h2d", dev, stream, dst, bytes, st);
+    if (__builtin_expect(guard != NULL, 0))
+        race_guard_queued(stream, guard, st);
     if (st != MAPPING_OK)
         return st;
     if (t0)
@@ -45,9 +67,18 @@ mapping_status mapping__read(mapping_stream *stream, const mapping_buffer *src, 
     mapping_host_ref ref;
     const mapping_host_ref *pinned = mapping__host_registry_find(&dev->host_blocks, dst, bytes, &ref) ? &ref : NULL;
     uint64_t t0 = !stream && bytes >= TIMED_TRANSFER_MIN ? mapping_os_now_ns() : 0;
+    mapping_race_guard *guard = NULL; /* MAPPING_CHECK=races: the destination is inaccessible until the copy starts */
+    if (__builtin_expect(stream != NULL, 0) && mapping__race_check_on() &&
+        (guard = mapping__race_guard_begin(dst, bytes, MAPPING_RACE_D2H, stream)) &&
+        dev->be->launch_host(dev->state, stream->state, mapping__race_guard_started, guard) != MAPPING_OK) {
+        mapping__race_guard_end(guard);
+        guard = NULL;
+    }
     mapping_trace_span span = mapping__trace_begin();
     st = dev->be->read(dev->state, mapping__stream_state(stream), src->mem, src_offset, dst, pinned, bytes);
     mapping__trace_op(&span, "read", "d2h", dev, stream, src, bytes, st);
+    if (__builtin_expect(guard != NULL, 0))
+        race_guard_queued(stream, guard, st);
     if (st != MAPPING_OK)
         return st;
     if (t0)
@@ -217,6 +248,22 @@ mapping_status mapping__stream_synchronize(mapping_stream *stream)
     return stream->dev->be->stream_synchronize(stream->dev->state, stream->state);
 }
 
+/* MAPPING_CHECK=races: a host function runs marked as its stream's work. */
+typedef struct race_host_call {
+    void (*fn)(void *user);
+    void           *user;
+    mapping_stream *stream;
+} race_host_call;
+
+static void race_host_trampoline(void *arg)
+{
+    race_host_call c = *(race_host_call *)arg;
+    free(arg);
+    mapping__race_stream_fn_enter(c.stream);
+    c.fn(c.user);
+    mapping__race_stream_fn_leave();
+}
+
 mapping_status mapping__launch_host(mapping_stream *stream, void (*fn)(void *user), void *user)
 {
     if (!stream) {
@@ -226,6 +273,16 @@ mapping_status mapping__launch_host(mapping_stream *stream, void (*fn)(void *use
     mapping_status st = mapping__fault_check_any(stream->dev, "launch_host");
     if (st != MAPPING_OK)
         return st;
+    if (__builtin_expect(mapping__race_check_on(), 0)) {
+        race_host_call *c = mapping_os_malloc(sizeof *c);
+        if (!c)
+            return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "launch_host: out of memory");
+        *c = (race_host_call){fn, user, stream};
+        st = stream->dev->be->launch_host(stream->dev->state, stream->state, race_host_trampoline, c);
+        if (st != MAPPING_OK)
+            free(c);
+        return st;
+    }
     mapping_trace_span span = mapping__trace_begin();
     st = stream->dev->be->launch_host(stream->dev->state, stream->state, fn, user);
     mapping__trace_host_fn(&span, stream->dev, stream, st);

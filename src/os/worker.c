@@ -4,7 +4,8 @@
  * destroy) its own stream: that would deadlock. */
 #include "os/os.h"
 
-static _Thread_local const void *worker_of;
+/* Initial-exec: MAPPING_CHECK=races' signal handler reads it (os/race_guard.c). */
+static _Thread_local __attribute__((tls_model("initial-exec"))) const void *worker_of;
 
 void mapping_os_set_worker_stream(const void *stream_state)
 {

@@ -95,6 +95,16 @@ static void regions_remove(mapping_os_track *t)
     }
 }
 
+bool mapping_os_track_overlaps(uintptr_t lo, uintptr_t hi)
+{
+    bool found = false;
+    pthread_mutex_lock(&regions_lock);
+    for (size_t i = 0; i < n_regions && !found; i++)
+        found = regions[i]->lo < hi && lo < regions[i]->hi;
+    pthread_mutex_unlock(&regions_lock);
+    return found;
+}
+
 int mapping_os_track_begin(void *addr, size_t bytes, mapping_os_track **out)
 {
     *out = NULL;

@@ -25,6 +25,7 @@
 #ifndef MAPPING_WRITE_TRACK_H
 #define MAPPING_WRITE_TRACK_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -44,6 +45,8 @@ typedef struct mapping_os_track mapping_os_track;
 /* Called with each run of written pages [lo, hi) (addresses, page-aligned). */
 typedef void (*mapping_os_track_fn)(void *user, uintptr_t lo, uintptr_t hi);
 
+/* Does a tracked region meet [lo, hi)? Thread-safe. */
+bool mapping_os_track_overlaps(uintptr_t lo, uintptr_t hi);
 /* Starts tracking [addr, addr + bytes) (widened to pages): nothing counts
  * as written yet. 0, or -errno: -ENOSYS when no mechanism is available,
  * -EBUSY when a page is tracked already, -ENOMEM. */

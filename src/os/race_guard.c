@@ -1,0 +1,316 @@
+/*
+ * MAPPING_CHECK=races (race_guard.h): page protection over the host ranges
+ * of asynchronous copies, and a SIGSEGV handler that reports the first CPU
+ * access racing one of them.
+ *
+ * Guards live in a fixed table read by the handler without locks (a slot's
+ * fields are written before its state is published with a release store).
+ * Changes to the table and to the protection are made under one mutex; the
+ * protection of a page is always recomputed from every guard on it (the
+ * strongest wins: inaccessible, then read-only), so overlapping copies on
+ * several streams keep each other's protection. The handler allocates
+ * nothing and takes no lock: it formats the report into a stack buffer,
+ * write(2)s it to stderr and aborts, like a sanitizer.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+#include "os/os.h"
+#include "os/race_guard.h"
+#include "os/write_track.h"
+
+_Atomic int mapping__race_mode;
+
+int mapping__race_mode_read(void)
+{
+    /* MAPPING_CHECK is a comma-separated list; "races" turns this on. */
+    const char *v = getenv("MAPPING_CHECK");
+    int mode = 1;
+    for (const char *p = v; p && *p;) {
+        size_t n = strcspn(p, ",");
+        if (n == 5 && strncmp(p, "races", 5) == 0)
+            mode = 2;
+        p += n + (p[n] == ',');
+    }
+    atomic_store_explicit(&mapping__race_mode, mode, memory_order_relaxed);
+    return mode;
+}
+
+enum { GUARD_SLOTS = 1024 };
+enum { SLOT_FREE = 0, SLOT_READONLY = 1, SLOT_NOACCESS = 2, SLOT_OPEN = 3 /* copying or ending: no check */ };
+
+struct mapping_race_guard {
+    _Atomic int       state;
+    uintptr_t         lo, hi;     /* page-aligned */
+    uintptr_t         range_lo, range_hi; /* the copy's own host range, for the report */
+    int               op;
+    const void       *stream;
+};
+
+static struct mapping_race_guard guards[GUARD_SLOTS];
+
+/* The stream whose host function this thread is running (mapping__launch_host
+ * wraps them while the check is on), and the guards of that stream the
+ * function's own accesses opened: stream-ordered work, not a race (a
+ * function queued before a copy runs before it; one queued after runs after
+ * the copy's guard is gone). Re-protected when the function returns.
+ * Initial-exec TLS: the handler may read it. */
+enum { OPENED_MAX = 16 };
+static _Thread_local __attribute__((tls_model("initial-exec"))) const void *in_stream_fn;
+static _Thread_local __attribute__((tls_model("initial-exec"))) int opened_slot[OPENED_MAX], opened_state[OPENED_MAX];
+static _Thread_local __attribute__((tls_model("initial-exec"))) int n_opened;
+static pthread_mutex_t           guards_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Non-zero while a guard's protection is being changed (under guards_lock):
+ * a fault on an open guard's pages then retries rather than going on. */
+static _Atomic int               in_transition;
+static pthread_once_t            install_once = PTHREAD_ONCE_INIT;
+static struct sigaction          previous;
+static int                       installed;
+
+/* ---- the report (async-signal-safe formatting) ---- */
+
+static size_t put_str(char *b, size_t at, size_t cap, const char *s)
+{
+    while (*s && at + 1 < cap)
+        b[at++] = *s++;
+    return at;
+}
+
+static size_t put_hex(char *b, size_t at, size_t cap, uintptr_t v)
+{
+    char tmp[2 + 2 * sizeof v];
+    int n = 0;
+    do {
+        tmp[n++] = "0123456789abcdef"[v & 15];
+        v >>= 4;
+    } while (v);
+    at = put_str(b, at, cap, "0x");
+    while (n && at + 1 < cap)
+        b[at++] = tmp[--n];
+    return at;
+}
+
+static int access_is_write(void *ctx)
+{
+#if defined(__x86_64__) && defined(REG_ERR)
+    const ucontext_t *uc = ctx;
+    return (uc->uc_mcontext.gregs[REG_ERR] & 2) != 0;
+#else
+    (void)ctx;
+    return -1;
+#endif
+}
+
+static void report(const struct mapping_race_guard *g, uintptr_t addr, void *ctx)
+{
+    char b[512];
+    size_t at = 0, cap = sizeof b;
+    int w = access_is_write(ctx);
+    at = put_str(b, at, cap, "mapping: MAPPING_CHECK=races: a CPU ");
+    at = put_str(b, at, cap, w < 0 ? "access" : w ? "write" : "read");
+    at = put_str(b, at, cap, " at ");
+    at = put_hex(b, at, cap, addr);
+    at = put_str(b, at, cap, g->op == MAPPING_RACE_H2D ? " raced an asynchronous host-to-device copy (sync_to_gpu) from "
+                                                       : " raced an asynchronous device-to-host copy (sync_to_cpu) into ");
+    at = put_str(b, at, cap, "host range [");
+    at = put_hex(b, at, cap, g->range_lo);
+    at = put_str(b, at, cap, ", ");
+    at = put_hex(b, at, cap, g->range_hi);
+    at = put_str(b, at, cap, ") queued on stream ");
+    at = put_hex(b, at, cap, (uintptr_t)g->stream);
+    at = put_str(b, at, cap, g->op == MAPPING_RACE_H2D
+                                 ? "; the source must not change until the stream has passed the copy (synchronize "
+                                   "the stream or wait for an event first)\n"
+                                 : "; the destination must not be touched until the stream has passed the copy "
+                                   "(synchronize the stream or wait for an event first)\n");
+    ssize_t rc = write(STDERR_FILENO, b, at);
+    (void)rc;
+}
+
+static void chain(int sig, siginfo_t *info, void *ctx)
+{
+    if (previous.sa_flags & SA_SIGINFO) {
+        if (previous.sa_sigaction) {
+            previous.sa_sigaction(sig, info, ctx);
+            return;
+        }
+    } else if (previous.sa_handler != SIG_DFL && previous.sa_handler != SIG_IGN) {
+        previous.sa_handler(sig);
+        return;
+    }
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(SIGSEGV, &dfl, NULL);
+}
+
+static void on_segv(int sig, siginfo_t *info, void *ctx)
+{
+    uintptr_t addr = info ? (uintptr_t)info->si_addr : 0;
+    bool open_slot = false, opened = false;
+    if (info && info->si_code == SEGV_ACCERR) {
+        for (int i = 0; i < GUARD_SLOTS; i++) {
+            int state = atomic_load_explicit(&guards[i].state, memory_order_acquire);
+            if (state == SLOT_FREE || addr < guards[i].lo || addr >= guards[i].hi)
+                continue;
+            if (state == SLOT_OPEN) {
+                open_slot = true; /* its protection is being lifted: try again */
+                continue;
+            }
+            if (mapping_os_worker_stream()) {
+                /* A library worker thread (the host back end's copies and
+                 * host functions): work ordered by its stream, which may be
+                 * another copy queued before this one. The guard opens for
+                 * good (until its copy is done). */
+                int prev = state;
+                atomic_compare_exchange_strong(&guards[i].state, &prev, SLOT_OPEN);
+                mprotect((void *)guards[i].lo, guards[i].hi - guards[i].lo, PROT_READ | PROT_WRITE);
+                opened = true;
+                continue;
+            }
+            if (in_stream_fn && in_stream_fn == guards[i].stream) { /* the stream's own work: open it */
+                int prev = state;
+                if (atomic_compare_exchange_strong(&guards[i].state, &prev, SLOT_OPEN) && n_opened < OPENED_MAX) {
+                    opened_slot[n_opened] = i;
+                    opened_state[n_opened++] = prev;
+                }
+                mprotect((void *)guards[i].lo, guards[i].hi - guards[i].lo, PROT_READ | PROT_WRITE);
+                opened = true;
+                continue;
+            }
+            report(&guards[i], addr, ctx);
+            abort();
+        }
+    }
+    if (opened || (open_slot && atomic_load_explicit(&in_transition, memory_order_acquire)))
+        return; /* try the access again */
+    chain(sig, info, ctx);
+}
+
+static void install(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_segv;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    installed = sigaction(SIGSEGV, &sa, &previous) == 0;
+}
+
+/* Recomputes the protection of [lo, hi) from every guard on it. Under guards_lock. */
+static void protect_pages(uintptr_t lo, uintptr_t hi)
+{
+    mprotect((void *)lo, hi - lo, PROT_READ | PROT_WRITE);
+    for (int want = SLOT_READONLY; want <= SLOT_NOACCESS; want++)
+        for (int i = 0; i < GUARD_SLOTS; i++) {
+            struct mapping_race_guard *g = &guards[i];
+            if (atomic_load_explicit(&g->state, memory_order_relaxed) != want || g->hi <= lo || g->lo >= hi)
+                continue;
+            uintptr_t a = g->lo > lo ? g->lo : lo, b = g->hi < hi ? g->hi : hi;
+            mprotect((void *)a, b - a, want == SLOT_NOACCESS ? PROT_NONE : PROT_READ);
+        }
+}
+
+mapping_race_guard *mapping__race_guard_begin(const void *ptr, size_t bytes, int op, const void *stream)
+{
+    pthread_once(&install_once, install);
+    uintptr_t page = mapping_os_page_size(), p = (uintptr_t)ptr;
+    if (!installed || p + bytes < p)
+        return NULL;
+    uintptr_t lo = (p + page - 1) & ~(page - 1), hi = (p + bytes) & ~(page - 1);
+    /* Pages watched by mprotect write tracking keep their own protection. */
+    if (lo >= hi || (mapping_os_track_kind_get() == MAPPING_OS_TRACK_MPROTECT && mapping_os_track_overlaps(lo, hi)))
+        return NULL;
+    pthread_mutex_lock(&guards_lock);
+    atomic_fetch_add(&in_transition, 1);
+    struct mapping_race_guard *g = NULL;
+    /* A range that an earlier copy still uses is not protected again: that
+     * copy (which a driver may run with CPU stores, on a thread of its own)
+     * comes first in its stream, or in this one through an event, and
+     * would trip over this guard before this copy is reached. The guard is
+     * kept, open (unprotected), so that later copies of the range see it
+     * too, until its copy is done. */
+    bool overlap = false;
+    for (int i = 0; i < GUARD_SLOTS && !overlap; i++)
+        overlap = atomic_load_explicit(&guards[i].state, memory_order_relaxed) != SLOT_FREE && guards[i].lo < hi &&
+                  lo < guards[i].hi;
+    for (int i = 0; i < GUARD_SLOTS && !g; i++)
+        if (atomic_load_explicit(&guards[i].state, memory_order_relaxed) == SLOT_FREE)
+            g = &guards[i];
+    if (g) {
+        g->lo = lo;
+        g->hi = hi;
+        g->range_lo = p;
+        g->range_hi = p + bytes;
+        g->op = op;
+        g->stream = stream;
+        atomic_store_explicit(&g->state, overlap ? SLOT_OPEN : op == MAPPING_RACE_H2D ? SLOT_READONLY : SLOT_NOACCESS,
+                              memory_order_release);
+        if (!overlap)
+            protect_pages(lo, hi);
+    }
+    atomic_fetch_sub(&in_transition, 1);
+    pthread_mutex_unlock(&guards_lock);
+    return g;
+}
+
+void mapping__race_guard_started(void *guard)
+{
+    struct mapping_race_guard *g = guard;
+    if (!g)
+        return;
+    pthread_mutex_lock(&guards_lock);
+    atomic_fetch_add(&in_transition, 1);
+    atomic_store_explicit(&g->state, SLOT_OPEN, memory_order_release);
+    protect_pages(g->lo, g->hi);
+    atomic_fetch_sub(&in_transition, 1);
+    pthread_mutex_unlock(&guards_lock);
+}
+
+void mapping__race_guard_end(void *guard)
+{
+    struct mapping_race_guard *g = guard;
+    if (!g)
+        return;
+    pthread_mutex_lock(&guards_lock);
+    atomic_fetch_add(&in_transition, 1);
+    atomic_store_explicit(&g->state, SLOT_OPEN, memory_order_release); /* faults meanwhile retry */
+    protect_pages(g->lo, g->hi);
+    atomic_store_explicit(&g->state, SLOT_FREE, memory_order_release);
+    atomic_fetch_sub(&in_transition, 1);
+    pthread_mutex_unlock(&guards_lock);
+}
+
+void mapping__race_stream_fn_enter(const void *stream)
+{
+    in_stream_fn = stream;
+    n_opened = 0;
+}
+
+void mapping__race_stream_fn_leave(void)
+{
+    in_stream_fn = NULL;
+    if (!n_opened)
+        return;
+    pthread_mutex_lock(&guards_lock);
+    atomic_fetch_add(&in_transition, 1);
+    for (int k = 0; k < n_opened; k++) {
+        struct mapping_race_guard *g = &guards[opened_slot[k]];
+        int open = SLOT_OPEN;
+        if (atomic_compare_exchange_strong(&g->state, &open, opened_state[k]))
+            protect_pages(g->lo, g->hi);
+    }
+    n_opened = 0;
+    atomic_fetch_sub(&in_transition, 1);
+    pthread_mutex_unlock(&guards_lock);
+}

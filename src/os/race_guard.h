@@ -1,0 +1,50 @@
+/*
+ * MAPPING_CHECK=races: host memory that an asynchronous copy uses is
+ * protected while the copy is queued, so that the first racing CPU access
+ * stops the program with a report (race_guard.c):
+ * - host to device: the source range is read-only from enqueue until the
+ *   copy has completed (a CPU write would change what the device gets);
+ * - device to host: the destination range is inaccessible from enqueue
+ *   until the copy starts (a read would see old bytes, a write would be
+ *   overwritten); during the copy itself it is writable, because a driver
+ *   may write it with CPU stores (the host back end, PoCL, CUDA's pageable
+ *   path), and the library cannot tell those stores from the program's.
+ * Only whole pages inside a range are protected (mprotect works on pages):
+ * the bytes of a range's first and last partial page are not checked.
+ * Off (the default), the hooks cost one predicted branch per async copy.
+ */
+#ifndef MAPPING_RACE_GUARD_H
+#define MAPPING_RACE_GUARD_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+/* 0 not read yet, 1 off, 2 on ($MAPPING_CHECK holds "races"). */
+extern _Atomic int mapping__race_mode __attribute__((visibility("hidden")));
+int mapping__race_mode_read(void);
+static inline bool mapping__race_check_on(void)
+{
+    int mode = atomic_load_explicit(&mapping__race_mode, memory_order_relaxed);
+    if (__builtin_expect(mode == 1, 1))
+        return false;
+    return (mode ? mode : mapping__race_mode_read()) == 2;
+}
+
+enum { MAPPING_RACE_H2D = 1, MAPPING_RACE_D2H = 2 };
+typedef struct mapping_race_guard mapping_race_guard;
+/* Protects the whole pages of [ptr, ptr + bytes) for a copy of kind op
+ * queued on `stream` (named in the report). NULL when nothing could be
+ * protected (no whole page, table full, mprotect refused): no check. */
+mapping_race_guard *mapping__race_guard_begin(const void *ptr, size_t bytes, int op, const void *stream);
+/* The copy starts (device to host): its range becomes writable for it. */
+void                mapping__race_guard_started(void *guard);
+/* The copy completed (or was never queued): the protection goes. */
+void                mapping__race_guard_end(void *guard);
+/* Around a host function queued on `stream`: its accesses to that stream's
+ * guarded ranges are stream-ordered, not races; they are let through, and
+ * the protection comes back when it returns. */
+void                mapping__race_stream_fn_enter(const void *stream);
+void                mapping__race_stream_fn_leave(void);
+
+#endif

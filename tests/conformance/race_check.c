@@ -1,0 +1,126 @@
+/*
+ * MAPPING_CHECK=races: a CPU access to host memory that an asynchronous
+ * copy is using stops the program with a report naming the address, the
+ * copy and the stream. Each planted race runs in a child process (fork):
+ * the child must die of SIGABRT with the report on stderr; a child that
+ * survives the race exits 0, and the test fails. The copy is held in its
+ * queue by a host function that waits on a flag nobody sets in time.
+ */
+#include <signal.h>
+#include <stdatomic.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "harness.h"
+
+enum { BYTES = 16 * 4096 };
+
+static _Atomic int release_gate;
+
+static void gate(void *user)
+{
+    (void)user;
+    while (!atomic_load(&release_gate))
+        usleep(1000);
+}
+
+/* Runs in the child: opens its own device (threads do not survive fork),
+ * queues the copy behind the gate, then touches the middle of the range. */
+static int child(int to_gpu)
+{
+    setenv("MAPPING_CHECK", "races", 1);
+    mapping_device_desc desc = {.backend = test_backend()};
+    mapping_device *dev;
+    mapping_stream *s;
+    mapping_buffer *buf;
+    if (mapping_open(&desc, &dev))
+        return TEST_SKIP_CODE; /* the back end is absent */
+    if (mapping_stream_create(dev, &s) || mapping_allocate_gpu(dev, BYTES, &buf))
+        return 3;
+    volatile unsigned char *host = aligned_alloc(4096, BYTES);
+    if (!host)
+        return 3;
+    memset((void *)host, 1, BYTES);
+    if (mapping_launch_host(s, gate, NULL))
+        return 3;
+    mapping_status st = to_gpu ? mapping_sync_to_gpu_range(s, (const void *)host, buf, 0, BYTES)
+                               : mapping_sync_to_cpu_range(s, buf, 0, (void *)host, BYTES);
+    if (st)
+        return 3;
+    if (to_gpu)
+        host[5 * 4096 + 17] = 2; /* the planted write */
+    else
+        (void)host[5 * 4096 + 17]; /* the planted read */
+    atomic_store(&release_gate, 1);
+    mapping_stream_synchronize(s);
+    return 0; /* not caught */
+}
+
+static void expect_caught(int to_gpu, const char *what)
+{
+    int err[2];
+    CHECK(pipe(err) == 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        dup2(err[1], 2);
+        close(err[0]);
+        _exit(child(to_gpu));
+    }
+    close(err[1]);
+    char out[4096] = {0};
+    size_t n = 0;
+    for (ssize_t k; n + 1 < sizeof out && (k = read(err[0], out + n, sizeof out - 1 - n)) > 0;)
+        n += (size_t)k;
+    close(err[0]);
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == TEST_SKIP_CODE)
+        test_skip("back end %s is absent", test_backend());
+    if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGABRT)
+        test_fail(__FILE__, __LINE__, "the child was not stopped by the check (%s %d); its stderr: %s",
+                  WIFEXITED(status) ? "exit" : "signal", WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status),
+                  out);
+    CHECK(strstr(out, "MAPPING_CHECK=races") != NULL);
+    CHECK(strstr(out, what) != NULL);
+    CHECK(strstr(out, "queued on stream 0x") != NULL);
+    printf("%s", out);
+}
+
+TEST(race_check_catches_a_write_during_an_async_upload)
+{
+    expect_caught(1, "CPU write at 0x");
+    expect_caught(1, "raced an asynchronous host-to-device copy");
+}
+
+TEST(race_check_catches_a_read_during_an_async_download)
+{
+    expect_caught(0, "raced an asynchronous device-to-host copy");
+}
+
+/* With the check on, access after the stream has passed the copies is fine,
+ * and the bytes are right (no false report, nothing left protected). */
+TEST(race_check_allows_access_once_the_stream_has_passed)
+{
+    setenv("MAPPING_CHECK", "races", 1);
+    mapping_device *dev = test_device();
+    mapping_stream *s;
+    mapping_buffer *buf;
+    CHECK_OK(mapping_stream_create(dev, &s));
+    CHECK_OK(mapping_allocate_gpu(dev, BYTES, &buf));
+    unsigned char *host = aligned_alloc(4096, BYTES), *back = aligned_alloc(4096, BYTES);
+    CHECK(host && back);
+    for (int round = 0; round < 20; round++) {
+        memset(host, round, BYTES);
+        CHECK_OK(mapping_sync_to_gpu_range(s, host + round, buf, 0, BYTES - 64));
+        CHECK_OK(mapping_sync_to_cpu_range(s, buf, 0, back, BYTES - 64));
+        CHECK_OK(mapping_stream_synchronize(s));
+        CHECK_BYTES(back, host + round, BYTES - 64);
+        back[7 * 4096] ^= 1; /* writable again */
+        host[7 * 4096] ^= 1;
+    }
+    free(host);
+    free(back);
+    mapping_free_gpu(buf);
+    mapping_stream_destroy(s);
+}
