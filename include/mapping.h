@@ -374,7 +374,9 @@ MAPPING_API mapping_status mapping_open_opencl(void *cl_context, void *cl_device
  * releases only the library's handle, never the memory, and then calls
  * release(user) if release is not NULL (on the thread that frees). The caller
  * keeps the memory alive until then. Thread-safe. MAPPING_ERR_UNSUPPORTED
- * where the back end cannot import. */
+ * where the back end cannot import, and for a non-zero offset into a cl_mem
+ * that is itself a sub-buffer (OpenCL makes no sub-buffer of a sub-buffer;
+ * the message names the parent and the offset to import it at). */
 MAPPING_API mapping_status mapping_import_gpu(mapping_device *dev, void *native, size_t offset, size_t bytes,
                                               void (*release)(void *user), void *user, mapping_buffer **out);
 

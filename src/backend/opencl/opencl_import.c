@@ -25,6 +25,24 @@ mapping_status mapping__opencl_device_synchronize(void *dev)
     return err == CL_SUCCESS ? MAPPING_OK : mapping__opencl_fail("clFinish (device queue)", err);
 }
 
+/* A sub-range of a cl_mem is a sub-buffer, and OpenCL makes sub-buffers of
+ * buffers only (clCreateSubBuffer on a sub-buffer is CL_INVALID_MEM_OBJECT):
+ * say so, and what works instead. */
+static mapping_status refuse_sub_buffer_of_sub_buffer(cl_mem mem, size_t offset)
+{
+    cl_mem parent = NULL;
+    size_t origin = 0;
+    if (mapping__opencl_driver.clGetMemObjectInfo(mem, CL_MEM_ASSOCIATED_MEMOBJECT, sizeof parent, &parent, NULL) !=
+            CL_SUCCESS ||
+        !parent)
+        return MAPPING_OK; /* a buffer: clCreateSubBuffer decides */
+    mapping__opencl_driver.clGetMemObjectInfo(mem, CL_MEM_OFFSET, sizeof origin, &origin, NULL);
+    return mapping__fail(MAPPING_ERR_UNSUPPORTED,
+                         "opencl: cl_mem %p is a sub-buffer (of cl_mem %p at offset %zu), and OpenCL cannot make a "
+                         "sub-buffer of a sub-buffer: import it with offset 0, or import its parent at offset %zu",
+                         (void *)mem, (void *)parent, origin, origin + offset);
+}
+
 /* native[offset, +bytes): the cl_mem itself (retained) when offset is 0,
  * else a sub-buffer (whose origin must be aligned to the device's
  * CL_DEVICE_MEM_BASE_ADDR_ALIGN). */
@@ -38,6 +56,7 @@ mapping_status mapping__opencl_buffer_import(void *dev, void *native, size_t off
     size_t size = 0;
     cl_mem_object_type type = 0;
     cl_int err;
+    mapping_status st;
     if ((err = mapping__opencl_driver.clGetMemObjectInfo(mem, CL_MEM_TYPE, sizeof type, &type, NULL)) ||
         (err = mapping__opencl_driver.clGetMemObjectInfo(mem, CL_MEM_CONTEXT, sizeof context, &context, NULL)) ||
         (err = mapping__opencl_driver.clGetMemObjectInfo(mem, CL_MEM_SIZE, sizeof size, &size, NULL)))
@@ -53,6 +72,8 @@ mapping_status mapping__opencl_buffer_import(void *dev, void *native, size_t off
     if (offset > size || bytes > size - offset)
         return mapping__fail(MAPPING_ERR_OUT_OF_RANGE, "opencl: offset %zu + bytes %zu is past the end of cl_mem %p (%zu bytes)",
                              offset, bytes, native, size);
+    if (offset != 0 && (st = refuse_sub_buffer_of_sub_buffer(mem, offset)) != MAPPING_OK)
+        return st;
     opencl_buffer *b = mapping_os_malloc(sizeof *b);
     if (!b)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "opencl: out of memory");
