@@ -674,7 +674,24 @@ MAPPING_API int            mapping_trace_active(void);
  *   to 28672 ...)"), and nothing is copied. Pages that hold marked bytes are
  *   not checked. Cost: a hash of the synced view per sync (a few GB/s) and
  *   9 bytes per 4 KiB page: for debugging. Another value of MAPPING_CHECK
- *   fails every sync to the GPU with MAPPING_ERR_INVALID_ARGUMENT. */
+ *   fails every sync to the GPU with MAPPING_ERR_INVALID_ARGUMENT.
+ *   Checks combine with commas: MAPPING_CHECK=unmarked,races.
+ * - MAPPING_CHECK=races (read once, at the first async copy) protects the
+ *   host memory of every asynchronous copy (a non-NULL stream): the source
+ *   of a host-to-device copy is read-only until the copy has completed; the
+ *   destination of a device-to-host copy is inaccessible until the copy
+ *   starts (then writable: a driver may write it with CPU stores). The first
+ *   CPU access that races one stops the program (abort(), like a
+ *   sanitizer) after writing to stderr the address, read or write, the copy
+ *   (direction, host range) and the stream. Only the whole pages inside a
+ *   copy's range are protected: the first and last partial page are not
+ *   checked. Not reported: host functions queued on the copy's own stream
+ *   (ordered with it), the library's worker threads, a copy whose range an
+ *   earlier, still queued copy uses (it is ordered after that one), pages of
+ *   mirrors tracked with mprotect. It installs a SIGSEGV handler that
+ *   chains to the one installed before. Off, the cost is one predicted
+ *   branch per async copy; on, a few mprotect calls and a host function per
+ *   copy: for debugging. */
 
 /* ==== Mirrors (src/coherence/) ==== */
 
