@@ -55,6 +55,10 @@ typedef struct mapping_backend {
      * desc, the environment), ORed into device_info's. Host: a modelled
      * link (MAPPING_CAP_LINK_MODEL). */
     unsigned (*device_open_caps)(void *dev);
+    /* Optional: the link as the back end measured it at open, on a stream
+     * of its own (CUDA: not the legacy stream, which may hold the user's
+     * work); false when it has none (then the core measures on first use). */
+    bool (*device_link)(void *dev, double *latency, double *bandwidth);
 
     /* Device memory. */
     mapping_status (*buffer_alloc)(void *dev, size_t bytes, void **mem);

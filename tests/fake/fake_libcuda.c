@@ -36,6 +36,11 @@
  *   of them with FAKE_LIBCUDA_MISALIGN_HOST=1), as the driver does not
  *   promise page alignment.
  * - cuGetErrorName is not exported (the back end names errors itself).
+ * - Modules load lazily, as with CUDA_MODULE_LOADING=LAZY (the default since
+ *   CUDA 12.2): cuModuleLoadData, and the first launch of a function that
+ *   cuFuncLoad did not load, wait for every stream (the driver may
+ *   synchronize the context to load), aborting as allocations do when a
+ *   stream never finishes. "lazy_loads" counts first launches that loaded.
  * FAKE_LIBCUDA_STRICT=0 turns off the waiting of allocations and frees, the
  * single host-function thread and the misaligned blocks.
  *
@@ -60,7 +65,10 @@
  * "cuMemcpyHtoD" and the like: the _v2 copies by their plain name), and
  * fake_cuda_forbid_alloc(1) makes every allocation and free fail with
  * CUDA_ERROR_NOT_PERMITTED (and count as "forbidden") until
- * fake_cuda_forbid_alloc(0). FAKE_LIBCUDA_COUNTS=1 prints every count at
+ * fake_cuda_forbid_alloc(0). fake_cuda_hold_legacy(1) stops the legacy
+ * stream from starting its next op until fake_cuda_hold_legacy(0) (work a
+ * user queued on the device's native queue, not yet done).
+ * FAKE_LIBCUDA_COUNTS=1 prints every count at
  * exit. Streams are worker threads; device memory is malloc. It proves
  * nothing about real GPUs: tests/gpu/run.sh does that.
  */
@@ -94,6 +102,7 @@ static bool sync_alloc; /* allocations wait for every stream too (strict) */
 static double deadlock_seconds = 8;
 static _Thread_local bool in_host_fn;
 static int sticky; /* the context's sticky error, 0 when none */
+static bool function_loaded, saxpy_loaded, jacobi_loaded; /* kernels loaded by cuFuncLoad or a first launch */
 
 /* ---- counters ---- */
 #define FAKE_COUNTERS(X)                                                                                     \
@@ -102,7 +111,7 @@ static int sticky; /* the context's sticky error, 0 when none */
     X(cuMemPrefetchAsync_v2) X(cuEventElapsedTime) X(cuEventElapsedTime_v2) X(cuLaunchHostFunc)              \
     X(cuStreamSynchronize) X(cuStreamCreate) X(forbidden) X(leaked_at_reset) X(context_resets)               \
     X(cuStreamSynchronize_legacy) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync)   \
-    X(cuLaunchKernel) X(cuEventSynchronize)
+    X(cuLaunchKernel) X(cuEventSynchronize) X(cuModuleLoadData) X(cuFuncLoad) X(lazy_loads)
 enum {
 #define ENUM_(name) COUNT_##name,
     FAKE_COUNTERS(ENUM_)
@@ -437,6 +446,7 @@ typedef struct stream {
 } stream;
 
 static stream *live_streams; /* under registry_lock; the legacy stream included */
+static int legacy_held;      /* fake_cuda_hold_legacy */
 static pthread_cond_t visitors_gone = PTHREAD_COND_INITIALIZER;
 static stream *legacy;       /* created with the context */
 
@@ -532,7 +542,7 @@ static void *worker(void *arg)
     stream *s = arg;
     pthread_mutex_lock(&s->lock);
     for (;;) {
-        while (!s->head && !s->quit)
+        while ((!s->head || (s == legacy && __atomic_load_n(&legacy_held, __ATOMIC_SEQ_CST))) && !s->quit)
             pthread_cond_wait(&s->cond, &s->lock);
         if (!s->head)
             break;
@@ -550,6 +560,17 @@ static void *worker(void *arg)
     }
     pthread_mutex_unlock(&s->lock);
     return NULL;
+}
+
+API void fake_cuda_hold_legacy(int on)
+{
+    __atomic_store_n(&legacy_held, on, __ATOMIC_SEQ_CST);
+    stream *l = legacy;
+    if (!on && l) {
+        pthread_mutex_lock(&l->lock);
+        pthread_cond_broadcast(&l->cond);
+        pthread_mutex_unlock(&l->lock);
+    }
 }
 
 static stream *stream_new(void)
@@ -715,6 +736,7 @@ static void context_create(void)
 static void context_reset(void)
 {
     count(COUNT_context_resets);
+    function_loaded = saxpy_loaded = jacobi_loaded = false; /* the modules are gone */
     long long leaked = 0;
     for (;;) {
         pthread_mutex_lock(&registry_lock);
@@ -1200,9 +1222,16 @@ API CUresult cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t 
 
 /* Modules: the back end's kernel and the examples' saxpy and jacobi, emulated on the stream. */
 static int module_token, function_token, saxpy_token, jacobi_token;
+static bool *loaded_flag(void *fn)
+{
+    return fn == &function_token ? &function_loaded : fn == &saxpy_token ? &saxpy_loaded
+                                                     : fn == &jacobi_token ? &jacobi_loaded : NULL;
+}
 API CUresult cuModuleLoadData(void **module, const void *image)
 {
     NEED_CONTEXT();
+    count(COUNT_cuModuleLoadData);
+    synchronize_all_streams("cuModuleLoadData (loading a module may synchronize the context)");
     if (!strstr(image, ".entry mapping_copy_entries") && !strstr(image, ".entry saxpy") &&
         !strstr(image, ".entry jacobi("))
         return 218; /* CUDA_ERROR_INVALID_PTX */
@@ -1226,9 +1255,27 @@ API CUresult cuModuleGetFunction(void **fn, void *module, const char *name)
     return OK;
 }
 
+API CUresult cuFuncLoad(void *fn)
+{
+    NEED_CONTEXT();
+    count(COUNT_cuFuncLoad);
+    bool *flag = loaded_flag(fn);
+    if (!flag)
+        return INVALID_HANDLE;
+    *flag = true;
+    return OK;
+}
+
 API CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                             unsigned shared, stream *s, void **params, void **extra)
 {
+    bool *flag = loaded_flag(fn);
+    if (flag && !*flag && ctx_depth) { /* lazy loading: the first launch loads the function */
+        count(COUNT_lazy_loads);
+        synchronize_all_streams("cuLaunchKernel (the first launch of a function loads it lazily, which may "
+                                "synchronize the context)");
+        *flag = true;
+    }
     (void)shared, (void)extra;
     NEED_CONTEXT();
     count(COUNT_cuLaunchKernel);

@@ -164,6 +164,71 @@ static mapping_status scatter_mode_from_env(cuda_scatter_mode *mode)
     return MAPPING_OK;
 }
 
+mapping_status mapping__cuda_after_legacy(cuda_device *d)
+{
+    mapping_status st = mapping__cuda_check(d->cu->cuEventRecord(d->legacy_mark, LEGACY_STREAM), "cuEventRecord");
+    if (st == MAPPING_OK)
+        st = mapping__cuda_check(d->cu->cuStreamWaitEvent(d->internal, d->legacy_mark, 0), "cuStreamWaitEvent");
+    return st;
+}
+
+/* The link (latency of a 64-byte copy, bandwidth of 8 MiB ones, medians),
+ * measured once at open with page-locked memory of the staging arena, on the
+ * private internal stream: never on the legacy stream, where it would wait
+ * for whatever the user (PyTorch, say) has queued there. Best effort: when
+ * it cannot be measured, the core measures on first use. The context is
+ * current; nothing else uses the device yet. */
+enum { LINK_PROBE_BYTES = 8 << 20, LINK_SMALL = 64, LINK_SMALL_RUNS = 21, LINK_BIG_RUNS = 3 };
+
+static int compare_doubles(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double timed_copy(cuda_device *d, cu_deviceptr dst, const void *src, size_t bytes)
+{
+    double t0 = mapping_os_now();
+    if (d->cu->cuMemcpyHtoDAsync_v2(dst, src, bytes, d->internal) != CU_SUCCESS ||
+        d->cu->cuStreamSynchronize(d->internal) != CU_SUCCESS)
+        return -1;
+    return mapping_os_now() - t0;
+}
+
+static void measure_link(cuda_device *d)
+{
+    const cuda_driver *cu = d->cu;
+    cuda_stage_chunk *c = d->staging.chunks;
+    cu_deviceptr mem = 0;
+    if (!c || c->size < LINK_PROBE_BYTES || cu->cuMemAlloc_v2(&mem, LINK_PROBE_BYTES) != CU_SUCCESS)
+        return;
+    memset(c->base, 1, LINK_PROBE_BYTES);
+    double small[LINK_SMALL_RUNS], big[LINK_BIG_RUNS];
+    bool ok = true;
+    for (int i = 0; i < LINK_SMALL_RUNS && ok; i++)
+        ok = (small[i] = timed_copy(d, mem, c->base, LINK_SMALL)) >= 0;
+    for (int i = 0; i < LINK_BIG_RUNS && ok; i++)
+        ok = (big[i] = timed_copy(d, mem, c->base, LINK_PROBE_BYTES)) >= 0;
+    cu->cuMemFree_v2(mem);
+    if (!ok)
+        return;
+    qsort(small, LINK_SMALL_RUNS, sizeof small[0], compare_doubles);
+    qsort(big, LINK_BIG_RUNS, sizeof big[0], compare_doubles);
+    double lat = small[LINK_SMALL_RUNS / 2], t_big = big[LINK_BIG_RUNS / 2];
+    d->link_latency = lat > 1e-9 ? lat : 1e-9;
+    d->link_bandwidth = t_big > lat ? (double)LINK_PROBE_BYTES / (t_big - lat) : (double)LINK_PROBE_BYTES / t_big;
+}
+
+static bool cuda_device_link(void *dev, double *latency, double *bandwidth)
+{
+    cuda_device *d = dev;
+    if (d->link_latency <= 0 || d->link_bandwidth <= 0)
+        return false;
+    *latency = d->link_latency;
+    *bandwidth = d->link_bandwidth;
+    return true;
+}
+
 static mapping_status cuda_device_open(int index, const mapping_device_desc *desc, void **out)
 {
     (void)desc;
@@ -184,13 +249,23 @@ static mapping_status cuda_device_open(int index, const mapping_device_desc *des
         free(d);
         return st;
     }
+    d->scatter_mode = scatter_mode;
     IN_CONTEXT(d, {
         st = mapping__cuda_check(cu->cuStreamCreate(&d->internal, CU_STREAM_NON_BLOCKING_), "cuStreamCreate");
-        /* The staging arena's first chunk: no page-locked allocation per copy. */
-        if (st == MAPPING_OK && (st = mapping__cuda_staging_init(d)) != MAPPING_OK)
+        if (st == MAPPING_OK &&
+            (st = mapping__cuda_check(cu->cuEventCreate(&d->legacy_mark, CU_EVENT_DISABLE_TIMING_), "cuEventCreate")) !=
+                MAPPING_OK)
             cu->cuStreamDestroy_v2(d->internal);
-        if (st == MAPPING_OK) /* best effort: without them, the driver serves every allocation */
-            mapping__cuda_pools_init(d);
+        /* The staging arena's first chunk: no page-locked allocation per copy. */
+        if (st == MAPPING_OK && (st = mapping__cuda_staging_init(d)) != MAPPING_OK) {
+            cu->cuEventDestroy_v2(d->legacy_mark);
+            cu->cuStreamDestroy_v2(d->internal);
+        }
+        if (st == MAPPING_OK) {
+            mapping__cuda_pools_init(d); /* best effort: without them, the driver serves every allocation */
+            mapping__cuda_kernels_load(d); /* never inside a flush */
+            measure_link(d);
+        }
     });
     if (st != MAPPING_OK) {
         cu->cuDevicePrimaryCtxRelease_v2(d->device);
@@ -199,8 +274,6 @@ static mapping_status cuda_device_open(int index, const mapping_device_desc *des
     }
     d->managed = cu->cuMemAllocManaged && attribute(cu, d->device, CU_ATTR_MANAGED_MEMORY);
     d->concurrent_managed = d->managed && attribute(cu, d->device, CU_ATTR_CONCURRENT_MANAGED_ACCESS);
-    d->scatter_mode = scatter_mode;
-    pthread_mutex_init(&d->kernels_lock, NULL);
     *out = d;
     return MAPPING_OK;
 }
@@ -212,12 +285,12 @@ static void cuda_device_close(void *dev)
     IN_CONTEXT(d, {
         d->cu->cuStreamSynchronize(d->internal);
         d->cu->cuStreamDestroy_v2(d->internal);
+        d->cu->cuEventDestroy_v2(d->legacy_mark);
         mapping__cuda_kernels_unload(d);
         mapping__cuda_staging_destroy(d);
         mapping__cuda_pools_destroy(d);
     });
     (void)st;
-    pthread_mutex_destroy(&d->kernels_lock);
     d->cu->cuDevicePrimaryCtxRelease_v2(d->device);
     free(d);
 }
@@ -637,6 +710,7 @@ const mapping_backend mapping_backend_cuda = {
     .device_open = cuda_device_open,
     .device_close = cuda_device_close,
     .device_native = cuda_device_native,
+    .device_link = cuda_device_link,
     .buffer_alloc = cuda_buffer_alloc,
     .buffer_free = cuda_buffer_free,
     .buffer_native = cuda_buffer_native,

@@ -66,6 +66,13 @@ typedef struct cuda_device {
     cu_device          device;
     cu_context         ctx;      /* the device's primary context, retained */
     cu_stream          internal; /* non-blocking; for blocking work that needs a real stream */
+    /* Recorded on the legacy stream (of this device's context) just before
+     * blocking work goes to `internal`, which waits for it: the blocking
+     * call is ordered after the device's native queue (made at open). */
+    cu_event           legacy_mark;
+    /* The link, measured at open on `internal` (never on the legacy stream,
+     * which may hold the user's work): 0 when it could not be. */
+    double             link_latency, link_bandwidth;
     bool               managed, concurrent_managed;
     cuda_staging       staging;
     /* Small allocations without driver calls (cuda_pool.c). */
@@ -74,9 +81,9 @@ typedef struct cuda_device {
     void              *host_pool_mem;
     cuda_scatter_mode  scatter_mode;
 
-    pthread_mutex_t kernels_lock;
-    bool            kernels_tried;
-    cu_module       module;  /* NULL until loaded, or when loading failed */
+    /* The scatter/gather kernel, loaded (and its function loaded, not left
+     * to lazy loading) at open; NULL when it could not be: then copies. */
+    cu_module       module;
     cu_function     copy_entries;
 } cuda_device;
 
@@ -98,6 +105,10 @@ mapping_status mapping__cuda_check(cu_result r, const char *call);
  * one is current); *pushed says whether mapping__cuda_leave must pop it. */
 mapping_status mapping__cuda_enter(cuda_device *d, bool *pushed);
 void           mapping__cuda_leave(cuda_device *d, bool pushed);
+/* Orders d's internal stream after the work queued so far on the legacy
+ * stream of d's context (an event recorded there, waited for on internal).
+ * The context is current. */
+mapping_status mapping__cuda_after_legacy(cuda_device *d);
 /* cuda_peer.c: mapping_backend.peer_copy. */
 mapping_status mapping__cuda_peer_copy(void *dev, void *stream, void *src_dev, void *src_mem, size_t src_offset,
                               void *dst_mem, size_t dst_offset, size_t bytes);
@@ -132,6 +143,12 @@ mapping_status mapping__cuda_scatter(void *dev, void *stream, void *staging_mem,
                             const mapping_scatter_entry *table, size_t count, void *dst_mem);
 mapping_status mapping__cuda_gather(void *dev, void *stream, void *src_mem, void *staging_mem, size_t table_offset,
                            const mapping_scatter_entry *table, size_t count);
+/* At open: loads the kernel module and its function (cuFuncLoad where the
+ * driver has it, else a launch over no entries), so that no blocking flush
+ * ever loads a module (lazy loading may synchronize the context, hanging
+ * behind a stream held by the caller). A failure is logged; the device then
+ * scatters with copies. The context is current. */
+void           mapping__cuda_kernels_load(cuda_device *d);
 void           mapping__cuda_kernels_unload(cuda_device *d);
 
 #endif /* MAPPING_CUDA_DEVICE_H */

@@ -53,6 +53,7 @@ enum {
     CU_MEMHOSTREGISTER_PORTABLE_ = 0x01,
     CU_STREAM_NON_BLOCKING_ = 0x1,
     CU_EVENT_DEFAULT_ = 0x0,
+    CU_EVENT_DISABLE_TIMING_ = 0x2,
     CU_MEM_ATTACH_GLOBAL_ = 0x1,
     CU_MEM_LOCATION_TYPE_DEVICE_ = 0x1,
     CU_MEM_LOCATION_TYPE_HOST_ = 0x2,
@@ -147,6 +148,8 @@ typedef struct cu_memcpy_attributes {
     X(cuModuleLoadData, (cu_module *module, const void *image))                                             \
     X(cuModuleUnload, (cu_module module))                                                                   \
     X(cuModuleGetFunction, (cu_function *fn, cu_module module, const char *name))                           \
+    /* CUDA 12.4: loads a function now, not at its first launch (lazy loading) */                           \
+    X(cuFuncLoad, (cu_function fn))                                                                         \
     X(cuLaunchKernel, (cu_function fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,     \
                        unsigned bz, unsigned shared_bytes, cu_stream s, void **params, void **extra))        \
     /* Several devices (cuda_peer.c) */                                                                    \

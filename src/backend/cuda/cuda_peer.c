@@ -62,6 +62,24 @@ mapping_status mapping__cuda_peer_copy(void *dev, void *stream, void *src_dev, v
     if (st != MAPPING_OK)
         return st;
     enable_peer_access(d, s);
+    /* Blocking: after what the native queues (the legacy streams of both
+     * devices' contexts) hold, as the legacy stream itself would be. */
+    if (!stream)
+        st = mapping__cuda_after_legacy(d);
+    if (st == MAPPING_OK && !stream && s->ctx != d->ctx) {
+        /* s's legacy stream is s's context's: record there, wait here. */
+        bool s_pushed;
+        if ((st = mapping__cuda_enter(s, &s_pushed)) == MAPPING_OK) {
+            st = mapping__cuda_check(cu->cuEventRecord(s->legacy_mark, (cu_stream)0), "cuEventRecord");
+            mapping__cuda_leave(s, s_pushed);
+        }
+        if (st == MAPPING_OK)
+            st = mapping__cuda_check(cu->cuStreamWaitEvent(on, s->legacy_mark, 0), "cuStreamWaitEvent");
+    }
+    if (st != MAPPING_OK) {
+        mapping__cuda_leave(d, pushed);
+        return st;
+    }
     if (cu->cuMemcpyPeerAsync)
         st = mapping__cuda_check(cu->cuMemcpyPeerAsync(dst, d->ctx, src, s->ctx, bytes, on), "cuMemcpyPeerAsync");
     else

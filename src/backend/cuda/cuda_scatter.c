@@ -7,8 +7,11 @@
  *           once per device) reading the table from the staging buffer;
  *   copies: one cuMemcpyDtoDAsync per entry, the fallback that always works.
  * auto = batch when the driver has it, else the kernel, else copies.
- * With stream == NULL the work runs on the device's internal stream and is
- * waited for (batch copies refuse the legacy stream). On CU_STREAM_LEGACY
+ * With stream == NULL the work runs on the device's internal stream, ordered
+ * after the legacy stream's work with an event (a blocking call sees what
+ * the device's native queue wrote), and is waited for (batch copies refuse
+ * the legacy stream). The kernel is loaded at open, never inside a flush.
+ * On CU_STREAM_LEGACY
  * (the blocking stream: a blocking flush's steps, waited for once by the
  * caller) batch copies are refused as well, so there it is the kernel, else
  * copies.
@@ -21,30 +24,43 @@
 
 enum { KERNEL_THREADS = 256, KERNEL_MAX_BLOCKS = 65535 };
 
-/* Loads the kernel the first time a device needs it; a failure is logged
- * once and the device falls back to copies. The context is current. */
-static bool kernel_ready(cuda_device *d)
+static mapping_status by_kernel(cuda_device *d, cu_stream s, cu_deviceptr staging, size_t table_offset,
+                                size_t count, cu_deviceptr buffer, unsigned gather);
+
+void mapping__cuda_kernels_load(cuda_device *d)
 {
     const cuda_driver *cu = d->cu;
-    pthread_mutex_lock(&d->kernels_lock);
-    if (!d->kernels_tried) {
-        d->kernels_tried = true;
-        if (mapping__cuda_driver_has_kernels(cu)) {
-            cu_result r = cu->cuModuleLoadData(&d->module, cuda_kernels_ptx);
-            if (r == CU_SUCCESS && (r = cu->cuModuleGetFunction(&d->copy_entries, d->module,
-                                                                 "mapping_copy_entries")) != CU_SUCCESS) {
-                cu->cuModuleUnload(d->module);
-            }
-            if (r != CU_SUCCESS) {
-                d->module = NULL;
-                mapping__log(1, "cuda: cannot load the scatter/gather kernel (%s, %d); using one copy per entry",
-                             mapping__cuda_error_name(r), r);
-            }
-        }
+    d->module = NULL;
+    if (!mapping__cuda_driver_has_kernels(cu) || d->scatter_mode == CUDA_SCATTER_COPIES)
+        return;
+    const char *call = "cuModuleLoadData";
+    cu_result r = cu->cuModuleLoadData(&d->module, cuda_kernels_ptx);
+    if (r == CU_SUCCESS) {
+        call = "cuModuleGetFunction";
+        r = cu->cuModuleGetFunction(&d->copy_entries, d->module, "mapping_copy_entries");
     }
-    bool ready = d->module != NULL;
-    pthread_mutex_unlock(&d->kernels_lock);
-    return ready;
+    if (r == CU_SUCCESS && cu->cuFuncLoad) {
+        call = "cuFuncLoad";
+        r = cu->cuFuncLoad(d->copy_entries);
+    } else if (r == CU_SUCCESS) {
+        /* A driver before CUDA 12.4: a launch over no entries loads the
+         * function now (lazy loading would load it at its first launch). */
+        call = "cuLaunchKernel";
+        mapping_error_mark before;
+        mapping__error_mark(&before);
+        mapping_status st = by_kernel(d, d->internal, 0, 0, 0, 0, 0);
+        if (st == MAPPING_OK)
+            st = mapping__cuda_check(cu->cuStreamSynchronize(d->internal), "cuStreamSynchronize");
+        mapping__error_forget(&before); /* logged below; mapping_open still succeeds */
+        r = st == MAPPING_OK ? CU_SUCCESS : CU_ERROR_NOT_SUPPORTED;
+    }
+    if (r != CU_SUCCESS) {
+        if (d->module)
+            cu->cuModuleUnload(d->module);
+        d->module = NULL;
+        mapping__log(1, "cuda: cannot load the scatter/gather kernel (%s: %s, %d); using one copy per entry", call,
+                     mapping__cuda_error_name(r), r);
+    }
 }
 
 void mapping__cuda_kernels_unload(cuda_device *d)
@@ -117,6 +133,11 @@ static mapping_status run(cuda_device *d, cu_stream stream, cu_deviceptr staging
                           const mapping_scatter_entry *table, size_t count, cu_deviceptr buffer, bool gather)
 {
     cu_stream s = stream ? stream : d->internal;
+    if (!stream) {
+        mapping_status st = mapping__cuda_after_legacy(d);
+        if (st != MAPPING_OK)
+            return st;
+    }
     bool batch = mapping__cuda_driver_has_batch_copy(d->cu);
     cuda_scatter_mode mode = d->scatter_mode;
     if (mode == CUDA_SCATTER_AUTO)
@@ -124,7 +145,7 @@ static mapping_status run(cuda_device *d, cu_stream stream, cu_deviceptr staging
     if (mode == CUDA_SCATTER_BATCH && (!batch || s == CU_STREAM_LEGACY_))
         mode = CUDA_SCATTER_KERNEL;
     /* The kernel reads the table as 8-byte words. */
-    if (mode == CUDA_SCATTER_KERNEL && (table_offset % 8 != 0 || !kernel_ready(d)))
+    if (mode == CUDA_SCATTER_KERNEL && (table_offset % 8 != 0 || !d->module))
         mode = CUDA_SCATTER_COPIES;
     mapping_status st = mode == CUDA_SCATTER_BATCH    ? by_batch(d, s, staging, table, count, buffer, gather)
                         : mode == CUDA_SCATTER_KERNEL ? by_kernel(d, s, staging, table_offset, count, buffer, gather)
