@@ -445,8 +445,10 @@ MAPPING_API mapping_status mapping_fill_gpu(mapping_stream *stream, mapping_buff
 
 /* Devices of one process: each mapping_open of another device index gives a
  * device with its own memory (the host back end exposes
- * $MAPPING_HOST_DEVICES = N virtual devices, read once when it loads, so
- * multi-device code runs anywhere; PoCL exposes several with
+ * $MAPPING_HOST_DEVICES = N virtual devices, 1 to 64, read once when it
+ * loads, so multi-device code runs anywhere; any other value, 0 included,
+ * makes mapping_open of host, and of the default back end, fail naming the
+ * variable, rather than choose another back end; PoCL exposes several with
  * POCL_DEVICES="pthread pthread"). mapping_list_devices lists them.
  *
  * Peer copy: src[src_offset, +bytes), a buffer of one device, to
