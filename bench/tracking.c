@@ -12,6 +12,8 @@
  *      (target <= 1.3): every page's first write faults once
  * The mechanism is the process's (MAPPING_TRACK=uffd|mprotect picks one;
  * run the section once per mechanism). --quick: 64 MiB mirrors.
+ * Also the cost of MAPPING_CHECK=races per async round trip, on the
+ * device benchmarked (run once with the variable and once without).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -114,6 +116,45 @@ static int streaming(bench_ctx *ctx, mapping_mirror *m, size_t size, double *sec
     return median_of(t, runs, seconds);
 }
 
+/* MAPPING_CHECK=races: an async 64 KiB upload and download on a stream,
+ * then a synchronize; the checker is on or off for the whole process, so
+ * the two figures come from two runs (with and without the variable). */
+typedef struct async_job {
+    mapping_stream *stream;
+    mapping_buffer *buf;
+    unsigned char  *host;
+} async_job;
+
+static int do_async_round_trip(void *arg)
+{
+    async_job *j = arg;
+    return mapping_sync_to_gpu_range(j->stream, j->host, j->buf, 0, 64 << 10) != MAPPING_OK ||
+           mapping_sync_to_cpu_range(j->stream, j->buf, 0, j->host + (64 << 10), 64 << 10) != MAPPING_OK ||
+           mapping_stream_synchronize(j->stream) != MAPPING_OK;
+}
+
+static int race_check_cost(bench_ctx *ctx)
+{
+    const char *check = getenv("MAPPING_CHECK");
+    int on = check && strstr(check, "races") != NULL;
+    async_job j = {0};
+    int rc = 1;
+    if (bench_check(mapping_stream_create(ctx->dev, &j.stream), "stream") ||
+        bench_check(mapping_allocate_gpu(ctx->dev, 64 << 10, &j.buf), "buffer") ||
+        bench_check(mapping_allocate_cpu(ctx->dev, 128 << 10, (void **)&j.host), "host memory"))
+        goto done;
+    double t = bench_time(ctx, 200, do_async_round_trip, &j);
+    bench_figure(ctx, on ? "races_check_on_async_round_trip_us" : "races_check_off_async_round_trip_us", t * 1e6, "us",
+                 on ? "async 64 KiB upload + download + synchronize, MAPPING_CHECK=races on"
+                    : "async 64 KiB upload + download + synchronize, MAPPING_CHECK=races off (run again with it on)");
+    rc = 0;
+done:
+    mapping_free_cpu(ctx->dev, j.host);
+    mapping_free_gpu(j.buf);
+    mapping_stream_destroy(j.stream);
+    return rc;
+}
+
 BENCH_SECTION(bench_tracking, 42, "tracking",
               "write-tracking mirrors (no marks) vs explicit marks: 1 byte, 1,000 scattered writes, clean sync, "
               "streaming-write overhead")
@@ -121,8 +162,10 @@ BENCH_SECTION(bench_tracking, 42, "tracking",
     size_t granularity = 0;
     mapping_track_mechanism mech = mapping_write_tracking(&granularity);
     fprintf(ctx->out, "\n== tracking: %s, granularity %zu B ==\n", mapping_write_tracking_description(), granularity);
+    if (race_check_cost(ctx))
+        return 1;
     if (mech == MAPPING_TRACK_NONE) {
-        bench_note(ctx, "no write tracking in this process: section skipped");
+        bench_note(ctx, "no write tracking in this process: the tracking figures are skipped");
         return 0;
     }
     track_pair p = {0};
