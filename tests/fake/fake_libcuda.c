@@ -103,6 +103,7 @@ static double deadlock_seconds = 8;
 static _Thread_local bool in_host_fn;
 static int sticky; /* the context's sticky error, 0 when none */
 static bool function_loaded, saxpy_loaded, jacobi_loaded; /* kernels loaded by cuFuncLoad or a first launch */
+static bool copy_entries_split; /* the loaded mapping_copy_entries takes `split` (a 6th parameter) */
 
 /* ---- counters ---- */
 #define FAKE_COUNTERS(X)                                                                                     \
@@ -111,7 +112,8 @@ static bool function_loaded, saxpy_loaded, jacobi_loaded; /* kernels loaded by c
     X(cuMemPrefetchAsync_v2) X(cuEventElapsedTime) X(cuEventElapsedTime_v2) X(cuLaunchHostFunc)              \
     X(cuStreamSynchronize) X(cuStreamCreate) X(forbidden) X(leaked_at_reset) X(context_resets)               \
     X(cuStreamSynchronize_legacy) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync)   \
-    X(cuLaunchKernel) X(cuEventSynchronize) X(cuModuleLoadData) X(cuFuncLoad) X(lazy_loads)
+    X(cuLaunchKernel) X(cuEventSynchronize) X(cuModuleLoadData) X(cuFuncLoad) X(lazy_loads)               \
+    X(copy_entries_largest_piece) X(copy_entries_threads_per_entry)
 enum {
 #define ENUM_(name) COUNT_##name,
     FAKE_COUNTERS(ENUM_)
@@ -129,6 +131,20 @@ static int forbid_alloc;
 static void count(int which)
 {
     __atomic_add_fetch(&counters[which], 1, __ATOMIC_RELAXED);
+}
+
+/* Gauges: the largest value seen (reset with fake_cuda_reset_gauges). */
+static void gauge_max(int which, long long v)
+{
+    long long old = __atomic_load_n(&counters[which], __ATOMIC_RELAXED);
+    while (v > old && !__atomic_compare_exchange_n(&counters[which], &old, v, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        ;
+}
+
+API void fake_cuda_reset_gauges(void)
+{
+    __atomic_store_n(&counters[COUNT_copy_entries_largest_piece], 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&counters[COUNT_copy_entries_threads_per_entry], 0, __ATOMIC_RELAXED);
 }
 
 API long long fake_cuda_count(const char *name)
@@ -433,6 +449,8 @@ typedef struct op {
     void       *user;
     event      *ev;
     void       *owned; /* freed after the op ran (a pageable source copied at submit) */
+    size_t      split;  /* OP_KERNEL: bytes per piece (0: the old kernel, a block per whole entry) */
+    unsigned    pieces; /* OP_KERNEL: gridDim.y, pieces per entry at most */
 } op;
 
 typedef struct stream {
@@ -475,7 +493,11 @@ static void set_sticky(int code)
 
 /* The back end's mapping_copy_entries kernel: dst = buffer, src = staging,
  * user = the table (read when the kernel runs, as on a GPU), bytes = count,
- * value = gather. */
+ * value = gather. With split (the kernel that cuts entries into pieces):
+ * piece y of each entry is [y * split, +split), for y < pieces, as the
+ * kernel's blockIdx.y does: bytes beyond pieces * split are never copied.
+ * The gauges record how much of one entry one warp (or, for the old kernel,
+ * one 256-thread block) copies, and the threads given to an entry. */
 static void run_copy_entries(op *o)
 {
     const entry *table = o->user;
@@ -490,10 +512,25 @@ static void run_copy_entries(op *o)
             set_sticky(ILLEGAL_ADDRESS);
             return;
         }
-        if (o->value)
-            memmove(at_staging, at_buffer, table[i].bytes);
-        else
-            memmove(at_buffer, at_staging, table[i].bytes);
+        if (!o->split) { /* the old kernel: the whole entry by one block */
+            gauge_max(COUNT_copy_entries_largest_piece, (long long)table[i].bytes);
+            if (o->value)
+                memmove(at_staging, at_buffer, table[i].bytes);
+            else
+                memmove(at_buffer, at_staging, table[i].bytes);
+            continue;
+        }
+        for (unsigned y = 0; y < o->pieces; y++) {
+            size_t lo = (size_t)y * o->split;
+            if (lo >= table[i].bytes)
+                break;
+            size_t n = table[i].bytes - lo < o->split ? table[i].bytes - lo : o->split;
+            gauge_max(COUNT_copy_entries_largest_piece, (long long)n);
+            if (o->value)
+                memmove(at_staging + lo, at_buffer + lo, n);
+            else
+                memmove(at_buffer + lo, at_staging + lo, n);
+        }
     }
 }
 
@@ -1235,6 +1272,8 @@ API CUresult cuModuleLoadData(void **module, const void *image)
     if (!strstr(image, ".entry mapping_copy_entries") && !strstr(image, ".entry saxpy") &&
         !strstr(image, ".entry jacobi("))
         return 218; /* CUDA_ERROR_INVALID_PTX */
+    if (strstr(image, ".entry mapping_copy_entries"))
+        copy_entries_split = strstr(image, "mapping_copy_entries_param_5") != NULL;
     *module = &module_token;
     return OK;
 }
@@ -1307,7 +1346,16 @@ API CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, uns
     CUdeviceptr table = *(CUdeviceptr *)params[1];
     if (table % 8)
         return 716; /* CUDA_ERROR_MISALIGNED_ADDRESS */
+    size_t split = 0;
+    if (copy_entries_split) { /* a warp per entry: whole warps only */
+        split = (size_t)*(unsigned long long *)params[5];
+        if (split == 0 || bx % 32 != 0)
+            return INVALID_VALUE;
+        gauge_max(COUNT_copy_entries_threads_per_entry, 32);
+    } else {
+        gauge_max(COUNT_copy_entries_threads_per_entry, (long long)bx);
+    }
     return submit(s, (op){.kind = OP_KERNEL, .src = D(*(CUdeviceptr *)params[0]), .user = D(table),
                           .bytes = (size_t)*(unsigned long long *)params[2], .dst = D(*(CUdeviceptr *)params[3]),
-                          .value = (int)*(unsigned *)params[4]});
+                          .value = (int)*(unsigned *)params[4], .split = split, .pieces = gy});
 }

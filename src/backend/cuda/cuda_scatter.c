@@ -22,10 +22,15 @@
 #include "os/os.h"
 #include "os/status.h"
 
-enum { KERNEL_THREADS = 256, KERNEL_MAX_BLOCKS = 65535 };
+/* The kernel's shape (cuda_kernels.cu): a warp per entry, 8 warps a block;
+ * entries over KERNEL_SPLIT bytes cut into pieces of that size, piece y on
+ * the blocks with blockIdx.y == y (at most 65535 pieces: a larger split for
+ * a larger entry). */
+enum { KERNEL_THREADS = 256, KERNEL_WARPS = KERNEL_THREADS / 32, KERNEL_MAX_BLOCKS = 65535 };
+static const uint64_t KERNEL_SPLIT = 16 << 10;
 
 static mapping_status by_kernel(cuda_device *d, cu_stream s, cu_deviceptr staging, size_t table_offset,
-                                size_t count, cu_deviceptr buffer, unsigned gather);
+                                const mapping_scatter_entry *table, size_t count, cu_deviceptr buffer, unsigned gather);
 
 void mapping__cuda_kernels_load(cuda_device *d)
 {
@@ -48,7 +53,7 @@ void mapping__cuda_kernels_load(cuda_device *d)
         call = "cuLaunchKernel";
         mapping_error_mark before;
         mapping__error_mark(&before);
-        mapping_status st = by_kernel(d, d->internal, 0, 0, 0, 0, 0);
+        mapping_status st = by_kernel(d, d->internal, 0, 0, NULL, 0, 0, 0);
         if (st == MAPPING_OK)
             st = mapping__cuda_check(cu->cuStreamSynchronize(d->internal), "cuStreamSynchronize");
         mapping__error_forget(&before); /* logged below; mapping_open still succeeds */
@@ -71,14 +76,22 @@ void mapping__cuda_kernels_unload(cuda_device *d)
 }
 
 static mapping_status by_kernel(cuda_device *d, cu_stream s, cu_deviceptr staging, size_t table_offset,
-                                size_t count, cu_deviceptr buffer, unsigned gather)
+                                const mapping_scatter_entry *table, size_t count, cu_deviceptr buffer, unsigned gather)
 {
-    cu_deviceptr table = staging + table_offset;
-    unsigned long long n = count;
-    void *params[] = {&staging, &table, &n, &buffer, &gather};
-    unsigned blocks = count < KERNEL_MAX_BLOCKS ? (unsigned)count : KERNEL_MAX_BLOCKS;
-    return mapping__cuda_check(d->cu->cuLaunchKernel(d->copy_entries, blocks, 1, 1, KERNEL_THREADS, 1, 1, 0, s, params, NULL),
-                      "cuLaunchKernel");
+    cu_deviceptr on_device = staging + table_offset;
+    uint64_t largest = 0;
+    for (size_t i = 0; i < count; i++) /* the host copy of the table */
+        largest = table[i].bytes > largest ? table[i].bytes : largest;
+    unsigned long long n = count, split = KERNEL_SPLIT;
+    if (largest / split >= KERNEL_MAX_BLOCKS) /* fewer, larger pieces (a multiple of 16 bytes) */
+        split = (largest / (KERNEL_MAX_BLOCKS - 1) + 16) / 16 * 16;
+    uint64_t pieces = largest ? (largest + split - 1) / split : 1;
+    size_t warp_blocks = (count + KERNEL_WARPS - 1) / KERNEL_WARPS;
+    unsigned blocks = warp_blocks == 0 ? 1 : warp_blocks < KERNEL_MAX_BLOCKS ? (unsigned)warp_blocks : KERNEL_MAX_BLOCKS;
+    void *params[] = {&staging, &on_device, &n, &buffer, &gather, &split};
+    return mapping__cuda_check(d->cu->cuLaunchKernel(d->copy_entries, blocks, (unsigned)pieces, 1, KERNEL_THREADS, 1,
+                                                     1, 0, s, params, NULL),
+                               "cuLaunchKernel");
 }
 
 static mapping_status by_batch(cuda_device *d, cu_stream s, cu_deviceptr staging, const mapping_scatter_entry *table,
@@ -148,7 +161,7 @@ static mapping_status run(cuda_device *d, cu_stream stream, cu_deviceptr staging
     if (mode == CUDA_SCATTER_KERNEL && (table_offset % 8 != 0 || !d->module))
         mode = CUDA_SCATTER_COPIES;
     mapping_status st = mode == CUDA_SCATTER_BATCH    ? by_batch(d, s, staging, table, count, buffer, gather)
-                        : mode == CUDA_SCATTER_KERNEL ? by_kernel(d, s, staging, table_offset, count, buffer, gather)
+                        : mode == CUDA_SCATTER_KERNEL ? by_kernel(d, s, staging, table_offset, table, count, buffer, gather)
                                                       : by_copies(d, s, staging, table, count, buffer, gather);
     if (st == MAPPING_OK && !stream)
         st = mapping__cuda_check(d->cu->cuStreamSynchronize(s), "cuStreamSynchronize");
