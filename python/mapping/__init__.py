@@ -14,6 +14,7 @@ picks one explicitly). docs/python.md has the whole API.
 """
 import collections
 import operator as _operator
+import re as _re
 import threading as _threading
 import weakref
 
@@ -213,9 +214,12 @@ def _shape_dtype(shape, dtype, call="allocate"):
     return dims, _dtype(_np.float64 if dtype is None else dtype, call), True
 
 
+_C_NAME = _re.compile(r"^mapping_\w+: ")
+
+
 def _retag(e, call):
     """The same error class with the Python call named first."""
-    msg = "%s: %s" % (call, e)
+    msg = "%s: %s" % (call, _C_NAME.sub("", str(e), count=1))
     try:
         new = type(e)(msg, getattr(e, "status", None)) if isinstance(e, Error) else type(e)(msg)
     except Exception:  # pragma: no cover
@@ -433,7 +437,7 @@ class Buffer(_Owned):
         self.shape = (nbytes // self.dtype.itemsize,) if shape is None else tuple(shape)
         # typed: made with a dtype, so a copy from an array of another dtype is refused
         self._typed = dtype is not None if typed is None else typed
-        self._stream = None  # the last stream queued work on it (for the CUDA array interface)
+        self._stream = None  # weakref to the last stream that queued work on it (the CUDA array interface)
         if owned:
             device._adopt(self)
 
@@ -493,9 +497,13 @@ class Buffer(_Owned):
         """Sets bytes to `value` (0..255)."""
         self._check()
         offset = _size(offset, "fill: offset")
-        n = self.nbytes - offset if nbytes is None else _size(nbytes, "fill: nbytes")
-        if isinstance(value, bool) or not hasattr(value, "__index__") or not 0 <= _operator.index(value) <= 255:
+        if isinstance(value, bool) or not hasattr(value, "__index__"):
+            raise TypeError("fill: value must be an int byte (0..255), got %s" % type(value).__name__)
+        if not 0 <= _operator.index(value) <= 255:
             raise _ERR["ERR_INVALID_ARGUMENT"]("fill: value %r is not a byte (0..255)" % (value,), -2)
+        if offset > self.nbytes:
+            raise _ERR["ERR_OUT_OF_RANGE"]("fill: offset %d is past the buffer's %d bytes" % (offset, self.nbytes), -4)
+        n = self.nbytes - offset if nbytes is None else _size(nbytes, "fill: nbytes")
         if n == 0:
             return
         sp = _stream_ptr(stream, self.device)
@@ -505,7 +513,7 @@ class Buffer(_Owned):
             raise _retag(e, "fill(value, offset=%d, nbytes=%d)" % (offset, n)) from None
         if sp is not None:
             _keep_for(stream, self.device, self._h)
-            self._stream = stream if isinstance(stream, Stream) else None
+            self._stream = _stream_ref(stream)
 
     # ---- DLPack ----
     def __dlpack_device__(self):
@@ -517,14 +525,18 @@ class Buffer(_Owned):
         if copy:
             raise BufferError("mapping buffers are exported without a copy")
         kind, index = self.__dlpack_device__()
+        if dl_device is not None and tuple(dl_device) != (kind, index):
+            raise BufferError("__dlpack__: this buffer is on DLPack device %s, not %s (no cross-device export)"
+                              % ((kind, index), tuple(dl_device)))
         if not self.dtype.isnative:
             raise BufferError("DLPack only supports native byte order; this buffer's dtype is %s" % self.dtype)
         code = _DL_CODE.get(self.dtype.kind)
         if code is None:
             raise BufferError("dtype %s has no DLPack equivalent" % self.dtype)
-        if self._stream is not None and not self._stream.closed:
+        last = self._stream() if self._stream is not None else None
+        if last is not None and not last.closed:
             try:
-                self._stream.synchronize()  # make queued work visible to any consumer stream
+                last.synchronize()  # make queued work visible to any consumer stream
             except _ERR["ERR_BUSY"]:
                 pass  # called from a host function on that stream: its earlier work is done
         addr = self.native
@@ -538,7 +550,7 @@ class Buffer(_Owned):
     def __cuda_array_interface__(self):
         if self.device.backend != "cuda":
             raise AttributeError("__cuda_array_interface__: this buffer is on the %s back end" % self.device.backend)
-        s = self._stream
+        s = self._stream() if self._stream is not None else None
         stream = _core.stream_native(s._ptr()) if s is not None and not s.closed else None
         return {"shape": tuple(self.shape), "typestr": self.dtype.str, "data": (self.native, False),
                 "version": 3, "strides": None, "stream": stream or None}
@@ -731,6 +743,11 @@ def _stream_ptr(stream, device):
                     % type(stream).__name__)
 
 
+def _stream_ref(stream):
+    """A buffer remembers its last stream weakly: it never keeps a stream open."""
+    return weakref.ref(stream) if type(stream) is Stream else None
+
+
 def _keep_for(stream, device, *objs):
     """What queued work uses (buffer handles, Pins of host buffers) is held
     until the stream has passed that work: a host function queued behind it
@@ -780,7 +797,7 @@ def sync_to_gpu(cpu_data, gpu, offset=0, stream=None):
         _core.write(sp, h.ptr, offset, cpu_data)
     except Error as e:
         raise _retag(e, "sync_to_gpu(cpu_data, gpu, offset=%d)" % offset) from None
-    gpu._stream = stream if type(stream) is Stream else None
+    gpu._stream = _stream_ref(stream)
     _keep_for(stream, gpu.device, pin, h)
 
 
@@ -830,7 +847,7 @@ def copy_gpu(src, dst, nbytes=None, src_offset=0, dst_offset=0, stream=None):
                      % (n, src_offset, dst_offset)) from None
     if sp is not None:
         _keep_for(stream, src.device, src._h, dst._h)
-        src._stream = dst._stream = stream if type(stream) is Stream else None
+        src._stream = dst._stream = _stream_ref(stream)
 
 
 def copy_peer(src, dst, nbytes=None, src_offset=0, dst_offset=0, stream=None):
@@ -849,7 +866,7 @@ def copy_peer(src, dst, nbytes=None, src_offset=0, dst_offset=0, stream=None):
                      % (n, src_offset, dst_offset)) from None
     if sp is not None:
         _keep_for(stream, dst.device, src._h, dst._h)
-        dst._stream = stream if type(stream) is Stream else None
+        dst._stream = _stream_ref(stream)
 
 
 def fill_gpu(gpu, value, offset=0, nbytes=None, stream=None):
@@ -911,17 +928,15 @@ def stream(device=None):
 def launch_host(stream, fn):
     """Runs the Python callable fn() once the stream's earlier work is done;
     later work waits for it (the kernel step of the seed on the host back
-    end). stream None: runs fn now. An exception in fn is raised by the
+    end). An exception in fn is raised by the
     stream's next synchronize(). fn runs on the library's thread with the GIL;
     it must not wait for its own stream, and on CUDA (a driver host function)
     must not call mapping at all."""
     if not callable(fn):
         raise TypeError("launch_host: fn must be callable, got %s" % type(fn).__name__)
-    if stream is None:
-        fn()
-        return
     if type(stream) is not Stream:
-        raise TypeError("launch_host: stream must be a mapping.Stream or None, got %s" % type(stream).__name__)
+        raise TypeError("launch_host: stream must be a mapping.Stream (with no stream, call fn() yourself), got %s"
+                        % type(stream).__name__)
     errors = stream._errors
 
     def run():
@@ -1093,14 +1108,14 @@ class Mirror(_Owned):
         _core.mirror_sync(sp, self._ptr(), 2)
         if sp is not None:
             _keep_for(stream, self.device, self._h)
-            self._gpu._stream = stream if type(stream) is Stream else None
+            self._gpu._stream = _stream_ref(stream)
 
     def sync_to_cpu(self, stream=None):
         sp = _stream_ptr(stream, self.device)
         _core.mirror_sync(sp, self._ptr(), 1)
         if sp is not None:
             _keep_for(stream, self.device, self._h)
-            self._gpu._stream = stream if type(stream) is Stream else None
+            self._gpu._stream = _stream_ref(stream)
 
     def stale_bytes(self, side="gpu"):
         if not isinstance(side, (str, int)) or isinstance(side, bool) or side not in _SIDES:
@@ -1142,7 +1157,7 @@ class Mirror(_Owned):
         def enter():
             _core.mirror_acquire_gpu(sp, self._ptr(), _ACCESS[access])
             if sp is not None:
-                self._gpu._stream = stream if type(stream) is Stream else None
+                self._gpu._stream = _stream_ref(stream)
             return self._gpu
 
         def leave():
@@ -1375,7 +1390,7 @@ class Batch(_Owned):
                 _keep_for(stream, self.device, *[(p, h) for p, h, _ in keep])
         if sp is not None:
             for _, _, b in keep:  # the CUDA array interface's "stream" of each buffer it used
-                b._stream = stream if type(stream) is Stream else None
+                b._stream = _stream_ref(stream)
 
     def close(self):
         self._h = None

@@ -544,3 +544,27 @@ def test_mirror_sharded_cuts_rows_over_devices(device):
         s.close()
     ba.extend(b"x")
     other.close()
+
+
+def test_a_buffer_does_not_keep_its_last_stream_open():
+    """A stream left to the collector is destroyed (waiting for its work),
+    even if a buffer it wrote lives on."""
+    dev = mapping.open("host")
+    g = dev.allocate_gpu(1 << 20)
+    s = dev.stream()
+    mapping.sync_to_gpu(np.full(1 << 20, 6, np.uint8), g, stream=s)
+    ref = weakref.ref(s)
+    del s
+    gc.collect()
+    assert ref() is None
+    assert (g.get() == 6).all()
+    with pytest.raises(BufferError):
+        g.__dlpack__(dl_device=(2, 0))
+    with pytest.raises(TypeError):
+        g.fill(True)
+    with pytest.raises(mapping.OutOfRangeError):
+        g.fill(0, offset=(1 << 20) + 1)
+    with pytest.raises(mapping.OutOfRangeError) as e:
+        mapping.sync_to_cpu(g, bytearray((1 << 20) + 1))
+    assert "mapping_sync" not in str(e.value) and str(e.value).startswith("sync_to_cpu(")
+    dev.close()
