@@ -260,8 +260,9 @@ mapping_status mapping__import_stream(mapping_device *dev, void *native, mapping
  * A peer copy queued on a stream of one device reads another device's
  * memory when the stream reaches it. mapping__fence_add, called after such
  * work is queued, records an event after it on the stream, listed both with
- * the stream and with the device read (at most one per pair: a later one
- * replaces it, as the stream runs in order). mapping_close of the device
+ * the stream and with the device read (one per stream, device read and
+ * enqueueing thread: that thread's later one replaces it, as the stream
+ * runs in order). mapping_close of the device
  * read waits for those events (mapping__fences_wait); destroying the stream
  * (its work done) drops them (mapping__fences_drop_stream). */
 void           mapping__fence_init(mapping_list_node *head);

@@ -7,9 +7,11 @@
  * and with the stream. mapping_close(A) waits for A's fences; destroying
  * the stream, whose work is then done, drops the stream's fences.
  *
- * One fence per (stream, device read): the stream runs in order, so the
- * latest event covers the earlier copies, and a later copy replaces the
- * fence's event. The lists live under one lock (cross-device copies are
+ * One fence per (stream, device read, thread): the stream runs in order, so
+ * the latest event covers the earlier copies, and a later copy replaces the
+ * fence's event. Only the thread that recorded an event knows that its next
+ * one is later (two threads enqueueing on one stream may record in either
+ * order), so each thread keeps its own fence per pair. The lists live under one lock (cross-device copies are
  * rare next to everything else); waiting happens outside it, with the
  * fence marked so that the stream's destruction (which frees the event's
  * device) waits until the closer has finished with it.
@@ -24,6 +26,7 @@ typedef struct fence {
     mapping_device   *read;
     mapping_stream   *stream;
     mapping_event    *event;  /* NULL: none could be recorded; wait for the whole stream */
+    const void       *thread; /* the thread that recorded it (thread_token) */
     bool              waited; /* a close is waiting for it, outside the lock */
 } fence;
 
@@ -31,6 +34,14 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t  released = PTHREAD_COND_INITIALIZER; /* a fence stopped being waited for */
 
 #define FENCE_OF(node, member) ((fence *)(void *)((char *)(node) - offsetof(fence, member)))
+
+/* Distinct per live thread. A thread that reuses a dead one's token
+ * records after everything the dead one recorded, so replacing stays right. */
+static const void *thread_token(void)
+{
+    static _Thread_local char token;
+    return &token;
+}
 
 void mapping__fence_init(mapping_list_node *head)
 {
@@ -84,18 +95,21 @@ void mapping__fence_add(mapping_stream *stream, mapping_device *read)
         mapping__error_forget(&mark);
     }
     mapping_event *old = NULL;
+    const void *me = thread_token();
     pthread_mutex_lock(&lock);
     if (!stream->fences.next)
         mapping__fence_init(&stream->fences);
     fence *f = NULL;
-    for (mapping_list_node *n = stream->fences.next; n != &stream->fences && !f; n = n->next)
-        if (FENCE_OF(n, by_stream)->read == read && !FENCE_OF(n, by_stream)->waited)
-            f = FENCE_OF(n, by_stream);
+    for (mapping_list_node *n = stream->fences.next; n != &stream->fences && !f; n = n->next) {
+        fence *g = FENCE_OF(n, by_stream);
+        if (g->read == read && g->thread == me && !g->waited)
+            f = g;
+    }
     if (f) {
         old = f->event;
         f->event = ev;
     } else if ((f = mapping_os_calloc(1, sizeof *f))) {
-        *f = (fence){.read = read, .stream = stream, .event = ev};
+        *f = (fence){.read = read, .stream = stream, .event = ev, .thread = me};
         list_push(&read->fences, &f->by_device);
         list_push(&stream->fences, &f->by_stream);
     }

@@ -228,3 +228,45 @@ TEST(closing_the_copying_device_first_leaves_nothing_for_the_other_close_to_wait
     CHECK(mapping_last_error() == MAPPING_OK);
     free(pattern);
 }
+
+typedef struct enqueuer {
+    mapping_stream *stream;
+    mapping_buffer *src, *dst;
+} enqueuer;
+
+static void *enqueue_copy(void *arg)
+{
+    enqueuer *e = arg;
+    CHECK_OK(mapping_copy_peer(e->stream, e->src, 0, e->dst, 0, N));
+    return NULL;
+}
+
+TEST(close_waits_for_peer_copies_that_two_threads_queued_on_one_stream)
+{
+    mapping_device *b = test_device(), *a = other_device();
+    unsigned char *pattern = malloc(N);
+    CHECK(pattern);
+    mapping_buffer *src = buffer_with_pattern(a, 5, pattern), *dst[2];
+    CHECK_OK(mapping_allocate_gpu(b, N, &dst[0]));
+    CHECK_OK(mapping_allocate_gpu(b, N, &dst[1]));
+    mapping_stream *s;
+    CHECK_OK(mapping_stream_create(b, &s));
+    test_gate gate = TEST_GATE_INIT;
+    CHECK_OK(mapping_launch_host(s, test_gate_wait, &gate));
+    CHECK_OK(mapping_copy_peer(s, src, 0, dst[0], 0, N));
+    enqueuer e = {s, src, dst[1]};
+    pthread_t other, opener;
+    CHECK(pthread_create(&other, NULL, enqueue_copy, &e) == 0);
+    CHECK(pthread_join(other, NULL) == 0); /* its copy is queued after the first */
+    CHECK(pthread_create(&opener, NULL, open_gate_later, &gate) == 0);
+    mapping_close(a);
+    CHECK(test_gate_passed(&gate) == 1);
+    CHECK(pthread_join(opener, NULL) == 0);
+    CHECK_OK(mapping_stream_synchronize(s));
+    check_buffer_holds(dst[0], pattern);
+    check_buffer_holds(dst[1], pattern);
+    mapping_stream_destroy(s);
+    mapping_free_gpu(dst[0]);
+    mapping_free_gpu(dst[1]);
+    free(pattern);
+}
