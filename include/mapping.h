@@ -522,6 +522,12 @@ MAPPING_API mapping_status  mapping_multimirror_sync_to_cpu(mapping_multimirror 
 /* Stale bytes of the CPU side (device = -1) or of device side `device`;
  * 0 for a bad handle or index (error recorded). */
 MAPPING_API size_t          mapping_multimirror_stale_bytes(const mapping_multimirror *m, int device);
+/* Write tracking for the CPU side, as MAPPING_MIRROR_TRACK_WRITES does for a
+ * mirror: from now on every sync and stale count first marks the CPU pages
+ * written since the last look (where the CPU side is valid). Once on, on
+ * for the multimirror's life; calling it again is a no-op.
+ * MAPPING_ERR_UNSUPPORTED without a mechanism (mapping_write_tracking). */
+MAPPING_API mapping_status  mapping_multimirror_track_writes(mapping_multimirror *m);
 
 
 /* ===========================================================================

@@ -9,10 +9,12 @@
  * disjoint. Separate from the two-sided mirrors (mirror*.c), which it does
  * not touch.
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include "coherence/span_set.h"
 #include "core/ops.h"
+#include "os/write_track.h"
 
 enum { MAX_SIDES = MAPPING_MULTIMIRROR_MAX_DEVICES + 1 };
 
@@ -34,6 +36,8 @@ struct mapping_multimirror {
     size_t n_queued, cap_queued;
     /* Direct peer links, measured on first need; 0 bandwidth: not yet. */
     mapping_link peer[MAPPING_MULTIMIRROR_MAX_DEVICES][MAPPING_MULTIMIRROR_MAX_DEVICES];
+    /* mapping_multimirror_track_writes: the CPU pages under watch (os/write_track.h). */
+    mapping_os_track *track;
 };
 
 static mapping_status check_handle(const char *fn, const mapping_multimirror *m)
@@ -103,6 +107,7 @@ static void release(mapping_multimirror *m)
     }
     m->n_queued = 0;
     free(m->queued);
+    mapping_os_track_end(m->track); /* before the memory goes */
     for (int j = 0; j < m->count; j++)
         if (alive[j])
             mapping__free_gpu(m->buf[j]);
@@ -200,6 +205,8 @@ mapping_buffer *mapping_multimirror_gpu(mapping_multimirror *m, int device)
     return m->buf[device];
 }
 
+static mapping_status collect_writes(const char *fn, mapping_multimirror *m);
+
 size_t mapping_multimirror_stale_bytes(const mapping_multimirror *m, int device)
 {
     static const char fn[] = "mapping_multimirror_stale_bytes";
@@ -208,6 +215,8 @@ size_t mapping_multimirror_stale_bytes(const mapping_multimirror *m, int device)
     if (device != -1 && check_device_index(fn, m, device) != MAPPING_OK)
         return 0;
     settle((mapping_multimirror *)m, -1, NULL); /* so the answer is exact: state follows completion */
+    if (collect_writes(fn, (mapping_multimirror *)m) != MAPPING_OK)
+        return 0; /* recorded */
     return m->stale[1 + device].bytes;
 }
 
@@ -273,6 +282,71 @@ mapping_status mapping_multimirror_mark_gpu_modified(mapping_multimirror *m, int
         (st = mapping__check_range(fn, "the multimirror", offset, bytes, m->size)))
         return st;
     return mark(fn, m, 1 + device, offset, bytes);
+}
+
+/* ---- write tracking (as MAPPING_MIRROR_TRACK_WRITES, mirror_track.c) ---- */
+
+typedef struct written_pages {
+    mapping_multimirror *m;
+    const char          *fn;
+    mapping_status       st;
+} written_pages;
+
+/* A part of a written page that is valid on the CPU becomes a CPU mark
+ * (bytes stale on the CPU are another side's, not the program's). */
+static bool mark_valid_gap(written_pages *w, size_t start, size_t end)
+{
+    if (w->st == MAPPING_OK && start < end)
+        w->st = mark(w->fn, w->m, 0, start, end - start);
+    return w->st == MAPPING_OK;
+}
+
+static void on_written_page(void *user, uintptr_t lo, uintptr_t hi)
+{
+    written_pages *w = user;
+    uintptr_t base = (uintptr_t)w->m->cpu;
+    size_t start = lo > base ? lo - base : 0, end = hi - base < w->m->size ? hi - base : w->m->size;
+    const mapping_span_set *stale = &w->m->stale[0];
+    for (size_t i = mapping__span_set_first_after(stale, start); i < stale->n && stale->v[i].start < end; i++) {
+        size_t gap_end = stale->v[i].start;
+        if (gap_end > start && !mark_valid_gap(w, start, gap_end))
+            return;
+        if (stale->v[i].end > start)
+            start = stale->v[i].end;
+        if (start >= end)
+            return;
+    }
+    if (start < end)
+        mark_valid_gap(w, start, end);
+}
+
+/* Before a sync or a stale count: the pages written since the last look. */
+static mapping_status collect_writes(const char *fn, mapping_multimirror *m)
+{
+    if (!m->track)
+        return MAPPING_OK;
+    written_pages w = {m, fn, MAPPING_OK};
+    int rc = mapping_os_track_collect(m->track, on_written_page, &w);
+    if (w.st == MAPPING_OK && rc)
+        w.st = mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: write tracking could not list the written pages", fn);
+    return w.st;
+}
+
+mapping_status mapping_multimirror_track_writes(mapping_multimirror *m)
+{
+    static const char fn[] = "mapping_multimirror_track_writes";
+    mapping_status st;
+    if ((st = check_handle(fn, m)))
+        return st;
+    if (m->track)
+        return MAPPING_OK;
+    int rc = mapping_os_track_begin(m->cpu, m->size, &m->track);
+    if (rc == -ENOMEM)
+        return oom(fn);
+    if (rc)
+        return mapping__fail(MAPPING_ERR_UNSUPPORTED, "%s: no write tracking for [%p, +%zu) (%s)", fn, (void *)m->cpu,
+                             m->size, rc == -EBUSY ? "its pages are tracked already" : mapping_os_track_reason());
+    return MAPPING_OK;
 }
 
 /* ---- syncing: each stale part from the cheapest side valid there ---- */
@@ -407,7 +481,7 @@ static mapping_status sync_side(const char *fn, mapping_multimirror *m, mapping_
     /* Sources must hold their bytes before a copy reads them: wait for syncs
      * queued elsewhere (those to this side on this stream are ordered). */
     mapping_status settled = settle(m, target, stream);
-    if (settled != MAPPING_OK)
+    if (settled != MAPPING_OK || (settled = collect_writes(fn, m)) != MAPPING_OK)
         return settled;
     if (stale->n == 0)
         return MAPPING_OK;
@@ -435,9 +509,12 @@ static mapping_status sync_side(const char *fn, mapping_multimirror *m, mapping_
             job.order[i] = c[i].side;
         job.n_order = nc;
         job.at = 0;
-        if (fill_from_candidates(spans[k].start, spans[k].end, &job) &&
-            !mapping__span_set_remove(stale, spans[k].start, spans[k].end))
-            job.st = oom(fn);
+        if (fill_from_candidates(spans[k].start, spans[k].end, &job)) {
+            if (!mapping__span_set_remove(stale, spans[k].start, spans[k].end))
+                job.st = oom(fn);
+            else if (target == 0 && m->track) /* blocking: the copy's writes, not the program's */
+                mapping_os_track_clear(m->track, (uintptr_t)m->cpu + spans[k].start, (uintptr_t)m->cpu + spans[k].end);
+        }
     }
     free(spans);
     if (stream) { /* also after a failure: what was queued is tracked */

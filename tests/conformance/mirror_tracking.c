@@ -391,3 +391,34 @@ TEST(tracked_mirror_without_marks_matches_a_byte_model)
     free(w->src);
     free(w);
 }
+
+TEST(tracked_multimirror_sends_written_pages_without_marks)
+{
+    mapping_device *dev = test_device();
+    size_t pg = page(), n = 16 * pg;
+    mapping_multimirror *m;
+    CHECK_OK(mapping_multimirror_create(&dev, 1, n, &m));
+    if (mapping_write_tracking(NULL) == MAPPING_TRACK_NONE) {
+        CHECK_STATUS(mapping_multimirror_track_writes(m), MAPPING_ERR_UNSUPPORTED);
+        mapping_multimirror_destroy(m);
+        return;
+    }
+    CHECK_OK(mapping_multimirror_track_writes(m));
+    CHECK_OK(mapping_multimirror_track_writes(m)); /* again: a no-op */
+    CHECK_OK(mapping_multimirror_sync_to_gpu(NULL, m, 0));
+    unsigned char *cpu = mapping_multimirror_cpu(m), *got = malloc(n);
+    cpu[9 * pg + 3] = 0x21; /* no mark */
+    CHECK(mapping_multimirror_stale_bytes(m, 0) == pg);
+    CHECK_OK(mapping_multimirror_sync_to_gpu(NULL, m, 0));
+    CHECK(mapping_multimirror_stale_bytes(m, 0) == 0);
+    CHECK_OK(mapping_sync_to_cpu_range(NULL, mapping_multimirror_gpu(m, 0), 0, got, n));
+    CHECK(got[9 * pg + 3] == 0x21 && got[9 * pg + 2] == 0);
+    /* A device result copied back is not sent up again. */
+    CHECK_OK(mapping_fill_gpu(NULL, mapping_multimirror_gpu(m, 0), 2 * pg, 2 * pg, 0x42));
+    CHECK_OK(mapping_multimirror_mark_gpu_modified(m, 0, 2 * pg, 2 * pg));
+    CHECK_OK(mapping_multimirror_sync_to_cpu(m));
+    CHECK(cpu[2 * pg] == 0x42 && cpu[4 * pg - 1] == 0x42);
+    CHECK(mapping_multimirror_stale_bytes(m, 0) == 0);
+    free(got);
+    mapping_multimirror_destroy(m);
+}
