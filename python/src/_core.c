@@ -197,29 +197,7 @@ static PyObject *core_open(PyObject *self, PyObject *args)
     return from_ptr(dev);
 }
 
-static PyObject *core_open_opencl(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    (void)self;
-    NEED(3);
-    void *ctx = PTR(0), *device = PTR(1), *queue = PTR(2);
-    if (PyErr_Occurred())
-        return NULL;
-    mapping_device *dev = NULL;
-    CHECK_ST(mapping_open_opencl(ctx, device, queue, &dev));
-    return from_ptr(dev);
-}
 
-static PyObject *core_close(PyObject *self, PyObject *arg)
-{
-    (void)self;
-    mapping_device *dev = as_ptr(arg);
-    if (PyErr_Occurred())
-        return NULL;
-    Py_BEGIN_ALLOW_THREADS
-    mapping_close(dev);
-    Py_END_ALLOW_THREADS
-    Py_RETURN_NONE;
-}
 
 static PyObject *core_device_info(PyObject *self, PyObject *arg)
 {
@@ -306,12 +284,6 @@ static PyObject *core_stats(PyObject *self, PyObject *arg)
     return d;
 }
 
-static PyObject *core_stats_reset(PyObject *self, PyObject *arg)
-{
-    (void)self;
-    mapping_device_stats_reset(as_ptr(arg));
-    Py_RETURN_NONE;
-}
 
 static PyObject *core_device_link(PyObject *self, PyObject *arg)
 {
@@ -340,52 +312,9 @@ static PyObject *core_device_set_link(PyObject *self, PyObject *const *args, Py_
 
 /* ---- buffers ---- */
 
-static PyObject *core_allocate_gpu(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    (void)self;
-    NEED(2);
-    size_t n;
-    mapping_device *dev = PTR(0);
-    if (PyErr_Occurred() || get_size(args[1], &n) < 0)
-        return NULL;
-    mapping_buffer *buf = NULL;
-    CHECK_ST(mapping_allocate_gpu(dev, n, &buf));
-    return from_ptr(buf);
-}
 
-static PyObject *core_import_gpu(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    (void)self;
-    NEED(4);
-    size_t offset, n;
-    mapping_device *dev = PTR(0);
-    void *native = PTR(1);
-    if (PyErr_Occurred() || get_size(args[2], &offset) < 0 || get_size(args[3], &n) < 0)
-        return NULL;
-    mapping_buffer *buf = NULL;
-    CHECK_ST(mapping_import_gpu(dev, native, offset, n, NULL, NULL, &buf));
-    return from_ptr(buf);
-}
 
-static PyObject *core_free_gpu(PyObject *self, PyObject *arg)
-{
-    (void)self;
-    mapping_buffer *b = as_ptr(arg);
-    if (PyErr_Occurred())
-        return NULL;
-    Py_BEGIN_ALLOW_THREADS
-    mapping_free_gpu(b); /* a release callback (DLPack) takes the GIL itself */
-    Py_END_ALLOW_THREADS
-    Py_RETURN_NONE;
-}
 
-static PyObject *core_buffer_native(PyObject *self, PyObject *arg)
-{
-    (void)self;
-    void *n = NULL;
-    CHECK_ST(mapping_native_buffer(as_ptr(arg), &n));
-    return from_ptr(n);
-}
 
 /* A buffer format with Python objects in it ('O', also inside a struct
  * "T{...}"; field names between colons are skipped): its bytes are
@@ -731,86 +660,10 @@ static PyObject *core_read(PyObject *self, PyObject *const *args, Py_ssize_t nar
     Py_RETURN_NONE;
 }
 
-static PyObject *core_copy_gpu(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    (void)self;
-    NEED(6);
-    size_t so, dof, n;
-    mapping_stream *s = PTR(0);
-    mapping_buffer *src = PTR(1), *dst = PTR(3);
-    if (PyErr_Occurred() || get_size(args[2], &so) < 0 || get_size(args[4], &dof) < 0 || get_size(args[5], &n) < 0)
-        return NULL;
-    mapping_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = mapping_copy_gpu(s, src, so, dst, dof, n);
-    Py_END_ALLOW_THREADS
-    CHECK_ST(st);
-    Py_RETURN_NONE;
-}
 
-static PyObject *core_copy_peer(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    (void)self;
-    NEED(6);
-    size_t so, dof, n;
-    mapping_stream *s = PTR(0);
-    mapping_buffer *src = PTR(1), *dst = PTR(3);
-    if (PyErr_Occurred() || get_size(args[2], &so) < 0 || get_size(args[4], &dof) < 0 || get_size(args[5], &n) < 0)
-        return NULL;
-    mapping_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = mapping_copy_peer(s, src, so, dst, dof, n);
-    Py_END_ALLOW_THREADS
-    CHECK_ST(st);
-    Py_RETURN_NONE;
-}
 
-static PyObject *core_fill_gpu(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    (void)self;
-    NEED(5);
-    size_t off, n;
-    mapping_stream *s = PTR(0);
-    mapping_buffer *b = PTR(1);
-    long value = PyLong_AsLong(args[4]);
-    if (PyErr_Occurred() || get_size(args[2], &off) < 0 || get_size(args[3], &n) < 0)
-        return NULL;
-    if (value < 0 || value > 255) {
-        PyErr_SetString(PyExc_ValueError, "value must be a byte (0..255)");
-        return NULL;
-    }
-    mapping_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = mapping_fill_gpu(s, b, off, n, (unsigned char)value);
-    Py_END_ALLOW_THREADS
-    CHECK_ST(st);
-    Py_RETURN_NONE;
-}
 
-static PyObject *core_allocate_cpu(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    (void)self;
-    NEED(2);
-    size_t n;
-    mapping_device *dev = PTR(0);
-    if (PyErr_Occurred() || get_size(args[1], &n) < 0)
-        return NULL;
-    void *p = NULL;
-    CHECK_ST(mapping_allocate_cpu(dev, n, &p));
-    return from_ptr(p);
-}
 
-static PyObject *core_free_cpu(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    (void)self;
-    NEED(2);
-    mapping_device *dev = PTR(0);
-    void *p = PTR(1);
-    if (PyErr_Occurred())
-        return NULL;
-    mapping_free_cpu(dev, p);
-    Py_RETURN_NONE;
-}
 
 /* ---- host memory as a Python buffer: HostMemory(address, nbytes, owner, readonly) ----
  * exposes raw memory to numpy (np.frombuffer) and keeps `owner` alive as long
@@ -903,36 +756,8 @@ static PyObject *core_address_of(PyObject *self, PyObject *const *args, Py_ssize
 
 /* ---- streams and events ---- */
 
-static PyObject *core_stream_create(PyObject *self, PyObject *arg)
-{
-    (void)self;
-    mapping_stream *s = NULL;
-    CHECK_ST(mapping_stream_create(as_ptr(arg), &s));
-    return from_ptr(s);
-}
 
-static PyObject *core_import_stream(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    (void)self;
-    NEED(2);
-    mapping_device *dev = PTR(0);
-    void *q = PTR(1);
-    if (PyErr_Occurred())
-        return NULL;
-    mapping_stream *s = NULL;
-    CHECK_ST(mapping_import_stream(dev, q, &s));
-    return from_ptr(s);
-}
 
-static PyObject *core_stream_destroy(PyObject *self, PyObject *arg)
-{
-    (void)self;
-    mapping_stream *s = as_ptr(arg);
-    Py_BEGIN_ALLOW_THREADS
-    mapping_stream_destroy(s);
-    Py_END_ALLOW_THREADS
-    Py_RETURN_NONE;
-}
 
 static PyObject *core_stream_sync(PyObject *self, PyObject *arg)
 {
@@ -947,56 +772,9 @@ static PyObject *core_stream_sync(PyObject *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
-static PyObject *core_stream_native(PyObject *self, PyObject *arg)
-{
-    (void)self;
-    void *n = NULL;
-    CHECK_ST(mapping_native_stream(as_ptr(arg), &n));
-    return from_ptr(n);
-}
 
-static PyObject *core_event_record(PyObject *self, PyObject *arg)
-{
-    (void)self;
-    mapping_event *e = NULL;
-    mapping_stream *s = as_ptr(arg);
-    if (PyErr_Occurred())
-        return NULL;
-    mapping_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = mapping_event_record(s, &e);
-    Py_END_ALLOW_THREADS
-    CHECK_ST(st);
-    return from_ptr(e);
-}
 
-static PyObject *core_stream_wait_event(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    (void)self;
-    NEED(2);
-    mapping_stream *s = PTR(0);
-    mapping_event *e = PTR(1);
-    if (PyErr_Occurred())
-        return NULL;
-    mapping_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = mapping_stream_wait_event(s, e);
-    Py_END_ALLOW_THREADS
-    CHECK_ST(st);
-    Py_RETURN_NONE;
-}
 
-static PyObject *core_event_sync(PyObject *self, PyObject *arg)
-{
-    (void)self;
-    mapping_event *e = as_ptr(arg);
-    mapping_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = mapping_event_synchronize(e);
-    Py_END_ALLOW_THREADS
-    CHECK_ST(st);
-    Py_RETURN_NONE;
-}
 
 static PyObject *core_event_query(PyObject *self, PyObject *arg)
 {
@@ -1018,32 +796,9 @@ static PyObject *core_event_elapsed(PyObject *self, PyObject *const *args, Py_ss
     return PyFloat_FromDouble(s);
 }
 
-static PyObject *core_event_destroy(PyObject *self, PyObject *arg)
-{
-    (void)self;
-    mapping_event_destroy(as_ptr(arg));
-    Py_RETURN_NONE;
-}
 
 /* ---- mirrors ---- */
 
-static PyObject *core_mirror_create(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    (void)self;
-    NEED(3);
-    size_t n;
-    mapping_device *dev = PTR(0);
-    unsigned flags = (unsigned)PyLong_AsUnsignedLong(args[2]);
-    if (PyErr_Occurred() || get_size(args[1], &n) < 0)
-        return NULL;
-    mapping_mirror *m = NULL;
-    mapping_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = mapping_mirror_create(dev, n, flags, &m);
-    Py_END_ALLOW_THREADS
-    CHECK_ST(st);
-    return from_ptr(m);
-}
 
 /* [dev, pin, flags]: the caller keeps the Pin until the mirror is destroyed. */
 static PyObject *core_mirror_wrap(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -1082,28 +837,7 @@ static PyObject *core_mirror_adopt(PyObject *self, PyObject *const *args, Py_ssi
     return from_ptr(m);
 }
 
-static PyObject *core_mirror_destroy(PyObject *self, PyObject *arg)
-{
-    (void)self;
-    mapping_mirror *m = as_ptr(arg);
-    Py_BEGIN_ALLOW_THREADS
-    mapping_mirror_destroy(m);
-    Py_END_ALLOW_THREADS
-    Py_RETURN_NONE;
-}
 
-static PyObject *core_mirror_view(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    (void)self;
-    NEED(3);
-    size_t off, n;
-    mapping_mirror *m = PTR(0);
-    if (PyErr_Occurred() || get_size(args[1], &off) < 0 || get_size(args[2], &n) < 0)
-        return NULL;
-    mapping_mirror *v = NULL;
-    CHECK_ST(mapping_mirror_view(m, off, n, &v));
-    return from_ptr(v);
-}
 
 static PyObject *core_mirror_parts(PyObject *self, PyObject *arg)
 {
@@ -1114,39 +848,7 @@ static PyObject *core_mirror_parts(PyObject *self, PyObject *arg)
                          mapping_mirror_is_unified(m) ? Py_True : Py_False);
 }
 
-static PyObject *core_mirror_mark(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    (void)self;
-    NEED(4);
-    size_t off, n;
-    mapping_mirror *m = PTR(0);
-    long side = PyLong_AsLong(args[1]);
-    if (PyErr_Occurred() || get_size(args[2], &off) < 0 || get_size(args[3], &n) < 0)
-        return NULL;
-    mapping_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = side == MAPPING_CPU ? mapping_mirror_mark_cpu_modified(m, off, n) : mapping_mirror_mark_gpu_modified(m, off, n);
-    Py_END_ALLOW_THREADS
-    CHECK_ST(st);
-    Py_RETURN_NONE;
-}
 
-static PyObject *core_mirror_sync(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    (void)self;
-    NEED(3);
-    mapping_stream *s = PTR(0);
-    mapping_mirror *m = PTR(1);
-    long side = PyLong_AsLong(args[2]);
-    if (PyErr_Occurred())
-        return NULL;
-    mapping_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = side == MAPPING_CPU ? mapping_mirror_sync_to_cpu(s, m) : mapping_mirror_sync_to_gpu(s, m);
-    Py_END_ALLOW_THREADS
-    CHECK_ST(st);
-    Py_RETURN_NONE;
-}
 
 static PyObject *core_mirror_stale(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -1166,56 +868,8 @@ static PyObject *core_mirror_stale(PyObject *self, PyObject *const *args, Py_ssi
     return PyLong_FromSize_t(n);
 }
 
-static PyObject *core_mirror_acquire_cpu(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    (void)self;
-    NEED(2);
-    mapping_mirror *m = PTR(0);
-    unsigned access = (unsigned)PyLong_AsUnsignedLong(args[1]);
-    if (PyErr_Occurred())
-        return NULL;
-    void *p = NULL;
-    mapping_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = mapping_mirror_acquire_cpu(m, access, &p);
-    Py_END_ALLOW_THREADS
-    CHECK_ST(st);
-    return from_ptr(p);
-}
 
-static PyObject *core_mirror_acquire_gpu(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    (void)self;
-    NEED(3);
-    mapping_stream *s = PTR(0);
-    mapping_mirror *m = PTR(1);
-    unsigned access = (unsigned)PyLong_AsUnsignedLong(args[2]);
-    if (PyErr_Occurred())
-        return NULL;
-    mapping_buffer *b = NULL;
-    mapping_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = mapping_mirror_acquire_gpu(s, m, access, &b);
-    Py_END_ALLOW_THREADS
-    CHECK_ST(st);
-    return from_ptr(b);
-}
 
-static PyObject *core_mirror_release_gpu(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    (void)self;
-    NEED(2);
-    mapping_stream *s = PTR(0);
-    mapping_mirror *m = PTR(1);
-    if (PyErr_Occurred())
-        return NULL;
-    mapping_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = mapping_mirror_release_gpu(s, m);
-    Py_END_ALLOW_THREADS
-    CHECK_ST(st);
-    Py_RETURN_NONE;
-}
 
 /* [list of device handles, pin, granule, flags] -> [mirror handles]; the caller keeps the Pin. */
 static PyObject *core_mirror_sharded(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -1301,17 +955,6 @@ static PyObject *core_multimirror_create(PyObject *self, PyObject *const *args, 
     return from_ptr(m);
 }
 
-static PyObject *core_multimirror_destroy(PyObject *self, PyObject *arg)
-{
-    (void)self;
-    mapping_multimirror *m = as_ptr(arg);
-    if (PyErr_Occurred())
-        return NULL;
-    Py_BEGIN_ALLOW_THREADS
-    mapping_multimirror_destroy(m);
-    Py_END_ALLOW_THREADS
-    Py_RETURN_NONE;
-}
 
 /* [m, count] -> (cpu address, size, [replica buffer handles]) */
 static PyObject *core_multimirror_parts(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -1338,42 +981,7 @@ static PyObject *core_multimirror_parts(PyObject *self, PyObject *const *args, P
                          gpus);
 }
 
-/* [m, side, offset, nbytes] */
-static PyObject *core_multimirror_mark(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    (void)self;
-    NEED(4);
-    size_t off, n;
-    mapping_multimirror *m = PTR(0);
-    long side = PyLong_AsLong(args[1]);
-    if (PyErr_Occurred() || get_size(args[2], &off) < 0 || get_size(args[3], &n) < 0)
-        return NULL;
-    mapping_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = side < 0 ? mapping_multimirror_mark_cpu_modified(m, off, n)
-                  : mapping_multimirror_mark_gpu_modified(m, (int)side, off, n);
-    Py_END_ALLOW_THREADS
-    CHECK_ST(st);
-    Py_RETURN_NONE;
-}
 
-/* [stream, m, side] */
-static PyObject *core_multimirror_sync(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    (void)self;
-    NEED(3);
-    mapping_stream *s = PTR(0);
-    mapping_multimirror *m = PTR(1);
-    long side = PyLong_AsLong(args[2]);
-    if (PyErr_Occurred())
-        return NULL;
-    mapping_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = side < 0 ? mapping_multimirror_sync_to_cpu(m) : mapping_multimirror_sync_to_gpu(s, m, (int)side);
-    Py_END_ALLOW_THREADS
-    CHECK_ST(st);
-    Py_RETURN_NONE;
-}
 
 /* [m, side] */
 static PyObject *core_multimirror_stale(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -1396,23 +1004,7 @@ static PyObject *core_multimirror_stale(PyObject *self, PyObject *const *args, P
 
 /* ---- batches ---- */
 
-static PyObject *core_batch_create(PyObject *self, PyObject *arg)
-{
-    (void)self;
-    mapping_batch *b = NULL;
-    CHECK_ST(mapping_batch_create(as_ptr(arg), &b));
-    return from_ptr(b);
-}
 
-static PyObject *core_batch_destroy(PyObject *self, PyObject *arg)
-{
-    (void)self;
-    mapping_batch *b = as_ptr(arg);
-    Py_BEGIN_ALLOW_THREADS
-    mapping_batch_destroy(b);
-    Py_END_ALLOW_THREADS
-    Py_RETURN_NONE;
-}
 
 /* [batch, to_gpu, buf, offset, pin]: the caller keeps the Pin until the flush is done. */
 static PyObject *core_batch_add(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -1432,21 +1024,6 @@ static PyObject *core_batch_add(PyObject *self, PyObject *const *args, Py_ssize_
     Py_RETURN_NONE;
 }
 
-static PyObject *core_batch_flush(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    (void)self;
-    NEED(2);
-    mapping_stream *s = PTR(0);
-    mapping_batch *b = PTR(1);
-    if (PyErr_Occurred())
-        return NULL;
-    mapping_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = mapping_batch_flush(s, b);
-    Py_END_ALLOW_THREADS
-    CHECK_ST(st);
-    Py_RETURN_NONE;
-}
 
 static PyObject *core_batch_count(PyObject *self, PyObject *arg)
 {
@@ -1454,12 +1031,6 @@ static PyObject *core_batch_count(PyObject *self, PyObject *arg)
     return PyLong_FromSize_t(mapping_batch_count(as_ptr(arg)));
 }
 
-static PyObject *core_batch_clear(PyObject *self, PyObject *arg)
-{
-    (void)self;
-    mapping_batch_clear(as_ptr(arg));
-    Py_RETURN_NONE;
-}
 
 /* ---- pipelines ---- */
 
@@ -1484,15 +1055,6 @@ static PyObject *core_pipeline_create(PyObject *self, PyObject *const *args, Py_
     return Py_BuildValue("(Nnin)", from_ptr(p), (Py_ssize_t)got.chunk_bytes, got.depth, (Py_ssize_t)got.element_bytes);
 }
 
-static PyObject *core_pipeline_destroy(PyObject *self, PyObject *arg)
-{
-    (void)self;
-    mapping_pipeline *p = as_ptr(arg);
-    Py_BEGIN_ALLOW_THREADS
-    mapping_pipeline_destroy(p);
-    Py_END_ALLOW_THREADS
-    Py_RETURN_NONE;
-}
 
 typedef struct {
     PyObject *step;
@@ -1790,28 +1352,228 @@ static PyObject *core_version(PyObject *self, PyObject *unused)
     return PyUnicode_FromString(mapping_version());
 }
 
+/* ---- the table-driven calls ----
+ * Most of the C API is "convert some handles and sizes, call, raise the
+ * status, return None or the new handle". Each such call is one row of
+ * `calls` below: its Python name, its argument kinds (a string, one letter
+ * per argument: p handle/pointer (None: NULL), s size_t (>= 0), i long,
+ * u unsigned, b a byte 0..255), whether the C call may block (the GIL is
+ * released around it), what it returns, and a one-line thunk that calls the
+ * C function with the converted arguments. One generic function
+ * (table_call) does the conversion, the checks and the reference counting
+ * for all of them. */
+enum { RET_NONE, RET_HANDLE }; /* RET_HANDLE: the thunk gets an out pointer as a[nargs] */
+
+typedef struct {
+    PyMethodDef def; /* name, table_call, METH_FASTCALL */
+    const char *kinds;
+    int         blocking;
+    int         ret;
+    mapping_status (*thunk)(const uintptr_t *a);
+} call_row;
+
+#define ARG(i, T) ((T)a[i])
+#define THUNK(name, call)                                       \
+    static mapping_status t_##name(const uintptr_t *a)          \
+    {                                                           \
+        return call;                                            \
+    }
+#define VOID_THUNK(name, call)                                  \
+    static mapping_status t_##name(const uintptr_t *a)          \
+    {                                                           \
+        call;                                                   \
+        return MAPPING_OK;                                      \
+    }
+#define D_ ARG(0, mapping_device *)
+#define S_(i) ARG(i, mapping_stream *)
+#define B_(i) ARG(i, mapping_buffer *)
+#define M_(i) ARG(i, mapping_mirror *)
+#define Z_(i) ARG(i, size_t)
+#define OUT_(i, T) ARG(i, T **)
+
+VOID_THUNK(close, mapping_close(D_))
+VOID_THUNK(stats_reset, mapping_device_stats_reset(D_))
+THUNK(open_opencl, mapping_open_opencl(ARG(0, void *), ARG(1, void *), ARG(2, void *), OUT_(3, mapping_device)))
+THUNK(allocate_gpu, mapping_allocate_gpu(D_, Z_(1), OUT_(2, mapping_buffer)))
+THUNK(import_gpu, mapping_import_gpu(D_, ARG(1, void *), Z_(2), Z_(3), NULL, NULL, OUT_(4, mapping_buffer)))
+VOID_THUNK(free_gpu, mapping_free_gpu(B_(0)))
+THUNK(buffer_native, mapping_native_buffer(B_(0), OUT_(1, void)))
+THUNK(copy_gpu, mapping_copy_gpu(S_(0), B_(1), Z_(2), B_(3), Z_(4), Z_(5)))
+THUNK(copy_peer, mapping_copy_peer(S_(0), B_(1), Z_(2), B_(3), Z_(4), Z_(5)))
+THUNK(fill_gpu, mapping_fill_gpu(S_(0), B_(1), Z_(2), Z_(3), ARG(4, unsigned char)))
+THUNK(allocate_cpu, mapping_allocate_cpu(D_, Z_(1), OUT_(2, void)))
+VOID_THUNK(free_cpu, mapping_free_cpu(D_, ARG(1, void *)))
+THUNK(stream_create, mapping_stream_create(D_, OUT_(1, mapping_stream)))
+THUNK(import_stream, mapping_import_stream(D_, ARG(1, void *), OUT_(2, mapping_stream)))
+VOID_THUNK(stream_destroy, mapping_stream_destroy(S_(0)))
+THUNK(stream_native, mapping_native_stream(S_(0), OUT_(1, void)))
+THUNK(event_record, mapping_event_record(S_(0), OUT_(1, mapping_event)))
+THUNK(stream_wait_event, mapping_stream_wait_event(S_(0), ARG(1, mapping_event *)))
+THUNK(event_sync, mapping_event_synchronize(ARG(0, mapping_event *)))
+VOID_THUNK(event_destroy, mapping_event_destroy(ARG(0, mapping_event *)))
+THUNK(mirror_create, mapping_mirror_create(D_, Z_(1), ARG(2, unsigned), OUT_(3, mapping_mirror)))
+VOID_THUNK(mirror_destroy, mapping_mirror_destroy(M_(0)))
+THUNK(mirror_view, mapping_mirror_view(M_(0), Z_(1), Z_(2), OUT_(3, mapping_mirror)))
+THUNK(mirror_mark, ARG(1, long) == MAPPING_CPU ? mapping_mirror_mark_cpu_modified(M_(0), Z_(2), Z_(3))
+                                               : mapping_mirror_mark_gpu_modified(M_(0), Z_(2), Z_(3)))
+THUNK(mirror_sync, ARG(2, long) == MAPPING_CPU ? mapping_mirror_sync_to_cpu(S_(0), M_(1))
+                                               : mapping_mirror_sync_to_gpu(S_(0), M_(1)))
+THUNK(mirror_acquire_cpu, mapping_mirror_acquire_cpu(M_(0), ARG(1, unsigned), OUT_(2, void)))
+THUNK(mirror_acquire_gpu, mapping_mirror_acquire_gpu(S_(0), M_(1), ARG(2, unsigned), OUT_(3, mapping_buffer)))
+THUNK(mirror_release_gpu, mapping_mirror_release_gpu(S_(0), M_(1)))
+THUNK(batch_create, mapping_batch_create(D_, OUT_(1, mapping_batch)))
+VOID_THUNK(batch_destroy, mapping_batch_destroy(ARG(0, mapping_batch *)))
+THUNK(batch_flush, mapping_batch_flush(S_(0), ARG(1, mapping_batch *)))
+VOID_THUNK(batch_clear, mapping_batch_clear(ARG(0, mapping_batch *)))
+VOID_THUNK(pipeline_destroy, mapping_pipeline_destroy(ARG(0, mapping_pipeline *)))
+VOID_THUNK(multimirror_destroy, mapping_multimirror_destroy(ARG(0, mapping_multimirror *)))
+THUNK(multimirror_mark, ARG(1, long) < 0
+                            ? mapping_multimirror_mark_cpu_modified(ARG(0, mapping_multimirror *), Z_(2), Z_(3))
+                            : mapping_multimirror_mark_gpu_modified(ARG(0, mapping_multimirror *), ARG(1, int), Z_(2),
+                                                                    Z_(3)))
+THUNK(multimirror_sync, ARG(2, long) < 0
+                            ? mapping_multimirror_sync_to_cpu(ARG(1, mapping_multimirror *))
+                            : mapping_multimirror_sync_to_gpu(S_(0), ARG(1, mapping_multimirror *), ARG(2, int)))
+
+static PyObject *table_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+
+#define ROW(name, kinds, blocking, ret) \
+    {{#name, (PyCFunction)(void (*)(void))table_call, METH_FASTCALL, NULL}, kinds, blocking, ret, t_##name}
+
+static call_row calls[] = {
+    ROW(close, "p", 1, RET_NONE),
+    ROW(stats_reset, "p", 0, RET_NONE),
+    ROW(open_opencl, "ppp", 0, RET_HANDLE),
+    ROW(allocate_gpu, "ps", 0, RET_HANDLE),
+    ROW(import_gpu, "ppss", 0, RET_HANDLE),
+    ROW(free_gpu, "p", 1, RET_NONE), /* a release callback (DLPack) takes the GIL itself */
+    ROW(buffer_native, "p", 0, RET_HANDLE),
+    ROW(copy_gpu, "ppspss", 1, RET_NONE),
+    ROW(copy_peer, "ppspss", 1, RET_NONE),
+    ROW(fill_gpu, "ppssb", 1, RET_NONE),
+    ROW(allocate_cpu, "ps", 0, RET_HANDLE),
+    ROW(free_cpu, "pp", 0, RET_NONE),
+    ROW(stream_create, "p", 0, RET_HANDLE),
+    ROW(import_stream, "pp", 0, RET_HANDLE),
+    ROW(stream_destroy, "p", 1, RET_NONE),
+    ROW(stream_native, "p", 0, RET_HANDLE),
+    ROW(event_record, "p", 1, RET_HANDLE), /* a full queue waits for its thread, which may want the GIL */
+    ROW(stream_wait_event, "pp", 1, RET_NONE),
+    ROW(event_sync, "p", 1, RET_NONE),
+    ROW(event_destroy, "p", 0, RET_NONE),
+    ROW(mirror_create, "psu", 1, RET_HANDLE),
+    ROW(mirror_destroy, "p", 1, RET_NONE),
+    ROW(mirror_view, "pss", 0, RET_HANDLE),
+    ROW(mirror_mark, "piss", 1, RET_NONE),
+    ROW(mirror_sync, "ppi", 1, RET_NONE),
+    ROW(mirror_acquire_cpu, "pu", 1, RET_HANDLE),
+    ROW(mirror_acquire_gpu, "ppu", 1, RET_HANDLE),
+    ROW(mirror_release_gpu, "pp", 1, RET_NONE),
+    ROW(batch_create, "p", 0, RET_HANDLE),
+    ROW(batch_destroy, "p", 1, RET_NONE),
+    ROW(batch_flush, "pp", 1, RET_NONE),
+    ROW(batch_clear, "p", 0, RET_NONE),
+    ROW(pipeline_destroy, "p", 1, RET_NONE),
+    ROW(multimirror_destroy, "p", 1, RET_NONE),
+    ROW(multimirror_mark, "piss", 1, RET_NONE),
+    ROW(multimirror_sync, "ppi", 1, RET_NONE),
+};
+
+enum { TABLE_MAX_ARGS = 7 };
+
+/* self: the row's index into `calls` (a PyLong, set when the builtin is made). */
+static PyObject *table_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    const call_row *row = &calls[PyLong_AsSsize_t(self)];
+    Py_ssize_t want = (Py_ssize_t)strlen(row->kinds);
+    if (nargs != want) {
+        PyErr_Format(PyExc_TypeError, "%s expected %zd arguments, got %zd", row->def.ml_name, want, nargs);
+        return NULL;
+    }
+    uintptr_t a[TABLE_MAX_ARGS + 1] = {0};
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        PyObject *o = args[i];
+        switch (row->kinds[i]) {
+        case 'p':
+            a[i] = (uintptr_t)as_ptr(o);
+            break;
+        case 's': {
+            size_t v;
+            if (get_size(o, &v) < 0)
+                return NULL;
+            a[i] = (uintptr_t)v;
+            break;
+        }
+        case 'i':
+            a[i] = (uintptr_t)PyLong_AsLong(o);
+            break;
+        case 'u':
+            a[i] = (uintptr_t)PyLong_AsUnsignedLong(o);
+            break;
+        case 'b': {
+            long v = PyLong_AsLong(o);
+            if (!PyErr_Occurred() && (v < 0 || v > 255)) {
+                PyErr_Format(PyExc_ValueError, "%s: value %ld is not a byte (0..255)", row->def.ml_name, v);
+                return NULL;
+            }
+            a[i] = (uintptr_t)v;
+            break;
+        }
+        }
+        if (PyErr_Occurred())
+            return NULL;
+    }
+    void *out = NULL;
+    if (row->ret == RET_HANDLE)
+        a[nargs] = (uintptr_t)&out;
+    mapping_status st;
+    if (row->blocking) {
+        Py_BEGIN_ALLOW_THREADS
+        st = row->thunk(a);
+        Py_END_ALLOW_THREADS
+    } else {
+        st = row->thunk(a);
+    }
+    CHECK_ST(st);
+    if (row->ret == RET_HANDLE)
+        return from_ptr(out);
+    Py_RETURN_NONE;
+}
+
+/* Adds every row to the module: one builtin per row, its self the row's index. */
+static int add_table_calls(PyObject *m)
+{
+    PyObject *modname = PyModule_GetNameObject(m);
+    if (!modname)
+        return -1;
+    for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
+        PyObject *index = PyLong_FromSize_t(i);
+        PyObject *f = index ? PyCFunction_NewEx(&calls[i].def, index, modname) : NULL;
+        Py_XDECREF(index);
+        if (!f || PyModule_AddObject(m, calls[i].def.ml_name, f) < 0) {
+            Py_XDECREF(f);
+            Py_DECREF(modname);
+            return -1;
+        }
+    }
+    Py_DECREF(modname);
+    return 0;
+}
+
 #define FAST(name, doc) {#name, (PyCFunction)(void (*)(void))core_##name, METH_FASTCALL, doc}
 #define ONE(name, doc) {#name, (PyCFunction)core_##name, METH_O, doc}
 #define VAR(name, doc) {#name, (PyCFunction)core_##name, METH_VARARGS, doc}
 #define NONE_(name, doc) {#name, (PyCFunction)core_##name, METH_NOARGS, doc}
 
 static PyMethodDef core_methods[] = {
-    VAR(set_errors, NULL), NONE_(statuses, NULL), NONE_(version, NULL), VAR(open, NULL), FAST(open_opencl, NULL),
-    ONE(close, NULL), ONE(device_info, NULL), ONE(native_device, NULL), NONE_(list, NULL), ONE(stats, NULL),
-    ONE(stats_reset, NULL), ONE(device_link, NULL), FAST(device_set_link, NULL), FAST(allocate_gpu, NULL), FAST(import_gpu, NULL), ONE(free_gpu, NULL),
-    ONE(buffer_native, NULL), FAST(write, NULL), FAST(read, NULL), FAST(copy_gpu, NULL), FAST(fill_gpu, NULL),
-    FAST(allocate_cpu, NULL), FAST(free_cpu, NULL), FAST(address_of, NULL), ONE(stream_create, NULL),
-    FAST(import_stream, NULL), ONE(stream_destroy, NULL), ONE(stream_sync, NULL), ONE(stream_native, NULL),
-    ONE(event_record, NULL), FAST(stream_wait_event, NULL), ONE(event_sync, NULL), ONE(event_query, NULL),
-    FAST(event_elapsed, NULL), ONE(event_destroy, NULL), FAST(mirror_create, NULL), FAST(mirror_wrap, NULL),
-    FAST(mirror_adopt, NULL), ONE(mirror_destroy, NULL), FAST(mirror_view, NULL), ONE(mirror_parts, NULL),
-    FAST(mirror_mark, NULL), FAST(mirror_sync, NULL), FAST(mirror_stale, NULL), FAST(mirror_acquire_cpu, NULL),
-    FAST(mirror_acquire_gpu, NULL), FAST(mirror_release_gpu, NULL), ONE(batch_create, NULL),
-    ONE(batch_destroy, NULL), FAST(batch_add, NULL), FAST(batch_flush, NULL), ONE(batch_count, NULL),
-    ONE(batch_clear, NULL), FAST(pipeline_create, NULL), ONE(pipeline_destroy, NULL), FAST(pipeline_run, NULL),
-    VAR(to_dlpack, NULL), FAST(import_dlpack, NULL), FAST(bench_copies, NULL), FAST(pin, NULL), FAST(copy_peer, NULL),
-    FAST(mirror_sharded, NULL), FAST(multimirror_create, NULL), ONE(multimirror_destroy, NULL), FAST(multimirror_parts, NULL),
-    FAST(multimirror_mark, NULL), FAST(multimirror_sync, NULL), FAST(multimirror_stale, NULL),
+    VAR(set_errors, NULL), NONE_(statuses, NULL), NONE_(version, NULL), VAR(open, NULL), ONE(device_info, NULL), ONE(native_device, NULL), NONE_(list, NULL), ONE(stats, NULL),
+    ONE(device_link, NULL), FAST(device_set_link, NULL), FAST(write, NULL), FAST(read, NULL), FAST(address_of, NULL), ONE(stream_sync, NULL), ONE(event_query, NULL),
+    FAST(event_elapsed, NULL), FAST(mirror_wrap, NULL),
+    FAST(mirror_adopt, NULL), ONE(mirror_parts, NULL),
+    FAST(mirror_stale, NULL), FAST(batch_add, NULL), ONE(batch_count, NULL),
+    FAST(pipeline_create, NULL), FAST(pipeline_run, NULL),
+    VAR(to_dlpack, NULL), FAST(import_dlpack, NULL), FAST(bench_copies, NULL), FAST(pin, NULL), FAST(mirror_sharded, NULL), FAST(multimirror_create, NULL), FAST(multimirror_parts, NULL),
+    FAST(multimirror_stale, NULL),
     FAST(keep_until, NULL), NONE_(drain, NULL), FAST(launch_host, NULL),
     {"_text", (PyCFunction)core_text, METH_O, "bytes from a driver as str (undecodable bytes replaced)"}, {NULL, NULL, 0, NULL}};
 
@@ -1833,6 +1595,8 @@ PyMODINIT_FUNC PyInit__core(void)
         Py_DECREF(&host_memory_type);
         goto fail;
     }
+    if (add_table_calls(m) < 0)
+        goto fail;
     if (PyModule_AddIntConstant(m, "MIRROR_UNIFIED", MAPPING_MIRROR_UNIFIED) < 0 ||
         PyModule_AddIntConstant(m, "MIRROR_PIN", MAPPING_MIRROR_PIN) < 0 ||
         PyModule_AddIntConstant(m, "MIRROR_GPU_VALID", MAPPING_MIRROR_GPU_VALID) < 0 ||
