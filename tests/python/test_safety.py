@@ -568,3 +568,24 @@ def test_a_buffer_does_not_keep_its_last_stream_open():
         mapping.sync_to_cpu(g, bytearray((1 << 20) + 1))
     assert "mapping_sync" not in str(e.value) and str(e.value).startswith("sync_to_cpu(")
     dev.close()
+
+
+def test_the_extension_compiles_against_the_lowest_python_claimed():
+    """Item 18: _core.c builds with the headers of the lowest Python that
+    pyproject.toml claims, where an interpreter of that version is installed."""
+    import glob
+    import re
+    import shutil
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.join(here, "..", "..")
+    toml = open(os.path.join(root, "python", "pyproject.toml")).read()
+    minor = int(re.search(r'requires-python\s*=\s*">=\s*3\.(\d+)"', toml).group(1))
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    incs = [p for p in glob.glob(os.path.expanduser("~/.pyenv/versions/3.%d.*/include/python3.%d" % (minor, minor)))
+            + ["/usr/include/python3.%d" % minor] if os.path.exists(os.path.join(p, "Python.h"))]
+    if not cc or not incs:
+        pytest.skip("no Python 3.%d headers or C compiler here" % minor)
+    r = subprocess.run([cc, "-fsyntax-only", "-Wall", "-Werror=implicit-function-declaration", "-I" + incs[0],
+                        "-I" + os.path.join(root, "include"), os.path.join(root, "python", "src", "_core.c")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
