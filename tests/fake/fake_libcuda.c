@@ -59,6 +59,11 @@
  *   it refuses 0. Any other handle that is not a live stream is
  *   CUDA_ERROR_INVALID_HANDLE.
  *
+ * Gauges (fake_cuda_count reads them too; fake_cuda_reset_gauges zeroes
+ * them): "largest_host_alloc" (bytes of the largest cuMemHostAlloc),
+ * "largest_pinned_async_copy" (the largest cuMemcpy*Async of page-locked
+ * memory), "copy_entries_largest_piece" and "copy_entries_threads_per_entry"
+ * (the scatter kernel's shape).
  * For tests: fake_cuda_count("cuMemHostAlloc") returns how often a call ran
  * ("forbidden": allocations refused, "leaked_at_reset";
  * "cuStreamSynchronize_legacy": those of them on the CU_STREAM_LEGACY handle;
@@ -113,7 +118,8 @@ static bool copy_entries_split; /* the loaded mapping_copy_entries takes `split`
     X(cuStreamSynchronize) X(cuStreamCreate) X(forbidden) X(leaked_at_reset) X(context_resets)               \
     X(cuStreamSynchronize_legacy) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync)   \
     X(cuLaunchKernel) X(cuEventSynchronize) X(cuModuleLoadData) X(cuFuncLoad) X(lazy_loads)               \
-    X(copy_entries_largest_piece) X(copy_entries_threads_per_entry)
+    X(copy_entries_largest_piece) X(copy_entries_threads_per_entry) X(largest_host_alloc)                   \
+    X(largest_pinned_async_copy)
 enum {
 #define ENUM_(name) COUNT_##name,
     FAKE_COUNTERS(ENUM_)
@@ -145,6 +151,8 @@ API void fake_cuda_reset_gauges(void)
 {
     __atomic_store_n(&counters[COUNT_copy_entries_largest_piece], 0, __ATOMIC_RELAXED);
     __atomic_store_n(&counters[COUNT_copy_entries_threads_per_entry], 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&counters[COUNT_largest_host_alloc], 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&counters[COUNT_largest_pinned_async_copy], 0, __ATOMIC_RELAXED);
 }
 
 API long long fake_cuda_count(const char *name)
@@ -914,6 +922,7 @@ API CUresult cuMemHostAlloc(void **p, size_t n, unsigned flags)
 {
     (void)flags;
     ALLOCATION(cuMemHostAlloc, false);
+    gauge_max(COUNT_largest_host_alloc, (long long)n);
     /* Blocks 64 bytes past a page boundary: every second one when strict,
      * all with FAKE_LIBCUDA_MISALIGN_HOST=1. */
     static unsigned long calls;
@@ -1024,6 +1033,7 @@ static CUresult host_copy_async(void *dst, const void *src, size_t n, stream *s,
         memcpy(dst, src, n);
         return OK;
     }
+    gauge_max(COUNT_largest_pinned_async_copy, (long long)n);
     return submit_checked(s, (op){.kind = OP_COPY, .dst = dst, .src = src, .bytes = n}, dev, n, 0, 0);
 }
 API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *s, size_t n, stream *st)

@@ -33,6 +33,7 @@ enum { STAGE_ALIGN = 64 };
 static const size_t STAGE_FIRST_BYTES = (size_t)16 << 20; /* made at open */
 static const size_t STAGE_KEEP_BYTES = (size_t)64 << 20;  /* the high-water mark trim keeps */
 static const size_t STAGE_GROW_STEP = (size_t)2 << 20;
+static const size_t STAGE_PIECE = (size_t)4 << 20; /* larger copies go in pieces (below) */
 
 static size_t align_up(size_t n, size_t a)
 {
@@ -133,8 +134,9 @@ static void ring_reclaim(cuda_stage_chunk *c)
 }
 
 /* A block for `bytes` of data; the context is current. Never waits: grows
- * the arena when no chunk has room. */
-static cuda_stage_block *stage_get(cuda_device *d, size_t bytes, mapping_status *st)
+ * the arena when no chunk has room, by a chunk as large as all others
+ * together, or, with `cap`, by at most max(cap, the block). */
+static cuda_stage_block *stage_get_capped(cuda_device *d, size_t bytes, size_t cap, mapping_status *st)
 {
     cuda_staging *arena = &d->staging;
     size_t size = header_bytes() + align_up(bytes ? bytes : 1, STAGE_ALIGN);
@@ -145,6 +147,8 @@ static cuda_stage_block *stage_get(cuda_device *d, size_t bytes, mapping_status 
     size_t grow = align_up(size, STAGE_GROW_STEP);
     if (grow < arena->total)
         grow = arena->total;
+    if (cap && grow > cap)
+        grow = cap > size ? align_up(cap, STAGE_GROW_STEP) : align_up(size, STAGE_GROW_STEP);
     pthread_mutex_unlock(&arena->lock);
     if (b) {
         b->arena = arena;
@@ -165,6 +169,11 @@ static cuda_stage_block *stage_get(cuda_device *d, size_t bytes, mapping_status 
     pthread_mutex_unlock(&arena->lock);
     b->arena = arena;
     return b;
+}
+
+static cuda_stage_block *stage_get(cuda_device *d, size_t bytes, mapping_status *st)
+{
+    return stage_get_capped(d, bytes, 0, st);
 }
 
 /* Gives a block back; no driver call, so host functions may use it. */
@@ -249,8 +258,174 @@ static mapping_status queue_done(cuda_device *d, cu_stream s, cu_host_fn done, c
     return st;
 }
 
+/* ---- large copies: pieces through a few blocks, pack and DMA overlapping ----
+ * A copy over STAGE_PIECE bytes goes in pieces of STAGE_PIECE through at
+ * most STAGE_WINDOW blocks, each reused once the piece before it is through:
+ * the arena grows by at most STAGE_WINDOW pieces for it (a 256 MiB copy
+ * staged whole took 258 MiB of page-locked memory and one 256 MiB memcpy
+ * before its DMA started). Who packs (write) or unpacks (read) a piece:
+ *   - the caller, overlapping the DMA of the pieces queued before it, once
+ *     the stream has reached the copy (an event recorded just before it has
+ *     completed): waiting for the copy's own DMAs then waits for nothing the
+ *     caller does not control;
+ *   - else a host function on the stream, in stream order, just before the
+ *     piece's DMA (write) or just after it (read): the call returns once
+ *     queued and waits for nothing, and no more memory is taken.
+ * The blocks go back in one host function after the last DMA. */
+enum { STAGE_WINDOW = 3 };
+
+typedef struct piece_job {
+    void       *to;
+    const void *from;
+    size_t      bytes;
+} piece_job;
+
+static void piece_copy(void *arg)
+{
+    piece_job *j = arg;
+    memcpy(j->to, j->from, j->bytes);
+    free(j);
+}
+
+typedef struct window_return {
+    cuda_stage_block *blocks[STAGE_WINDOW];
+    int               count;
+} window_return;
+
+static void window_done(void *arg)
+{
+    window_return *w = arg;
+    for (int i = 0; i < w->count; i++)
+        stage_put(w->blocks[i]);
+    free(w);
+}
+
+/* A memcpy on the stream's host-function thread, in stream order. */
+static mapping_status queue_piece_copy(cuda_device *d, cu_stream s, void *to, const void *from, size_t bytes)
+{
+    piece_job *j = mapping_os_malloc(sizeof *j);
+    if (!j)
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "cuda: out of memory for a staged copy");
+    *j = (piece_job){to, from, bytes};
+    mapping_status st = mapping__cuda_check(d->cu->cuLaunchHostFunc(s, piece_copy, j), "cuLaunchHostFunc");
+    if (st != MAPPING_OK)
+        free(j);
+    return st;
+}
+
+/* A read's piece p, from its block to the caller's memory. */
+static void unpack(void *host, const void *slot, size_t p, size_t bytes)
+{
+    size_t at = p * STAGE_PIECE, len = bytes - at < STAGE_PIECE ? bytes - at : STAGE_PIECE;
+    memcpy((char *)host + at, slot, len);
+}
+
+/* Has the stream reached the copy? Then the caller packs / unpacks (and
+ * waits for the copy's own DMAs only). Else host functions do, in stream
+ * order: for a read, those of the `queued` pieces already read are queued
+ * now, before any block is reused. */
+static mapping_status decide(cuda_device *d, cu_stream s, cu_event start, void *host, window_return *w, int k,
+                             size_t queued, size_t bytes, bool to_device, bool *by_caller, bool *decided)
+{
+    *decided = true;
+    *by_caller = d->cu->cuEventQuery(start) == CU_SUCCESS;
+    mapping_status st = MAPPING_OK;
+    for (size_t p = 0; p < queued && !*by_caller && !to_device && st == MAPPING_OK; p++) {
+        size_t at = p * STAGE_PIECE, len = bytes - at < STAGE_PIECE ? bytes - at : STAGE_PIECE;
+        st = queue_piece_copy(d, s, (char *)host + at, block_data(w->blocks[p % (size_t)k]), len);
+    }
+    return st;
+}
+
+/* host: the caller's pageable memory; dev: the device address; to_device:
+ * a write. */
+static mapping_status staged_pieces(cuda_device *d, cu_stream s, void *host, cu_deviceptr dev, size_t bytes,
+                                    bool to_device)
+{
+    const cuda_driver *cu = d->cu;
+    size_t n = (bytes + STAGE_PIECE - 1) / STAGE_PIECE;
+    int k = n < STAGE_WINDOW ? (int)n : STAGE_WINDOW;
+    window_return *w = mapping_os_calloc(1, sizeof *w);
+    if (!w)
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "cuda: out of memory for a staged copy");
+    cu_event done[STAGE_WINDOW] = {0}, start = NULL;
+    mapping_status st = MAPPING_OK;
+    const size_t cap = (size_t)STAGE_WINDOW * (header_bytes() + STAGE_PIECE);
+    for (int j = 0; j < k && st == MAPPING_OK; j++)
+        if ((w->blocks[j] = stage_get_capped(d, STAGE_PIECE, cap, &st)) != NULL)
+            w->count++;
+    for (int j = 0; j < k && st == MAPPING_OK; j++)
+        st = mapping__cuda_check(cu->cuEventCreate(&done[j], CU_EVENT_DISABLE_TIMING_), "cuEventCreate");
+    if (st == MAPPING_OK)
+        st = mapping__cuda_check(cu->cuEventCreate(&start, CU_EVENT_DISABLE_TIMING_), "cuEventCreate");
+    if (st == MAPPING_OK)
+        st = mapping__cuda_check(cu->cuEventRecord(start, s), "cuEventRecord");
+    if (st != MAPPING_OK) {
+        window_done(w); /* nothing queued uses them */
+        goto out;
+    }
+    /* by_caller: the caller packs / unpacks; decided at the first reuse of a
+     * block (or, for a read, at the end), from whether the stream has
+     * reached the copy. */
+    bool by_caller = true, decided = false;
+    for (size_t i = 0; i < n && st == MAPPING_OK; i++) {
+        int j = (int)(i % (size_t)k);
+        if (i >= (size_t)k && !decided)
+            st = decide(d, s, start, host, w, k, i, bytes, to_device, &by_caller, &decided);
+        void *slot = block_data(w->blocks[j]);
+        if (st == MAPPING_OK && i >= (size_t)k && by_caller) /* block j's last piece is through */
+            st = mapping__cuda_check(cu->cuEventSynchronize(done[j]), "cuEventSynchronize");
+        if (st == MAPPING_OK && i >= (size_t)k && by_caller && !to_device)
+            unpack(host, slot, i - (size_t)k, bytes);
+        if (st != MAPPING_OK)
+            break;
+        size_t at = i * STAGE_PIECE, len = bytes - at < STAGE_PIECE ? bytes - at : STAGE_PIECE;
+        if (to_device) {
+            if (by_caller)
+                memcpy(slot, (const char *)host + at, len);
+            else
+                st = queue_piece_copy(d, s, slot, (const char *)host + at, len);
+            if (st == MAPPING_OK)
+                st = mapping__cuda_check(cu->cuMemcpyHtoDAsync_v2(dev + at, slot, len, s), "cuMemcpyHtoDAsync_v2");
+        } else {
+            st = mapping__cuda_check(cu->cuMemcpyDtoHAsync_v2(slot, dev + at, len, s), "cuMemcpyDtoHAsync_v2");
+            if (st == MAPPING_OK && !by_caller)
+                st = queue_piece_copy(d, s, (char *)host + at, slot, len);
+        }
+        if (st == MAPPING_OK && by_caller)
+            st = mapping__cuda_check(cu->cuEventRecord(done[j], s), "cuEventRecord");
+    }
+    if (st == MAPPING_OK && !to_device) { /* the last pieces of a read */
+        if (!decided)
+            st = decide(d, s, start, host, w, k, n, bytes, to_device, &by_caller, &decided);
+        for (size_t i = n > (size_t)k ? n - (size_t)k : 0; i < n && st == MAPPING_OK && by_caller; i++) {
+            int j = (int)(i % (size_t)k);
+            st = mapping__cuda_check(cu->cuEventSynchronize(done[j]), "cuEventSynchronize");
+            if (st == MAPPING_OK)
+                unpack(host, block_data(w->blocks[j]), i, bytes);
+        }
+    }
+    /* The blocks go back when the stream has passed the last DMA (after a
+     * failure too: what was queued may still run). */
+    if (cu->cuLaunchHostFunc(s, window_done, w) != CU_SUCCESS) {
+        mapping_status synced = mapping__cuda_check(cu->cuStreamSynchronize(s), "cuStreamSynchronize");
+        window_done(w);
+        if (st == MAPPING_OK)
+            st = synced != MAPPING_OK ? synced : mapping__fail(MAPPING_ERR_DRIVER, "cuda: cuLaunchHostFunc failed");
+    }
+out:
+    for (int j = 0; j < k; j++)
+        if (done[j])
+            cu->cuEventDestroy_v2(done[j]);
+    if (start)
+        cu->cuEventDestroy_v2(start);
+    return st;
+}
+
 mapping_status mapping__cuda_staged_write(cuda_device *d, cu_stream s, const void *src, cu_deviceptr dst, size_t bytes)
 {
+    if (bytes > STAGE_PIECE)
+        return staged_pieces(d, s, (void *)(uintptr_t)src, dst, bytes, true);
     mapping_status st;
     cuda_stage_block *b = stage_get(d, bytes, &st);
     if (!b)
@@ -266,6 +441,8 @@ mapping_status mapping__cuda_staged_write(cuda_device *d, cu_stream s, const voi
 
 mapping_status mapping__cuda_staged_read(cuda_device *d, cu_stream s, cu_deviceptr src, void *dst, size_t bytes)
 {
+    if (bytes > STAGE_PIECE)
+        return staged_pieces(d, s, dst, src, bytes, false);
     mapping_status st;
     cuda_stage_block *b = stage_get(d, bytes, &st);
     if (!b)
