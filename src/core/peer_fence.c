@@ -2,41 +2,52 @@
  * Cross-device work and mapping_close. A peer copy queued on a stream of
  * device B that reads device A's memory runs when B's stream reaches it:
  * closing A before then would free the memory (and, for a staged OpenCL
- * copy, A's queue and staging) under it. So each such copy leaves a fence:
- * an event recorded on B's stream after it, listed with A (the device read)
- * and with the stream. mapping_close(A) waits for A's fences; destroying
- * the stream, whose work is then done, drops the stream's fences.
+ * copy, A's queue and staging) under it. So such copies leave a fence,
+ * listed with A (the device read) and with the stream: mapping_close(A)
+ * waits for A's fences; destroying the stream, whose work is then done,
+ * drops the stream's fences.
  *
- * One fence per (stream, device read, thread): the stream runs in order, so
- * the latest event covers the earlier copies, and a later copy replaces the
- * fence's event. Only the thread that recorded an event knows that its next
- * one is later (two threads enqueueing on one stream may record in either
- * order), so each thread keeps its own fence per pair. The lists live under one lock (cross-device copies are
- * rare next to everything else); waiting happens outside it, with the
- * fence marked so that the stream's destruction (which frees the event's
- * device) waits until the closer has finished with it.
+ * A fence holds an event recorded on the stream after a copy. The stream
+ * runs in order, so one event covers every copy before it: a copy queued
+ * while the fence's event is still pending only marks the fence `dirty`
+ * (copies after its event), and close then records one more event and
+ * waits for that too. So a run of async peer copies records about one event
+ * per completion of the previous one, not one per copy. Only the thread
+ * that recorded an event knows that its next copy comes later (two threads
+ * enqueueing on one stream may do so in either order), so each thread has
+ * its own fence per (stream, device read).
+ *
+ * The lists live under one lock (cross-device copies are rare next to
+ * everything else). No library call is made under it (a call may fail, and
+ * the log callback it reaches may call the library): an event is queried
+ * or waited for with the fence pinned (`pins`) or taken by a close
+ * (`waited`), which keeps its event alive, and the stream's destruction
+ * (which frees the event's device) waits for both to end.
  */
 #include <stdlib.h>
 #include "core/ops.h"
 #include "os/os.h"
 
 typedef struct fence {
-    mapping_list_node by_device; /* in read->fences */
+    mapping_list_node by_device; /* in read->fences, until a close takes it */
     mapping_list_node by_stream; /* in stream->fences */
     mapping_device   *read;
     mapping_stream   *stream;
-    mapping_event    *event;  /* NULL: none could be recorded; wait for the whole stream */
-    const void       *thread; /* the thread that recorded it (thread_token) */
-    bool              waited; /* a close is waiting for it, outside the lock */
+    mapping_event    *event;  /* after the copies; NULL: none could be recorded */
+    const void       *thread; /* the thread that queued the copies (thread_token) */
+    bool              dirty;  /* copies queued after `event` (or with no event) */
+    bool              done;   /* `event` was seen complete */
+    bool              waited; /* a close took it: it waits outside the lock */
+    int               pins;   /* queries of `event` outside the lock */
 } fence;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t  released = PTHREAD_COND_INITIALIZER; /* a fence stopped being waited for */
+static pthread_cond_t  released = PTHREAD_COND_INITIALIZER; /* a pin or a close's hold ended */
 
 #define FENCE_OF(node, member) ((fence *)(void *)((char *)(node) - offsetof(fence, member)))
 
-/* Distinct per live thread. A thread that reuses a dead one's token
- * records after everything the dead one recorded, so replacing stays right. */
+/* Distinct per live thread. A thread that reuses a dead one's token queues
+ * after everything the dead one queued, so its events come later. */
 static const void *thread_token(void)
 {
     static _Thread_local char token;
@@ -63,72 +74,127 @@ static void list_unlink(mapping_list_node *n)
     mapping__fence_init(n);
 }
 
-/* Waits for what the fence stands for. A fault injected into the wait
- * (tests) fires once: the second wait is real, so close never frees memory
+/* Under the lock: this thread's fence for (stream, read) that no close has
+ * taken, or NULL. */
+static fence *own_fence(mapping_stream *stream, const mapping_device *read, const void *me)
+{
+    for (mapping_list_node *n = stream->fences.next; n != &stream->fences; n = n->next) {
+        fence *f = FENCE_OF(n, by_stream);
+        if (f->read == read && f->thread == me && !f->waited)
+            return f;
+    }
+    return NULL;
+}
+
+/* Under the lock (released meanwhile): has f's event completed? The fence
+ * is pinned so that its event outlives the query. */
+static bool event_done(fence *f)
+{
+    if (f->done)
+        return true;
+    f->pins++;
+    pthread_mutex_unlock(&lock);
+    mapping_error_mark mark;
+    mapping__error_mark(&mark);
+    bool done = mapping__event_query(f->event) == MAPPING_OK;
+    mapping__error_forget(&mark); /* a failed query counts as pending */
+    pthread_mutex_lock(&lock);
+    f->pins--;
+    f->done |= done;
+    pthread_cond_broadcast(&released);
+    return done;
+}
+
+/* Waits for everything queued on the stream so far: an event recorded now,
+ * or the stream itself where none can be. A fault injected into a wait
+ * (tests) fires once: the second try is real, so close never frees memory
  * that queued work still reads. */
-static void fence_wait(const fence *f)
+static void wait_event(mapping_stream *stream, mapping_event *ev)
 {
     mapping_status st = MAPPING_ERR_FAULT_INJECTED;
     for (int i = 0; i < 2 && st == MAPPING_ERR_FAULT_INJECTED; i++)
-        st = f->event ? mapping__event_synchronize(f->event) : mapping__stream_synchronize(f->stream);
+        st = ev ? mapping__event_synchronize(ev) : mapping__stream_synchronize(stream);
     if (st != MAPPING_OK)
-        mapping__log(1, "mapping_close: waiting for stream %p's copy from this device: %s", (void *)f->stream,
+        mapping__log(1, "mapping_close: waiting for stream %p's copies from this device: %s", (void *)stream,
                      mapping_status_string(st));
 }
 
-/* The copy is done, or the fence could not be recorded: wait now. */
-static void wait_now(mapping_stream *stream, mapping_event *ev)
+static void wait_stream_now(mapping_stream *stream)
 {
-    fence f = {.stream = stream, .event = ev};
-    fence_wait(&f);
+    mapping_error_mark mark;
+    mapping__error_mark(&mark);
+    mapping_event *ev = NULL;
+    if (mapping__event_record(stream, &ev) != MAPPING_OK)
+        ev = NULL;
+    mapping__error_forget(&mark);
+    wait_event(stream, ev);
     if (ev)
         mapping__event_destroy(ev);
 }
 
 void mapping__fence_add(mapping_stream *stream, mapping_device *read)
 {
-    mapping_error_mark mark;
-    mapping__error_mark(&mark);
-    mapping_event *ev = NULL;
-    if (mapping__event_record(stream, &ev) != MAPPING_OK) {
-        ev = NULL; /* the fence waits for the whole stream instead; the copy itself went ahead */
-        mapping__error_forget(&mark);
-    }
-    mapping_event *old = NULL;
     const void *me = thread_token();
     pthread_mutex_lock(&lock);
     if (!stream->fences.next)
         mapping__fence_init(&stream->fences);
-    fence *f = NULL;
-    for (mapping_list_node *n = stream->fences.next; n != &stream->fences && !f; n = n->next) {
-        fence *g = FENCE_OF(n, by_stream);
-        if (g->read == read && g->thread == me && !g->waited)
-            f = g;
+    fence *f = own_fence(stream, read, me);
+    /* Behind a pending event: the close that waits for it will look again. */
+    if (f && f->event && !event_done(f) && !f->waited) {
+        f->dirty = true;
+        pthread_mutex_unlock(&lock);
+        return;
     }
+    pthread_mutex_unlock(&lock);
+
+    mapping_error_mark mark;
+    mapping__error_mark(&mark);
+    mapping_event *ev = NULL;
+    if (mapping__event_record(stream, &ev) != MAPPING_OK) {
+        ev = NULL; /* dirty without an event: the close records one then */
+        mapping__error_forget(&mark);
+    }
+    mapping_event *old = NULL;
+    pthread_mutex_lock(&lock);
+    f = own_fence(stream, read, me); /* a close may have taken the old one meanwhile */
     if (f) {
         old = f->event;
         f->event = ev;
+        f->dirty = ev == NULL;
+        f->done = false;
     } else if ((f = mapping_os_calloc(1, sizeof *f))) {
-        *f = (fence){.read = read, .stream = stream, .event = ev, .thread = me};
+        *f = (fence){.read = read, .stream = stream, .event = ev, .thread = me, .dirty = ev == NULL};
         list_push(&read->fences, &f->by_device);
         list_push(&stream->fences, &f->by_stream);
     }
     pthread_mutex_unlock(&lock);
-    if (!f) /* no memory for the fence: the copy becomes blocking */
-        wait_now(stream, ev);
-    else if (old)
+    if (old)
         mapping__event_destroy(old);
+    if (!f) { /* no memory for a fence: the copy becomes blocking */
+        wait_event(stream, ev);
+        if (ev)
+            mapping__event_destroy(ev);
+    }
 }
 
-/* Under the lock: would waiting for dev's fences wait for the host
- * function running on this thread? */
-static const fence *waits_for_itself(const mapping_device *dev)
+/* Under the lock (released meanwhile): a fence on the stream whose host
+ * function runs on this thread that is not known to be complete, which
+ * waiting would wait for itself on; or NULL. */
+static const fence *waits_for_itself(mapping_device *dev)
 {
     const void *worker = mapping_os_worker_stream();
+again:
     for (mapping_list_node *n = dev->fences.next; worker && n != &dev->fences; n = n->next) {
-        const fence *f = FENCE_OF(n, by_device);
-        if (f->stream->state == worker && (!f->event || mapping__event_query(f->event) != MAPPING_OK))
+        fence *f = FENCE_OF(n, by_device);
+        if (f->stream->state != worker)
+            continue;
+        if (f->dirty || !f->event) /* copies after the event may come after this function */
             return f;
+        if (!f->done) {
+            if (!event_done(f))
+                return f;
+            goto again; /* the lock was released: the list may have changed */
+        }
     }
     return NULL;
 }
@@ -141,17 +207,22 @@ mapping_status mapping__fences_wait(const char *fn, mapping_device *dev)
         const void *stream = self->stream;
         pthread_mutex_unlock(&lock);
         return mapping__fail(MAPPING_ERR_BUSY,
-                             "%s: called from a host function on stream %p, which has a peer copy from this device "
-                             "queued after the function: closing would wait for itself",
+                             "%s: called from a host function on stream %p, which may hold a peer copy from this "
+                             "device queued after the function: closing would wait for itself",
                              fn, stream);
     }
     while (dev->fences.next != &dev->fences) {
         fence *f = FENCE_OF(dev->fences.next, by_device);
         list_unlink(&f->by_device);
-        f->waited = true;
+        f->waited = true; /* from now on no one else changes it */
+        while (f->pins)
+            pthread_cond_wait(&released, &lock);
         pthread_mutex_unlock(&lock);
-        fence_wait(f);
-        if (f->event) /* while marked: the event's device cannot be closed meanwhile */
+        if (f->event)
+            wait_event(f->stream, f->event);
+        if (f->dirty) /* copies after its event: wait for them too */
+            wait_stream_now(f->stream);
+        if (f->event) /* while taken: the event's device cannot be closed meanwhile */
             mapping__event_destroy(f->event);
         pthread_mutex_lock(&lock);
         list_unlink(&f->by_stream);
@@ -169,7 +240,7 @@ void mapping__fences_drop_stream(mapping_stream *stream)
     pthread_mutex_lock(&lock);
     for (mapping_list_node *n = stream->fences.next; n && n != &stream->fences;) {
         fence *f = FENCE_OF(n, by_stream);
-        if (f->waited) { /* a close is using its event: wait, then look again */
+        if (f->waited || f->pins) { /* a close or a query is using its event: wait, then look again */
             pthread_cond_wait(&released, &lock);
             n = stream->fences.next;
             continue;

@@ -270,3 +270,47 @@ TEST(close_waits_for_peer_copies_that_two_threads_queued_on_one_stream)
     mapping_free_gpu(dst[1]);
     free(pattern);
 }
+
+static void *open_two_gates_later(void *arg)
+{
+    test_gate **gates = arg;
+    struct timespec t = {0, 100 * 1000 * 1000};
+    nanosleep(&t, NULL);
+    test_gate_open(gates[0]);
+    nanosleep(&t, NULL);
+    test_gate_open(gates[1]);
+    return NULL;
+}
+
+TEST(close_waits_for_the_last_of_many_peer_copies_queued_while_the_first_was_pending)
+{
+    /* gate 1, copy 1, gate 2, copy 2: copy 2 is queued while copy 1's
+     * fence is pending; close must wait past gate 2 as well. */
+    mapping_device *b = test_device(), *a = other_device();
+    unsigned char *pattern = malloc(N);
+    CHECK(pattern);
+    mapping_buffer *src = buffer_with_pattern(a, 9, pattern), *dst[2];
+    CHECK_OK(mapping_allocate_gpu(b, N, &dst[0]));
+    CHECK_OK(mapping_allocate_gpu(b, N, &dst[1]));
+    mapping_stream *s;
+    CHECK_OK(mapping_stream_create(b, &s));
+    test_gate gate1 = TEST_GATE_INIT, gate2 = TEST_GATE_INIT;
+    test_gate *gates[2] = {&gate1, &gate2};
+    CHECK_OK(mapping_launch_host(s, test_gate_wait, &gate1));
+    CHECK_OK(mapping_copy_peer(s, src, 0, dst[0], 0, N));
+    CHECK_OK(mapping_launch_host(s, test_gate_wait, &gate2));
+    for (int i = 0; i < 10; i++)
+        CHECK_OK(mapping_copy_peer(s, src, 0, dst[1], 0, N));
+    pthread_t opener;
+    CHECK(pthread_create(&opener, NULL, open_two_gates_later, gates) == 0);
+    mapping_close(a);
+    CHECK(test_gate_passed(&gate2) == 1);
+    CHECK(pthread_join(opener, NULL) == 0);
+    CHECK_OK(mapping_stream_synchronize(s));
+    check_buffer_holds(dst[0], pattern);
+    check_buffer_holds(dst[1], pattern);
+    mapping_stream_destroy(s);
+    mapping_free_gpu(dst[0]);
+    mapping_free_gpu(dst[1]);
+    free(pattern);
+}
