@@ -283,8 +283,9 @@ MAPPING_API mapping_status mapping_open(const mapping_device_desc *desc, mapping
  * those objects are invalid afterwards. Mirrors, batches and pipelines are
  * not freed: destroy them first. Called from a host function (host and
  * OpenCL back ends) running on one of the device's streams, or on another
- * device's stream that holds such a copy queued after the function, it
- * would wait for itself: it changes nothing and records MAPPING_ERR_BUSY.
+ * device's stream with such a copy not known to have completed (it may be
+ * queued after the function), it would wait for itself: it changes nothing
+ * and records MAPPING_ERR_BUSY.
  * NULL: no-op. Must not race with other calls on the device. */
 MAPPING_API void           mapping_close(mapping_device *dev);
 MAPPING_API const char    *mapping_backend_name(const mapping_device *dev); /* "host", ...; "" for NULL */
