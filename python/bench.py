@@ -116,7 +116,7 @@ def mirror_figure():
     for r in range(RUNS):  # each run: 1,000 new edits, one sync
         for i in idx:
             a[i:i + 64] = r + 1
-            m.mark_cpu_modified(int(i), 64)
+            m.mark_cpu_modified(byte_range=(int(i), 64))
         before = dev.stats()["h2d_bytes"]
         t0 = time.perf_counter()
         m.sync_to_gpu()
