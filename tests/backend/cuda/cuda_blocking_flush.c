@@ -116,7 +116,7 @@ TEST(cuda_blocking_flush_waits_once_on_the_legacy_stream)
     /* 1. To the device, in add order (the one-pass flush). */
     test_pattern(host, BYTES, 1);
     for (int i = 0; i < COPIES; i++) {
-        CHECK_OK(mapping_batch_sync_to_gpu(b, host + slot(i, 0), buf, slot(i, 0), PIECE));
+        CHECK_OK(mapping_batch_add_to_gpu(b, host + slot(i, 0), buf, slot(i, 0), PIECE));
         memcpy(expect + slot(i, 0), host + slot(i, 0), PIECE);
     }
     counts before = take(f);
@@ -127,7 +127,7 @@ TEST(cuda_blocking_flush_waits_once_on_the_legacy_stream)
     /* 2. Back to the CPU, in reverse order (the planned flush). */
     memset(back, 0, BYTES);
     for (int i = COPIES - 1; i >= 0; i--)
-        CHECK_OK(mapping_batch_sync_to_cpu(b, buf, slot(i, 0), back + slot(i, 0), PIECE));
+        CHECK_OK(mapping_batch_add_to_cpu(b, buf, slot(i, 0), back + slot(i, 0), PIECE));
     before = take(f);
     CHECK_OK(mapping_batch_flush(NULL, b));
     check_one_wait(f, &before, "1,000 copies to the CPU, added in reverse", false, true);
@@ -139,11 +139,11 @@ TEST(cuda_blocking_flush_waits_once_on_the_legacy_stream)
     test_pattern(host, BYTES, 2);
     memset(back, 0, BYTES);
     for (int i = 0; i < COPIES; i++) {
-        CHECK_OK(mapping_batch_sync_to_gpu(b, host + slot(i, 1), buf, slot(i, 1), PIECE));
+        CHECK_OK(mapping_batch_add_to_gpu(b, host + slot(i, 1), buf, slot(i, 1), PIECE));
         memcpy(expect + slot(i, 1), host + slot(i, 1), PIECE);
     }
     for (int i = 0; i < COPIES; i++)
-        CHECK_OK(mapping_batch_sync_to_cpu(b, buf, slot(i, 0), back + slot(i, 0), PIECE));
+        CHECK_OK(mapping_batch_add_to_cpu(b, buf, slot(i, 0), back + slot(i, 0), PIECE));
     before = take(f);
     CHECK_OK(mapping_batch_flush(NULL, b));
     check_one_wait(f, &before, "1,000 copies each way", true, true);
@@ -190,9 +190,9 @@ TEST(cuda_special_stream_handles_are_default_streams)
     mapping_buffer *buf;
     CHECK_OK(mapping_allocate_gpu(dev, N, &buf));
     void *native = NULL;
-    CHECK_OK(mapping_native_buffer(buf, &native));
+    CHECK_OK(mapping_buffer_native(buf, &native));
     mapping_native_device nd;
-    CHECK_OK(mapping_native_device_handles(dev, &nd));
+    CHECK_OK(mapping_device_native(dev, &nd));
     CHECK(push(nd.context) == 0);
     unsigned long long p = (unsigned long long)(uintptr_t)native;
     CHECK(memset_async(p, 1, N, legacy) == 0);
@@ -221,7 +221,7 @@ TEST(cuda_special_stream_handles_are_default_streams)
     mapping_batch *b;
     CHECK_OK(mapping_batch_create(dev, &b));
     for (size_t i = 0; i < N; i += 128)
-        CHECK_OK(mapping_batch_sync_to_gpu(b, host + i, buf, i, 64));
+        CHECK_OK(mapping_batch_add_to_gpu(b, host + i, buf, i, 64));
     long long batches = f("cuMemcpyBatchAsync") + f("cuMemcpyBatchAsync_v2");
     CHECK_OK(mapping_batch_flush(s, b));
     CHECK_OK(mapping_stream_synchronize(s));

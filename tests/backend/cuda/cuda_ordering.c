@@ -134,8 +134,8 @@ TEST(cuda_blocking_peer_copy_is_ordered_after_the_legacy_stream)
     CHECK_OK(mapping_sync_to_gpu(back, a.dst));
     mapping_native_device native;
     void *src_ptr;
-    CHECK_OK(mapping_native_device_handles(dev, &native));
-    CHECK_OK(mapping_native_buffer(a.src, &src_ptr));
+    CHECK_OK(mapping_device_native(dev, &native));
+    CHECK_OK(mapping_buffer_native(a.src, &src_ptr));
     held_fill_on_legacy(&f, native.context, (uintptr_t)src_ptr, 0x55, N);
     blocking_call c = {peer_call, &a, 0};
     bool early = run_while_held(&f, &c);

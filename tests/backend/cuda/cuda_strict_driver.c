@@ -85,17 +85,17 @@ static void one_round(round_state *r, unsigned seed)
     /* A batch of scattered pageable copies, both ways, on a stream and blocking. */
     test_pattern(r->host, N, seed);
     for (int i = 0; i < RANGES; i++)
-        CHECK_OK(mapping_batch_sync_to_gpu(r->batch, r->host + i * SPACING, r->buf, (size_t)i * SPACING, PIECE));
+        CHECK_OK(mapping_batch_add_to_gpu(r->batch, r->host + i * SPACING, r->buf, (size_t)i * SPACING, PIECE));
     CHECK_OK(mapping_batch_flush(r->s, r->batch));
     memset(r->back, 0, N);
     for (int i = 0; i < RANGES; i++)
-        CHECK_OK(mapping_batch_sync_to_cpu(r->batch, r->buf, (size_t)i * SPACING, r->back + i * SPACING, PIECE));
+        CHECK_OK(mapping_batch_add_to_cpu(r->batch, r->buf, (size_t)i * SPACING, r->back + i * SPACING, PIECE));
     CHECK_OK(mapping_batch_flush(r->s, r->batch));
     CHECK_OK(mapping_stream_synchronize(r->s));
     for (int i = 0; i < RANGES; i++)
         CHECK_BYTES(r->back + i * SPACING, r->host + i * SPACING, PIECE);
     for (int i = 0; i < RANGES; i++)
-        CHECK_OK(mapping_batch_sync_to_gpu(r->batch, r->host + i * SPACING, r->buf, (size_t)i * SPACING, PIECE));
+        CHECK_OK(mapping_batch_add_to_gpu(r->batch, r->host + i * SPACING, r->buf, (size_t)i * SPACING, PIECE));
     CHECK_OK(mapping_batch_flush(NULL, r->batch));
 
     /* Staged pageable copies on a stream. */
@@ -242,8 +242,8 @@ TEST(cuda_illegal_address_on_a_stream_is_reported_and_the_device_still_closes)
     /* The caller's own work on the library's stream touches a bad address. */
     mapping_native_device native;
     void *native_stream = NULL;
-    CHECK_OK(mapping_native_device_handles(dev, &native));
-    CHECK_OK(mapping_native_stream(s, &native_stream));
+    CHECK_OK(mapping_device_native(dev, &native));
+    CHECK_OK(mapping_stream_native(s, &native_stream));
     CHECK(f.ctx_push(native.context) == 0);
     CHECK(f.memset_async(64, 0, 256, native_stream) == 0); /* queued; fails when it runs */
     void *popped;
@@ -330,7 +330,7 @@ TEST(cuda_calls_the_entry_points_of_the_driver_version_it_finds)
     mapping_batch *batch;
     CHECK_OK(mapping_batch_create(dev, &batch));
     for (int i = 0; i < RANGES; i++)
-        CHECK_OK(mapping_batch_sync_to_gpu(batch, host + i * SPACING, buf, (size_t)i * SPACING, 8));
+        CHECK_OK(mapping_batch_add_to_gpu(batch, host + i * SPACING, buf, (size_t)i * SPACING, 8));
     CHECK_OK(mapping_batch_flush(s, batch));
     CHECK_OK(mapping_stream_synchronize(s));
 

@@ -65,7 +65,7 @@ static void scatter_and_check(void)
     mapping_batch *b;
     CHECK_OK(mapping_batch_create(dev, &b));
     for (size_t i = 0; i < N; i++)
-        CHECK_OK(mapping_batch_sync_to_gpu(b, src + i * COPY, buf, i * COPY * 3, COPY));
+        CHECK_OK(mapping_batch_add_to_gpu(b, src + i * COPY, buf, i * COPY * 3, COPY));
     CHECK_OK(mapping_batch_flush(NULL, b));
     for (size_t i = 0; i < N; i++)
         CHECK_OK(mapping_sync_to_cpu_range(NULL, buf, i * COPY * 3, back + i * COPY, COPY));
