@@ -71,7 +71,7 @@ static int regions_add(mapping_os_track *t)
             return -EBUSY;
     if (n_regions == cap_regions) {
         size_t cap = cap_regions ? 2 * cap_regions : 16;
-        mapping_os_track **v = realloc(regions, cap * sizeof *v);
+        mapping_os_track **v = mapping_os_realloc(regions, cap * sizeof *v);
         if (!v)
             return -ENOMEM;
         regions = v;
@@ -114,7 +114,7 @@ int mapping_os_track_begin(void *addr, size_t bytes, mapping_os_track **out)
     uintptr_t page = mapping_os_page_size(), a = (uintptr_t)addr;
     if (!bytes || a + bytes < a || a + bytes > UINTPTR_MAX - page)
         return -EINVAL;
-    mapping_os_track *t = calloc(1, sizeof *t);
+    mapping_os_track *t = mapping_os_calloc(1, sizeof *t);
     if (!t)
         return -ENOMEM;
     *t = (mapping_os_track){kind, a & ~(page - 1), (a + bytes + page - 1) & ~(page - 1), -1};

@@ -135,7 +135,7 @@ int mapping__mprot_begin(mapping_os_track *t)
     if (free_slot < 0)
         return -ENOSPC;
     size_t pages = (t->hi - t->lo) / page_size;
-    _Atomic uint64_t *bits = calloc((pages + 63) / 64, sizeof *bits);
+    _Atomic uint64_t *bits = mapping_os_calloc((pages + 63) / 64, sizeof *bits);
     if (!bits)
         return -ENOMEM;
     mprot_slot *s = &slots[free_slot];
