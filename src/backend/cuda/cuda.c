@@ -173,7 +173,8 @@ mapping_status mapping__cuda_after_legacy(cuda_device *d)
 }
 
 /* The link (latency of a 64-byte copy, bandwidth of 8 MiB ones, medians),
- * measured once at open with page-locked memory of the staging arena, on the
+ * measured once at open from page-locked memory of the staging arena into
+ * the device pool's region (both made at open, unused yet), on the
  * private internal stream: never on the legacy stream, where it would wait
  * for whatever the user (PyTorch, say) has queued there. Best effort: when
  * it cannot be measured, the core measures on first use. The context is
@@ -197,10 +198,11 @@ static double timed_copy(cuda_device *d, cu_deviceptr dst, const void *src, size
 
 static void measure_link(cuda_device *d)
 {
-    const cuda_driver *cu = d->cu;
     cuda_stage_chunk *c = d->staging.chunks;
-    cu_deviceptr mem = 0;
-    if (!c || c->size < LINK_PROBE_BYTES || cu->cuMemAlloc_v2(&mem, LINK_PROBE_BYTES) != CU_SUCCESS)
+    /* The device pool's region, nothing carved from it yet: no allocation
+     * or free here (a free would wait for every stream, the user's too). */
+    cu_deviceptr mem = d->device_pool_mem;
+    if (!c || c->size < LINK_PROBE_BYTES || !mem || d->device_pool.units * CUDA_POOL_UNIT < LINK_PROBE_BYTES)
         return;
     memset(c->base, 1, LINK_PROBE_BYTES);
     double small[LINK_SMALL_RUNS], big[LINK_BIG_RUNS];
@@ -209,7 +211,6 @@ static void measure_link(cuda_device *d)
         ok = (small[i] = timed_copy(d, mem, c->base, LINK_SMALL)) >= 0;
     for (int i = 0; i < LINK_BIG_RUNS && ok; i++)
         ok = (big[i] = timed_copy(d, mem, c->base, LINK_PROBE_BYTES)) >= 0;
-    cu->cuMemFree_v2(mem);
     if (!ok)
         return;
     qsort(small, LINK_SMALL_RUNS, sizeof small[0], compare_doubles);

@@ -266,11 +266,11 @@ static mapping_status queue_done(cuda_device *d, cu_stream s, cu_host_fn done, c
  * before its DMA started). Who packs (write) or unpacks (read) a piece:
  *   - the caller, overlapping the DMA of the pieces queued before it, once
  *     the stream has reached the copy (an event recorded just before it has
- *     completed): waiting for the copy's own DMAs then waits for nothing the
- *     caller does not control;
- *   - else a host function on the stream, in stream order, just before the
- *     piece's DMA (write) or just after it (read): the call returns once
- *     queued and waits for nothing, and no more memory is taken.
+ *     completed; asked again at each piece until it has): waiting for the
+ *     copy's own DMAs then waits for nothing the caller does not control;
+ *   - before that, a host function on the stream, in stream order, just
+ *     before the piece's DMA (write) or after it (read): the call returns
+ *     once queued and waits for nothing, and no more memory is taken.
  * The blocks go back in one host function after the last DMA. */
 enum { STAGE_WINDOW = 3 };
 
@@ -320,21 +320,12 @@ static void unpack(void *host, const void *slot, size_t p, size_t bytes)
     memcpy((char *)host + at, slot, len);
 }
 
-/* Has the stream reached the copy? Then the caller packs / unpacks (and
- * waits for the copy's own DMAs only). Else host functions do, in stream
- * order: for a read, those of the `queued` pieces already read are queued
- * now, before any block is reused. */
-static mapping_status decide(cuda_device *d, cu_stream s, cu_event start, void *host, window_return *w, int k,
-                             size_t queued, size_t bytes, bool to_device, bool *by_caller, bool *decided)
+/* A read's piece p, from its block to the caller's memory, by a host
+ * function in stream order. */
+static mapping_status queue_unpack(cuda_device *d, cu_stream s, void *host, const void *slot, size_t p, size_t bytes)
 {
-    *decided = true;
-    *by_caller = d->cu->cuEventQuery(start) == CU_SUCCESS;
-    mapping_status st = MAPPING_OK;
-    for (size_t p = 0; p < queued && !*by_caller && !to_device && st == MAPPING_OK; p++) {
-        size_t at = p * STAGE_PIECE, len = bytes - at < STAGE_PIECE ? bytes - at : STAGE_PIECE;
-        st = queue_piece_copy(d, s, (char *)host + at, block_data(w->blocks[p % (size_t)k]), len);
-    }
-    return st;
+    size_t at = p * STAGE_PIECE, len = bytes - at < STAGE_PIECE ? bytes - at : STAGE_PIECE;
+    return queue_piece_copy(d, s, (char *)host + at, slot, len);
 }
 
 /* host: the caller's pageable memory; dev: the device address; to_device:
@@ -364,24 +355,27 @@ static mapping_status staged_pieces(cuda_device *d, cu_stream s, void *host, cu_
         window_done(w); /* nothing queued uses them */
         goto out;
     }
-    /* by_caller: the caller packs / unpacks; decided at the first reuse of a
-     * block (or, for a read, at the end), from whether the stream has
-     * reached the copy. */
-    bool by_caller = true, decided = false;
+    /* reached: the stream has reached the copy (and stays past it), so the
+     * caller may wait for the copy's own DMAs; asked again for every piece
+     * until it is true. Before that, host functions pack / unpack. */
+    bool reached = false;
     for (size_t i = 0; i < n && st == MAPPING_OK; i++) {
         int j = (int)(i % (size_t)k);
-        if (i >= (size_t)k && !decided)
-            st = decide(d, s, start, host, w, k, i, bytes, to_device, &by_caller, &decided);
         void *slot = block_data(w->blocks[j]);
-        if (st == MAPPING_OK && i >= (size_t)k && by_caller) /* block j's last piece is through */
-            st = mapping__cuda_check(cu->cuEventSynchronize(done[j]), "cuEventSynchronize");
-        if (st == MAPPING_OK && i >= (size_t)k && by_caller && !to_device)
-            unpack(host, slot, i - (size_t)k, bytes);
-        if (st != MAPPING_OK)
-            break;
+        if (i >= (size_t)k) { /* block j is reused: its last piece must be through */
+            if (!reached)
+                reached = cu->cuEventQuery(start) == CU_SUCCESS;
+            if (reached && (st = mapping__cuda_check(cu->cuEventSynchronize(done[j]), "cuEventSynchronize")) ==
+                               MAPPING_OK && !to_device)
+                unpack(host, slot, i - (size_t)k, bytes);
+            else if (!reached && !to_device) /* in stream order: after its DMA, before the next one */
+                st = queue_unpack(d, s, host, slot, i - (size_t)k, bytes);
+            if (st != MAPPING_OK)
+                break;
+        }
         size_t at = i * STAGE_PIECE, len = bytes - at < STAGE_PIECE ? bytes - at : STAGE_PIECE;
         if (to_device) {
-            if (by_caller)
+            if (reached || i < (size_t)k) /* a block not in use yet, or one the caller waited for */
                 memcpy(slot, (const char *)host + at, len);
             else
                 st = queue_piece_copy(d, s, slot, (const char *)host + at, len);
@@ -389,21 +383,19 @@ static mapping_status staged_pieces(cuda_device *d, cu_stream s, void *host, cu_
                 st = mapping__cuda_check(cu->cuMemcpyHtoDAsync_v2(dev + at, slot, len, s), "cuMemcpyHtoDAsync_v2");
         } else {
             st = mapping__cuda_check(cu->cuMemcpyDtoHAsync_v2(slot, dev + at, len, s), "cuMemcpyDtoHAsync_v2");
-            if (st == MAPPING_OK && !by_caller)
-                st = queue_piece_copy(d, s, (char *)host + at, slot, len);
         }
-        if (st == MAPPING_OK && by_caller)
+        if (st == MAPPING_OK)
             st = mapping__cuda_check(cu->cuEventRecord(done[j], s), "cuEventRecord");
     }
-    if (st == MAPPING_OK && !to_device) { /* the last pieces of a read */
-        if (!decided)
-            st = decide(d, s, start, host, w, k, n, bytes, to_device, &by_caller, &decided);
-        for (size_t i = n > (size_t)k ? n - (size_t)k : 0; i < n && st == MAPPING_OK && by_caller; i++) {
-            int j = (int)(i % (size_t)k);
-            st = mapping__cuda_check(cu->cuEventSynchronize(done[j]), "cuEventSynchronize");
-            if (st == MAPPING_OK)
-                unpack(host, block_data(w->blocks[j]), i, bytes);
-        }
+    /* The last pieces of a read. */
+    for (size_t i = n > (size_t)k ? n - (size_t)k : 0; i < n && st == MAPPING_OK && !to_device; i++) {
+        int j = (int)(i % (size_t)k);
+        if (!reached)
+            reached = cu->cuEventQuery(start) == CU_SUCCESS;
+        if (!reached)
+            st = queue_unpack(d, s, host, block_data(w->blocks[j]), i, bytes);
+        else if ((st = mapping__cuda_check(cu->cuEventSynchronize(done[j]), "cuEventSynchronize")) == MAPPING_OK)
+            unpack(host, block_data(w->blocks[j]), i, bytes);
     }
     /* The blocks go back when the stream has passed the last DMA (after a
      * failure too: what was queued may still run). */
