@@ -239,9 +239,9 @@ class Device(_Owned):
     _kind = "device"
 
     def __init__(self, ptr, keep=None):
-        self._h = _Handle(ptr, _core.close)
+        # keep (e.g. the pyopencl.Context it was opened on) lives as long as the C device
+        self._h = _Handle(ptr, _core.close, keep=(keep,) if keep is not None else None)
         self._children = weakref.WeakSet()
-        self._keep = keep  # e.g. the pyopencl.Context it was opened on
         self._imported_queues = {}
         info = _core.device_info(ptr)
         # Small blocking copies keep the GIL where they are a plain memcpy
