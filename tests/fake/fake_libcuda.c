@@ -1126,7 +1126,19 @@ API CUresult cuEventCreate(event **out, unsigned flags)
     *out = e;
     return OK;
 }
-API CUresult cuEventDestroy_v2(event *e) { NEED_CONTEXT(); event_release(e); return OK; }
+/* After a sticky error the call fails, but the event is gone all the same
+ * (a real driver frees it with the context, which must reset). */
+API CUresult cuEventDestroy_v2(event *e)
+{
+    int sticky_now = __atomic_load_n(&sticky, __ATOMIC_SEQ_CST);
+    if (sticky_now && !in_host_fn && ctx_depth > 0 && e) {
+        event_release(e);
+        return sticky_now;
+    }
+    NEED_CONTEXT();
+    event_release(e);
+    return OK;
+}
 API CUresult cuEventRecord(event *e, stream *s)
 {
     NEED_CONTEXT();
