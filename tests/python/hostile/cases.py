@@ -97,7 +97,10 @@ class Skip(Exception):
 def judge(c):
     """Runs case c in this process and returns 'pass ...' or 'fail ...'."""
     try:
-        c.fn()
+        try:
+            c.fn()
+        finally:
+            ungate_all()  # a case that failed before opening its gate must not wait for it
     except Skip as e:
         return "pass skipped: %s" % e
     except BaseException as e:  # noqa: B902 - KeyboardInterrupt is a possible expected outcome
@@ -187,17 +190,41 @@ def closed(obj):
     return obj
 
 
-_GATE = {}
+_BIG = {}
+_GATES = {}
 
 
-def gated_stream():
-    """A stream busy for a few milliseconds (a 32 MiB copy queued first), so the copies a case
-    queues next are still pending when it closes or resizes things under them."""
+def gated_stream(hold=False):
+    """A stream whose next work waits, so the copies a case queues are still pending when it
+    closes or resizes things under them: a launch_host callable waiting for a gate (opened by
+    ungate(s), by the case's end, or after 0.2 s unless hold=True), or where the package has no
+    launch_host, a 32 MiB copy queued first (a few milliseconds)."""
     s = mapping.stream()
-    if "src" not in _GATE:
-        _GATE["src"], _GATE["dst"] = np.ones(32 * MiB, np.uint8), mapping.allocate_gpu(32 * MiB)
-    mapping.sync_to_gpu(_GATE["src"], _GATE["dst"], stream=s)
+    launch = getattr(mapping, "launch_host", None)
+    if launch is None:
+        if "src" not in _BIG:
+            _BIG["src"], _BIG["dst"] = np.ones(32 * MiB, np.uint8), mapping.allocate_gpu(32 * MiB)
+        mapping.sync_to_gpu(_BIG["src"], _BIG["dst"], stream=s)
+        return s
+    gate = threading.Event()
+    _GATES[id(s)] = gate
+    launch(s, lambda: gate.wait(30))
+    if not hold:
+        t = threading.Timer(0.2, gate.set)
+        t.daemon = True
+        t.start()
     return s
+
+
+def ungate(s):
+    g = _GATES.get(id(s))
+    if g is not None:
+        g.set()
+
+
+def ungate_all():
+    for g in list(_GATES.values()):
+        g.set()
 
 
 def objarr(n=8):
@@ -1301,10 +1328,11 @@ def _grow(x):
 
 @case("resize.bytearray.queued_h2d", ok=True)
 def _():
-    s, b = gated_stream(), buf(4 * MiB)
+    s, b = gated_stream(hold=True), buf(4 * MiB)
     ba = bytearray(b"\x05" * (4 * MiB))
     mapping.sync_to_gpu(ba, b, stream=s)
     e = attempt(BufferError, _grow, ba)
+    ungate(s)
     s.synchronize()
     assert e is None and len(ba) == 4 * MiB, "resizing a bytearray under a queued copy must raise BufferError"
     assert (b.get() == 5).all()
@@ -1312,41 +1340,45 @@ def _():
 
 @case("resize.bytearray.queued_d2h", ok=True)
 def _():
-    s, b = gated_stream(), buf(4 * MiB, fill=6)
+    s, b = gated_stream(hold=True), buf(4 * MiB, fill=6)
     ba = bytearray(4 * MiB)
     mapping.sync_to_cpu(b, ba, stream=s)
     expect(BufferError, ba.clear)
+    ungate(s)
     s.synchronize()
     assert ba == b"\x06" * (4 * MiB)
 
 
 @case("resize.array.queued_h2d", ok=True)
 def _():
-    s, b = gated_stream(), buf(4 * MiB)
+    s, b = gated_stream(hold=True), buf(4 * MiB)
     aa = array.array("i", [7]) * MiB
     mapping.sync_to_gpu(aa, b, stream=s)
     expect(BufferError, _grow, aa)
+    ungate(s)
     s.synchronize()
     assert (b.get().view(np.int32) == 7).all()
 
 
 @case("resize.array.queued_d2h", ok=True)
 def _():
-    s, b = gated_stream(), buf(4 * MiB, fill=1)
+    s, b = gated_stream(hold=True), buf(4 * MiB, fill=1)
     aa = array.array("B", bytes(4 * MiB))
     mapping.sync_to_cpu(b, aa, stream=s)
     expect(BufferError, aa.pop)
+    ungate(s)
     s.synchronize()
     assert aa.count(1) == 4 * MiB
 
 
 @case("resize.allowed_after_synchronize", ok=True)
 def _():
-    s, b = gated_stream(), buf(MiB)
+    s, b = gated_stream(hold=True), buf(MiB)
     ba = bytearray(MiB)
     aa = array.array("B", bytes(MiB))
     mapping.sync_to_gpu(ba, b, stream=s)
     mapping.sync_to_cpu(b, aa, stream=s)
+    ungate(s)
     s.synchronize()
     _grow(ba)
     _grow(aa)  # released once the stream passed them
@@ -1416,12 +1448,13 @@ def _():
 
 @case("resize.memoryview_release_queued", ok=True)
 def _():
-    s, b = gated_stream(), buf(4 * MiB)
+    s, b = gated_stream(hold=True), buf(4 * MiB)
     ba = bytearray(b"\x09" * (4 * MiB))
     mv = memoryview(ba)
     mapping.sync_to_gpu(mv, b, stream=s)
     attempt(BufferError, mv.release)
     expect(BufferError, ba.clear)
+    ungate(s)
     s.synchronize()
     assert (b.get() == 9).all()
 
@@ -2301,7 +2334,15 @@ def _():
 
 
 bad("host_fn.not_callable", lambda: mapping.launch_host(mapping.stream(), "fn"), TYPE, backends="host")
-bad("host_fn.stream_none", lambda: mapping.launch_host(None, lambda: None), TYPE + BAD, backends="host")
+
+
+@case("host_fn.stream_none", ok_or=TYPE + BAD, backends="host")
+def _():
+    ran = []
+    mapping.launch_host(None, lambda: ran.append(1))  # refused, or run now (None is blocking everywhere)
+    assert ran == [1], ran
+
+
 bad("host_fn.closed_stream", lambda: mapping.launch_host(closed(mapping.stream()), lambda: None), CLOSED, backends="host")
 
 
