@@ -589,3 +589,47 @@ def test_the_extension_compiles_against_the_lowest_python_claimed():
                         "-I" + os.path.join(root, "include"), os.path.join(root, "python", "src", "_core.c")],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_synchronize_returning_while_another_thread_queues_keeps_its_objects():
+    """Item 3, made deterministic: thread B's synchronize() is held (by a
+    profile hook) just after the C sync returns, while thread A queues a copy
+    of a fresh array behind a long one; when B goes on, A's array must still
+    be held until its copy is done (the old sweep dropped it: a use after free)."""
+    out = run_isolated("""
+        import threading
+        dev = mapping.open("host")
+        s = dev.stream()
+        g = dev.allocate_gpu(8 << 20)
+        returned, queued = threading.Event(), threading.Event()
+
+        def hook(frame, event, arg):
+            if event == "c_return" and getattr(arg, "__name__", "") == "stream_sync":
+                returned.set()
+                queued.wait(10)
+
+        def syncer():
+            sys.setprofile(hook)
+            try:
+                s.synchronize()
+            finally:
+                sys.setprofile(None)
+        t = threading.Thread(target=syncer)
+        t.start()
+        assert returned.wait(10)
+        big, gbig = np.ones(128 << 20, np.uint8), dev.allocate_gpu(128 << 20)
+        mapping.sync_to_gpu(big, gbig, stream=s)          # keeps the stream busy a while
+        data = np.full(8 << 20, 7, np.uint8)
+        mapping.sync_to_gpu(data, g, stream=s)
+        ev = s.record()
+        ref = weakref.ref(data)
+        del data
+        queued.set()
+        t.join()
+        gc.collect()
+        assert ref() is not None or ev.query(), "the array was let go while its copy was queued"
+        s.synchronize()
+        assert (g.get() == 7).all()
+        print("ok")
+    """)
+    assert "ok" in out
