@@ -150,8 +150,7 @@ mapping_status mapping__device_finish(mapping_device *dev, mapping_device **out)
     probe_alloc(dev);
     /* The link as the back end measured it at open (cuda: on a private
      * stream, not behind the user's work); else measured on first use. */
-    if (dev->be->device_link)
-        dev->be->device_link(dev->state, &dev->link.latency, &dev->link.bandwidth);
+    mapping__op_device_link(dev);
     mapping__host_registry_init(&dev->host_blocks);
     pthread_mutex_init(&dev->objects_lock, NULL);
     pthread_mutex_init(&dev->link_lock, NULL);

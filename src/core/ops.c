@@ -336,6 +336,11 @@ unsigned mapping__op_device_open_caps(mapping_device *dev)
     return dev->be->device_open_caps ? dev->be->device_open_caps(dev->state) : 0;
 }
 
+bool mapping__op_device_link(mapping_device *dev)
+{
+    return dev->be->device_link && dev->be->device_link(dev->state, &dev->link.latency, &dev->link.bandwidth);
+}
+
 void *mapping__op_stream_blocking(mapping_device *dev)
 {
     return dev->be->stream_blocking ? dev->be->stream_blocking(dev->state) : NULL;

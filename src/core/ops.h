@@ -94,6 +94,8 @@ mapping_status mapping__op_device_info(const mapping_backend *be, int index, map
 mapping_status mapping__op_device_open(const mapping_backend *be, int index, const mapping_device_desc *desc,
                                        void **state);
 unsigned       mapping__op_device_open_caps(mapping_device *dev);
+/* The link the back end measured at open, into dev->link; false if none. */
+bool           mapping__op_device_link(mapping_device *dev);
 void          *mapping__op_stream_blocking(mapping_device *dev);
 void           mapping__op_device_close(mapping_device *dev);
 mapping_status mapping__op_device_native(const mapping_device *dev, mapping_native_device *out);
