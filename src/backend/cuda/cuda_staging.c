@@ -33,12 +33,16 @@ enum { STAGE_ALIGN = 64 };
 static const size_t STAGE_FIRST_BYTES = (size_t)16 << 20; /* made at open */
 static const size_t STAGE_KEEP_BYTES = (size_t)64 << 20;  /* the high-water mark trim keeps */
 static const size_t STAGE_GROW_STEP = (size_t)2 << 20;
-static const size_t STAGE_PIECE = (size_t)4 << 20; /* larger copies go in pieces (below) */
+/* Larger copies go in pieces (below): 8 MiB blocks with their header, so two
+ * of them fill the 16 MiB made at open exactly. */
+static const size_t STAGE_PIECE = ((size_t)8 << 20) - 64;
 
 static size_t align_up(size_t n, size_t a)
 {
     return (n + a - 1) / a * a;
 }
+
+_Static_assert(sizeof(cuda_stage_block) <= STAGE_ALIGN, "a block's header takes STAGE_ALIGN bytes (STAGE_PIECE)");
 
 static size_t header_bytes(void)
 {
@@ -272,7 +276,7 @@ static mapping_status queue_done(cuda_device *d, cu_stream s, cu_host_fn done, c
  *     before the piece's DMA (write) or after it (read): the call returns
  *     once queued and waits for nothing, and no more memory is taken.
  * The blocks go back in one host function after the last DMA. */
-enum { STAGE_WINDOW = 3 };
+enum { STAGE_WINDOW = 2 };
 
 typedef struct piece_job {
     void       *to;
