@@ -87,6 +87,8 @@ def case(name, raises=None, ok=False, ok_or=None, backends=None, msg=()):
 
 def bad(name, fn, raises=BAD, backends=None, msg=()):
     """A one-line case that must raise."""
+    if name in CASES:
+        raise ValueError("case %s is registered twice" % name)
     CASES[name] = Case(name, fn, raises=raises, backends=backends, msg=msg)
 
 
@@ -2343,7 +2345,8 @@ def _():
     assert ran == [1], ran
 
 
-bad("host_fn.closed_stream", lambda: mapping.launch_host(closed(mapping.stream()), lambda: None), CLOSED, backends="host")
+bad("host_fn.closed_stream", lambda: mapping.launch_host(closed(mapping.stream()), lambda: None), CLOSED,
+    backends="host")
 
 
 @case("host_fn.raises", ok_or=(ZeroDivisionError, mapping.Error), backends="host")
