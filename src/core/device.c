@@ -159,8 +159,6 @@ mapping_status mapping__device_finish(mapping_device *dev, mapping_device **out)
     dev->events.next = dev->events.prev = &dev->events;
     mapping__fence_init(&dev->fences);
     mapping__fence_init(&dev->blocking.fences);
-    mapping__fence_init(&dev->fences);
-    mapping__fence_init(&dev->blocking.fences);
     static _Atomic uint64_t serials;
     dev->serial = atomic_fetch_add(&serials, 1) + 1;
     if (mapping__handle_add(MAPPING_HANDLE_DEVICE, dev) != MAPPING_OK) {
