@@ -1173,16 +1173,35 @@ class Mirror(_Owned):
             self._gpu._h = None
 
 
-def mirror(shape, dtype=None, unified=False, device=None):
+def _track_flag(track_writes, call):
+    if not isinstance(track_writes, bool):
+        raise TypeError("%s: track_writes must be True or False, got %s" % (call, type(track_writes).__name__))
+    return _core.MIRROR_TRACK_WRITES if track_writes else 0
+
+
+def write_tracking():
+    """How track_writes=True mirrors see CPU writes in this process:
+    {"mechanism": "uffd" | "mprotect" | "none", "granularity": bytes one
+    written byte makes a sync move at most (a page), "description": why}.
+    $MAPPING_TRACK (auto, uffd, mprotect, none) chooses; docs/mirrors.md."""
+    mech, gran, why = _core.write_tracking()
+    return {"mechanism": mech, "granularity": gran, "description": why}
+
+
+def mirror(shape, dtype=None, unified=False, device=None, track_writes=False):
     """A new mirror: zero-filled page-locked host memory and a device buffer.
     mirror(nbytes) or mirror(shape, dtype); unified=True uses one unified
-    allocation where the device has it."""
+    allocation where the device has it. track_writes=True: a sync to the GPU
+    also sends every page of .array written since the last sync, with no
+    mark (mapping.write_tracking() says how; UnsupportedError without a
+    mechanism)."""
     shape, dtype, _ = _shape_dtype(shape, dtype, "mirror")
     dev = _dev(device)
     n = _nbytes_of(shape, dtype)
     if n == 0:
         raise _ERR["ERR_ZERO_SIZE"]("a mirror of 0 bytes", -3)
-    return Mirror(dev, _core.mirror_create(dev._ptr(), n, _core.MIRROR_UNIFIED if unified else 0), shape, dtype)
+    flags = (_core.MIRROR_UNIFIED if unified else 0) | _track_flag(track_writes, "mirror")
+    return Mirror(dev, _core.mirror_create(dev._ptr(), n, flags), shape, dtype)
 
 
 def _host_array(array, call):
@@ -1192,20 +1211,22 @@ def _host_array(array, call):
     return arr
 
 
-def mirror_wrap(array, pin=False, device=None):
+def mirror_wrap(array, pin=False, device=None, track_writes=False):
     """A mirror over your array (C-contiguous, writable; not copied). The
     mirror holds the array's buffer export: a bytearray or array.array cannot
-    be resized while the mirror lives."""
+    be resized while the mirror lives. track_writes=True: writes to the
+    array's pages are found without marks (see mirror())."""
+    flags = _track_flag(track_writes, "mirror_wrap")
     dev = _dev(device)
     arr = _host_array(array, "mirror_wrap")
     p = _core.pin(array, True, "array")
     if p.nbytes == 0:
         raise _ERR["ERR_ZERO_SIZE"]("a mirror of 0 bytes", -3)
-    return Mirror(dev, _core.mirror_wrap(dev._ptr(), p, _core.MIRROR_PIN if pin else 0), arr.shape,
+    return Mirror(dev, _core.mirror_wrap(dev._ptr(), p, (_core.MIRROR_PIN if pin else 0) | flags), arr.shape,
                   arr.dtype, keep=(p,))
 
 
-def mirror_adopt(array, gpu, gpu_offset=0, gpu_valid=False, device=None):
+def mirror_adopt(array, gpu, gpu_offset=0, gpu_valid=False, device=None, track_writes=False):
     """A mirror over both sides supplied by you: an array and device memory
     (a Buffer, pyopencl.Buffer, or DLPack tensor, on `device` if given) at
     gpu_offset bytes. gpu_valid=True: the device side holds the data (the CPU
@@ -1216,7 +1237,7 @@ def mirror_adopt(array, gpu, gpu_offset=0, gpu_valid=False, device=None):
     p = _core.pin(array, True, "array")
     if p.nbytes == 0:
         raise _ERR["ERR_ZERO_SIZE"]("a mirror of 0 bytes", -3)
-    flags = _core.MIRROR_GPU_VALID if gpu_valid else 0
+    flags = (_core.MIRROR_GPU_VALID if gpu_valid else 0) | _track_flag(track_writes, "mirror_adopt")
     ptr = _core.mirror_adopt(buf.device._ptr(), p, buf._ptr(), gpu_offset, flags)
     return Mirror(buf.device, ptr, arr.shape, arr.dtype, keep=(p, buf._h))
 

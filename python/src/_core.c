@@ -1352,6 +1352,21 @@ static PyObject *core_version(PyObject *self, PyObject *unused)
     return PyUnicode_FromString(mapping_version());
 }
 
+/* (mechanism, granularity in bytes, description) of write tracking in this
+ * process (mapping_write_tracking). */
+static PyObject *core_write_tracking(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    size_t granularity = 0;
+    mapping_track_mechanism mech = mapping_write_tracking(&granularity);
+    const char *name = mech == MAPPING_TRACK_UFFD ? "uffd" : mech == MAPPING_TRACK_MPROTECT ? "mprotect" : "none";
+    PyObject *why = text(mapping_write_tracking_description());
+    if (!why)
+        return NULL;
+    return Py_BuildValue("(snN)", name, (Py_ssize_t)granularity, why);
+}
+
 /* ---- the table-driven calls ----
  * Most of the C API is "convert some handles and sizes, call, raise the
  * status, return None or the new handle". Each such call is one row of
@@ -1566,7 +1581,7 @@ static int add_table_calls(PyObject *m)
 #define NONE_(name, doc) {#name, (PyCFunction)core_##name, METH_NOARGS, doc}
 
 static PyMethodDef core_methods[] = {
-    VAR(set_errors, NULL), NONE_(statuses, NULL), NONE_(version, NULL), VAR(open, NULL), ONE(device_info, NULL), ONE(native_device, NULL), NONE_(list, NULL), ONE(stats, NULL),
+    VAR(set_errors, NULL), NONE_(statuses, NULL), NONE_(version, NULL), NONE_(write_tracking, NULL), VAR(open, NULL), ONE(device_info, NULL), ONE(native_device, NULL), NONE_(list, NULL), ONE(stats, NULL),
     ONE(device_link, NULL), FAST(device_set_link, NULL), FAST(write, NULL), FAST(read, NULL), FAST(address_of, NULL), ONE(stream_sync, NULL), ONE(event_query, NULL),
     FAST(event_elapsed, NULL), FAST(mirror_wrap, NULL),
     FAST(mirror_adopt, NULL), ONE(mirror_parts, NULL),
@@ -1600,6 +1615,7 @@ PyMODINIT_FUNC PyInit__core(void)
     if (PyModule_AddIntConstant(m, "MIRROR_UNIFIED", MAPPING_MIRROR_UNIFIED) < 0 ||
         PyModule_AddIntConstant(m, "MIRROR_PIN", MAPPING_MIRROR_PIN) < 0 ||
         PyModule_AddIntConstant(m, "MIRROR_GPU_VALID", MAPPING_MIRROR_GPU_VALID) < 0 ||
+        PyModule_AddIntConstant(m, "MIRROR_TRACK_WRITES", MAPPING_MIRROR_TRACK_WRITES) < 0 ||
         PyModule_AddIntConstant(m, "CPU", MAPPING_CPU) < 0 || PyModule_AddIntConstant(m, "GPU", MAPPING_GPU) < 0 ||
         PyModule_AddIntConstant(m, "READ", MAPPING_READ) < 0 || PyModule_AddIntConstant(m, "WRITE", MAPPING_WRITE) < 0)
         goto fail;
