@@ -50,12 +50,16 @@ enum { SLOT_FREE = 0, SLOT_READONLY = 1, SLOT_NOACCESS = 2, SLOT_OPEN = 3 /* cop
 
 struct mapping_race_guard {
     _Atomic int       state;
-    uintptr_t         lo, hi;     /* page-aligned */
-    uintptr_t         range_lo, range_hi; /* the copy's own host range, for the report */
-    int               op;
-    const void       *stream;
+    /* Atomic (each read is one lock-free load): the SIGSEGV handler reads a
+     * slot without the lock while another thread may be refilling it. */
+    _Atomic uintptr_t lo, hi;     /* page-aligned */
+    _Atomic uintptr_t range_lo, range_hi; /* the copy's own host range, for the report */
+    _Atomic int       op;
+    const void *_Atomic stream;
 };
 
+_Static_assert(ATOMIC_POINTER_LOCK_FREE == 2 && ATOMIC_LONG_LOCK_FREE == 2 && ATOMIC_INT_LOCK_FREE == 2,
+               "the SIGSEGV handler needs lock-free loads");
 static struct mapping_race_guard guards[GUARD_SLOTS];
 
 /* The stream whose host function this thread is running (mapping__launch_host
