@@ -25,6 +25,7 @@
 #include <ucontext.h>
 #include <unistd.h>
 #include "os/os.h"
+#include "os/signal_chain.h"
 #include "os/race_guard.h"
 #include "os/write_track.h"
 
@@ -140,24 +141,6 @@ static void report(const struct mapping_race_guard *g, uintptr_t addr, void *ctx
     (void)rc;
 }
 
-static void chain(int sig, siginfo_t *info, void *ctx)
-{
-    if (previous.sa_flags & SA_SIGINFO) {
-        if (previous.sa_sigaction) {
-            previous.sa_sigaction(sig, info, ctx);
-            return;
-        }
-    } else if (previous.sa_handler != SIG_DFL && previous.sa_handler != SIG_IGN) {
-        previous.sa_handler(sig);
-        return;
-    }
-    struct sigaction dfl;
-    memset(&dfl, 0, sizeof dfl);
-    dfl.sa_handler = SIG_DFL;
-    sigemptyset(&dfl.sa_mask);
-    sigaction(SIGSEGV, &dfl, NULL);
-}
-
 static void on_segv(int sig, siginfo_t *info, void *ctx)
 {
     uintptr_t addr = info ? (uintptr_t)info->si_addr : 0;
@@ -198,7 +181,7 @@ static void on_segv(int sig, siginfo_t *info, void *ctx)
     }
     if (opened || (open_slot && atomic_load_explicit(&in_transition, memory_order_acquire)))
         return; /* try the access again */
-    chain(sig, info, ctx);
+    mapping_os_sigsegv_chain(&previous, on_segv, sig, info, ctx);
 }
 
 static void install(void)

@@ -31,6 +31,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include "os/os.h"
+#include "os/signal_chain.h"
 #include "os/write_track.h"
 
 enum { MPROT_SLOTS = 256 };
@@ -47,26 +48,6 @@ static struct sigaction  previous;
 static pthread_once_t    install_once = PTHREAD_ONCE_INIT;
 static int               install_rc;
 static size_t            page_size;
-
-static void chain(int sig, siginfo_t *info, void *ctx)
-{
-    if (previous.sa_flags & SA_SIGINFO) {
-        if (previous.sa_sigaction) {
-            previous.sa_sigaction(sig, info, ctx);
-            return;
-        }
-    } else if (previous.sa_handler != SIG_DFL && previous.sa_handler != SIG_IGN) {
-        previous.sa_handler(sig);
-        return;
-    }
-    /* Default action: restore it; the faulting instruction runs again and
-     * the process dies as it would have without us. */
-    struct sigaction dfl;
-    memset(&dfl, 0, sizeof dfl);
-    dfl.sa_handler = SIG_DFL;
-    sigemptyset(&dfl.sa_mask);
-    sigaction(SIGSEGV, &dfl, NULL);
-}
 
 static bool handle(uintptr_t addr)
 {
@@ -103,7 +84,7 @@ static void on_segv(int sig, siginfo_t *info, void *ctx)
     atomic_fetch_sub_explicit(&in_handler, 1, memory_order_acq_rel);
     errno = saved;
     if (!ours)
-        chain(sig, info, ctx);
+        mapping_os_sigsegv_chain(&previous, on_segv, sig, info, ctx);
 }
 
 static void install(void)

@@ -9,6 +9,8 @@
  * Seeds are printed; MAPPING_TEST_SEED=<n> runs that round alone.
  */
 #include <errno.h>
+#include <signal.h>
+#include <sys/mman.h>
 #include <stdbool.h>
 #include <unistd.h>
 #include "harness.h"
@@ -89,6 +91,55 @@ TEST(tracked_sync_of_one_written_byte_moves_one_page)
     CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == 0);
     free(got);
     mapping_mirror_destroy(m);
+}
+
+/* A fault on a page the library does not watch goes to the SIGSEGV handler
+ * installed before the library's (here: one that opens its own page). */
+static void *user_page;
+static volatile sig_atomic_t user_faults;
+
+static void user_segv(int sig, siginfo_t *info, void *ctx)
+{
+    (void)sig;
+    (void)ctx;
+    uintptr_t at = (uintptr_t)info->si_addr, base = (uintptr_t)user_page;
+    if (at < base || at >= base + (uintptr_t)sysconf(_SC_PAGESIZE))
+        abort();
+    user_faults++;
+    mprotect(user_page, (size_t)sysconf(_SC_PAGESIZE), PROT_READ | PROT_WRITE);
+}
+
+TEST(tracked_mirror_passes_other_faults_to_the_handler_installed_before)
+{
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    user_page = mmap(NULL, pg, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(user_page != MAP_FAILED);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = user_segv;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    CHECK(sigaction(SIGSEGV, &sa, NULL) == 0); /* before the library installs its own */
+    need_tracking();
+    mapping_device *dev = test_device();
+    size_t n = 16 * page();
+    mapping_mirror *m;
+    CHECK_OK(mapping_mirror_create(dev, n, MAPPING_MIRROR_TRACK_WRITES, &m));
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    unsigned char *cpu = mapping_mirror_cpu(m);
+    cpu[3 * page()] = 0x11;                /* the library's fault (mprotect) or none (uffd) */
+    ((volatile unsigned char *)user_page)[5] = 0x22; /* not the library's: the user's handler */
+    CHECK(user_faults == 1);
+    CHECK(((unsigned char *)user_page)[5] == 0x22);
+    cpu[9 * page()] = 0x33;
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    unsigned char *got = malloc(n);
+    device_bytes(m, got);
+    CHECK(got[3 * page()] == 0x11 && got[9 * page()] == 0x33);
+    CHECK(user_faults == 1);
+    free(got);
+    mapping_mirror_destroy(m);
+    munmap(user_page, pg);
 }
 
 TEST(tracked_copy_from_the_device_is_not_sent_back)

@@ -1,0 +1,21 @@
+/*
+ * Passing a SIGSEGV on: the library's SIGSEGV handlers (the race checker,
+ * mprotect write tracking) handle only faults on pages they protect and
+ * give every other fault to the handler installed before theirs.
+ */
+#ifndef MAPPING_OS_SIGNAL_CHAIN_H
+#define MAPPING_OS_SIGNAL_CHAIN_H
+
+#include <signal.h>
+
+/* Calls `previous` (as sigaction saved it) for a fault that is not ours. With
+ * no previous handler (SIG_DFL or SIG_IGN) it restores the default action:
+ * the faulting instruction runs again and the process dies as it would have
+ * without the library. A previous handler that recovers may have put back
+ * the handler installed before it (LLVM's, which PoCL loads, does so): then
+ * `ours` is installed again, above that one, which becomes *previous.
+ * Async-signal-safe. */
+void mapping_os_sigsegv_chain(struct sigaction *previous, void (*ours)(int, siginfo_t *, void *), int sig,
+                              siginfo_t *info, void *ctx);
+
+#endif
