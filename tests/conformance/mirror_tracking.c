@@ -56,6 +56,8 @@ TEST(tracking_reports_its_mechanism_and_a_page_granularity)
 TEST(tracked_mirror_is_refused_without_a_mechanism)
 {
     mapping_device *dev = test_device();
+    CHECK_REFUSED(mapping_multimirror_track_writes(NULL), MAPPING_ERR_NULL_ARGUMENT);
+    CHECK(!mapping_mirror_is_tracked(NULL));
     mapping_mirror *m = NULL;
     if (mapping_write_tracking(NULL) != MAPPING_TRACK_NONE) {
         CHECK_OK(mapping_mirror_create(dev, 4096, MAPPING_MIRROR_TRACK_WRITES, &m));
