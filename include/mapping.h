@@ -786,8 +786,27 @@ enum {
      * (a wrapped array must not share a page with another tracked one).
      * See docs/mirrors.md "Write tracking" for the mechanisms, system calls
      * writing the memory, page-locked memory and costs. */
-    MAPPING_MIRROR_TRACK_WRITES = 1u << 3
+    MAPPING_MIRROR_TRACK_WRITES = 1u << 3,
+    /* Device-side diff (create, wrap, adopt): a sync to the CPU of bytes the
+     * device modified (mark_gpu_modified, acquire_gpu with WRITE) reads back
+     * only the 4096-byte blocks (MAPPING_DIFF_BLOCK_BYTES, from byte 0 of
+     * the mirror) whose content differs from what both sides last agreed
+     * on, found by a kernel comparing the buffer with a device-side shadow
+     * copy; the rest of the stale bytes become valid without a copy.
+     * Costs: device memory for the shadow (the mirror's size) and a flag
+     * per block; syncs to the GPU also refresh the shadow (a device copy);
+     * a sync to the CPU waits for its stream up to the comparison (the
+     * flags come back to the host). Chosen per sync by the link: the
+     * first large comparison measures how fast the device compares, and
+     * the diff is used only where comparing costs less than reading over
+     * the link (mapping_device_link); $MAPPING_DEVICE_DIFF=on / off forces
+     * it. Back ends without a compare kernel (CUDA in this version) and
+     * unified mirrors read as without the flag. Marks stay exact: bytes
+     * that are not stale are never read. */
+    MAPPING_MIRROR_DEVICE_DIFF = 1u << 4
 };
+/* The block of MAPPING_MIRROR_DEVICE_DIFF. */
+#define MAPPING_DIFF_BLOCK_BYTES 4096
 
 /* How tracked mirrors see CPU writes in this process, chosen once from
  * $MAPPING_TRACK (auto, uffd, mprotect, none) and what the kernel offers:
@@ -820,14 +839,14 @@ typedef enum mapping_access {
 
 /* Creates a mirror of `bytes`: zero-filled CPU memory (page-locked, from
  * mapping_allocate_cpu) and a device buffer; the GPU side starts stale.
- * flags: 0, MAPPING_MIRROR_UNIFIED, MAPPING_MIRROR_TRACK_WRITES. Thread-safe (the
- * device is). */
+ * flags: 0, MAPPING_MIRROR_UNIFIED, MAPPING_MIRROR_TRACK_WRITES,
+ * MAPPING_MIRROR_DEVICE_DIFF. Thread-safe (the device is). */
 MAPPING_API mapping_status mapping_mirror_create(mapping_device *dev, size_t bytes, unsigned flags,
                                                  mapping_mirror **out);
 /* Mirrors the caller's memory cpu_ptr[0, bytes) (not copied, not freed; must
  * outlive the mirror). The GPU side starts stale. flags: 0 or
- * MAPPING_MIRROR_PIN, MAPPING_MIRROR_TRACK_WRITES (MAPPING_MIRROR_UNIFIED is
- * accepted and ignored). */
+ * MAPPING_MIRROR_PIN, MAPPING_MIRROR_TRACK_WRITES, MAPPING_MIRROR_DEVICE_DIFF
+ * (MAPPING_MIRROR_UNIFIED is accepted and ignored). */
 MAPPING_API mapping_status mapping_mirror_wrap(mapping_device *dev, void *cpu_ptr, size_t bytes, unsigned flags,
                                                mapping_mirror **out);
 /* A mirror over both sides supplied by the caller: cpu_ptr[0, bytes) (not
@@ -837,8 +856,8 @@ MAPPING_API mapping_status mapping_mirror_wrap(mapping_device *dev, void *cpu_pt
  * mirror; mapping_mirror_gpu is `gpu` and mapping_mirror_gpu_offset includes
  * gpu_offset. The CPU side starts valid and the GPU side stale, or with
  * MAPPING_MIRROR_GPU_VALID the other way round (the device holds the data).
- * flags: 0, MAPPING_MIRROR_PIN, MAPPING_MIRROR_GPU_VALID, MAPPING_MIRROR_TRACK_WRITES.
- * Thread-safe. */
+ * flags: 0, MAPPING_MIRROR_PIN, MAPPING_MIRROR_GPU_VALID, MAPPING_MIRROR_TRACK_WRITES,
+ * MAPPING_MIRROR_DEVICE_DIFF. Thread-safe. */
 MAPPING_API mapping_status mapping_mirror_adopt(mapping_device *dev, void *cpu_ptr, mapping_buffer *gpu,
                                                 size_t gpu_offset, size_t bytes, unsigned flags,
                                                 mapping_mirror **out);

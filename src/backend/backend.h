@@ -40,6 +40,9 @@ typedef struct mapping_scatter_entry {
     uint64_t bytes;
 } mapping_scatter_entry;
 
+/* The block of mapping_backend.diff_blocks: one flag per this many bytes. */
+enum { MAPPING_DIFF_BLOCK = MAPPING_DIFF_BLOCK_BYTES };
+
 typedef struct mapping_backend {
     const char *name;
 
@@ -114,6 +117,15 @@ typedef struct mapping_backend {
                               const mapping_scatter_entry *table, size_t count, void *dst_mem);
     mapping_status (*gather)(void *dev, void *stream, void *src_mem, void *staging_mem, size_t table_offset,
                              const mapping_scatter_entry *table, size_t count);
+
+    /* Optional, device-side diff (mirrors with MAPPING_MIRROR_DEVICE_DIFF):
+     * compares mem[mem_offset, +bytes) with shadow[shadow_offset, +bytes) in
+     * blocks of MAPPING_DIFF_BLOCK bytes (bytes is a multiple of it); for
+     * block i writes flags[flags_offset + i] = 1 where they differ, else 0,
+     * and copies each differing block from mem into shadow. mem and shadow
+     * are buffers of dev and do not overlap; flags a buffer of dev. */
+    mapping_status (*diff_blocks)(void *dev, void *stream, void *mem, size_t mem_offset, void *shadow_mem,
+                                  size_t shadow_offset, size_t bytes, void *flags_mem, size_t flags_offset);
 
     /* Optional, where the device's memory is the CPU's (MAPPING_CAP_CPU_MEMORY):
      * map gives the CPU address of mem[offset, +bytes) itself, not a copy,

@@ -47,6 +47,7 @@ static void state_free_host_parts(mirror_state *st)
 static void state_forget(mirror_state *st)
 {
     mapping__mirror_track_end(st); /* the watch goes first: the memory may be gone */
+    mapping__mirror_diff_end(st, true);
     if (st->batch)
         mapping__batch_forget(st->batch);
     state_free_host_parts(st);
@@ -66,6 +67,7 @@ static void state_free(mirror_state *st)
         st->pinned = false;
     }
     mapping__mirror_track_end(st); /* before the memory goes (no-op when not tracked) */
+    mapping__mirror_diff_end(st, st->gpu == NULL); /* its buffers too, unless left to mapping_close */
     if (st->batch)
         mapping__batch_destroy(st->batch);
     if (st->gpu && !st->borrowed_gpu)
@@ -125,7 +127,8 @@ static mapping_status check_create_args(const char *fn, mapping_device *dev, siz
     *out = NULL;
     if (bytes == 0)
         return mapping__fail(MAPPING_ERR_ZERO_SIZE, "%s: bytes is 0", fn);
-    const unsigned known = MAPPING_MIRROR_UNIFIED | MAPPING_MIRROR_PIN | MAPPING_MIRROR_TRACK_WRITES;
+    const unsigned known =
+        MAPPING_MIRROR_UNIFIED | MAPPING_MIRROR_PIN | MAPPING_MIRROR_TRACK_WRITES | MAPPING_MIRROR_DEVICE_DIFF;
     if (flags & ~known)
         return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: unknown flags 0x%x", fn, flags & ~known);
     return MAPPING_OK;
@@ -152,6 +155,8 @@ mapping_status mapping_mirror_create(mapping_device *dev, size_t bytes, unsigned
     memset(st->cpu, 0, bytes);
     if ((flags & MAPPING_MIRROR_TRACK_WRITES) && (status = mapping__mirror_track_begin(fn, st)))
         goto fail;
+    if ((flags & MAPPING_MIRROR_DEVICE_DIFF) && (status = mapping__mirror_diff_begin(fn, st)))
+        goto fail;
     if ((status = handle_new(fn, st, 0, bytes, out)) == MAPPING_OK)
         return MAPPING_OK;
 fail:
@@ -177,6 +182,7 @@ mapping_status mapping_mirror_wrap(mapping_device *dev, void *cpu_ptr, size_t by
         st->pinned = true;
     if ((status = mapping__allocate_gpu(dev, bytes, &st->gpu)) ||
         ((flags & MAPPING_MIRROR_TRACK_WRITES) && (status = mapping__mirror_track_begin(fn, st))) ||
+        ((flags & MAPPING_MIRROR_DEVICE_DIFF) && (status = mapping__mirror_diff_begin(fn, st))) ||
         (status = handle_new(fn, st, 0, bytes, out))) {
         state_free(st);
         return status;
@@ -197,7 +203,8 @@ mapping_status mapping_mirror_adopt(mapping_device *dev, void *cpu_ptr, mapping_
         return status;
     if (gpu->dev != dev)
         return mapping__fail(MAPPING_ERR_DEVICE_MISMATCH, "%s: the buffer belongs to another device", fn);
-    const unsigned known = MAPPING_MIRROR_PIN | MAPPING_MIRROR_GPU_VALID | MAPPING_MIRROR_TRACK_WRITES;
+    const unsigned known =
+        MAPPING_MIRROR_PIN | MAPPING_MIRROR_GPU_VALID | MAPPING_MIRROR_TRACK_WRITES | MAPPING_MIRROR_DEVICE_DIFF;
     if (flags & ~known)
         return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: unknown flags 0x%x", fn, flags & ~known);
     if ((uintptr_t)cpu_ptr + bytes < (uintptr_t)cpu_ptr)
@@ -219,6 +226,7 @@ mapping_status mapping_mirror_adopt(mapping_device *dev, void *cpu_ptr, mapping_
     if ((flags & MAPPING_MIRROR_PIN) && mapping__host_register(dev, cpu_ptr, bytes) == MAPPING_OK)
         st->pinned = true;
     if (((flags & MAPPING_MIRROR_TRACK_WRITES) && (status = mapping__mirror_track_begin(fn, st))) ||
+        ((flags & MAPPING_MIRROR_DEVICE_DIFF) && (status = mapping__mirror_diff_begin(fn, st))) ||
         (status = handle_new(fn, st, 0, bytes, out))) {
         state_free(st);
         return status;
@@ -326,6 +334,8 @@ mapping_status mapping__mirror_mark(const char *fn, mirror_state *st, int x, siz
     if ((status = mapping__rs_reserve(&st->stale[y], 1)) || (status = mapping__rs_reserve(&st->modified[x], 1)) ||
         (status = mapping__rs_reserve(&st->stale[x], 1)) || (status = mapping__rs_reserve(&st->modified[y], 1)))
         return status;
+    if (discard && x == MIRROR_GPU)
+        mapping__mirror_diff_forget(st, lo, hi); /* the CPU's dropped writes differ from the shadow */
     if (discard)
         mapping__rs_remove(&st->modified[y], lo, hi);
     mapping__rs_add(&st->stale[y], lo, hi);

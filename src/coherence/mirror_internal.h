@@ -71,6 +71,14 @@ typedef struct mirror_state {
     /* MAPPING_MIRROR_TRACK_WRITES: the CPU side's pages under watch
      * (mirror_track.c); NULL when not tracked. */
     struct mapping_os_track *track;
+
+    /* MAPPING_MIRROR_DEVICE_DIFF (mirror_diff.c): a device-side shadow of
+     * the content both sides agreed on, over diff_known; made on first need. */
+    bool               diff, diff_pays, diff_used;
+    mapping_buffer    *diff_shadow, *diff_flags;
+    unsigned char     *diff_host_flags;
+    mapping_range_set  diff_known;
+    double             diff_rate; /* bytes per second the device compared; 0: not measured */
 } mirror_state;
 
 struct mapping_mirror {
@@ -176,5 +184,24 @@ mapping_status mapping__mirror_alloc_unified(mirror_state *st);
 /* The copy step of a unified mirror: a prefetch hint per range, or nothing. */
 mapping_status mapping__mirror_prefetch(mapping_stream *stream, mirror_state *st, int target,
                                         const mapping_range *ranges, size_t n, size_t *done);
+
+/* ---- mirror_diff.c (MAPPING_MIRROR_DEVICE_DIFF) ---- */
+/* Tests: forces $MAPPING_DEVICE_DIFF (0 auto, 1 on, 2 off, 3 bad; -1 re-read). */
+void mapping__mirror_diff_force_mode(int mode);
+/* Turns the diff on for a new family; refuses a bad $MAPPING_DEVICE_DIFF. */
+mapping_status mapping__mirror_diff_begin(const char *fn, mirror_state *st);
+/* Frees the shadow (not when the device was closed: it took the buffers). */
+void mapping__mirror_diff_end(mirror_state *st, bool device_closed);
+/* The CPU side no longer equals the shadow over [lo, hi). */
+mapping_status mapping__mirror_diff_forget(mirror_state *st, size_t lo, size_t hi);
+/* A sync to the CPU of the exact stale ranges: *out (malloc'd, sorted,
+ * disjoint) the ranges to read instead, the changed blocks and what the
+ * shadow does not know; *out NULL: read exact as planned. Waits for the
+ * stream up to the comparison. */
+mapping_status mapping__mirror_diff_refine(mapping_stream *stream, mirror_state *st, const mapping_range *exact,
+                                           size_t n, mapping_range **out, size_t *n_out);
+/* After the copies of a sync to side t were done or queued (status). */
+void mapping__mirror_diff_synced(mapping_stream *stream, mirror_state *st, int t, const mapping_range *exact,
+                                 size_t n_exact, const mapping_range *copied, size_t n_copied, mapping_status status);
 
 #endif

@@ -404,6 +404,30 @@ static mapping_status sync_record(mapping_stream *stream, mirror_state *st, int 
 
 static mapping_status sync_checked(const char *fn, mapping_stream *stream, mapping_mirror *m, int t);
 
+/* MAPPING_MIRROR_DEVICE_DIFF, a sync to the CPU: the plan copies only the
+ * blocks that changed on the device and what its shadow does not know
+ * (mirror_diff.c), merged as any plan is. */
+static mapping_status diff_plan(mapping_stream *stream, mirror_state *st, sync_plan *p)
+{
+    mapping_range *list = NULL;
+    size_t n = 0;
+    mapping_status status = mapping__mirror_diff_refine(stream, st, p->exact, p->n_exact, &list, &n);
+    if (status != MAPPING_OK || !list)
+        return status;
+    mapping_link link = {0, 0};
+    if (n >= 2 && mapping__device_link(st->dev, &link) != MAPPING_OK)
+        link = (mapping_link){0, 0};
+    if (n)
+        n = merge_ranges(st, MIRROR_GPU, list, n, merge_gap_limit(st, n, &link));
+    free(p->merged);
+    p->merged = list;
+    p->n_merged = n;
+    p->moved = 0;
+    for (size_t k = 0; k < n; k++)
+        p->moved += list[k].hi - list[k].lo;
+    return MAPPING_OK;
+}
+
 /* What the log holds once it is written off: stale[t] and modified[1 - t]
  * are empty, the log too. */
 static void log_synced(mirror_state *st, int t)
@@ -534,8 +558,10 @@ static mapping_status sync_checked(const char *fn, mapping_stream *stream, mappi
     if ((status = mapping__mirror_track_collect(fn, st)))
         return status;
     /* Not with MAPPING_CHECK=unmarked: the check reads the marked ranges, so the log must be applied.
-     * Not to a tracked CPU side: its copies must pass apply_valid (mapping__mirror_track_copied). */
+     * Not to a tracked CPU side: its copies must pass apply_valid (mapping__mirror_track_copied).
+     * Not with a device-side diff: its shadow follows every sync (mirror_diff.c). */
     if (st->log_n && st->log_side != t && !(st->track && t == MIRROR_CPU) && !stream && !st->n_inflight && !st->unified &&
+        !st->diff &&
         lo == 0 && hi == st->size &&
         !mapping__rs_count(&st->pending[t]) && !mapping__mirror_check_on()) {
         mirror_sync_report report = {0};
@@ -568,8 +594,15 @@ static mapping_status sync_checked(const char *fn, mapping_stream *stream, mappi
         sync_plan_free(&plan);
         return status;
     }
+    if (st->diff && t == MIRROR_CPU && (status = diff_plan(stream, st, &plan))) {
+        mapping__mirror_sync_done(&span, stream, m, t, (mirror_sync_report){0}, status);
+        sync_plan_free(&plan);
+        return status;
+    }
     size_t done = 0;
-    status = mapping__mirror_copy_ranges(stream, st, t, plan.merged, plan.n_merged, &done);
+    status = plan.n_merged ? mapping__mirror_copy_ranges(stream, st, t, plan.merged, plan.n_merged, &done) : MAPPING_OK;
+    if (st->diff)
+        mapping__mirror_diff_synced(stream, st, t, plan.exact, plan.n_exact, plan.merged, plan.n_merged, status);
     if (status != MAPPING_OK) {
         /* Nothing becomes valid; copies already queued must still order later work. */
         if (stream && done > 0)
@@ -578,7 +611,8 @@ static mapping_status sync_checked(const char *fn, mapping_stream *stream, mappi
         size_t skipped = st->unified ? m->size - mapping__rs_bytes_in(&st->stale[t], lo, hi)
                                      : (m->size > plan.moved ? m->size - plan.moved : 0);
         mapping__count(&st->dev->counters.sync_skipped_bytes, skipped);
-        status = sync_record(stream, st, t, &plan);
+        /* Nothing to copy (a diff found no change): valid now, the comparison was waited for. */
+        status = sync_record(plan.n_merged ? stream : NULL, st, t, &plan);
     }
     mapping__mirror_sync_done(&span, stream, m, t, (mirror_sync_report){plan.n_exact, plan.n_merged, plan.moved,
                               status == MAPPING_OK && m->size > plan.moved ? m->size - plan.moved : 0}, status);

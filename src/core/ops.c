@@ -166,6 +166,21 @@ mapping_status mapping__gather(mapping_stream *stream, const mapping_buffer *src
     return MAPPING_OK;
 }
 
+mapping_status mapping__diff_blocks(mapping_stream *stream, mapping_buffer *mem, size_t mem_offset,
+                                   mapping_buffer *shadow, size_t shadow_offset, size_t bytes, mapping_buffer *flags,
+                                   size_t flags_offset)
+{
+    mapping_device *dev = mem->dev;
+    mapping_status st = mapping__fault_check(dev, "diff");
+    if (st != MAPPING_OK)
+        return st;
+    mapping_trace_span span = mapping__trace_begin();
+    st = dev->be->diff_blocks(dev->state, mapping__stream_state(stream), mem->mem, mem_offset, shadow->mem,
+                              shadow_offset, bytes, flags->mem, flags_offset);
+    mapping__trace_op(&span, "diff", NULL, dev, stream, mem, bytes, st);
+    return st;
+}
+
 mapping_status mapping__map(mapping_buffer *buf, size_t offset, size_t bytes, void **host)
 {
     mapping_device *dev = buf->dev;
@@ -195,6 +210,11 @@ mapping_status mapping__prefetch(mapping_stream *stream, mapping_buffer *buf, si
 }
 
 /* ---- optional table entries ---- */
+
+bool mapping__can_diff(const mapping_device *dev)
+{
+    return dev->be->diff_blocks != NULL;
+}
 
 bool mapping__can_scatter(const mapping_device *dev)
 {

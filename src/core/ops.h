@@ -35,6 +35,15 @@ mapping_status mapping__scatter(mapping_stream *stream, mapping_buffer *staging,
                                 const mapping_scatter_entry *table, size_t count, mapping_buffer *dst);
 mapping_status mapping__gather(mapping_stream *stream, const mapping_buffer *src, mapping_buffer *staging,
                                size_t table_offset, const mapping_scatter_entry *table, size_t count);
+/* Device-side diff (see mapping_backend.diff_blocks): compares
+ * mem[mem_offset, +bytes) with shadow[shadow_offset, ..) per
+ * MAPPING_DIFF_BLOCK, writes one flag byte per block to
+ * flags[flags_offset, ..) and copies the changed blocks into the shadow.
+ * Counted nowhere (the mirror counts what it then reads). Only where
+ * mapping__can_diff. */
+mapping_status mapping__diff_blocks(mapping_stream *stream, mapping_buffer *mem, size_t mem_offset,
+                                   mapping_buffer *shadow, size_t shadow_offset, size_t bytes, mapping_buffer *flags,
+                                   size_t flags_offset);
 /* The CPU address of buf[offset, +bytes): the device memory itself
  * (mapping_backend.map), after the work queued for blocking calls; valid
  * until mapping__unmap (see mapping_backend.map: what the CPU wrote is in
@@ -61,6 +70,7 @@ bool mapping__can_copy_peer_direct(const mapping_device *src, const mapping_devi
 
 /* ---- what the device's back end can do (optional table entries) ---- */
 bool mapping__can_scatter(const mapping_device *dev);
+bool mapping__can_diff(const mapping_device *dev);
 bool mapping__can_gather(const mapping_device *dev);
 bool mapping__can_prefetch(const mapping_device *dev);
 /* The CPU may copy to and from buffers through mapping__map: the device's

@@ -37,3 +37,18 @@ size_t mapping__test_mirror_logged(const mapping_mirror *m)
 {
     return m->st->log_n;
 }
+
+void mapping__test_device_diff_mode(int mode)
+{
+    mapping__mirror_diff_force_mode(mode);
+}
+
+size_t mapping__test_mirror_diff_known(const mapping_mirror *m)
+{
+    return m->st->diff ? mapping__rs_bytes_in(&m->st->diff_known, 0, m->st->size) : 0;
+}
+
+bool mapping__test_device_can_diff(const mapping_device *dev)
+{
+    return mapping__can_diff(dev);
+}

@@ -42,5 +42,12 @@ size_t mapping__test_mirror_inflight(const mapping_mirror *m);
 /* How many marks the family's mark log holds, not yet applied to the sets
  * (after compactions: merged ranges, not the marks made). */
 size_t mapping__test_mirror_logged(const mapping_mirror *m);
+/* Forces $MAPPING_DEVICE_DIFF for the process: 0 auto, 1 on, 2 off, 3 a bad
+ * value; -1 reads the environment again at the next use. */
+void mapping__test_device_diff_mode(int mode);
+/* Bytes of the family whose device-side shadow is known (MAPPING_MIRROR_DEVICE_DIFF). */
+size_t mapping__test_mirror_diff_known(const mapping_mirror *m);
+/* Whether the device's back end has a compare kernel (mapping_backend.diff_blocks). */
+bool mapping__test_device_can_diff(const mapping_device *dev);
 
 #endif

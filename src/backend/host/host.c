@@ -315,6 +315,7 @@ const mapping_backend mapping_backend_host = {
     .fill = host_fill,
     .scatter = mapping__host_scatter,
     .gather = mapping__host_gather,
+    .diff_blocks = mapping__host_diff_blocks,
     .map = host_map,
     .unmap = host_unmap,
     .launch_host = host_launch_host,

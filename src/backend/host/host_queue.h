@@ -73,6 +73,9 @@ mapping_status mapping__host_scatter(void *dev, void *stream, void *staging_mem,
                             const mapping_scatter_entry *table, size_t count, void *dst_mem);
 mapping_status mapping__host_gather(void *dev, void *stream, void *src_mem, void *staging_mem, size_t table_offset,
                            const mapping_scatter_entry *table, size_t count);
+/* backend/host/host_diff.c: mapping_backend.diff_blocks. */
+mapping_status mapping__host_diff_blocks(void *dev, void *stream, void *mem, size_t mem_offset, void *shadow_mem,
+                                         size_t shadow_offset, size_t bytes, void *flags_mem, size_t flags_offset);
 
 mapping_status mapping__host_stream_create(void *dev, void **stream);
 void           mapping__host_stream_destroy(void *dev, void *stream);

@@ -286,6 +286,7 @@ const mapping_backend mapping_backend_opencl = {
     .copy = mapping__opencl_copy,
     .fill = mapping__opencl_fill,
     .scatter = mapping__opencl_scatter,
+    .diff_blocks = mapping__opencl_diff_blocks,
     .gather = mapping__opencl_gather,
     .map = mapping__opencl_map,
     .unmap = mapping__opencl_unmap,

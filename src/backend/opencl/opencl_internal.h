@@ -56,6 +56,7 @@ typedef struct opencl_device {
     cl_program      program;
     cl_kernel       scatter, gather;
     cl_kernel       scatter_slices, gather_slices; /* CPU devices, small entries: a slice of entries per work-item */
+    cl_kernel       diff;                          /* mirrors' device-side diff (mapping_diff_blocks) */
     cl_uint         compute_units;
     size_t          group_size;   /* work-items per work-group of their launches */
     bool            sliced_lanes; /* CPU device: an entry's work-items copy contiguous slices */
@@ -118,6 +119,8 @@ mapping_status mapping__opencl_scatter(void *dev, void *stream, void *staging_me
                            const mapping_scatter_entry *table, size_t count, void *dst_mem);
 mapping_status mapping__opencl_gather(void *dev, void *stream, void *src_mem, void *staging_mem, size_t table_offset,
                           const mapping_scatter_entry *table, size_t count);
+mapping_status mapping__opencl_diff_blocks(void *dev, void *stream, void *mem, size_t mem_offset, void *shadow_mem,
+                                           size_t shadow_offset, size_t bytes, void *flags_mem, size_t flags_offset);
 void           mapping__opencl_kernels_release(opencl_device *d);
 /* At open: builds the kernels if a kept program binary allows it cheaply. */
 void           mapping__opencl_kernels_prepare(opencl_device *d);

@@ -1,5 +1,6 @@
 /*
- * Scatter and gather with one OpenCL C kernel launch. Each table entry gets
+ * Scatter and gather with one OpenCL C kernel launch (and, in the same
+ * program, the device-side diff of mirrors: mapping__opencl_diff_blocks). Each table entry gets
  * `lanes` consecutive work-items (a power of two, chosen per launch from the
  * table; 1 for small entries) and work-groups hold many entries. The first
  * version gave every entry a work-group of 64 work-items, each re-reading the
@@ -127,6 +128,37 @@ static const char kernel_source[] =
     "        return;\n"
     "    ulong3 e = load_entry(staging, table_offset, entry);\n"
     "    copy_range(staging + e.s0, buffer + e.s1, e.s2, id & ((1ul << lane_bits) - 1), 1ul << lane_bits, sliced);\n"
+    "}\n"
+    "/* Device-side diff: one work-item per 4096-byte block compares the buffer\n"
+    " * with the shadow, flags the block, and copies it into the shadow if it\n"
+    " * changed (mapping_backend.diff_blocks). */\n"
+    "__kernel void mapping_diff_blocks(__global const uchar *mem, ulong mem_offset, __global uchar *shadow,\n"
+    "                                  ulong shadow_offset, __global uchar *flags, ulong flags_offset, ulong blocks)\n"
+    "{\n"
+    "    ulong b = get_global_id(0);\n"
+    "    if (b >= blocks)\n"
+    "        return;\n"
+    "    __global const uchar *a = mem + mem_offset + b * 4096;\n"
+    "    __global uchar *s = shadow + shadow_offset + b * 4096;\n"
+    "    uint changed = 0;\n"
+    "    if (((mem_offset | shadow_offset) & 15) == 0) {\n"
+    "        __global const uint4 *x = (__global const uint4 *)a;\n"
+    "        __global uint4 *y = (__global uint4 *)s;\n"
+    "        for (int i = 0; i < 256; i++) {\n"
+    "            uint4 d = x[i] ^ y[i];\n"
+    "            changed |= d.x | d.y | d.z | d.w;\n"
+    "        }\n"
+    "        if (changed)\n"
+    "            for (int i = 0; i < 256; i++)\n"
+    "                y[i] = x[i];\n"
+    "    } else {\n"
+    "        for (int i = 0; i < 4096; i++)\n"
+    "            changed |= a[i] ^ s[i];\n"
+    "        if (changed)\n"
+    "            for (int i = 0; i < 4096; i++)\n"
+    "                s[i] = a[i];\n"
+    "    }\n"
+    "    flags[flags_offset + b] = changed != 0;\n"
     "}\n";
 
 /* Work-items per work-group at most (the kernel's limit may be lower). */
@@ -192,6 +224,8 @@ static mapping_status build_kernels_from(opencl_device *d, bool cache_only)
         if (err == CL_SUCCESS)
             d->gather_slices = mapping__opencl_driver.clCreateKernel(d->program, "mapping_gather_slices", &err);
         if (err == CL_SUCCESS)
+            d->diff = mapping__opencl_driver.clCreateKernel(d->program, "mapping_diff_blocks", &err);
+        if (err == CL_SUCCESS)
             break;
         mapping__opencl_kernels_release(d);
         if (!cached)
@@ -242,7 +276,9 @@ void mapping__opencl_kernels_release(opencl_device *d)
         mapping__opencl_driver.clReleaseKernel(d->scatter_slices);
     if (d->gather_slices)
         mapping__opencl_driver.clReleaseKernel(d->gather_slices);
-    d->scatter_slices = d->gather_slices = NULL;
+    if (d->diff)
+        mapping__opencl_driver.clReleaseKernel(d->diff);
+    d->scatter_slices = d->gather_slices = d->diff = NULL;
     if (d->program)
         mapping__opencl_driver.clReleaseProgram(d->program);
     d->scatter = d->gather = NULL;
@@ -332,5 +368,38 @@ mapping_status mapping__opencl_gather(void *dev, void *stream, void *src_mem, vo
 {
     return launch(dev, stream, false, ((opencl_buffer *)staging_mem)->mem, ((opencl_buffer *)src_mem)->mem, table_offset,
                   table, count);
+}
+mapping_status mapping__opencl_diff_blocks(void *dev, void *stream, void *mem, size_t mem_offset, void *shadow_mem,
+                                           size_t shadow_offset, size_t bytes, void *flags_mem, size_t flags_offset)
+{
+    opencl_device *d = dev;
+    cl_mem m = ((opencl_buffer *)mem)->mem, sh = ((opencl_buffer *)shadow_mem)->mem, fl = ((opencl_buffer *)flags_mem)->mem;
+    cl_ulong mo = mem_offset, so = shadow_offset, fo = flags_offset, blocks = bytes / MAPPING_DIFF_BLOCK;
+    pthread_mutex_lock(&d->kernel_lock);
+    mapping_status st = build_kernels(d);
+    cl_event ev = NULL;
+    if (st == MAPPING_OK) {
+        cl_kernel k = d->diff;
+        cl_int err = mapping__opencl_driver.clSetKernelArg(k, 0, sizeof m, &m) |
+                     mapping__opencl_driver.clSetKernelArg(k, 1, sizeof mo, &mo) |
+                     mapping__opencl_driver.clSetKernelArg(k, 2, sizeof sh, &sh) |
+                     mapping__opencl_driver.clSetKernelArg(k, 3, sizeof so, &so) |
+                     mapping__opencl_driver.clSetKernelArg(k, 4, sizeof fl, &fl) |
+                     mapping__opencl_driver.clSetKernelArg(k, 5, sizeof fo, &fo) |
+                     mapping__opencl_driver.clSetKernelArg(k, 6, sizeof blocks, &blocks);
+        if (err != CL_SUCCESS) {
+            st = mapping__fail(MAPPING_ERR_DRIVER, "opencl: clSetKernelArg of the diff kernel failed");
+        } else {
+            size_t local = d->group_size, global = ((size_t)blocks + local - 1) / local * local;
+            err = mapping__opencl_driver.clEnqueueNDRangeKernel(opencl_queue_of(d, stream), k, 1, NULL, &global, &local,
+                                                                0, NULL, stream ? NULL : &ev);
+            if (err != CL_SUCCESS)
+                st = mapping__opencl_fail("clEnqueueNDRangeKernel", err);
+        }
+    }
+    pthread_mutex_unlock(&d->kernel_lock);
+    if (st == MAPPING_OK && !stream)
+        st = mapping__opencl_finish_blocking("clEnqueueNDRangeKernel", CL_SUCCESS, ev);
+    return st;
 }
 #endif /* MAPPING_OPENCL_HEADERS */
