@@ -71,6 +71,8 @@ double bench_median(double *v, int n);  /* sorts v */
  * the median seconds per call (the fastest and slowest sample go to
  * ctx->last_min and ctx->last_max). */
 double bench_time(bench_ctx *ctx, int reps, int (*fn)(void *arg), void *arg);
+/* The device-side diff figures of the `tracking` section (tracking_diff.c). */
+int bench_device_diff(bench_ctx *ctx);
 /* Repetitions so one sample takes about `target` seconds, from one call. */
 int    bench_reps_for(double seconds_per_call, double target);
 /* Fails the run with a message when st is not MAPPING_OK. */

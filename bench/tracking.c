@@ -12,8 +12,9 @@
  *      (target <= 1.3): every page's first write faults once
  * The mechanism is the process's (MAPPING_TRACK=uffd|mprotect picks one;
  * run the section once per mechanism). --quick: 64 MiB mirrors.
- * Also the cost of MAPPING_CHECK=races per async round trip, on the
- * device benchmarked (run once with the variable and once without).
+ * Also the cost of MAPPING_CHECK=races per async round trip, and the
+ * device-side diff (tracking_diff.c), on the device benchmarked (run once
+ * with each variable and once without).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -163,6 +164,8 @@ BENCH_SECTION(bench_tracking, 42, "tracking",
     mapping_track_mechanism mech = mapping_write_tracking(&granularity);
     fprintf(ctx->out, "\n== tracking: %s, granularity %zu B ==\n", mapping_write_tracking_description(), granularity);
     if (race_check_cost(ctx))
+        return 1;
+    if (bench_device_diff(ctx))
         return 1;
     if (mech == MAPPING_TRACK_NONE) {
         bench_note(ctx, "no write tracking in this process: the tracking figures are skipped");

@@ -2,9 +2,13 @@
  * The host back end's device-side diff (see mapping_backend.diff_blocks):
  * memcmp of each block against the shadow, a flag per block, and the
  * changed blocks copied into the shadow, in stream order. The "device"
- * memory is host memory, so this runs at the CPU's memory speed.
+ * memory is host memory, so this runs at the CPU's memory speed; a large
+ * diff is split over the CPU's cores (one part on the calling thread, the
+ * others on threads started for it), as a device spreads it over its own.
  */
+#include <pthread.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 #include "backend/host/host_queue.h"
 #include "os/os.h"
@@ -28,9 +32,45 @@ static void run_diff(const host_diff_job *job)
     }
 }
 
-static void run_job(void *arg)
+static void *run_part(void *arg)
 {
     run_diff(arg);
+    return NULL;
+}
+
+/* Diffs from this many blocks (16 MiB) on are split over the cores, at most PARTS_MAX ways. */
+enum { SPLIT_BLOCKS = 4096, PARTS_MAX = 8 };
+
+static void run_split(const host_diff_job *job)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    size_t parts = cores > 1 ? (size_t)(cores < PARTS_MAX ? cores : PARTS_MAX) : 1;
+    if (job->blocks < SPLIT_BLOCKS || parts < 2) {
+        run_diff(job);
+        return;
+    }
+    host_diff_job part[PARTS_MAX];
+    pthread_t thread[PARTS_MAX];
+    bool started[PARTS_MAX] = {false};
+    size_t per = (job->blocks + parts - 1) / parts;
+    for (size_t i = 0; i < parts; i++) {
+        size_t lo = i * per, hi = lo + per < job->blocks ? lo + per : job->blocks;
+        part[i] = (host_diff_job){job->mem + lo * MAPPING_DIFF_BLOCK, job->shadow + lo * MAPPING_DIFF_BLOCK,
+                                  job->flags + lo, hi > lo ? hi - lo : 0};
+        if (i > 0)
+            started[i] = pthread_create(&thread[i], NULL, run_part, &part[i]) == 0;
+    }
+    for (size_t i = 0; i < parts; i++)
+        if (!started[i])
+            run_diff(&part[i]); /* part 0, and any part whose thread did not start */
+    for (size_t i = 1; i < parts; i++)
+        if (started[i])
+            pthread_join(thread[i], NULL);
+}
+
+static void run_job(void *arg)
+{
+    run_split(arg);
     free(arg);
 }
 
@@ -42,7 +82,7 @@ mapping_status mapping__host_diff_blocks(void *dev, void *stream, void *mem, siz
                          .flags = (unsigned char *)flags_mem + flags_offset,
                          .blocks = bytes / MAPPING_DIFF_BLOCK};
     if (!stream) {
-        run_diff(&now);
+        run_split(&now);
         return MAPPING_OK;
     }
     host_diff_job *job = mapping_os_malloc(sizeof *job);
