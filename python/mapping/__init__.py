@@ -1179,6 +1179,12 @@ def _track_flag(track_writes, call):
     return _core.MIRROR_TRACK_WRITES if track_writes else 0
 
 
+def _diff_flag(device_diff, call):
+    if not isinstance(device_diff, bool):
+        raise TypeError("%s: device_diff must be True or False, got %s" % (call, type(device_diff).__name__))
+    return _core.MIRROR_DEVICE_DIFF if device_diff else 0
+
+
 def write_tracking():
     """How track_writes=True mirrors see CPU writes in this process:
     {"mechanism": "uffd" | "mprotect" | "none", "granularity": bytes one
@@ -1188,19 +1194,24 @@ def write_tracking():
     return {"mechanism": mech, "granularity": gran, "description": why}
 
 
-def mirror(shape, dtype=None, unified=False, device=None, track_writes=False):
+def mirror(shape, dtype=None, unified=False, device=None, track_writes=False, device_diff=False):
     """A new mirror: zero-filled page-locked host memory and a device buffer.
     mirror(nbytes) or mirror(shape, dtype); unified=True uses one unified
     allocation where the device has it. track_writes=True: a sync to the GPU
     also sends every page of .array written since the last sync, with no
     mark (mapping.write_tracking() says how; UnsupportedError without a
-    mechanism)."""
+    mechanism). device_diff=True: a sync to the CPU after the device wrote
+    reads back only the 4 KiB blocks whose content changed, found by a
+    comparison on the device (MAPPING_MIRROR_DEVICE_DIFF: a device-side
+    shadow copy; used where it beats the link, $MAPPING_DEVICE_DIFF=on/off
+    forces it; docs/mirrors.md)."""
     shape, dtype, _ = _shape_dtype(shape, dtype, "mirror")
     dev = _dev(device)
     n = _nbytes_of(shape, dtype)
     if n == 0:
         raise _ERR["ERR_ZERO_SIZE"]("a mirror of 0 bytes", -3)
-    flags = (_core.MIRROR_UNIFIED if unified else 0) | _track_flag(track_writes, "mirror")
+    flags = ((_core.MIRROR_UNIFIED if unified else 0) | _track_flag(track_writes, "mirror") |
+             _diff_flag(device_diff, "mirror"))
     return Mirror(dev, _core.mirror_create(dev._ptr(), n, flags), shape, dtype)
 
 
@@ -1211,12 +1222,13 @@ def _host_array(array, call):
     return arr
 
 
-def mirror_wrap(array, pin=False, device=None, track_writes=False):
+def mirror_wrap(array, pin=False, device=None, track_writes=False, device_diff=False):
     """A mirror over your array (C-contiguous, writable; not copied). The
     mirror holds the array's buffer export: a bytearray or array.array cannot
     be resized while the mirror lives. track_writes=True: writes to the
-    array's pages are found without marks (see mirror())."""
-    flags = _track_flag(track_writes, "mirror_wrap")
+    array's pages are found without marks; device_diff=True: syncs to the
+    CPU read only what the device changed (see mirror())."""
+    flags = _track_flag(track_writes, "mirror_wrap") | _diff_flag(device_diff, "mirror_wrap")
     dev = _dev(device)
     arr = _host_array(array, "mirror_wrap")
     p = _core.pin(array, True, "array")
@@ -1226,7 +1238,7 @@ def mirror_wrap(array, pin=False, device=None, track_writes=False):
                   arr.dtype, keep=(p,))
 
 
-def mirror_adopt(array, gpu, gpu_offset=0, gpu_valid=False, device=None, track_writes=False):
+def mirror_adopt(array, gpu, gpu_offset=0, gpu_valid=False, device=None, track_writes=False, device_diff=False):
     """A mirror over both sides supplied by you: an array and device memory
     (a Buffer, pyopencl.Buffer, or DLPack tensor, on `device` if given) at
     gpu_offset bytes. gpu_valid=True: the device side holds the data (the CPU
@@ -1237,7 +1249,8 @@ def mirror_adopt(array, gpu, gpu_offset=0, gpu_valid=False, device=None, track_w
     p = _core.pin(array, True, "array")
     if p.nbytes == 0:
         raise _ERR["ERR_ZERO_SIZE"]("a mirror of 0 bytes", -3)
-    flags = (_core.MIRROR_GPU_VALID if gpu_valid else 0) | _track_flag(track_writes, "mirror_adopt")
+    flags = ((_core.MIRROR_GPU_VALID if gpu_valid else 0) | _track_flag(track_writes, "mirror_adopt") |
+             _diff_flag(device_diff, "mirror_adopt"))
     ptr = _core.mirror_adopt(buf.device._ptr(), p, buf._ptr(), gpu_offset, flags)
     return Mirror(buf.device, ptr, arr.shape, arr.dtype, keep=(p, buf._h))
 

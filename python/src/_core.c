@@ -1616,6 +1616,7 @@ PyMODINIT_FUNC PyInit__core(void)
         PyModule_AddIntConstant(m, "MIRROR_PIN", MAPPING_MIRROR_PIN) < 0 ||
         PyModule_AddIntConstant(m, "MIRROR_GPU_VALID", MAPPING_MIRROR_GPU_VALID) < 0 ||
         PyModule_AddIntConstant(m, "MIRROR_TRACK_WRITES", MAPPING_MIRROR_TRACK_WRITES) < 0 ||
+        PyModule_AddIntConstant(m, "MIRROR_DEVICE_DIFF", MAPPING_MIRROR_DEVICE_DIFF) < 0 ||
         PyModule_AddIntConstant(m, "CPU", MAPPING_CPU) < 0 || PyModule_AddIntConstant(m, "GPU", MAPPING_GPU) < 0 ||
         PyModule_AddIntConstant(m, "READ", MAPPING_READ) < 0 || PyModule_AddIntConstant(m, "WRITE", MAPPING_WRITE) < 0)
         goto fail;
