@@ -117,7 +117,7 @@ int mapping_os_track_begin(void *addr, size_t bytes, mapping_os_track **out)
     mapping_os_track *t = mapping_os_calloc(1, sizeof *t);
     if (!t)
         return -ENOMEM;
-    *t = (mapping_os_track){kind, a & ~(page - 1), (a + bytes + page - 1) & ~(page - 1), -1};
+    *t = (mapping_os_track){.kind = kind, .lo = a & ~(page - 1), .hi = (a + bytes + page - 1) & ~(page - 1), .slot = -1};
     pthread_mutex_lock(&regions_lock);
     int rc = regions_add(t);
     if (rc == 0) {

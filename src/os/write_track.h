@@ -55,7 +55,12 @@ int  mapping_os_track_begin(void *addr, size_t bytes, mapping_os_track **out);
 void mapping_os_track_end(mapping_os_track *t);
 /* Reports the pages written since the last collect (or begin, clear) and
  * protects them again. 0 or -errno (nothing reported is lost: the pages
- * stay counted as written). */
+ * stay counted as written). uffd: when the process has taken no page fault
+ * since the last scan began, no page can have become writable, and the
+ * scan is skipped ($MAPPING_TRACK_SCAN=always turns that off): a write
+ * made by another process (process_vm_writev, a shared mapping) counts in
+ * that process and is seen at the next scan this process has a reason to
+ * make. */
 int  mapping_os_track_collect(mapping_os_track *t, mapping_os_track_fn fn, void *user);
 /* Forgets writes to the pages wholly inside [lo, hi) (the library's own
  * writes, e.g. a copy from the device). */
@@ -69,6 +74,10 @@ struct mapping_os_track {
     mapping_os_track_kind kind;
     uintptr_t             lo, hi; /* page-aligned */
     int                   slot;   /* mprotect: index in its table */
+    /* uffd: the process's page-fault count taken just before the last
+     * complete scan (faults_valid), see mapping__uffd_collect. */
+    uint64_t              faults_seen;
+    bool                  faults_valid;
 };
 /* Probes once: 0 when available, else -errno with *why set. */
 int  mapping__uffd_probe(const char **why);

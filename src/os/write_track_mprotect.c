@@ -4,9 +4,9 @@
  *
  * A tracked region is PROT_READ. The first write to a page faults; the
  * handler finds the region in a fixed table without locks (slots published
- * with release stores, read with acquire loads), makes the page writable,
- * then sets its bit in the region's bitmap and bumps the region's dirty
- * count. Everything in the handler is async-signal-safe: atomics and
+ * with release stores, read with acquire loads), makes the page writable
+ * (a run of pages after a sequential streak: widened_run), then sets their
+ * bits in the region's bitmap and bumps the region's dirty count. Everything in the handler is async-signal-safe: atomics and
  * mprotect(2), no allocation, no lock. A fault outside every region goes to
  * the handler installed before ours (or to the default action).
  *
@@ -49,6 +49,28 @@ static pthread_once_t    install_once = PTHREAD_ONCE_INIT;
 static int               install_rc;
 static size_t            page_size;
 
+/* Sequential writes (a memset, a read(2) into the array) would fault once
+ * per page. When the pages just below the faulting one were written since
+ * the last collect (their bits are set), the handler opens as many pages
+ * again from the faulting one (1, 1, 2, 4, ... up to WIDEN_MAX), counted
+ * written: a streaming write of n pages takes about log2(WIDEN_MAX) +
+ * n / WIDEN_MAX faults, and a sync may move up to twice what the stream
+ * wrote past its last fault. An isolated write still opens one page. */
+enum { WIDEN_MAX = 4096 };
+
+static size_t widened_run(_Atomic uint64_t *bits, size_t p, size_t pages)
+{
+    size_t streak = 0;
+    while (streak < WIDEN_MAX && streak < p) {
+        size_t q = p - 1 - streak;
+        if (!(atomic_load_explicit(&bits[q / 64], memory_order_relaxed) & ((uint64_t)1 << (q % 64))))
+            break;
+        streak++;
+    }
+    size_t run = streak ? streak : 1;
+    return run < pages - p ? run : pages - p;
+}
+
 static bool handle(uintptr_t addr)
 {
     for (int i = 0; i < MPROT_SLOTS; i++) {
@@ -59,9 +81,11 @@ static bool handle(uintptr_t addr)
         if (addr < lo)
             continue;
         _Atomic uint64_t *bits = atomic_load_explicit(&slots[i].bits, memory_order_relaxed);
-        size_t p = (addr - lo) / page_size;
+        size_t p = (addr - lo) / page_size, run = widened_run(bits, p, (hi - lo) / page_size);
         uintptr_t page = lo + p * page_size;
-        if (mprotect((void *)page, page_size, PROT_READ | PROT_WRITE) != 0) {
+        if (run > 1 && mprotect((void *)page, run * page_size, PROT_READ | PROT_WRITE) != 0)
+            run = 1;
+        if (run == 1 && mprotect((void *)page, page_size, PROT_READ | PROT_WRITE) != 0) {
             /* Out of mappings (vm.max_map_count: each protected island is
              * one): the whole region becomes writable and counts as written. */
             if (mprotect((void *)lo, hi - lo, PROT_READ | PROT_WRITE) != 0)
@@ -69,7 +93,12 @@ static bool handle(uintptr_t addr)
             for (size_t w = 0, words = ((hi - lo) / page_size + 63) / 64; w < words; w++)
                 atomic_store_explicit(&bits[w], ~(uint64_t)0, memory_order_release);
         }
-        atomic_fetch_or_explicit(&bits[p / 64], (uint64_t)1 << (p % 64), memory_order_release);
+        for (size_t q = p, end = p + run; q < end;) { /* the run's bits, a word at a time */
+            size_t n = 64 - q % 64 < end - q ? 64 - q % 64 : end - q;
+            uint64_t mask = (n == 64 ? ~(uint64_t)0 : (((uint64_t)1 << n) - 1)) << (q % 64);
+            atomic_fetch_or_explicit(&bits[q / 64], mask, memory_order_release);
+            q += n;
+        }
         atomic_fetch_add_explicit(&slots[i].dirty, 1, memory_order_release);
         return true;
     }

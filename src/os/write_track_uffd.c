@@ -20,7 +20,9 @@
 #include <stdbool.h>
 #include <string.h>
 #include <unistd.h>
+#include <stdlib.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include "os/write_track.h"
 
@@ -141,8 +143,37 @@ void mapping__uffd_end(mapping_os_track *t)
 
 enum { SCAN_VEC = 256 };
 
+/* A clean sync without a page-table walk. In asynchronous mode the kernel
+ * makes a protected page writable only inside a page fault, and every
+ * fault, the kernel's own on the process's behalf (copy_to_user in read(2),
+ * get_user_pages) included, is counted in the faulting thread's minor or
+ * major fault count, which getrusage(RUSAGE_SELF) sums over the process
+ * (exited threads too), after the page table was updated. So if the sum
+ * equals the one read just before the last scan began, no page became
+ * writable since: nothing to report. A fault that completes while the sum
+ * is read changes it for the next collect, which then scans. ~0.5 us with
+ * 17 threads, against a walk of ~70 us per GiB. */
+static bool process_faults(uint64_t *out)
+{
+    static _Atomic int use = -1; /* $MAPPING_TRACK_SCAN: "always" turns the shortcut off */
+    if (use < 0) {
+        const char *v = getenv("MAPPING_TRACK_SCAN");
+        use = !(v && strcmp(v, "always") == 0);
+    }
+    struct rusage r;
+    if (!use || getrusage(RUSAGE_SELF, &r) != 0)
+        return false;
+    *out = (uint64_t)r.ru_minflt + (uint64_t)r.ru_majflt;
+    return true;
+}
+
 int mapping__uffd_collect(mapping_os_track *t, mapping_os_track_fn fn, void *user)
 {
+    uint64_t faults = 0;
+    bool counted = process_faults(&faults);
+    if (counted && t->faults_valid && faults == t->faults_seen)
+        return 0;
+    t->faults_valid = false;
     struct page_region vec[SCAN_VEC];
     uint64_t start = t->lo;
     while (start < t->hi) {
@@ -163,6 +194,8 @@ int mapping__uffd_collect(mapping_os_track *t, mapping_os_track_fn fn, void *use
             break; /* no progress: should not happen */
         start = a.walk_end;
     }
+    t->faults_seen = faults;
+    t->faults_valid = counted;
     return 0;
 }
 

@@ -95,6 +95,35 @@ TEST(tracked_sync_of_one_written_byte_moves_one_page)
     mapping_mirror_destroy(m);
 }
 
+/* A streaming write of many pages: every written page goes up (mprotect
+ * opens widening runs of pages after a sequential streak, so a sync may
+ * move more than was written: at most twice, and never a page before the
+ * stream); isolated bytes afterwards are still one page each. */
+TEST(tracked_streaming_write_sends_every_written_page_and_isolated_writes_stay_one_page)
+{
+    need_tracking();
+    mapping_device *dev = test_device();
+    size_t n = 1024 * page(), lo = 100 * page() + 5, len = 600 * page();
+    mapping_mirror *m;
+    CHECK_OK(mapping_mirror_create(dev, n, MAPPING_MIRROR_TRACK_WRITES, &m));
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    unsigned char *cpu = mapping_mirror_cpu(m), *got = malloc(n);
+    memset(cpu + lo, 0x3c, len); /* no mark */
+    size_t stale = mapping_mirror_stale_bytes(m, MAPPING_GPU);
+    CHECK(stale >= 601 * page() && stale <= 2 * 601 * page());
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    device_bytes(m, got);
+    CHECK_BYTES(got, cpu, n);
+    for (int k = 0; k < 5; k++) /* isolated writes, 7 pages apart */
+        cpu[900 * page() + (size_t)k * 7 * page()] = (unsigned char)(k + 1);
+    CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == 5 * page());
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    device_bytes(m, got);
+    CHECK_BYTES(got, cpu, n);
+    free(got);
+    mapping_mirror_destroy(m);
+}
+
 /* A fault on a page the library does not watch goes to the SIGSEGV handler
  * installed before the library's (here: one that opens its own page). */
 static void *user_page;
