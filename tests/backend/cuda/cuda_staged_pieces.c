@@ -3,8 +3,9 @@
  * in pieces (src/backend/cuda/cuda_staging.c), checked with the strict fake
  * driver (tests/fake/fake_libcuda.c; SKIP on any other driver): a 64 MiB
  * write and read on a stream
- *   - never DMA more than 8 MiB from one block of page-locked memory (a copy
- *     staged whole made one 64 MiB DMA after one 64 MiB memcpy);
+ *   - never DMA more than 8 MiB (writes) or 1 MiB (reads) from one block of
+ *     page-locked memory (a copy staged whole made one 64 MiB DMA after one
+ *     64 MiB memcpy);
  *   - allocate no page-locked memory beyond the arena's growth cap of a few
  *     pieces (staged whole, the copy grew the arena by 64 MiB and more);
  *   - land every byte, also when the stream is held by a host function when
@@ -15,7 +16,7 @@
 #include <time.h>
 #include "harness.h"
 
-enum { BIG = 64 << 20, MAX_PIECE = 8 << 20, MAX_GROWTH = 32 << 20 };
+enum { BIG = 64 << 20, MAX_PIECE = 8 << 20, MAX_READ_PIECE = 1 << 20, MAX_GROWTH = 32 << 20 };
 
 typedef struct fake_gauges {
     long long (*count)(const char *name);
@@ -45,11 +46,11 @@ static void gate(void *arg)
         nanosleep(&ms, NULL);
 }
 
-static void check_gauges(const fake_gauges *f, const char *what)
+static void check_gauges(const fake_gauges *f, const char *what, long long max_piece)
 {
     long long dma = f->count("largest_pinned_async_copy"), alloc = f->count("largest_host_alloc");
     printf("%s: largest page-locked DMA %lld bytes, largest cuMemHostAlloc %lld bytes\n", what, dma, alloc);
-    CHECK(dma > 0 && dma <= MAX_PIECE);
+    CHECK(dma > 0 && dma <= max_piece);
     CHECK(alloc <= MAX_GROWTH);
 }
 
@@ -71,12 +72,12 @@ TEST(cuda_large_pageable_stream_copies_go_in_pieces_through_a_capped_arena)
     f.reset();
     CHECK_OK(mapping_sync_to_gpu_range(s, src, buf, 0, BIG));
     CHECK_OK(mapping_stream_synchronize(s));
-    check_gauges(&f, "write, idle stream");
+    check_gauges(&f, "write, idle stream", MAX_PIECE);
     memset(back, 0, BIG);
     f.reset();
     CHECK_OK(mapping_sync_to_cpu_range(s, buf, 0, back, BIG));
     CHECK_OK(mapping_stream_synchronize(s));
-    check_gauges(&f, "read, idle stream");
+    check_gauges(&f, "read, idle stream", MAX_READ_PIECE);
     CHECK_BYTES(back, src, BIG);
 
     /* 2. The stream is held: each call returns while it is held (a wait
@@ -90,7 +91,7 @@ TEST(cuda_large_pageable_stream_copies_go_in_pieces_through_a_capped_arena)
     CHECK_OK(mapping_sync_to_gpu_range(s, src, buf, 0, BIG));
     __atomic_store_n(&gate_open, 1, __ATOMIC_SEQ_CST);
     CHECK_OK(mapping_stream_synchronize(s));
-    check_gauges(&f, "write behind a held stream");
+    check_gauges(&f, "write behind a held stream", MAX_PIECE);
     gate_open = 0;
     CHECK_OK(mapping_launch_host(s, gate, NULL));
     memset(back, 0, BIG);
@@ -98,7 +99,7 @@ TEST(cuda_large_pageable_stream_copies_go_in_pieces_through_a_capped_arena)
     CHECK_OK(mapping_sync_to_cpu_range(s, buf, 0, back, BIG));
     __atomic_store_n(&gate_open, 1, __ATOMIC_SEQ_CST);
     CHECK_OK(mapping_stream_synchronize(s));
-    check_gauges(&f, "read behind a held stream");
+    check_gauges(&f, "read behind a held stream", MAX_READ_PIECE);
     CHECK_BYTES(back, src, BIG);
 
     /* 3. Sizes that are not whole pieces, at an odd offset. */
@@ -109,6 +110,14 @@ TEST(cuda_large_pageable_stream_copies_go_in_pieces_through_a_capped_arena)
     CHECK_OK(mapping_sync_to_cpu_range(s, buf, 7, back, odd));
     CHECK_OK(mapping_stream_synchronize(s));
     CHECK_BYTES(back, src, odd);
+    for (size_t around = (1 << 20) - 130; around <= (1 << 20) + 130; around += 65) { /* a read piece, +- */
+        test_pattern(src, around, (unsigned)around);
+        CHECK_OK(mapping_sync_to_gpu_range(s, src, buf, 3, around));
+        memset(back, 0, around);
+        CHECK_OK(mapping_sync_to_cpu_range(s, buf, 3, back, around));
+        CHECK_OK(mapping_stream_synchronize(s));
+        CHECK_BYTES(back, src, around);
+    }
 
     mapping_stream_destroy(s);
     mapping_free_gpu(buf);
