@@ -700,7 +700,19 @@ MAPPING_API int            mapping_trace_active(void);
  *   mirrors tracked with mprotect. It installs a SIGSEGV handler that
  *   chains to the one installed before. Off, the cost is one predicted
  *   branch per async copy; on, a few mprotect calls and a host function per
- *   copy: for debugging. */
+ *   copy: for debugging. mapping_device_set_checks turns it on for one
+ *   device from code. */
+
+/* Debug checks of one device, as $MAPPING_CHECK gives them to the whole
+ * process: checks is 0 (off: the environment still applies) or
+ * MAPPING_DEVICE_CHECK_RACES (MAPPING_CHECK=races above, for the
+ * asynchronous copies queued on this device's streams after the call).
+ * MAPPING_ERR_INVALID_ARGUMENT for an unknown bit (nothing changes).
+ * mapping_device_checks gives the bits set (0 for an invalid device).
+ * Thread-safe. */
+enum { MAPPING_DEVICE_CHECK_RACES = 1u << 0 };
+MAPPING_API mapping_status mapping_device_set_checks(mapping_device *dev, unsigned checks);
+MAPPING_API unsigned       mapping_device_checks(mapping_device *dev);
 
 /* ==== Mirrors (src/coherence/) ==== */
 

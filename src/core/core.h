@@ -87,6 +87,8 @@ struct mapping_device {
      * flush); .state NULL otherwise. Not a handle: never given out. */
     mapping_stream blocking;
 
+    _Atomic unsigned checks; /* MAPPING_DEVICE_CHECK_* (mapping_device_set_checks) */
+
     _Atomic int fault_countdown; /* > 0: that many more operations succeed */
     _Atomic int fault_armed;
     _Atomic int fault_any; /* 1: every fallible back-end call counts (mapping__inject_fault_any) */

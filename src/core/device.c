@@ -333,3 +333,23 @@ mapping_status mapping_device_set_link(mapping_device *dev, const mapping_link *
     pthread_mutex_unlock(&dev->link_lock);
     return MAPPING_OK;
 }
+
+mapping_status mapping_device_set_checks(mapping_device *dev, unsigned checks)
+{
+    static const char fn[] = "mapping_device_set_checks";
+    mapping_status st;
+    if ((st = mapping__check_device(fn, dev)))
+        return st;
+    if (checks & ~(unsigned)MAPPING_DEVICE_CHECK_RACES)
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: unknown check bits 0x%x (known: MAPPING_DEVICE_CHECK_RACES)",
+                             fn, checks & ~(unsigned)MAPPING_DEVICE_CHECK_RACES);
+    atomic_store_explicit(&dev->checks, checks, memory_order_relaxed);
+    return MAPPING_OK;
+}
+
+unsigned mapping_device_checks(mapping_device *dev)
+{
+    if (mapping__check_device("mapping_device_checks", dev))
+        return 0;
+    return atomic_load_explicit(&dev->checks, memory_order_relaxed);
+}

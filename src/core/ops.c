@@ -30,6 +30,12 @@ static void race_guard_queued(mapping_stream *stream, mapping_race_guard *guard,
     }
 }
 
+/* The race check for a copy on a device: its own flag, or the process's. */
+static inline bool race_check(const mapping_device *dev)
+{
+    return atomic_load_explicit(&dev->checks, memory_order_relaxed) || mapping__race_check_on();
+}
+
 mapping_status mapping__write(mapping_stream *stream, const void *src, mapping_buffer *dst, size_t dst_offset,
                               size_t bytes)
 {
@@ -41,7 +47,7 @@ mapping_status mapping__write(mapping_stream *stream, const void *src, mapping_b
     const mapping_host_ref *pinned = mapping__host_registry_find(&dev->host_blocks, src, bytes, &ref) ? &ref : NULL;
     uint64_t t0 = !stream && bytes >= TIMED_TRANSFER_MIN ? mapping_os_now_ns() : 0;
     mapping_race_guard *guard = NULL; /* MAPPING_CHECK=races: the source is read-only until the copy is done */
-    if (__builtin_expect(stream != NULL, 0) && mapping__race_check_on())
+    if (__builtin_expect(stream != NULL, 0) && race_check(dev))
         guard = mapping__race_guard_begin(src, bytes, MAPPING_RACE_H2D, stream);
     mapping_trace_span span = mapping__trace_begin();
     st = dev->be->write(dev->state, mapping__stream_state(stream), src, pinned, dst->mem, dst_offset, bytes);
@@ -68,7 +74,7 @@ mapping_status mapping__read(mapping_stream *stream, const mapping_buffer *src, 
     const mapping_host_ref *pinned = mapping__host_registry_find(&dev->host_blocks, dst, bytes, &ref) ? &ref : NULL;
     uint64_t t0 = !stream && bytes >= TIMED_TRANSFER_MIN ? mapping_os_now_ns() : 0;
     mapping_race_guard *guard = NULL; /* MAPPING_CHECK=races: the destination is inaccessible until the copy starts */
-    if (__builtin_expect(stream != NULL, 0) && mapping__race_check_on() &&
+    if (__builtin_expect(stream != NULL, 0) && race_check(dev) &&
         (guard = mapping__race_guard_begin(dst, bytes, MAPPING_RACE_D2H, stream)) &&
         dev->be->launch_host(dev->state, stream->state, mapping__race_guard_started, guard) != MAPPING_OK) {
         mapping__race_guard_end(guard);
@@ -293,7 +299,7 @@ mapping_status mapping__launch_host(mapping_stream *stream, void (*fn)(void *use
     mapping_status st = mapping__fault_check_any(stream->dev, "launch_host");
     if (st != MAPPING_OK)
         return st;
-    if (__builtin_expect(mapping__race_check_on(), 0)) {
+    if (__builtin_expect(race_check(stream->dev), 0)) {
         race_host_call *c = mapping_os_malloc(sizeof *c);
         if (!c)
             return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "launch_host: out of memory");

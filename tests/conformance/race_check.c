@@ -25,15 +25,21 @@ static void gate(void *user)
 
 /* Runs in the child: opens its own device (threads do not survive fork),
  * queues the copy behind the gate, then touches the middle of the range. */
-static int child(int to_gpu)
+static int child(int to_gpu, int by_device_flag)
 {
-    setenv("MAPPING_CHECK", "races", 1);
+    if (by_device_flag)
+        unsetenv("MAPPING_CHECK");
+    else
+        setenv("MAPPING_CHECK", "races", 1);
     mapping_device_desc desc = {.backend = test_backend()};
     mapping_device *dev;
     mapping_stream *s;
     mapping_buffer *buf;
     if (mapping_open(&desc, &dev))
         return TEST_SKIP_CODE; /* the back end is absent */
+    if (by_device_flag && (mapping_device_set_checks(dev, MAPPING_DEVICE_CHECK_RACES) ||
+                           mapping_device_checks(dev) != MAPPING_DEVICE_CHECK_RACES))
+        return 3;
     if (mapping_stream_create(dev, &s) || mapping_allocate_gpu(dev, BYTES, &buf))
         return 3;
     volatile unsigned char *host = aligned_alloc(4096, BYTES);
@@ -55,7 +61,7 @@ static int child(int to_gpu)
     return 0; /* not caught */
 }
 
-static void expect_caught(int to_gpu, const char *what)
+static void expect_caught_by(int to_gpu, int by_device_flag, const char *what)
 {
     int err[2];
     CHECK(pipe(err) == 0);
@@ -65,7 +71,7 @@ static void expect_caught(int to_gpu, const char *what)
     if (pid == 0) {
         dup2(err[1], 2);
         close(err[0]);
-        _exit(child(to_gpu));
+        _exit(child(to_gpu, by_device_flag));
     }
     close(err[1]);
     char out[4096] = {0};
@@ -85,6 +91,11 @@ static void expect_caught(int to_gpu, const char *what)
     CHECK(strstr(out, what) != NULL);
     CHECK(strstr(out, "queued on stream 0x") != NULL);
     printf("%s", out);
+}
+
+static void expect_caught(int to_gpu, const char *what)
+{
+    expect_caught_by(to_gpu, 0, what);
 }
 
 TEST(race_check_catches_a_write_during_an_async_upload)
@@ -123,4 +134,25 @@ TEST(race_check_allows_access_once_the_stream_has_passed)
     free(back);
     mapping_free_gpu(buf);
     mapping_stream_destroy(s);
+}
+
+/* The device flag does what the environment does, for its device only. */
+TEST(race_check_as_a_device_flag_catches_a_planted_write_and_read)
+{
+    expect_caught_by(1, 1, "raced an asynchronous host-to-device copy");
+    expect_caught_by(0, 1, "raced an asynchronous device-to-host copy");
+}
+
+TEST(race_check_device_flag_refuses_unknown_bits_and_bad_devices)
+{
+    mapping_device *dev = test_device();
+    CHECK(mapping_device_checks(dev) == 0);
+    CHECK_REFUSED(mapping_device_set_checks(dev, 1u << 7), MAPPING_ERR_INVALID_ARGUMENT);
+    CHECK(mapping_device_checks(dev) == 0); /* unchanged */
+    CHECK_REFUSED(mapping_device_set_checks(NULL, MAPPING_DEVICE_CHECK_RACES), MAPPING_ERR_NULL_ARGUMENT);
+    CHECK(mapping_device_checks(NULL) == 0);
+    CHECK_OK(mapping_device_set_checks(dev, MAPPING_DEVICE_CHECK_RACES));
+    CHECK(mapping_device_checks(dev) == MAPPING_DEVICE_CHECK_RACES);
+    CHECK_OK(mapping_device_set_checks(dev, 0));
+    CHECK(mapping_device_checks(dev) == 0);
 }
