@@ -36,8 +36,11 @@ static inline bool race_check(const mapping_device *dev)
     return atomic_load_explicit(&dev->checks, memory_order_relaxed) || mapping__race_check_on();
 }
 
-mapping_status mapping__write(mapping_stream *stream, const void *src, mapping_buffer *dst, size_t dst_offset,
-                              size_t bytes)
+/* The write and read bodies, instantiated twice: without the race check
+ * (`checked` false: no guard code at all on the common path) and with it,
+ * out of line, for a copy on a stream while the check is on. */
+static inline __attribute__((always_inline)) mapping_status
+write_body(mapping_stream *stream, const void *src, mapping_buffer *dst, size_t dst_offset, size_t bytes, bool checked)
 {
     mapping_device *dev = dst->dev;
     mapping_status st = mapping__fault_check(dev, "write");
@@ -47,12 +50,12 @@ mapping_status mapping__write(mapping_stream *stream, const void *src, mapping_b
     const mapping_host_ref *pinned = mapping__host_registry_find(&dev->host_blocks, src, bytes, &ref) ? &ref : NULL;
     uint64_t t0 = !stream && bytes >= TIMED_TRANSFER_MIN ? mapping_os_now_ns() : 0;
     mapping_race_guard *guard = NULL; /* MAPPING_CHECK=races: the source is read-only until the copy is done */
-    if (__builtin_expect(stream != NULL, 0) && race_check(dev))
+    if (checked)
         guard = mapping__race_guard_begin(src, bytes, MAPPING_RACE_H2D, stream);
     mapping_trace_span span = mapping__trace_begin();
     st = dev->be->write(dev->state, mapping__stream_state(stream), src, pinned, dst->mem, dst_offset, bytes);
     mapping__trace_op(&span, "write", "h2d", dev, stream, dst, bytes, st);
-    if (__builtin_expect(guard != NULL, 0))
+    if (checked && guard)
         race_guard_queued(stream, guard, st);
     if (st != MAPPING_OK)
         return st;
@@ -63,8 +66,8 @@ mapping_status mapping__write(mapping_stream *stream, const void *src, mapping_b
     return MAPPING_OK;
 }
 
-mapping_status mapping__read(mapping_stream *stream, const mapping_buffer *src, size_t src_offset, void *dst,
-                             size_t bytes)
+static inline __attribute__((always_inline)) mapping_status
+read_body(mapping_stream *stream, const mapping_buffer *src, size_t src_offset, void *dst, size_t bytes, bool checked)
 {
     mapping_device *dev = src->dev;
     mapping_status st = mapping__fault_check(dev, "read");
@@ -74,8 +77,7 @@ mapping_status mapping__read(mapping_stream *stream, const mapping_buffer *src, 
     const mapping_host_ref *pinned = mapping__host_registry_find(&dev->host_blocks, dst, bytes, &ref) ? &ref : NULL;
     uint64_t t0 = !stream && bytes >= TIMED_TRANSFER_MIN ? mapping_os_now_ns() : 0;
     mapping_race_guard *guard = NULL; /* MAPPING_CHECK=races: the destination is inaccessible until the copy starts */
-    if (__builtin_expect(stream != NULL, 0) && race_check(dev) &&
-        (guard = mapping__race_guard_begin(dst, bytes, MAPPING_RACE_D2H, stream)) &&
+    if (checked && (guard = mapping__race_guard_begin(dst, bytes, MAPPING_RACE_D2H, stream)) &&
         dev->be->launch_host(dev->state, stream->state, mapping__race_guard_started, guard) != MAPPING_OK) {
         mapping__race_guard_end(guard);
         guard = NULL;
@@ -83,7 +85,7 @@ mapping_status mapping__read(mapping_stream *stream, const mapping_buffer *src, 
     mapping_trace_span span = mapping__trace_begin();
     st = dev->be->read(dev->state, mapping__stream_state(stream), src->mem, src_offset, dst, pinned, bytes);
     mapping__trace_op(&span, "read", "d2h", dev, stream, src, bytes, st);
-    if (__builtin_expect(guard != NULL, 0))
+    if (checked && guard)
         race_guard_queued(stream, guard, st);
     if (st != MAPPING_OK)
         return st;
@@ -92,6 +94,34 @@ mapping_status mapping__read(mapping_stream *stream, const mapping_buffer *src, 
     mapping__count(&dev->counters.d2h_bytes, bytes);
     mapping__count(&dev->counters.d2h_copies, 1);
     return MAPPING_OK;
+}
+
+static __attribute__((noinline)) mapping_status write_checked(mapping_stream *stream, const void *src,
+                                                              mapping_buffer *dst, size_t dst_offset, size_t bytes)
+{
+    return write_body(stream, src, dst, dst_offset, bytes, true);
+}
+
+static __attribute__((noinline)) mapping_status read_checked(mapping_stream *stream, const mapping_buffer *src,
+                                                             size_t src_offset, void *dst, size_t bytes)
+{
+    return read_body(stream, src, src_offset, dst, bytes, true);
+}
+
+mapping_status mapping__write(mapping_stream *stream, const void *src, mapping_buffer *dst, size_t dst_offset,
+                              size_t bytes)
+{
+    if (__builtin_expect(stream != NULL, 0) && __builtin_expect(race_check(dst->dev), 0))
+        return write_checked(stream, src, dst, dst_offset, bytes);
+    return write_body(stream, src, dst, dst_offset, bytes, false);
+}
+
+mapping_status mapping__read(mapping_stream *stream, const mapping_buffer *src, size_t src_offset, void *dst,
+                             size_t bytes)
+{
+    if (__builtin_expect(stream != NULL, 0) && __builtin_expect(race_check(src->dev), 0))
+        return read_checked(stream, src, src_offset, dst, bytes);
+    return read_body(stream, src, src_offset, dst, bytes, false);
 }
 
 mapping_status mapping__copy(mapping_stream *stream, const mapping_buffer *src, size_t src_offset,
