@@ -8,7 +8,13 @@
  * parameter bytes, until the input ends or MAX_OPS have run. Every byte
  * string is a valid input; parameters past the end read as 0.
  *
- * Two worlds share the device and its two streams:
+ * Three worlds share the device and its two streams:
+ * - the tracked world (op_tracked_round): a mirror made with
+ *   MAPPING_MIRROR_TRACK_WRITES that the decoder never marks. Rounds of CPU
+ *   writes (stores, memset, memcpy, read(2) from a pipe where the mechanism
+ *   lets the kernel write) and device writes inside acquire_gpu, with syncs
+ *   of views on streams; the model is the bytes alone, checked after each
+ *   whole sync (page granularity decides what moves, not what must arrive).
  * - the mirror world: one mirror family (root + up to MAX_VIEWS views). The
  *   model is the library's rules on plain arrays (value, stale and modified
  *   per byte and side). The library orders its own queued copies; the
@@ -26,6 +32,7 @@
  */
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +47,8 @@ enum {
     BUF_BYTES = 96 << 10, /* above the batch's smallest straight-through size (64 KiB) */
     LARGE_MIN = 64 << 10,
     MAX_QUEUED = 256,
-    TRACE_LINES = 48
+    TRACE_LINES = 48,
+    TRACK_MAX = 16 * 4096 + 100
 };
 
 /* ---- the device and what lives across inputs ---- */
@@ -60,7 +68,7 @@ static int         n_devices;
 static fuzz_device *D; /* the input's */
 static unsigned char   scratch_host[MIRROR_MAX];
 static atomic_uint     host_fn_runs;
-static unsigned long long total_ops, total_bytes_checked;
+static unsigned long long total_ops, total_bytes_checked, total_tracked_rounds;
 
 /* ---- one input's state ---- */
 
@@ -87,6 +95,11 @@ typedef struct fuzz {
     unsigned char   value[MIRROR_MAX];
     unsigned char   stale[2][MIRROR_MAX]; /* [0] CPU, [1] GPU */
     unsigned char   mod[2][MIRROR_MAX];
+
+    /* tracked world (op_tracked_round): a write-tracking mirror, never marked */
+    mapping_mirror *tracked;
+    size_t          tsize;
+    unsigned char   tvalue[TRACK_MAX];
 
     /* buffer world */
     mapping_batch *batch;
@@ -230,6 +243,11 @@ int fuzz_setup(void)
         n_devices = 2;
     }
     return 0;
+}
+
+unsigned long long fuzz_tracked_rounds(void)
+{
+    return total_tracked_rounds;
 }
 
 void fuzz_totals(unsigned long long *ops, unsigned long long *bytes_checked)
@@ -810,6 +828,122 @@ static void set_link(fuzz *f, unsigned which)
     EXPECT(f, mapping_device_set_link(D->dev, l), MAPPING_OK);
 }
 
+/* ---- the tracked world ---- */
+
+/* A view of the tracked mirror, or the mirror itself, from the next bytes. */
+static mapping_mirror *tracked_view(fuzz *f, size_t *lo, size_t *hi)
+{
+    mapping_mirror *v = NULL;
+    *lo = u16(f) % f->tsize;
+    *hi = *lo + 1 + u16(f) % (f->tsize - *lo);
+    if (u8(f) & 1 || mapping_mirror_view(f->tracked, *lo, *hi - *lo, &v) != MAPPING_OK) {
+        *lo = 0;
+        *hi = f->tsize;
+        return NULL; /* the mirror itself */
+    }
+    return v;
+}
+
+static void tracked_check(fuzz *f, int cpu_side)
+{
+    unsigned char *cpu = mapping_mirror_cpu(f->tracked);
+    if (cpu_side) {
+        for (size_t i = 0; i < f->tsize; i++)
+            if (cpu[i] != f->tvalue[i])
+                fail(f, "tracked mirror CPU byte %zu is 0x%02x, model 0x%02x", i, cpu[i], f->tvalue[i]);
+    } else {
+        EXPECT(f, mapping_sync_to_cpu_range(NULL, mapping_mirror_gpu(f->tracked), 0, f->readback, f->tsize), MAPPING_OK);
+        for (size_t i = 0; i < f->tsize; i++)
+            if (f->readback[i] != f->tvalue[i])
+                fail(f, "tracked mirror GPU byte %zu is 0x%02x, model 0x%02x", i, f->readback[i], f->tvalue[i]);
+    }
+    total_bytes_checked += f->tsize;
+}
+
+/* One round: the CPU side is synced from the device first (so no byte is
+ * modified on both sides), the CPU writes with no mark, part of it may go
+ * up by a view's sync, the device writes a view it acquired read-write
+ * (which syncs the view first), and everything comes down: the CPU must
+ * hold the model; then everything goes up: the device must too. */
+static void op_tracked_round(fuzz *f)
+{
+    if (mapping_write_tracking(NULL) == MAPPING_TRACK_NONE)
+        return;
+    total_tracked_rounds++;
+    if (!f->tracked) {
+        f->tsize = 1 + u16(f) % TRACK_MAX;
+        trace(f, "tracked mirror create %zu bytes", f->tsize);
+        EXPECT(f, mapping_mirror_create(D->dev, f->tsize, MAPPING_MIRROR_TRACK_WRITES, &f->tracked), MAPPING_OK);
+        memset(f->tvalue, 0, f->tsize);
+        EXPECT(f, mapping_mirror_sync_to_gpu(NULL, f->tracked), MAPPING_OK);
+    }
+    unsigned char *cpu = mapping_mirror_cpu(f->tracked);
+    EXPECT(f, mapping_mirror_sync_to_cpu(NULL, f->tracked), MAPPING_OK);
+    for (int w = (int)(u8(f) % 5); w-- > 0;) {
+        size_t lo = u16(f) % f->tsize, len = 1 + (u8(f) & 0x80 ? u16(f) : u8(f) % 64) % (f->tsize - lo);
+        unsigned how = u8(f) % 4;
+        unsigned char v = rnd8(f);
+        trace(f, "tracked CPU write [%zu,+%zu) by %s, no mark", lo, len,
+              how == 0 ? "stores" : how == 1 ? "memset" : how == 2 ? "memcpy" : "read(2)");
+        if (how == 3 && mapping_write_tracking(NULL) == MAPPING_TRACK_MPROTECT)
+            how = 1; /* under mprotect the kernel cannot write an unmarked page (EFAULT): documented */
+        if (how == 0) {
+            for (size_t i = 0; i < len; i++)
+                cpu[lo + i] = f->tvalue[lo + i] = rnd8(f);
+        } else if (how == 1) {
+            memset(cpu + lo, v, len);
+            memset(f->tvalue + lo, v, len);
+        } else if (how == 2) {
+            size_t src = u16(f) % (MIRROR_MAX - (len < MIRROR_MAX ? len : MIRROR_MAX) + 1);
+            size_t n = len < MIRROR_MAX ? len : MIRROR_MAX;
+            memcpy(cpu + lo, scratch_host + src, n);
+            memcpy(f->tvalue + lo, scratch_host + src, n);
+        } else {
+            int fds[2];
+            size_t n = len < 4096 ? len : 4096; /* one pipe buffer */
+            if (pipe(fds) != 0)
+                continue;
+            memset(f->readback, v, n);
+            if (write(fds[1], f->readback, n) != (ssize_t)n || read(fds[0], cpu + lo, n) != (ssize_t)n)
+                fail(f, "read(2) from a pipe into the tracked mirror failed");
+            memset(f->tvalue + lo, v, n);
+            close(fds[0]);
+            close(fds[1]);
+        }
+    }
+    if (u8(f) & 1) { /* part of it goes up now */
+        size_t lo, hi;
+        mapping_mirror *v = tracked_view(f, &lo, &hi);
+        int k = pick_stream(f);
+        trace(f, "tracked sync_to_gpu of [%zu,%zu) stream %d", lo, hi, k);
+        EXPECT(f, mapping_mirror_sync_to_gpu(stream_of(k), v ? v : f->tracked), MAPPING_OK);
+        mapping_mirror_destroy(v);
+    }
+    if (u8(f) & 1) { /* the device writes a view */
+        size_t lo, hi;
+        mapping_mirror *v = tracked_view(f, &lo, &hi);
+        int k = pick_stream(f);
+        mapping_buffer *buf;
+        trace(f, "tracked acquire_gpu read-write [%zu,%zu) stream %d, device write", lo, hi, k);
+        EXPECT(f, mapping_mirror_acquire_gpu(stream_of(k), v ? v : f->tracked, MAPPING_READ | MAPPING_WRITE, &buf),
+               MAPPING_OK);
+        size_t a = lo + u16(f) % (hi - lo), b = a + 1 + u16(f) % (hi - a);
+        unsigned char val = rnd8(f);
+        EXPECT(f, mapping_fill_gpu(stream_of(k), buf, a, b - a, val), MAPPING_OK);
+        memset(f->tvalue + a, val, b - a);
+        EXPECT(f, mapping_mirror_release_gpu(stream_of(k), v ? v : f->tracked), MAPPING_OK);
+        mapping_mirror_destroy(v);
+    }
+    int k = pick_stream(f);
+    trace(f, "tracked sync_to_cpu stream %d, then sync_to_gpu", k);
+    EXPECT(f, mapping_mirror_sync_to_cpu(stream_of(k), f->tracked), MAPPING_OK);
+    sync_streams(f);
+    tracked_check(f, 1);
+    EXPECT(f, mapping_mirror_sync_to_gpu(stream_of(k), f->tracked), MAPPING_OK);
+    sync_streams(f);
+    tracked_check(f, 0);
+}
+
 /* ---- one input ---- */
 
 static void begin(fuzz *f)
@@ -863,6 +997,7 @@ static void end(fuzz *f)
     for (int i = MAX_VIEWS; i >= 0; i--)
         if (f->handles[i])
             mapping_mirror_destroy(f->handles[i]);
+    mapping_mirror_destroy(f->tracked);
     free(f->wrapped);
     sync_streams(f);
 }
@@ -918,7 +1053,7 @@ int fuzz_run(const uint8_t *data, size_t size)
         case 25: op_stream_sync(f); break;
         case 26: set_link(f, u8(f)); break;
         case 27: op_pipeline(f); break;
-        default: op_direct(f, (int)(u8(f) % 4)); break;
+        case 28: op_tracked_round(f); break;
         }
     }
     end(f);

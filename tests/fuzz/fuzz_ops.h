@@ -27,5 +27,8 @@ int fuzz_setup(void);
 int fuzz_run(const uint8_t *data, size_t size);
 /* Operations run and bytes compared since the process started. */
 void fuzz_totals(unsigned long long *ops, unsigned long long *bytes_checked);
+/* Rounds of the tracked world run (op_tracked_round; 0 without a tracking
+ * mechanism). */
+unsigned long long fuzz_tracked_rounds(void);
 
 #endif

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include "mapping.h"
 #include "fuzz_ops.h"
 
 static int replay_file(const char *path)
@@ -96,7 +97,8 @@ int main(int argc, char **argv)
     }
     unsigned long long ops, bytes;
     fuzz_totals(&ops, &bytes);
-    printf("fuzz_replay: %d inputs, %llu operations, %llu bytes compared with the model\n", files, ops, bytes);
+    printf("fuzz_replay: %d inputs, %llu operations (%llu rounds with a write-tracking mirror, %s), %llu bytes compared "
+           "with the model\n", files, ops, fuzz_tracked_rounds(), mapping_write_tracking_description(), bytes);
     if (files == 0) {
         fprintf(stderr, "fuzz_replay: no inputs\n");
         return 1;
