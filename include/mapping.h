@@ -681,8 +681,13 @@ MAPPING_API int            mapping_trace_active(void);
  *   not changed since the last sync: a change fails the sync with
  *   MAPPING_ERR_CONFLICT, naming the 4 KiB pages ("pages 5 to 6 (bytes 20480
  *   to 28672 ...)"), and nothing is copied. Pages that hold marked bytes are
- *   not checked. Cost: a hash of the synced view per sync (a few GB/s) and
- *   9 bytes per 4 KiB page: for debugging. Another value of MAPPING_CHECK
+ *   not checked. Cost: 9 bytes per 4 KiB page, and a hash per page to
+ *   judge: where the process tracks writes with userfaultfd
+ *   (mapping_write_tracking() is MAPPING_TRACK_UFFD) only the pages written
+ *   since their last hash are judged (the CPU side is watched: a fault per
+ *   first write to a page), elsewhere every page of the synced view (a few
+ *   GB/s): for debugging. Writes the kernel makes (read(2)) count as
+ *   changes either way. Another value of MAPPING_CHECK
  *   fails every sync to the GPU with MAPPING_ERR_INVALID_ARGUMENT.
  *   Checks combine with commas: MAPPING_CHECK=unmarked,races.
  * - MAPPING_CHECK=races (read once, at the first async copy) protects the

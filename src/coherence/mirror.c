@@ -67,6 +67,7 @@ static void state_free(mirror_state *st)
         st->pinned = false;
     }
     mapping__mirror_track_end(st); /* before the memory goes (no-op when not tracked) */
+    mapping__mirror_check_forget(st); /* MAPPING_CHECK=unmarked's watch too */
     mapping__mirror_diff_end(st, st->gpu == NULL); /* its buffers too, unless left to mapping_close */
     if (st->batch)
         mapping__batch_destroy(st->batch);

@@ -7,11 +7,23 @@
  * (its marked bytes may change); the check therefore finds every unmarked
  * write to a page that has no mark. Kept beside the mirror state, in a
  * table of its own, so the mirror code carries only the hook calls.
+ *
+ * Where the process tracks writes with userfaultfd (os/write_track.h; not
+ * with mprotect, which would make system calls writing the memory fail),
+ * the family's CPU side is also watched: the pages written since their last
+ * hash are the evidence, and only those are hashed again at a check. A
+ * check then costs a page-table scan (none when the process took no page
+ * fault) and a hash per written page, not a hash of the whole view. Pages
+ * the tracker cannot see written (a device's DMA into page-locked memory,
+ * which only the library's own copies do) are hashed again after those
+ * copies, as before. A tracked mirror (MAPPING_MIRROR_TRACK_WRITES) needs
+ * no watch of its own: its written pages become marks, never unmarked.
  */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include "coherence/mirror_observe.h"
+#include "os/write_track.h"
 
 enum { CHECK_PAGE = 4096 };
 
@@ -20,6 +32,8 @@ typedef struct family_hashes {
     size_t              pages;
     uint64_t           *hash;
     unsigned char      *known; /* 1: hash[p] is the page's content at the last sync */
+    mapping_os_track   *watch;   /* uffd: the CPU side's writes; NULL: hash every page */
+    unsigned char      *written; /* watch: 1 if the page was written since it was hashed */
 } family_hashes;
 
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -84,11 +98,22 @@ static family_hashes *entry_of(const mirror_state *st)
         table_cap = cap;
     }
     size_t pages = (st->size + CHECK_PAGE - 1) / CHECK_PAGE;
-    family_hashes e = {st, pages, mapping_os_calloc(pages ? pages : 1, sizeof(uint64_t)), mapping_os_calloc(pages ? pages : 1, 1)};
+    family_hashes e = {st, pages, mapping_os_calloc(pages ? pages : 1, sizeof(uint64_t)), mapping_os_calloc(pages ? pages : 1, 1),
+                       NULL, NULL};
     if (!e.hash || !e.known) {
         free(e.hash);
         free(e.known);
         return NULL;
+    }
+    /* The watch starts before the first hashes are taken: a write between
+     * the two is seen. Without it (no uffd, memory shared with another
+     * tracked region, out of memory) every page is hashed. */
+    if (!st->track && mapping_os_track_kind_get() == MAPPING_OS_TRACK_UFFD &&
+        (e.written = mapping_os_calloc(pages ? pages : 1, 1)) != NULL &&
+        mapping_os_track_begin(st->cpu, st->size, &e.watch) != 0) {
+        free(e.written);
+        e.written = NULL;
+        e.watch = NULL;
     }
     table[table_count] = e;
     return &table[table_count++];
@@ -110,6 +135,34 @@ static bool page_judged(const mirror_state *st, size_t lo, size_t hi)
            !mapping__rs_intersects(&st->pending[MIRROR_CPU], lo, hi);
 }
 
+typedef struct watch_pass {
+    family_hashes *e;
+    uintptr_t      base;
+    size_t         size;
+} watch_pass;
+
+/* Written OS pages [plo, phi) -> the check pages they meet. */
+static void on_watched_write(void *user, uintptr_t plo, uintptr_t phi)
+{
+    watch_pass *w = user;
+    size_t lo = plo > w->base ? plo - w->base : 0, hi = phi - w->base < w->size ? phi - w->base : w->size;
+    for (size_t p = lo / CHECK_PAGE; p * CHECK_PAGE < hi && p < w->e->pages; p++)
+        w->e->written[p] = 1;
+}
+
+/* Pages written since the last look join e->written; on failure the watch
+ * is dropped and every page counts as written (hashed). Lock held. */
+static void collect_watch(mirror_state *st, family_hashes *e)
+{
+    watch_pass w = {e, (uintptr_t)st->cpu, st->size};
+    if (e->watch && mapping_os_track_collect(e->watch, on_watched_write, &w) != 0) {
+        mapping_os_track_end(e->watch);
+        e->watch = NULL;
+        free(e->written);
+        e->written = NULL;
+    }
+}
+
 mapping_status mapping__mirror_check_pages(const char *fn, mirror_state *st, size_t lo, size_t hi)
 {
     if (atomic_load_explicit(&mapping__mirror_check_mode, memory_order_relaxed) == 3)
@@ -120,9 +173,12 @@ mapping_status mapping__mirror_check_pages(const char *fn, mirror_state *st, siz
     pthread_mutex_lock(&table_lock);
     family_hashes *e = entry_of(st);
     size_t first_bad = SIZE_MAX, last_bad = 0, bad = 0;
+    if (e)
+        collect_watch(st, e);
     for (size_t p = lo / CHECK_PAGE; e && p * CHECK_PAGE < hi; p++) {
         size_t a = p * CHECK_PAGE, n = page_bytes(st, p);
-        if (!e->known[p] || !page_judged(st, a, a + n) || page_hash(st->cpu + a, n) == e->hash[p])
+        if (!e->known[p] || (e->written && !e->written[p]) || !page_judged(st, a, a + n) ||
+            page_hash(st->cpu + a, n) == e->hash[p])
             continue;
         if (first_bad == SIZE_MAX)
             first_bad = p;
@@ -146,12 +202,16 @@ void mapping__mirror_check_snapshot(mirror_state *st, size_t lo, size_t hi)
         return;
     pthread_mutex_lock(&table_lock);
     family_hashes *e = entry_of(st);
+    if (e)
+        collect_watch(st, e); /* writes so far count before the new hashes */
     for (size_t p = lo / CHECK_PAGE; e && p * CHECK_PAGE < hi; p++) {
         size_t a = p * CHECK_PAGE, n = page_bytes(st, p);
         e->known[p] = !mapping__rs_intersects(&st->stale[MIRROR_CPU], a, a + n) &&
                       !mapping__rs_intersects(&st->pending[MIRROR_CPU], a, a + n);
         if (e->known[p])
             e->hash[p] = page_hash(st->cpu + a, n);
+        if (e->written && e->known[p])
+            e->written[p] = 0;
     }
     pthread_mutex_unlock(&table_lock);
 }
@@ -163,6 +223,8 @@ void mapping__mirror_check_forget(const mirror_state *st)
     pthread_mutex_lock(&table_lock);
     for (size_t i = 0; i < table_count; i++)
         if (table[i].st == st) {
+            mapping_os_track_end(table[i].watch);
+            free(table[i].written);
             free(table[i].hash);
             free(table[i].known);
             table[i] = table[--table_count];

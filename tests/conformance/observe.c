@@ -160,6 +160,48 @@ TEST(check_unmarked_names_the_pages_written_without_a_mark)
     free(data);
 }
 
+/* The evidence survives syncs of other views (a check of one view must not
+ * lose another's writes), and writes the kernel makes (read(2) into the
+ * array) are changes too. Run with uffd (the pages written are the
+ * evidence) and with MAPPING_TRACK=mprotect (every page hashed). */
+TEST(check_unmarked_keeps_the_evidence_across_views_and_sees_kernel_writes)
+{
+    mapping_device *dev = test_device();
+    enum { N = 16 * 4096 };
+    unsigned char *data = aligned_alloc(4096, N);
+    CHECK(data != NULL);
+    memset(data, 0, N);
+    mapping_mirror *m = checked_mirror(dev, data, N), *a, *b;
+    CHECK_OK(mapping_mirror_view(m, 0, 8 * 4096, &a));
+    CHECK_OK(mapping_mirror_view(m, 8 * 4096, 8 * 4096, &b));
+    data[12 * 4096 + 1] = 7; /* in b, no mark */
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, a)); /* a is clean */
+    CHECK_REFUSED(mapping_mirror_sync_to_gpu(NULL, b), MAPPING_ERR_CONFLICT);
+    CHECK(strstr(mapping_last_error_message(), "pages 12 to 12") != NULL);
+    CHECK_OK(mapping_mirror_mark_cpu_modified(b, 4 * 4096, 4096));
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    /* The same value written again is no change. */
+    data[12 * 4096 + 1] = 7;
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    /* A kernel write: read(2) from a pipe into page 3. */
+    int fds[2];
+    CHECK(pipe(fds) == 0);
+    unsigned char four[4] = {1, 2, 3, 4};
+    CHECK(write(fds[1], four, 4) == 4);
+    CHECK(read(fds[0], data + 3 * 4096 + 100, 4) == 4);
+    close(fds[0]);
+    close(fds[1]);
+    CHECK_REFUSED(mapping_mirror_sync_to_gpu(NULL, a), MAPPING_ERR_CONFLICT);
+    CHECK(strstr(mapping_last_error_message(), "pages 3 to 3") != NULL);
+    CHECK_OK(mapping_mirror_mark_cpu_modified(a, 3 * 4096 + 100, 4));
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    test_check_mirror_sides_equal(m);
+    mapping_mirror_destroy(a);
+    mapping_mirror_destroy(b);
+    mapping_mirror_destroy(m);
+    free(data);
+}
+
 TEST(without_the_check_an_unmarked_write_is_silently_not_copied)
 {
     mapping_device *dev = test_device();
