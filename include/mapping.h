@@ -7,6 +7,36 @@
  * only the library itself is built as C11.
  *
  * ---------------------------------------------------------------------------
+ * Step by step
+ * ---------------------------------------------------------------------------
+ * 1. Open a device: mapping_open(NULL, &dev) picks the best back end (CUDA,
+ *    then an OpenCL GPU, then the host back end), or $MAPPING_BACKEND.
+ * 2. Allocate: mapping_allocate_gpu for device memory, mapping_allocate_cpu
+ *    for page-locked host memory (the fast path of every copy; any host
+ *    memory works).
+ * 3. Sync to the GPU: mapping_sync_to_gpu (whole buffer) or
+ *    mapping_sync_to_gpu_range (any range, blocking or on a stream).
+ * 4. Run your work on the device: your kernel on the back end's own queue
+ *    (mapping_device_native / mapping_buffer_native give the driver
+ *    objects), or mapping_copy_gpu / mapping_fill_gpu.
+ * 5. Sync back: mapping_sync_to_cpu / mapping_sync_to_cpu_range.
+ * 6. Overlap: create streams (mapping_stream_create), queue copies on them,
+ *    join them with events, wait with mapping_stream_synchronize.
+ * 7. Errors: every fallible call returns a mapping_status;
+ *    mapping_last_error_message() says what went wrong on this thread.
+ * 8. Close: free what you allocated, then mapping_close.
+ * Then, as the program grows: mirrors (a host array and its device twin
+ * whose valid bytes the library tracks, so a sync moves only what changed),
+ * batches (many small copies, few transfers), pipelines, several devices.
+ *
+ * The header in that order: the core first (status codes; back ends and
+ * devices; allocation and the seed's four functions; streams and events),
+ * then the extensions: device-side operations, statistics, tracing and
+ * checks, mirrors, several devices (peer copies, multimirrors), batches and
+ * pipelines, and last adopting memory and queues made elsewhere (interop).
+ * Deprecated names sit beside their replacements.
+ *
+ * ---------------------------------------------------------------------------
  * Quick start: the seed's scenario
  * ---------------------------------------------------------------------------
  *
@@ -335,63 +365,6 @@ MAPPING_API MAPPING_DEPRECATED("mapping_stream_native") mapping_status
 mapping_native_stream(const mapping_stream *stream, void **out);
 
 /* ===========================================================================
- * Adopting memory and queues made elsewhere (docs/interop.md)
- * ======================================================================== */
-
-/* The NULL-stream contract. A call with stream == NULL is ordered after all
- * work enqueued before it on the device's native queue
- * (mapping_device_native: OpenCL `queue`; CUDA the legacy default
- * stream, which also follows every blocking stream of the context), your own
- * kernels included, and returns when its own work is done. In particular
- * mapping_mirror_release_gpu(NULL, m) waits for that queue, and a blocking
- * sync to the CPU of a unified mirror (or mapping_mirror_acquire_cpu) waits
- * for it before the CPU reads the shared memory. Work on other native queues
- * is ordered only through an imported stream (below) or your own sync. The
- * host back end has no native queue: its blocking calls are complete on
- * return. */
-
-/* Opens a device on an OpenCL context made elsewhere (PyOpenCL, CLBlast, any
- * OpenCL program), so its cl_mem objects can be imported. cl_context and
- * cl_device_id are required (the device must belong to the context and be
- * one the OpenCL back end lists); cl_command_queue (in order, of that context
- * and device) becomes the device's native queue, or NULL makes a new one.
- * All three are retained (clRetain*) until mapping_close, which releases
- * them. The device is otherwise like one from mapping_open. Thread-safe.
- * CUDA needs no such call: the CUDA back end runs in the device's primary
- * context, which the CUDA runtime, PyTorch and CuPy share, so their pointers
- * and streams are valid for mapping_import_gpu / mapping_import_stream of a
- * device from mapping_open. */
-MAPPING_API mapping_status mapping_open_opencl(void *cl_context, void *cl_device_id, void *cl_command_queue,
-                                               mapping_device **out);
-
-/* Device memory the caller owns as a buffer of `bytes` bytes: native[offset,
- * +bytes), where native is a cl_mem (OpenCL, of the device's context;
- * retained; a non-zero offset makes a sub-buffer and must be a multiple of
- * the device's CL_DEVICE_MEM_BASE_ADDR_ALIGN), a CUdeviceptr as
- * (void *)(uintptr_t)ptr (CUDA), or a pointer to memory that stays valid (host
- * back end). The buffer works in every copy, fill, batch and mirror like one
- * from mapping_allocate_gpu; mapping_buffer_native gives the cl_mem (or the
- * sub-buffer), the pointer + offset. mapping_free_gpu (or mapping_close)
- * releases only the library's handle, never the memory, and then calls
- * release(user) if release is not NULL (on the thread that frees). The caller
- * keeps the memory alive until then. Thread-safe. MAPPING_ERR_UNSUPPORTED
- * where the back end cannot import, and for a non-zero offset into a cl_mem
- * that is itself a sub-buffer (OpenCL makes no sub-buffer of a sub-buffer;
- * the message names the parent and the offset to import it at). */
-MAPPING_API mapping_status mapping_import_gpu(mapping_device *dev, void *native, size_t offset, size_t bytes,
-                                              void (*release)(void *user), void *user, mapping_buffer **out);
-
-/* A native queue the caller owns as a stream: an in-order cl_command_queue of
- * the device's context and device (OpenCL; retained), or a CUstream of the
- * primary context (CUDA). The library's work on it is ordered with the
- * caller's kernels on the same queue. mapping_stream_destroy waits for the
- * queue's work and releases only the library's handle. Events recorded on an
- * OpenCL queue made without CL_QUEUE_PROFILING_ENABLE cannot be timed.
- * MAPPING_ERR_UNSUPPORTED on the host back end (its streams are library
- * threads). Thread-safe. */
-MAPPING_API mapping_status mapping_import_stream(mapping_device *dev, void *native_queue, mapping_stream **out);
-
-/* ===========================================================================
  * The seed's four functions: allocate, sync to the GPU, sync to the CPU
  * ======================================================================== */
 
@@ -427,109 +400,6 @@ MAPPING_API mapping_status mapping_sync_to_gpu_range(mapping_stream *stream, con
                                                      size_t bytes);
 MAPPING_API mapping_status mapping_sync_to_cpu_range(mapping_stream *stream, const mapping_buffer *gpu_src,
                                                      size_t gpu_offset, void *cpu_dst, size_t bytes);
-
-/* ===========================================================================
- * Device-side operations
- * ======================================================================== */
-
-/* Device-to-device copy. Within one buffer the ranges must not overlap
- * (MAPPING_ERR_OVERLAP). Thread-safe. */
-MAPPING_API mapping_status mapping_copy_gpu(mapping_stream *stream, const mapping_buffer *src, size_t src_offset,
-                                            mapping_buffer *dst, size_t dst_offset, size_t bytes);
-/* Sets `bytes` bytes at `offset` to `value`. Thread-safe. */
-MAPPING_API mapping_status mapping_fill_gpu(mapping_stream *stream, mapping_buffer *dst, size_t offset,
-                                            size_t bytes, unsigned char value);
-
-/* ===========================================================================
- * Several devices
- * ======================================================================== */
-
-/* Devices of one process: each mapping_open of another device index gives a
- * device with its own memory (the host back end exposes
- * $MAPPING_HOST_DEVICES = N virtual devices, 1 to 64, read once when it
- * loads, so multi-device code runs anywhere; any other value, 0 included,
- * makes mapping_open of host, and of the default back end, fail naming the
- * variable, rather than choose another back end; PoCL exposes several with
- * POCL_DEVICES="pthread pthread"). mapping_list_devices lists them.
- *
- * Peer copy: src[src_offset, +bytes), a buffer of one device, to
- * dst[dst_offset, +bytes), a buffer of another (or the same: then it is
- * mapping_copy_gpu). Source before destination, as in every copy (and the
- * same arguments as mapping_copy_gpu). The stream belongs to the DESTINATION's device
- * (MAPPING_ERR_DEVICE_MISMATCH otherwise); NULL = blocking.
- *
- * Ordering across the two devices: the copy runs when `stream` reaches it
- * and reads src then. Work of src's device is not ordered with it: work
- * that writes src must have completed before the call (synchronize the src
- * device's stream or an event of it), and src must not be written again
- * until the copy has completed (synchronize `stream`, or an event recorded
- * on it after the copy). Work queued on `stream` after the copy sees dst
- * written.
- *
- * How: devices of one back end copy directly (CUDA cuMemcpyPeerAsync; OpenCL
- * clEnqueueCopyBuffer between devices of one platform, which share a
- * context, else staged through page-locked host memory in pipelined chunks;
- * host: memcpy on the stream). Devices of different back ends: staged
- * through page-locked host memory, blocking (the call first waits for
- * `stream`'s earlier work and returns when the copy is done). Counted in the
- * destination device's mapping_stats.peer_bytes / peer_copies. Thread-safe. */
-MAPPING_API mapping_status mapping_copy_peer(mapping_stream *stream, const mapping_buffer *src, size_t src_offset,
-                                             mapping_buffer *dst, size_t dst_offset, size_t bytes);
-
-/* Mirrors with several device sides (replicas): one host array and a replica
- * on each of `count` devices (1 to MAPPING_MULTIMIRROR_MAX_DEVICES). Sides:
- * the CPU, and device sides 0 .. count-1 (in the order of `devices`).
- *
- * Validity is tracked per byte range for every side, as in a mirror:
- * - create: the CPU side is valid (zeroed), every device side stale.
- * - mark (CPU or device j, a range): that side becomes valid there and every
- *   other side stale; the range counts as that side's modification.
- *   MAPPING_ERR_CONFLICT (nothing changes; counted in the marking device's
- *   mapping_stats.conflicts, the first device's for the CPU) when the
- *   marking side is stale somewhere in the range where another side holds
- *   unsynced modifications: it would overwrite a version it has not seen.
- * - sync to device j copies exactly j's stale ranges, each part from the
- *   cheapest side valid there: the CPU (device j's link) or another device
- *   (a direct peer copy, its link measured once per pair; a staged peer copy
- *   costs both devices' links). So a replica is refreshed from a peer when
- *   that link is faster, from the host otherwise. sync to the CPU copies
- *   the CPU's stale ranges from the device with the cheapest link to the
- *   host, blocking.
- * - Copies are queued on `stream` (of device j; NULL: blocking). The
- *   multimirror orders itself after them: a mark, a stale count, destroy,
- *   and a sync to another side or on another stream first wait for the
- *   syncs queued earlier, so copies land before anything reads or
- *   overwrites their bytes. Your own work that reads the replica goes on
- *   `stream` after the sync (or waits for it). A peer copy reads the source
- *   replica when the stream reaches it (see mapping_copy_peer): your work
- *   that wrote that replica must have completed, as for mapping_copy_peer.
- * A byte is never stale on every side. Not locked: one thread at a time per
- * multimirror. Destroy it before closing its devices. */
-typedef struct mapping_multimirror mapping_multimirror;
-enum { MAPPING_MULTIMIRROR_MAX_DEVICES = 16 };
-MAPPING_API mapping_status mapping_multimirror_create(mapping_device *const *devices, int count, size_t bytes,
-                                                      mapping_multimirror **out);
-MAPPING_API void            mapping_multimirror_destroy(mapping_multimirror *m); /* NULL: no-op */
-MAPPING_API size_t          mapping_multimirror_size(const mapping_multimirror *m);   /* 0 for NULL */
-/* The host array (page-locked on the first device), and device j's replica;
- * NULL for a bad handle or index. */
-MAPPING_API void           *mapping_multimirror_cpu(mapping_multimirror *m);
-MAPPING_API mapping_buffer *mapping_multimirror_gpu(mapping_multimirror *m, int device);
-MAPPING_API mapping_status  mapping_multimirror_mark_cpu_modified(mapping_multimirror *m, size_t offset, size_t bytes);
-MAPPING_API mapping_status  mapping_multimirror_mark_gpu_modified(mapping_multimirror *m, int device, size_t offset,
-                                                                  size_t bytes);
-MAPPING_API mapping_status  mapping_multimirror_sync_to_gpu(mapping_stream *stream, mapping_multimirror *m, int device);
-MAPPING_API mapping_status  mapping_multimirror_sync_to_cpu(mapping_multimirror *m);
-/* Stale bytes of the CPU side (device = -1) or of device side `device`;
- * 0 for a bad handle or index (error recorded). */
-MAPPING_API size_t          mapping_multimirror_stale_bytes(const mapping_multimirror *m, int device);
-/* Write tracking for the CPU side, as MAPPING_MIRROR_TRACK_WRITES does for a
- * mirror: from now on every sync and stale count first marks the CPU pages
- * written since the last look (where the CPU side is valid). Once on, on
- * for the multimirror's life; calling it again is a no-op.
- * MAPPING_ERR_UNSUPPORTED without a mechanism (mapping_write_tracking). */
-MAPPING_API mapping_status  mapping_multimirror_track_writes(mapping_multimirror *m);
-
 
 /* ===========================================================================
  * Streams and events
@@ -569,6 +439,18 @@ MAPPING_API mapping_status mapping_event_query(const mapping_event *event);
 MAPPING_API mapping_status mapping_event_elapsed(const mapping_event *start, const mapping_event *end,
                                                  double *seconds);
 MAPPING_API void           mapping_event_destroy(mapping_event *event); /* NULL: no-op */
+
+/* ===========================================================================
+ * Device-side operations
+ * ======================================================================== */
+
+/* Device-to-device copy. Within one buffer the ranges must not overlap
+ * (MAPPING_ERR_OVERLAP). Thread-safe. */
+MAPPING_API mapping_status mapping_copy_gpu(mapping_stream *stream, const mapping_buffer *src, size_t src_offset,
+                                            mapping_buffer *dst, size_t dst_offset, size_t bytes);
+/* Sets `bytes` bytes at `offset` to `value`. Thread-safe. */
+MAPPING_API mapping_status mapping_fill_gpu(mapping_stream *stream, mapping_buffer *dst, size_t offset,
+                                            size_t bytes, unsigned char value);
 
 /* ===========================================================================
  * Statistics
@@ -979,6 +861,97 @@ MAPPING_API mapping_status mapping_mirror_create_sharded(mapping_device *const *
                                                          mapping_mirror **shards);
 
 
+/* ===========================================================================
+ * Several devices
+ * ======================================================================== */
+
+/* Devices of one process: each mapping_open of another device index gives a
+ * device with its own memory (the host back end exposes
+ * $MAPPING_HOST_DEVICES = N virtual devices, 1 to 64, read once when it
+ * loads, so multi-device code runs anywhere; any other value, 0 included,
+ * makes mapping_open of host, and of the default back end, fail naming the
+ * variable, rather than choose another back end; PoCL exposes several with
+ * POCL_DEVICES="pthread pthread"). mapping_list_devices lists them.
+ *
+ * Peer copy: src[src_offset, +bytes), a buffer of one device, to
+ * dst[dst_offset, +bytes), a buffer of another (or the same: then it is
+ * mapping_copy_gpu). Source before destination, as in every copy (and the
+ * same arguments as mapping_copy_gpu). The stream belongs to the DESTINATION's device
+ * (MAPPING_ERR_DEVICE_MISMATCH otherwise); NULL = blocking.
+ *
+ * Ordering across the two devices: the copy runs when `stream` reaches it
+ * and reads src then. Work of src's device is not ordered with it: work
+ * that writes src must have completed before the call (synchronize the src
+ * device's stream or an event of it), and src must not be written again
+ * until the copy has completed (synchronize `stream`, or an event recorded
+ * on it after the copy). Work queued on `stream` after the copy sees dst
+ * written.
+ *
+ * How: devices of one back end copy directly (CUDA cuMemcpyPeerAsync; OpenCL
+ * clEnqueueCopyBuffer between devices of one platform, which share a
+ * context, else staged through page-locked host memory in pipelined chunks;
+ * host: memcpy on the stream). Devices of different back ends: staged
+ * through page-locked host memory, blocking (the call first waits for
+ * `stream`'s earlier work and returns when the copy is done). Counted in the
+ * destination device's mapping_stats.peer_bytes / peer_copies. Thread-safe. */
+MAPPING_API mapping_status mapping_copy_peer(mapping_stream *stream, const mapping_buffer *src, size_t src_offset,
+                                             mapping_buffer *dst, size_t dst_offset, size_t bytes);
+
+/* Mirrors with several device sides (replicas): one host array and a replica
+ * on each of `count` devices (1 to MAPPING_MULTIMIRROR_MAX_DEVICES). Sides:
+ * the CPU, and device sides 0 .. count-1 (in the order of `devices`).
+ *
+ * Validity is tracked per byte range for every side, as in a mirror:
+ * - create: the CPU side is valid (zeroed), every device side stale.
+ * - mark (CPU or device j, a range): that side becomes valid there and every
+ *   other side stale; the range counts as that side's modification.
+ *   MAPPING_ERR_CONFLICT (nothing changes; counted in the marking device's
+ *   mapping_stats.conflicts, the first device's for the CPU) when the
+ *   marking side is stale somewhere in the range where another side holds
+ *   unsynced modifications: it would overwrite a version it has not seen.
+ * - sync to device j copies exactly j's stale ranges, each part from the
+ *   cheapest side valid there: the CPU (device j's link) or another device
+ *   (a direct peer copy, its link measured once per pair; a staged peer copy
+ *   costs both devices' links). So a replica is refreshed from a peer when
+ *   that link is faster, from the host otherwise. sync to the CPU copies
+ *   the CPU's stale ranges from the device with the cheapest link to the
+ *   host, blocking.
+ * - Copies are queued on `stream` (of device j; NULL: blocking). The
+ *   multimirror orders itself after them: a mark, a stale count, destroy,
+ *   and a sync to another side or on another stream first wait for the
+ *   syncs queued earlier, so copies land before anything reads or
+ *   overwrites their bytes. Your own work that reads the replica goes on
+ *   `stream` after the sync (or waits for it). A peer copy reads the source
+ *   replica when the stream reaches it (see mapping_copy_peer): your work
+ *   that wrote that replica must have completed, as for mapping_copy_peer.
+ * A byte is never stale on every side. Not locked: one thread at a time per
+ * multimirror. Destroy it before closing its devices. */
+typedef struct mapping_multimirror mapping_multimirror;
+enum { MAPPING_MULTIMIRROR_MAX_DEVICES = 16 };
+MAPPING_API mapping_status mapping_multimirror_create(mapping_device *const *devices, int count, size_t bytes,
+                                                      mapping_multimirror **out);
+MAPPING_API void            mapping_multimirror_destroy(mapping_multimirror *m); /* NULL: no-op */
+MAPPING_API size_t          mapping_multimirror_size(const mapping_multimirror *m);   /* 0 for NULL */
+/* The host array (page-locked on the first device), and device j's replica;
+ * NULL for a bad handle or index. */
+MAPPING_API void           *mapping_multimirror_cpu(mapping_multimirror *m);
+MAPPING_API mapping_buffer *mapping_multimirror_gpu(mapping_multimirror *m, int device);
+MAPPING_API mapping_status  mapping_multimirror_mark_cpu_modified(mapping_multimirror *m, size_t offset, size_t bytes);
+MAPPING_API mapping_status  mapping_multimirror_mark_gpu_modified(mapping_multimirror *m, int device, size_t offset,
+                                                                  size_t bytes);
+MAPPING_API mapping_status  mapping_multimirror_sync_to_gpu(mapping_stream *stream, mapping_multimirror *m, int device);
+MAPPING_API mapping_status  mapping_multimirror_sync_to_cpu(mapping_multimirror *m);
+/* Stale bytes of the CPU side (device = -1) or of device side `device`;
+ * 0 for a bad handle or index (error recorded). */
+MAPPING_API size_t          mapping_multimirror_stale_bytes(const mapping_multimirror *m, int device);
+/* Write tracking for the CPU side, as MAPPING_MIRROR_TRACK_WRITES does for a
+ * mirror: from now on every sync and stale count first marks the CPU pages
+ * written since the last look (where the CPU side is valid). Once on, on
+ * for the multimirror's life; calling it again is a no-op.
+ * MAPPING_ERR_UNSUPPORTED without a mechanism (mapping_write_tracking). */
+MAPPING_API mapping_status  mapping_multimirror_track_writes(mapping_multimirror *m);
+
+
 /* ==== Batches and pipelines (src/transfer/) ==== */
 
 /* ---------------------------------------------------------------------------
@@ -1161,6 +1134,63 @@ MAPPING_API mapping_status mapping_pipeline_get_desc(const mapping_pipeline *p, 
  * cpu_dst only in chunks as the pipeline reaches them. */
 MAPPING_API mapping_status mapping_pipeline_run(mapping_pipeline *p, const void *cpu_src, void *cpu_dst,
                                                 size_t bytes, mapping_pipeline_fn step, void *user);
+
+/* ===========================================================================
+ * Adopting memory and queues made elsewhere (docs/interop.md)
+ * ======================================================================== */
+
+/* The NULL-stream contract. A call with stream == NULL is ordered after all
+ * work enqueued before it on the device's native queue
+ * (mapping_device_native: OpenCL `queue`; CUDA the legacy default
+ * stream, which also follows every blocking stream of the context), your own
+ * kernels included, and returns when its own work is done. In particular
+ * mapping_mirror_release_gpu(NULL, m) waits for that queue, and a blocking
+ * sync to the CPU of a unified mirror (or mapping_mirror_acquire_cpu) waits
+ * for it before the CPU reads the shared memory. Work on other native queues
+ * is ordered only through an imported stream (below) or your own sync. The
+ * host back end has no native queue: its blocking calls are complete on
+ * return. */
+
+/* Opens a device on an OpenCL context made elsewhere (PyOpenCL, CLBlast, any
+ * OpenCL program), so its cl_mem objects can be imported. cl_context and
+ * cl_device_id are required (the device must belong to the context and be
+ * one the OpenCL back end lists); cl_command_queue (in order, of that context
+ * and device) becomes the device's native queue, or NULL makes a new one.
+ * All three are retained (clRetain*) until mapping_close, which releases
+ * them. The device is otherwise like one from mapping_open. Thread-safe.
+ * CUDA needs no such call: the CUDA back end runs in the device's primary
+ * context, which the CUDA runtime, PyTorch and CuPy share, so their pointers
+ * and streams are valid for mapping_import_gpu / mapping_import_stream of a
+ * device from mapping_open. */
+MAPPING_API mapping_status mapping_open_opencl(void *cl_context, void *cl_device_id, void *cl_command_queue,
+                                               mapping_device **out);
+
+/* Device memory the caller owns as a buffer of `bytes` bytes: native[offset,
+ * +bytes), where native is a cl_mem (OpenCL, of the device's context;
+ * retained; a non-zero offset makes a sub-buffer and must be a multiple of
+ * the device's CL_DEVICE_MEM_BASE_ADDR_ALIGN), a CUdeviceptr as
+ * (void *)(uintptr_t)ptr (CUDA), or a pointer to memory that stays valid (host
+ * back end). The buffer works in every copy, fill, batch and mirror like one
+ * from mapping_allocate_gpu; mapping_buffer_native gives the cl_mem (or the
+ * sub-buffer), the pointer + offset. mapping_free_gpu (or mapping_close)
+ * releases only the library's handle, never the memory, and then calls
+ * release(user) if release is not NULL (on the thread that frees). The caller
+ * keeps the memory alive until then. Thread-safe. MAPPING_ERR_UNSUPPORTED
+ * where the back end cannot import, and for a non-zero offset into a cl_mem
+ * that is itself a sub-buffer (OpenCL makes no sub-buffer of a sub-buffer;
+ * the message names the parent and the offset to import it at). */
+MAPPING_API mapping_status mapping_import_gpu(mapping_device *dev, void *native, size_t offset, size_t bytes,
+                                              void (*release)(void *user), void *user, mapping_buffer **out);
+
+/* A native queue the caller owns as a stream: an in-order cl_command_queue of
+ * the device's context and device (OpenCL; retained), or a CUstream of the
+ * primary context (CUDA). The library's work on it is ordered with the
+ * caller's kernels on the same queue. mapping_stream_destroy waits for the
+ * queue's work and releases only the library's handle. Events recorded on an
+ * OpenCL queue made without CL_QUEUE_PROFILING_ENABLE cannot be timed.
+ * MAPPING_ERR_UNSUPPORTED on the host back end (its streams are library
+ * threads). Thread-safe. */
+MAPPING_API mapping_status mapping_import_stream(mapping_device *dev, void *native_queue, mapping_stream **out);
 
 #ifdef __cplusplus
 }
