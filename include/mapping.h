@@ -465,6 +465,19 @@ MAPPING_API mapping_status mapping_fill_gpu(mapping_stream *stream, mapping_buff
  *
  *     #define PRINT_STAT(field) printf(#field " %llu\n", (unsigned long long)s.field);
  *     MAPPING_STATS_LIST(PRINT_STAT)
+ *
+ * Two kinds of "bytes moved":
+ * - h2d_bytes / d2h_bytes: what the library handed the driver, every
+ *   transfer: a batch's packed staging with its scatter table, gaps a sync
+ *   merged rather than pay another transfer, a device-side diff's flags.
+ * - h2d_payload_bytes / d2h_payload_bytes: what the caller's operations
+ *   asked for and got, counted when the call succeeds: a plain copy's size
+ *   (mapping_sync_to_gpu/_cpu and their _range forms), the copies of a
+ *   flushed batch, and the stale bytes a mirror sync made valid (those a
+ *   device-side diff found unchanged included). A multimirror's syncs, peer
+ *   copies and a failed call's partial work are not payload.
+ * So for plain copies the two agree; h2d_bytes - h2d_payload_bytes is what
+ * packing and merging cost in transfer volume.
  */
 #define MAPPING_STATS_LIST(X)                                                                       \
     X(h2d_bytes) X(h2d_copies)             /* host to device (driver transfers) */                  \
@@ -479,7 +492,9 @@ MAPPING_API mapping_status mapping_fill_gpu(mapping_stream *stream, mapping_buff
                                               (mapping_copy_peer), counted on the destination */    \
     X(blocking_ns)                         /* nanoseconds spent in blocking host<->device transfers \
                                               of 64 KiB or more (smaller ones are not timed:        \
-                                              reading the clock would cost more than they do) */
+                                              reading the clock would cost more than they do) */    \
+    X(h2d_payload_bytes)                   /* bytes delivered to the device as asked (below) */     \
+    X(d2h_payload_bytes)                   /* bytes delivered to the host as asked */
 
 typedef struct mapping_stats {
 #define MAPPING_STATS_FIELD_(field) uint64_t field;

@@ -336,6 +336,18 @@ mapping_status mapping__mirror_copy_ranges(mapping_stream *stream, mirror_state 
 
 /* ---- sync ---- */
 
+/* The payload counters (mapping_stats): stale bytes a sync made valid. */
+static void count_payload(mirror_state *st, int t, const mapping_range *v, size_t n)
+{
+    if (st->unified)
+        return;
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < n; i++)
+        bytes += v[i].hi - v[i].lo;
+    mapping__count(t == MIRROR_GPU ? &st->dev->counters.h2d_payload_bytes : &st->dev->counters.d2h_payload_bytes,
+                   bytes);
+}
+
 /* What a sync of [lo, hi) to side t copies: the exact stale ranges (which
  * become valid) and the same ranges with small gaps merged (which are
  * copied; `moved` bytes in all). */
@@ -466,7 +478,10 @@ static mapping_status sync_log_batched(mirror_state *st, int t, mirror_sync_repo
     }
     *report = (mirror_sync_report){.stale_ranges = k, .copies = n, .moved = moved};
     size_t done = 0; /* the log is sorted and merged, within the mirror: the list is too */
-    return send_sorted_list(NULL, st, t, list ? list : u, n, largest, &done);
+    mapping_status status = send_sorted_list(NULL, st, t, list ? list : u, n, largest, &done);
+    if (status == MAPPING_OK)
+        count_payload(st, t, u, k);
+    return status;
 }
 
 /* A blocking sync of the whole family to t, with marks of the other side
@@ -517,6 +532,9 @@ static mapping_status sync_whole_with_log(mirror_state *st, int t, mirror_sync_r
             exact[n++] = x;
         }
     }
+    mapping_range payload = {0, 0}; /* the exact bytes, before merging widens the ranges */
+    for (size_t q = 0; q < n; q++)
+        payload.hi += exact[q].hi - exact[q].lo;
     size_t n_merged = merge_ranges(st, s, exact, n, merge_gap_limit(st, n, &link)), done = 0;
     *report = (mirror_sync_report){.stale_ranges = n, .copies = n_merged};
     for (size_t q = 0; q < n_merged; q++)
@@ -527,6 +545,7 @@ static mapping_status sync_whole_with_log(mirror_state *st, int t, mirror_sync_r
         mapping__mirror_log_apply(st); /* out of memory: the log stays, applied later */
         return status;
     }
+    count_payload(st, t, &payload, 1);
     log_synced(st, t);
     return MAPPING_OK;
 }
@@ -612,6 +631,7 @@ static mapping_status sync_checked(const char *fn, mapping_stream *stream, mappi
                                      : (m->size > plan.moved ? m->size - plan.moved : 0);
         mapping__count(&st->dev->counters.sync_skipped_bytes, skipped);
         /* Nothing to copy (a diff found no change): valid now, the comparison was waited for. */
+        count_payload(st, t, plan.exact, plan.n_exact); /* before sync_record takes plan.exact */
         status = sync_record(plan.n_merged ? stream : NULL, st, t, &plan);
     }
     mapping__mirror_sync_done(&span, stream, m, t, (mirror_sync_report){plan.n_exact, plan.n_merged, plan.moved,

@@ -11,7 +11,9 @@ static mapping_status write_range(const char *fn, mapping_stream *stream, const 
         (st = mapping__check_range(fn, "gpu_dst", gpu_offset, bytes, gpu_dst->size)) ||
         (st = mapping__check_same_device(fn, gpu_dst->dev, stream)))
         return st;
-    return mapping__write(stream, cpu_src, gpu_dst, gpu_offset, bytes);
+    if ((st = mapping__write(stream, cpu_src, gpu_dst, gpu_offset, bytes)) == MAPPING_OK)
+        mapping__count(&gpu_dst->dev->counters.h2d_payload_bytes, bytes);
+    return st;
 }
 
 static mapping_status read_range(const char *fn, mapping_stream *stream, const mapping_buffer *gpu_src,
@@ -23,7 +25,9 @@ static mapping_status read_range(const char *fn, mapping_stream *stream, const m
         (st = mapping__check_range(fn, "gpu_src", gpu_offset, bytes, gpu_src->size)) ||
         (st = mapping__check_same_device(fn, gpu_src->dev, stream)))
         return st;
-    return mapping__read(stream, gpu_src, gpu_offset, cpu_dst, bytes);
+    if ((st = mapping__read(stream, gpu_src, gpu_offset, cpu_dst, bytes)) == MAPPING_OK)
+        mapping__count(&gpu_src->dev->counters.d2h_payload_bytes, bytes);
+    return st;
 }
 
 mapping_status mapping_sync_to_gpu_range(mapping_stream *stream, const void *cpu_src, mapping_buffer *gpu_dst,

@@ -161,6 +161,7 @@ static inline mapping_status push(mapping_batch *b, mapping_buffer *buf, size_t 
         b->unsorted = true;
     if (bytes > b->largest)
         b->largest = bytes;
+    b->payload[to_gpu] += bytes;
     mapping__count(&b->dev->counters.batch_copies, 1);
     return MAPPING_OK;
 }

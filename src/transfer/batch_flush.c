@@ -244,6 +244,7 @@ static mapping_status report_failure(mapping_batch *b, const batch_plan *p, mapp
         if (first == p->count)
             first = i;
         b->copies[b->count++] = p->copies[i]; /* capacity >= p->count: see mapping__batch_plan */
+        b->payload[p->copies[i].to_gpu] += p->copies[i].bytes;
         if (p->copies[i].bytes > b->largest)
             b->largest = p->copies[i].bytes;
     }
@@ -334,5 +335,10 @@ mapping_status mapping_batch_flush(mapping_stream *stream, mapping_batch *b)
         return st;
     if ((st = mapping__check_same_device(fn, b->dev, stream)))
         return st;
-    return mapping__batch_flush(stream, b);
+    uint64_t to_host = b->payload[0], to_device = b->payload[1];
+    if ((st = mapping__batch_flush(stream, b)) == MAPPING_OK) { /* the caller's copies: payload */
+        mapping__count(&b->dev->counters.h2d_payload_bytes, to_device);
+        mapping__count(&b->dev->counters.d2h_payload_bytes, to_host);
+    }
+    return st;
 }

@@ -83,6 +83,7 @@ struct mapping_batch {
     batch_copy     *copies;
     size_t          count, capacity;
     size_t          largest;      /* bytes of the largest queued copy */
+    uint64_t        payload[2];   /* bytes queued, [0] to the host, [1] to the device (stats payload) */
     bool            unsorted;     /* the queue is not in plan order (kept by each add) */
     /* The add path's check, done in full once (see batch.c check_copy): the
      * handle removals when it last passed, and the buffer it passed for. */
@@ -159,6 +160,7 @@ static inline void mapping__batch_clear(mapping_batch *b)
 {
     b->count = 0;
     b->largest = 0;
+    b->payload[0] = b->payload[1] = 0;
     b->unsorted = false;
 }
 /* Copies a and b (a added first) are in plan order: direction (host to
