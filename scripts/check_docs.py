@@ -215,19 +215,36 @@ def check_file_tables():
     return checked
 
 
+def check_guides_are_not_lab_notes():
+    """The guides are how-tos: project history (issue numbers, sessions) lives
+    in BENCHMARKS-archive.md and the issue tracker, not in README.md or docs/."""
+    n = 0
+    docs = ['README.md'] + sorted('docs/' + f for f in os.listdir(os.path.join(ROOT, 'docs')) if f.endswith('.md'))
+    pattern = re.compile(r'\b(issue [0-9]+|(first|second|third|fourth|fifth|sixth|last|this|previous) session)\b', re.I)
+    for rel in docs:
+        n += 1
+        for i, line in enumerate(read(rel).splitlines(), 1):
+            m = pattern.search(line)
+            if m and 'BENCHMARKS-archive' not in line:
+                problems.append(f'{rel}:{i}: "{m.group(0)}": project history belongs in BENCHMARKS-archive.md, '
+                                'not in a guide')
+    return n
+
+
 def main():
     readme = read('README.md')
     n_vars = check_environment(readme)
     n_paths = check_layout(readme)
     check_csv()
     n_files = check_file_tables()
+    n_guides = check_guides_are_not_lab_notes()
     for p in problems:
         print(p)
     if problems:
         print(f'check_docs: {len(problems)} mismatch(es) between the docs and the code')
         return 1
     print(f'check_docs: {n_vars} environment variables, {n_paths} layout paths, {n_files} files of docs/ file '
-          'tables and the CSV columns match the code')
+          f'tables and the CSV columns match the code; {n_guides} guides carry no project history')
     return 0
 
 
