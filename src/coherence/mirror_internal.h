@@ -1,6 +1,7 @@
 /*
  * Internals of mirrors, shared by mirror.c (objects, views, marking),
- * mirror_sync.c (stale ranges, merging, in-flight copies), mirror_access.c
+ * mirror_sync.c (stale ranges, merging, the copy step), mirror_inflight.c
+ * (queued copies the state follows), mirror_access.c
  * (acquire/release) and mirror_unified.c.
  *
  * Side indices: 0 = CPU, 1 = GPU (mapping_side - 1).
@@ -137,27 +138,40 @@ static inline mapping_status mapping__mirror_log_flush(mirror_state *st)
 }
 void           mapping__mirror_log_free(mirror_state *st);
 
-/* ---- mirror_sync.c ---- */
+/* ---- mirror_inflight.c: queued work the state follows ---- */
 /* Folds every in-flight entry whose event has completed. */
 void           mapping__mirror_fold_completed(mirror_state *st);
 /* Orders the caller after queued work touching [lo, hi): with stream NULL it
  * waits (and folds); otherwise it chains `stream` on work of other streams,
  * except entries whose target is wait_target, which it waits for. */
 mapping_status mapping__mirror_order(mirror_state *st, mapping_stream *stream, size_t lo, size_t hi, int wait_target);
-/* Copies the target's stale ranges of m (see mapping_mirror_sync_to_gpu). */
-mapping_status mapping__mirror_sync(const char *fn, mapping_stream *stream, mapping_mirror *m, int target);
 /* Records the end of queued work on stream over [lo, hi) as an in-flight
  * entry that folds nothing. */
 mapping_status mapping__mirror_record_access(mirror_state *st, mapping_stream *stream, size_t lo, size_t hi);
+/* Waits for everything (a failed wait is tried twice); folds nothing. Not OK
+ * when some queued copy could not be waited for: it may still use the memory. */
+mapping_status mapping__mirror_drain(mirror_state *st);
+/* Makes the sorted ranges v[0..n) valid on side t (modifications of the
+ * other side synced, no longer stale or queued); idempotent, redone later
+ * when it fails part-way (out of memory). */
+mapping_status mapping__mirror_apply_valid(mirror_state *st, int t, const mapping_range *v, size_t n);
+/* Room for one more in-flight entry. */
+mapping_status mapping__mirror_inflight_reserve(mirror_state *st);
+/* Records the current end of `stream` as an entry over [lo, hi) whose
+ * ranges become valid on target when it completes (MIRROR_ACCESS: orders
+ * only). Takes ownership of ranges on success only; room reserved first. */
+mapping_status mapping__mirror_entry_push(mirror_state *st, mapping_stream *stream, size_t lo, size_t hi, int target,
+                                          mapping_range *ranges, size_t n);
+
+/* ---- mirror_sync.c ---- */
+/* Copies the target's stale ranges of m (see mapping_mirror_sync_to_gpu). */
+mapping_status mapping__mirror_sync(const char *fn, mapping_stream *stream, mapping_mirror *m, int target);
 /* The copy step of a sync: moves each of ranges[0..n) (merged, absolute)
  * to side `target`, on stream. *done = how many were queued or done before
  * a failure. This is the one place a sync moves bytes, so a batching layer
  * can take over many-range syncs here. */
 mapping_status mapping__mirror_copy_ranges(mapping_stream *stream, mirror_state *st, int target,
                                            const mapping_range *ranges, size_t n, size_t *done);
-/* Waits for everything (a failed wait is tried twice); folds nothing. Not OK
- * when some queued copy could not be waited for: it may still use the memory. */
-mapping_status mapping__mirror_drain(mirror_state *st);
 
 /* ---- mirror_track.c (MAPPING_MIRROR_TRACK_WRITES) ---- */
 /* Starts watching st->cpu; MAPPING_ERR_UNSUPPORTED (recorded) when it cannot. */

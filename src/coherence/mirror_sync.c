@@ -1,7 +1,8 @@
 /*
  * Syncing a mirror: which ranges are stale, which neighbours to merge into
- * one copy (by the device's measured link), the copy step itself, and the
- * in-flight copies that make the state follow the stream.
+ * one copy (by the device's measured link), and the copy step itself. The
+ * in-flight copies that make the state follow the stream are
+ * mirror_inflight.c's.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -9,160 +10,6 @@
 #include "coherence/mirror_observe.h"
 #include "transfer/transfer.h"
 #include "core/ops.h"
-
-/* ---- in-flight work ---- */
-
-static void entry_release(mirror_state *st, size_t i)
-{
-    mirror_inflight *e = &st->inflight[i];
-    mapping__event_destroy(e->event);
-    free(e->ranges);
-    memmove(st->inflight + i, st->inflight + i + 1, (st->n_inflight - i - 1) * sizeof *e);
-    st->n_inflight--;
-}
-
-/* Makes ranges valid on t: the source's modifications there are synced,
- * the target is no longer stale, the copy no longer queued. In this order,
- * so that a failure part-way (out of memory) keeps modified ⊆ stale and is
- * simply redone later (every step is idempotent). */
-static mapping_status apply_valid(mirror_state *st, int t, const mapping_range *v, size_t n)
-{
-    mapping_status status;
-    if ((status = mapping__mirror_log_flush(st)) || (status = mapping__rs_remove_sorted(&st->modified[1 - t], v, n)) ||
-        (status = mapping__rs_remove_sorted(&st->stale[t], v, n)) ||
-        (status = mapping__rs_remove_sorted(&st->pending[t], v, n)))
-        return status;
-    if (__builtin_expect(st->track != NULL, 0) && t == MIRROR_CPU)
-        mapping__mirror_track_copied(st, v, n); /* the copy's writes were not the program's */
-    return MAPPING_OK;
-}
-
-/* Applies a completed entry. False (entry kept, to be retried) when memory
- * for the result is short. */
-static bool entry_fold(mirror_state *st, size_t i)
-{
-    mirror_inflight *e = &st->inflight[i];
-    if (e->target != MIRROR_ACCESS && apply_valid(st, e->target, e->ranges, e->n) != MAPPING_OK)
-        return false;
-    entry_release(st, i);
-    return true;
-}
-
-/* The copy completed but its result could not be recorded (out of memory):
- * the target stays stale (its bytes are not trusted), and the range is no
- * longer queued. */
-static void entry_abandon(mirror_state *st, size_t i)
-{
-    mirror_inflight *e = &st->inflight[i];
-    mapping__mirror_log_flush(st); /* out of memory: the log stays, applied later */
-    if (e->target != MIRROR_ACCESS)
-        mapping__rs_remove_sorted(&st->pending[e->target], e->ranges, e->n);
-    entry_release(st, i);
-}
-
-void mapping__mirror_fold_completed(mirror_state *st)
-{
-    /* Only an opportunity: a query that fails leaves the entry to be waited
-     * for later, and records nothing for the caller. */
-    mapping_error_mark before;
-    mapping__error_mark(&before);
-    for (size_t i = 0; i < st->n_inflight;) {
-        if (mapping__event_query(st->inflight[i].event) == MAPPING_OK && entry_fold(st, i))
-            continue;
-        i++;
-    }
-    mapping__error_forget(&before);
-}
-
-/* Waits for entry i and folds it (the entry is gone). If the wait fails the
- * entry stays: its work may still run, so later calls stay ordered after it
- * and wait for it again. */
-static mapping_status entry_wait(mirror_state *st, size_t i)
-{
-    mapping_status status = mapping__event_synchronize(st->inflight[i].event);
-    if (status != MAPPING_OK)
-        return status;
-    if (!entry_fold(st, i)) {
-        entry_abandon(st, i);
-        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mirror: out of memory folding a completed copy");
-    }
-    return MAPPING_OK;
-}
-
-mapping_status mapping__mirror_order(mirror_state *st, mapping_stream *stream, size_t lo, size_t hi, int wait_target)
-{
-    mapping_status first = MAPPING_OK;
-    if (st->n_inflight)
-        mapping__mirror_fold_completed(st);
-    for (size_t i = 0; i < st->n_inflight;) {
-        mirror_inflight *e = &st->inflight[i];
-        if (e->hi <= lo || e->lo >= hi) {
-            i++;
-        } else if (!stream || (wait_target != MIRROR_ACCESS && e->target == wait_target)) {
-            size_t before = st->n_inflight;
-            mapping_status status = entry_wait(st, i); /* removes entry i, unless its wait failed */
-            if (status && !first)
-                first = status;
-            if (st->n_inflight == before)
-                i++;
-        } else {
-            if (e->stream != stream) {
-                mapping_status status = mapping__stream_wait_event(stream, e->event);
-                if (status && !first)
-                    first = status;
-            }
-            i++;
-        }
-    }
-    return first;
-}
-
-mapping_status mapping__mirror_drain(mirror_state *st)
-{
-    mapping_status first = MAPPING_OK;
-    while (st->n_inflight) {
-        mapping_status status = mapping__event_synchronize(st->inflight[0].event);
-        if (status != MAPPING_OK) /* a second try */
-            status = mapping__event_synchronize(st->inflight[0].event);
-        if (status != MAPPING_OK && first == MAPPING_OK)
-            first = status;
-        entry_release(st, 0);
-    }
-    return first;
-}
-
-static mapping_status inflight_reserve(mirror_state *st)
-{
-    if (st->n_inflight < st->cap_inflight)
-        return MAPPING_OK;
-    size_t cap = st->cap_inflight ? 2 * st->cap_inflight : 4;
-    mirror_inflight *v = mapping_os_realloc(st->inflight, cap * sizeof *v);
-    if (!v)
-        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mirror: out of memory tracking queued copies");
-    st->inflight = v;
-    st->cap_inflight = cap;
-    return MAPPING_OK;
-}
-
-/* Records the current end of `stream` as an entry over [lo, hi). Takes
- * ownership of ranges on success only. The caller reserved room in
- * st->inflight. */
-static mapping_status entry_push(mirror_state *st, mapping_stream *stream, size_t lo, size_t hi, int target,
-                                 mapping_range *ranges, size_t n)
-{
-    mapping_event *ev;
-    mapping_status status = mapping__event_record(stream, &ev);
-    if (status != MAPPING_OK)
-        return status;
-    st->inflight[st->n_inflight++] = (mirror_inflight){ev, stream, lo, hi, target, ranges, n};
-    return MAPPING_OK;
-}
-
-mapping_status mapping__mirror_record_access(mirror_state *st, mapping_stream *stream, size_t lo, size_t hi)
-{
-    mapping_status status = inflight_reserve(st);
-    return status ? status : entry_push(st, stream, lo, hi, MIRROR_ACCESS, NULL, 0);
-}
 
 /* ---- which ranges to copy ---- */
 
@@ -374,7 +221,7 @@ static mapping_status sync_plan_make(const char *fn, mapping_stream *stream, mir
     p->merged = mapping_os_malloc(p->n_exact * sizeof *p->merged);
     if (!p->merged)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
-    if (stream && ((status = inflight_reserve(st)) || (status = mapping__rs_reserve(&st->pending[t], p->n_exact))))
+    if (stream && ((status = mapping__mirror_inflight_reserve(st)) || (status = mapping__rs_reserve(&st->pending[t], p->n_exact))))
         return status;
     memcpy(p->merged, p->exact, p->n_exact * sizeof *p->merged);
     mapping_link link = {0, 0};
@@ -393,18 +240,18 @@ static mapping_status sync_record(mapping_stream *stream, mirror_state *st, int 
 {
     mapping_status status = MAPPING_OK;
     if (!stream) {
-        apply_valid(st, t, p->exact, p->n_exact); /* on failure the target stays stale: recopied later */
+        mapping__mirror_apply_valid(st, t, p->exact, p->n_exact); /* on failure the target stays stale: recopied later */
         return MAPPING_OK;
     }
     size_t span_lo = p->merged[0].lo, span_hi = p->merged[p->n_merged - 1].hi;
     mapping_error_mark before;
     mapping__error_mark(&before);
-    if (entry_push(st, stream, span_lo, span_hi, t, p->exact, p->n_exact) != MAPPING_OK) {
+    if (mapping__mirror_entry_push(st, stream, span_lo, span_hi, t, p->exact, p->n_exact) != MAPPING_OK) {
         /* Without an event the state cannot follow the stream: wait instead
          * (the failed record is then not the caller's error). */
         if ((status = mapping__stream_synchronize(stream)) == MAPPING_OK) {
             mapping__error_forget(&before);
-            apply_valid(st, t, p->exact, p->n_exact); /* on failure the target stays stale: recopied later */
+            mapping__mirror_apply_valid(st, t, p->exact, p->n_exact); /* on failure the target stays stale: recopied later */
         }
         return status;
     }
@@ -625,7 +472,7 @@ static mapping_status sync_checked(const char *fn, mapping_stream *stream, mappi
     if (status != MAPPING_OK) {
         /* Nothing becomes valid; copies already queued must still order later work. */
         if (stream && done > 0)
-            entry_push(st, stream, plan.merged[0].lo, plan.merged[done - 1].hi, MIRROR_ACCESS, NULL, 0);
+            mapping__mirror_entry_push(st, stream, plan.merged[0].lo, plan.merged[done - 1].hi, MIRROR_ACCESS, NULL, 0);
     } else {
         size_t skipped = st->unified ? m->size - mapping__rs_bytes_in(&st->stale[t], lo, hi)
                                      : (m->size > plan.moved ? m->size - plan.moved : 0);
