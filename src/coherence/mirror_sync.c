@@ -156,10 +156,17 @@ static mapping_status send_sorted_list(mapping_stream *stream, mirror_state *st,
     return status;
 }
 
+/* A sync's copy list is always sorted, disjoint and within the mirror (the
+ * plan's merged ranges, a diff's refined ones): the ranges were checked
+ * when they were marked, so only the longest is found here, and the batch
+ * layer does not check them again (mapping__transfer_sorted_ranges). */
 static mapping_status send_list(mapping_stream *stream, mirror_state *st, int target, const mapping_range *list,
                                 size_t n, size_t *done)
 {
-    return send_sorted_list(stream, st, target, list, n, SIZE_MAX, done);
+    size_t largest = 0;
+    for (size_t i = 0; i < n; i++)
+        largest = list[i].hi - list[i].lo > largest ? list[i].hi - list[i].lo : largest;
+    return send_sorted_list(stream, st, target, list, n, largest, done);
 }
 
 mapping_status mapping__mirror_copy_ranges(mapping_stream *stream, mirror_state *st, int target,
