@@ -12,6 +12,7 @@ The seed's syntax::
 The default device follows $MAPPING_BACKEND / $MAPPING_DEVICE (mapping.open()
 picks one explicitly). docs/python.md has the whole API.
 """
+import warnings as _warnings
 import collections
 import operator as _operator
 import re as _re
@@ -1118,9 +1119,19 @@ class Mirror(_Owned):
             self._gpu._stream = _stream_ref(stream)
 
     def stale_bytes(self, side="gpu"):
+        """Stale bytes of side in this mirror or view; waits for queued
+        copies touching it (needs_sync does not)."""
         if not isinstance(side, (str, int)) or isinstance(side, bool) or side not in _SIDES:
             raise _ERR["ERR_INVALID_ARGUMENT"]("side must be 'cpu' or 'gpu'", -2)
         return _core.mirror_stale(self._ptr(), _SIDES[side])
+
+    def needs_sync(self, side="gpu"):
+        """True if a sync of this mirror or view to side would copy
+        something now (Kokkos need_sync_device); never waits: a copy queued
+        and not yet complete counts as done (mapping_mirror_needs_sync)."""
+        if not isinstance(side, (str, int)) or isinstance(side, bool) or side not in _SIDES:
+            raise _ERR["ERR_INVALID_ARGUMENT"]("side must be 'cpu' or 'gpu'", -2)
+        return _core.mirror_needs_sync(self._ptr(), _SIDES[side])
 
     def __getitem__(self, key):
         """A view over a selection in the array's shape (numpy basic
@@ -1401,10 +1412,24 @@ class Batch(_Owned):
                 raise _retag(e, "%s(offset=%d)" % (call, offset)) from None
             self._keep.append((p, gpu._h, gpu))
 
+    def add_to_gpu(self, cpu_data, gpu, offset=0):
+        """Records a copy of cpu_data to gpu at offset for the next flush
+        (mapping_batch_add_to_gpu): nothing moves until flush()."""
+        self._add(True, cpu_data, gpu, offset, "Batch.add_to_gpu")
+
+    def add_to_cpu(self, gpu, cpu_result, offset=0):
+        """Records a copy of gpu at offset into cpu_result for the next
+        flush (mapping_batch_add_to_cpu)."""
+        self._add(False, cpu_result, gpu, offset, "Batch.add_to_cpu")
+
     def sync_to_gpu(self, cpu_data, gpu, offset=0):
+        """Deprecated name of add_to_gpu (it records, it does not sync)."""
+        _warnings.warn("Batch.sync_to_gpu is deprecated: use Batch.add_to_gpu", DeprecationWarning, stacklevel=2)
         self._add(True, cpu_data, gpu, offset, "Batch.sync_to_gpu")
 
     def sync_to_cpu(self, gpu, cpu_result, offset=0):
+        """Deprecated name of add_to_cpu."""
+        _warnings.warn("Batch.sync_to_cpu is deprecated: use Batch.add_to_cpu", DeprecationWarning, stacklevel=2)
         self._add(False, cpu_result, gpu, offset, "Batch.sync_to_cpu")
 
     def __len__(self):

@@ -211,7 +211,7 @@ static PyObject *core_native_device(PyObject *self, PyObject *arg)
 {
     (void)self;
     mapping_native_device n;
-    CHECK_ST(mapping_native_device_handles(as_ptr(arg), &n));
+    CHECK_ST(mapping_device_native(as_ptr(arg), &n));
     return Py_BuildValue("(NNNN)", from_ptr(n.context), from_ptr(n.device), from_ptr(n.platform), from_ptr(n.queue));
 }
 
@@ -868,6 +868,20 @@ static PyObject *core_mirror_stale(PyObject *self, PyObject *const *args, Py_ssi
     return PyLong_FromSize_t(n);
 }
 
+/* mapping_mirror_needs_sync: never waits, so no GIL release. */
+static PyObject *core_mirror_needs_sync(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    NEED(2);
+    mapping_mirror *m = PTR(0);
+    long side = PyLong_AsLong(args[1]);
+    if (PyErr_Occurred())
+        return NULL;
+    int out = 0;
+    CHECK_ST(mapping_mirror_needs_sync(m, (mapping_side)side, &out));
+    return PyBool_FromLong(out);
+}
+
 
 
 
@@ -1020,7 +1034,7 @@ static PyObject *core_batch_add(PyObject *self, PyObject *const *args, Py_ssize_
     void *host = pin_addr(args[4], &n);
     if (!host)
         return NULL;
-    CHECK_ST(to_gpu ? mapping_batch_sync_to_gpu(b, host, buf, off, n) : mapping_batch_sync_to_cpu(b, buf, off, host, n));
+    CHECK_ST(to_gpu ? mapping_batch_add_to_gpu(b, host, buf, off, n) : mapping_batch_add_to_cpu(b, buf, off, host, n));
     Py_RETURN_NONE;
 }
 
@@ -1412,7 +1426,7 @@ THUNK(open_opencl, mapping_open_opencl(ARG(0, void *), ARG(1, void *), ARG(2, vo
 THUNK(allocate_gpu, mapping_allocate_gpu(D_, Z_(1), OUT_(2, mapping_buffer)))
 THUNK(import_gpu, mapping_import_gpu(D_, ARG(1, void *), Z_(2), Z_(3), NULL, NULL, OUT_(4, mapping_buffer)))
 VOID_THUNK(free_gpu, mapping_free_gpu(B_(0)))
-THUNK(buffer_native, mapping_native_buffer(B_(0), OUT_(1, void)))
+THUNK(buffer_native, mapping_buffer_native(B_(0), OUT_(1, void)))
 THUNK(copy_gpu, mapping_copy_gpu(S_(0), B_(1), Z_(2), B_(3), Z_(4), Z_(5)))
 THUNK(copy_peer, mapping_copy_peer(S_(0), B_(1), Z_(2), B_(3), Z_(4), Z_(5)))
 THUNK(fill_gpu, mapping_fill_gpu(S_(0), B_(1), Z_(2), Z_(3), ARG(4, unsigned char)))
@@ -1421,7 +1435,7 @@ VOID_THUNK(free_cpu, mapping_free_cpu(D_, ARG(1, void *)))
 THUNK(stream_create, mapping_stream_create(D_, OUT_(1, mapping_stream)))
 THUNK(import_stream, mapping_import_stream(D_, ARG(1, void *), OUT_(2, mapping_stream)))
 VOID_THUNK(stream_destroy, mapping_stream_destroy(S_(0)))
-THUNK(stream_native, mapping_native_stream(S_(0), OUT_(1, void)))
+THUNK(stream_native, mapping_stream_native(S_(0), OUT_(1, void)))
 THUNK(event_record, mapping_event_record(S_(0), OUT_(1, mapping_event)))
 THUNK(stream_wait_event, mapping_stream_wait_event(S_(0), ARG(1, mapping_event *)))
 THUNK(event_sync, mapping_event_synchronize(ARG(0, mapping_event *)))
@@ -1585,7 +1599,7 @@ static PyMethodDef core_methods[] = {
     ONE(device_link, NULL), FAST(device_set_link, NULL), FAST(write, NULL), FAST(read, NULL), FAST(address_of, NULL), ONE(stream_sync, NULL), ONE(event_query, NULL),
     FAST(event_elapsed, NULL), FAST(mirror_wrap, NULL),
     FAST(mirror_adopt, NULL), ONE(mirror_parts, NULL),
-    FAST(mirror_stale, NULL), FAST(batch_add, NULL), ONE(batch_count, NULL),
+    FAST(mirror_stale, NULL), FAST(mirror_needs_sync, NULL), FAST(batch_add, NULL), ONE(batch_count, NULL),
     FAST(pipeline_create, NULL), FAST(pipeline_run, NULL),
     VAR(to_dlpack, NULL), FAST(import_dlpack, NULL), FAST(bench_copies, NULL), FAST(pin, NULL), FAST(mirror_sharded, NULL), FAST(multimirror_create, NULL), FAST(multimirror_parts, NULL),
     FAST(multimirror_stale, NULL),

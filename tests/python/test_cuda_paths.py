@@ -64,7 +64,7 @@ def test_every_queued_operation_records_the_buffers_stream(cuda):
     assert b.__cuda_array_interface__["stream"] == s2.native
     c = cuda.allocate_gpu((64,), np.float32)
     with cuda.batch() as batch:
-        batch.sync_to_gpu(np.ones(64, np.float32), c)
+        batch.add_to_gpu(np.ones(64, np.float32), c)
         batch.flush(s)
     assert c.__cuda_array_interface__["stream"] == s.native
     m = mapping.mirror((64,), np.float32, device=cuda)

@@ -110,7 +110,7 @@ def test_resize_under_a_batch_add_and_mirror_wrap_raises_buffer_error(device):
     g = device.allocate_gpu(64)
     ba = bytearray(64)
     b = device.batch()
-    b.sync_to_gpu(ba, g)
+    b.add_to_gpu(ba, g)
     with pytest.raises(BufferError):
         ba.extend(bytes(1 << 16))
     b.flush()
@@ -258,7 +258,7 @@ def test_object_dtype_is_refused():
         with pytest.raises(TypeError):
             mapping.mirror_wrap(objs)
         with pytest.raises(TypeError):
-            dev.batch().sync_to_gpu(objs, g)
+            dev.batch().add_to_gpu(objs, g)
         with pytest.raises(TypeError):
             g.view(dtype=object)
         print("ok")

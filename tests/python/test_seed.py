@@ -58,7 +58,7 @@ def test_size_zero_is_a_no_op(device):
     mapping.sync_to_cpu(g2, bytearray())
     assert device.allocate_cpu((0, 3), np.float32).shape == (0, 3)
     with device.batch() as b:
-        b.sync_to_gpu(b"", g2)
+        b.add_to_gpu(b"", g2)
         assert len(b) == 0
 
 
@@ -86,7 +86,7 @@ def test_batch_and_pipeline(device):
     parts = [bytes([i]) * 64 for i in range(100)]
     with device.batch() as b:
         for i, p in enumerate(parts):
-            b.sync_to_gpu(p, g, offset=i * 64)
+            b.add_to_gpu(p, g, offset=i * 64)
     assert bytes(g.get()) == b"".join(parts)
 
     src = np.arange(1 << 18, dtype=np.float32)
