@@ -4,7 +4,7 @@
 # need no toolkit):
 #   examples/kernels/scale.cu        -> examples/kernels/scale.ptx + scale_ptx.h (the example's kernel)
 #   examples/kernels/jacobi.cu       -> examples/kernels/jacobi_ptx.h (multi_device_jacobi on cuda)
-#   src/backend/cuda/cuda_kernels.cu -> src/backend/cuda/cuda_kernels_ptx.h (scatter/gather)
+#   src/backend/cuda/cuda_kernels.cu -> src/backend/cuda/cuda_kernels_ptx.h (scatter/gather, mirror diff)
 # compute_75 is the oldest target nvcc 13 accepts. nvcc 13 stamps its PTX
 # ".version 9.0", which only CUDA 13 drivers JIT; the kernels use nothing
 # newer than PTX ISA 6.3 (CUDA 10.0, the first with sm_75), so the stamp is

@@ -265,6 +265,15 @@ mapping_status mapping__mirror_diff_refine(mapping_stream *stream, mirror_state 
             continue;
         status = mapping__diff_blocks(stream, st->gpu, st->gpu_base + p->lo, st->diff_shadow, p->lo, p->hi - p->lo,
                                       st->diff_flags, p->lo / MAPPING_DIFF_BLOCK);
+        if (status == MAPPING_ERR_UNSUPPORTED && flag_hi == 0) {
+            /* This device has no compare kernel after all (CUDA without its
+             * module): nothing was queued; read as a mirror without the flag. */
+            mapping__error_forget(&before);
+            free(pieces.v);
+            forget_list(st, exact, n);
+            st->diff_pays = false;
+            return MAPPING_OK;
+        }
         flag_lo = p->lo / MAPPING_DIFF_BLOCK < flag_lo ? p->lo / MAPPING_DIFF_BLOCK : flag_lo;
         flag_hi = p->hi / MAPPING_DIFF_BLOCK;
     }

@@ -107,7 +107,7 @@ static bool sync_alloc; /* allocations wait for every stream too (strict) */
 static double deadlock_seconds = 8;
 static _Thread_local bool in_host_fn;
 static int sticky; /* the context's sticky error, 0 when none */
-static bool function_loaded, saxpy_loaded, jacobi_loaded; /* kernels loaded by cuFuncLoad or a first launch */
+static bool function_loaded, saxpy_loaded, jacobi_loaded, diff_loaded; /* kernels loaded by cuFuncLoad or a first launch */
 static bool copy_entries_split; /* the loaded mapping_copy_entries takes `split` (a 6th parameter) */
 
 /* ---- counters ---- */
@@ -330,6 +330,7 @@ typedef struct event {
     pthread_mutex_t lock;
     pthread_cond_t  cond;
     bool            done, recorded;
+    unsigned long long gen; /* of the latest cuEventRecord: as in CUDA, only it completes the event */
     double          ms;
     int             refs; /* the handle and each queued record or wait: as in
                              CUDA, destroying an event that queued work still
@@ -364,9 +365,16 @@ static double now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
-static void event_complete(event *e)
+/* A record completes the event only if it is the latest one: an earlier
+ * record still queued when the event was recorded again does not (CUDA:
+ * the event's state is that of its most recent cuEventRecord). */
+static void event_complete_record(event *e, unsigned long long gen)
 {
     pthread_mutex_lock(&e->lock);
+    if (gen != e->gen) {
+        pthread_mutex_unlock(&e->lock);
+        return;
+    }
     e->done = true;
     e->ms = now_ms();
     pthread_cond_broadcast(&e->cond);
@@ -445,7 +453,7 @@ static void run_host_fn(host_fn fn, void *user)
 }
 
 /* ---- streams: a worker thread each, the legacy stream too ---- */
-typedef enum { OP_COPY, OP_SET, OP_HOST_FN, OP_RECORD, OP_WAIT, OP_KERNEL, OP_SAXPY, OP_JACOBI, OP_FAULT } op_kind;
+typedef enum { OP_COPY, OP_SET, OP_HOST_FN, OP_RECORD, OP_WAIT, OP_KERNEL, OP_SAXPY, OP_JACOBI, OP_DIFF, OP_FAULT } op_kind;
 typedef struct op {
     struct op  *next;
     op_kind     kind;
@@ -567,7 +575,7 @@ static void run_op(op *o)
     case OP_COPY: if (!skip) memmove(o->dst, o->src, o->bytes); break;
     case OP_SET: if (!skip) memset(o->dst, o->value, o->bytes); break;
     case OP_HOST_FN: if (!skip) run_host_fn(o->fn, o->user); break;
-    case OP_RECORD: event_complete(o->ev); event_release(o->ev); break;
+    case OP_RECORD: event_complete_record(o->ev, o->bytes); event_release(o->ev); break;
     case OP_WAIT: event_wait(o->ev); event_release(o->ev); break;
     case OP_KERNEL: if (!skip) run_copy_entries(o); break;
     case OP_SAXPY: /* examples/kernels/scale.cu: y = a*x + y; value = a, src = x, dst = y, bytes = n */
@@ -577,6 +585,18 @@ static void run_op(op *o)
             ((float *)o->dst)[i] = (float)o->value * ((const float *)o->src)[i] + ((float *)o->dst)[i];
         break;
     case OP_JACOBI: if (!skip) run_jacobi(o); break;
+    case OP_DIFF: /* the back end's mapping_diff_blocks: src = mem, dst = shadow, user = flags, bytes = blocks */
+        if (skip)
+            break;
+        for (size_t b = 0; b < o->bytes; b++) {
+            const char *a = (const char *)o->src + b * 4096;
+            char *sh = (char *)o->dst + b * 4096;
+            int changed = memcmp(a, sh, 4096) != 0;
+            if (changed)
+                memcpy(sh, a, 4096);
+            ((unsigned char *)o->user)[b] = (unsigned char)changed;
+        }
+        break;
     case OP_FAULT: set_sticky(ILLEGAL_ADDRESS); break;
     }
     free(o->owned);
@@ -1147,8 +1167,9 @@ API CUresult cuEventRecord(event *e, stream *s)
     e->done = false;
     e->recorded = true;
     e->refs++;
+    unsigned long long gen = ++e->gen;
     pthread_mutex_unlock(&e->lock);
-    CUresult r = submit(s, (op){.kind = OP_RECORD, .ev = e});
+    CUresult r = submit(s, (op){.kind = OP_RECORD, .ev = e, .bytes = (size_t)gen});
     if (r != OK)
         event_release(e);
     return r;
@@ -1280,11 +1301,13 @@ API CUresult cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t 
 #endif
 
 /* Modules: the back end's kernel and the examples' saxpy and jacobi, emulated on the stream. */
-static int module_token, function_token, saxpy_token, jacobi_token;
+static int module_token, function_token, saxpy_token, jacobi_token, diff_token;
+static bool module_has_diff; /* the back end's module carries mapping_diff_blocks */
 static bool *loaded_flag(void *fn)
 {
     return fn == &function_token ? &function_loaded : fn == &saxpy_token ? &saxpy_loaded
-                                                     : fn == &jacobi_token ? &jacobi_loaded : NULL;
+                                                     : fn == &jacobi_token ? &jacobi_loaded
+                                                     : fn == &diff_token   ? &diff_loaded : NULL;
 }
 API CUresult cuModuleLoadData(void **module, const void *image)
 {
@@ -1294,8 +1317,10 @@ API CUresult cuModuleLoadData(void **module, const void *image)
     if (!strstr(image, ".entry mapping_copy_entries") && !strstr(image, ".entry saxpy") &&
         !strstr(image, ".entry jacobi("))
         return 218; /* CUDA_ERROR_INVALID_PTX */
-    if (strstr(image, ".entry mapping_copy_entries"))
+    if (strstr(image, ".entry mapping_copy_entries")) {
         copy_entries_split = strstr(image, "mapping_copy_entries_param_5") != NULL;
+        module_has_diff = strstr(image, ".entry mapping_diff_blocks") != NULL;
+    }
     *module = &module_token;
     return OK;
 }
@@ -1311,6 +1336,8 @@ API CUresult cuModuleGetFunction(void **fn, void *module, const char *name)
         *fn = &saxpy_token;
     else if (strcmp(name, "jacobi") == 0)
         *fn = &jacobi_token;
+    else if (strcmp(name, "mapping_diff_blocks") == 0 && module_has_diff)
+        *fn = &diff_token;
     else
         return NOT_FOUND;
     return OK;
@@ -1341,7 +1368,8 @@ API CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, uns
     NEED_CONTEXT();
     count(COUNT_cuLaunchKernel);
     STREAM_ARG(s);
-    if ((fn != &function_token && fn != &saxpy_token && fn != &jacobi_token) || gx == 0 || gy == 0 || gz == 0 ||
+    if ((fn != &function_token && fn != &saxpy_token && fn != &jacobi_token && fn != &diff_token) || gx == 0 ||
+        gy == 0 || gz == 0 ||
         bx == 0 || by == 0 || bz == 0 || (unsigned long long)bx * by * bz > 1024)
         return INVALID_VALUE;
     if (fn == &jacobi_token) { /* u, v, cols, first_row, rows, owned, halo; the grid must cover the block */
@@ -1357,6 +1385,16 @@ API CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, uns
         }
         size_t n = (size_t)(a->owned + 2 * a->halo) * a->cols * sizeof(float);
         return submit_checked(s, (op){.kind = OP_JACOBI, .src = D(u), .dst = D(v), .user = a, .owned = a}, u, n, v, n);
+    }
+    if (fn == &diff_token) { /* mem, shadow, flags, blocks; the grid must cover the blocks */
+        CUdeviceptr a = *(CUdeviceptr *)params[0], sh = *(CUdeviceptr *)params[1], fl = *(CUdeviceptr *)params[2];
+        unsigned long long blocks = *(unsigned long long *)params[3];
+        if ((unsigned long long)gx * gy < blocks)
+            return INVALID_VALUE; /* a real launch would leave blocks out: refuse it here */
+        if (!dev_valid(D(fl), blocks))
+            return submit(s, (op){.kind = OP_FAULT});
+        return submit_checked(s, (op){.kind = OP_DIFF, .src = D(a), .dst = D(sh), .user = D(fl), .bytes = blocks}, a,
+                              blocks * 4096, sh, blocks * 4096);
     }
     if (fn == &saxpy_token) { /* whole numbers only: the example's a is 2 */
         CUdeviceptr x = *(CUdeviceptr *)params[1], y = *(CUdeviceptr *)params[2];

@@ -732,6 +732,7 @@ const mapping_backend mapping_backend_cuda = {
     .fill = cuda_fill,
     .scatter = mapping__cuda_scatter,
     .gather = mapping__cuda_gather,
+    .diff_blocks = mapping__cuda_diff_blocks,
     .launch_host = cuda_launch_host,
     .event_record = cuda_event_record,
     .event_wait = cuda_event_wait,

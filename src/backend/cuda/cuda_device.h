@@ -85,6 +85,7 @@ typedef struct cuda_device {
      * to lazy loading) at open; NULL when it could not be: then copies. */
     cu_module       module;
     cu_function     copy_entries;
+    cu_function     diff_blocks; /* mirrors' device-side diff; NULL when it could not be loaded */
 } cuda_device;
 
 static inline cu_deviceptr cuda_ptr(void *mem)
@@ -143,6 +144,10 @@ mapping_status mapping__cuda_scatter(void *dev, void *stream, void *staging_mem,
                             const mapping_scatter_entry *table, size_t count, void *dst_mem);
 mapping_status mapping__cuda_gather(void *dev, void *stream, void *src_mem, void *staging_mem, size_t table_offset,
                            const mapping_scatter_entry *table, size_t count);
+/* The mirrors' device-side diff (mapping_backend.diff_blocks), with the
+ * kernel of the same module; MAPPING_ERR_UNSUPPORTED where it is not loaded. */
+mapping_status mapping__cuda_diff_blocks(void *dev, void *stream, void *mem, size_t mem_offset, void *shadow_mem,
+                                         size_t shadow_offset, size_t bytes, void *flags_mem, size_t flags_offset);
 /* At open: loads the kernel module and its function (cuFuncLoad where the
  * driver has it, else a launch over no entries), so that no blocking flush
  * ever loads a module (lazy loading may synchronize the context, hanging

@@ -78,3 +78,46 @@ extern "C" __global__ void mapping_copy_entries(unsigned char *staging, const en
         copy_piece(dst, src, n, lane);
     }
 }
+
+// Device-side diff of mirrors (mapping_backend.diff_blocks): one 128-thread
+// block per 4096-byte block of `mem`, compared with the same block of
+// `shadow` in 16-byte words where both are 16-byte aligned (neighbouring
+// threads read neighbouring words), else bytes; __syncthreads_or makes the
+// block's verdict, a changed block is copied into the shadow the same way,
+// and thread 0 writes its flag. Blocks beyond `blocks` only return.
+extern "C" __global__ void mapping_diff_blocks(const unsigned char *mem, unsigned char *shadow, unsigned char *flags,
+                                               unsigned long long blocks)
+{
+    unsigned long long b = (unsigned long long)blockIdx.y * gridDim.x + blockIdx.x;
+    if (b >= blocks)
+        return;
+    const unsigned char *a = mem + b * 4096;
+    unsigned char *s = shadow + b * 4096;
+    bool aligned = (((unsigned long long)a | (unsigned long long)s) & 15) == 0;
+    unsigned changed = 0;
+    if (aligned) {
+        const uint4 *x = reinterpret_cast<const uint4 *>(a);
+        const uint4 *y = reinterpret_cast<const uint4 *>(s);
+        for (unsigned i = threadIdx.x; i < 256; i += blockDim.x) {
+            uint4 p = x[i], q = y[i];
+            changed |= (p.x ^ q.x) | (p.y ^ q.y) | (p.z ^ q.z) | (p.w ^ q.w);
+        }
+    } else {
+        for (unsigned i = threadIdx.x; i < 4096; i += blockDim.x)
+            changed |= a[i] ^ s[i];
+    }
+    int any = __syncthreads_or(changed != 0);
+    if (any) {
+        if (aligned) {
+            const uint4 *x = reinterpret_cast<const uint4 *>(a);
+            uint4 *y = reinterpret_cast<uint4 *>(s);
+            for (unsigned i = threadIdx.x; i < 256; i += blockDim.x)
+                y[i] = x[i];
+        } else {
+            for (unsigned i = threadIdx.x; i < 4096; i += blockDim.x)
+                s[i] = a[i];
+        }
+    }
+    if (threadIdx.x == 0)
+        flags[b] = any ? 1 : 0;
+}

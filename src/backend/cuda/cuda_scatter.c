@@ -65,7 +65,48 @@ void mapping__cuda_kernels_load(cuda_device *d)
         d->module = NULL;
         mapping__log(1, "cuda: cannot load the scatter/gather kernel (%s: %s, %d); using one copy per entry", call,
                      mapping__cuda_error_name(r), r);
+        return;
     }
+    /* The mirrors' diff kernel, from the same module; without it a diff
+     * mirror reads back in full (mapping__cuda_diff_blocks: UNSUPPORTED). */
+    d->diff_blocks = NULL;
+    cu_function f = NULL;
+    if (cu->cuModuleGetFunction(&f, d->module, "mapping_diff_blocks") == CU_SUCCESS &&
+        (!cu->cuFuncLoad || cu->cuFuncLoad(f) == CU_SUCCESS))
+        d->diff_blocks = f;
+}
+
+/* The diff kernel's shape (cuda_kernels.cu): a 128-thread block per 4 KiB
+ * block, the grid two-dimensional past 65535 blocks. */
+enum { DIFF_THREADS = 128, DIFF_GRID_X = 65535 };
+
+mapping_status mapping__cuda_diff_blocks(void *dev, void *stream, void *mem, size_t mem_offset, void *shadow_mem,
+                                         size_t shadow_offset, size_t bytes, void *flags_mem, size_t flags_offset)
+{
+    cuda_device *d = dev;
+    if (!d->diff_blocks)
+        return mapping__fail(MAPPING_ERR_UNSUPPORTED, "cuda: the diff kernel is not loaded on this device");
+    bool pushed;
+    mapping_status st = mapping__cuda_enter(d, &pushed);
+    if (st != MAPPING_OK)
+        return st;
+    cu_stream s = stream ? stream : d->internal;
+    if (!stream)
+        st = mapping__cuda_after_legacy(d);
+    cu_deviceptr a = cuda_ptr(mem) + mem_offset, b = cuda_ptr(shadow_mem) + shadow_offset,
+                 f = cuda_ptr(flags_mem) + flags_offset;
+    unsigned long long blocks = bytes / MAPPING_DIFF_BLOCK;
+    unsigned gx = blocks < DIFF_GRID_X ? (unsigned)(blocks ? blocks : 1) : DIFF_GRID_X;
+    unsigned gy = (unsigned)((blocks + gx - 1) / gx);
+    void *params[] = {&a, &b, &f, &blocks};
+    if (st == MAPPING_OK && blocks)
+        st = mapping__cuda_check(d->cu->cuLaunchKernel(d->diff_blocks, gx, gy ? gy : 1, 1, DIFF_THREADS, 1, 1, 0, s,
+                                                        params, NULL),
+                                 "cuLaunchKernel");
+    if (st == MAPPING_OK && !stream)
+        st = mapping__cuda_check(d->cu->cuStreamSynchronize(s), "cuStreamSynchronize");
+    mapping__cuda_leave(d, pushed);
+    return st;
 }
 
 void mapping__cuda_kernels_unload(cuda_device *d)
