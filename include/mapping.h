@@ -714,7 +714,9 @@ enum {
      * first large comparison measures how fast the device compares, and
      * the diff is used only where comparing costs less than reading over
      * the link (mapping_device_link); $MAPPING_DEVICE_DIFF=on / off forces
-     * it. Back ends without a compare kernel (CUDA in this version) and
+     * it. The compare kernel: host (memcmp over the cores), OpenCL (in the
+     * back end's program), CUDA (in its PTX, loaded at open); a device
+     * where it could not be loaded (MAPPING_CUDA_SCATTER=copies) and
      * unified mirrors read as without the flag. Marks stay exact: bytes
      * that are not stale are never read. */
     MAPPING_MIRROR_DEVICE_DIFF = 1u << 4
