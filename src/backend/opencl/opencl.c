@@ -151,6 +151,15 @@ static void opencl_device_close(void *dev)
     free(d);
 }
 
+/* $MAPPING_OPENCL_DIFF: the shape of the mirrors' diff kernel. 0 auto (a
+ * work-item per block on CPU devices, a work-group per block elsewhere),
+ * 1 items, 2 groups, -1 another value. */
+static int diff_shape_from_env(void)
+{
+    const char *v = getenv("MAPPING_OPENCL_DIFF");
+    return !v || !*v || !strcmp(v, "auto") ? 0 : !strcmp(v, "items") ? 1 : !strcmp(v, "groups") ? 2 : -1;
+}
+
 static mapping_status opencl_device_open(int index, const mapping_device_desc *desc, void **out)
 {
     (void)desc;
@@ -158,6 +167,10 @@ static mapping_status opencl_device_open(int index, const mapping_device_desc *d
     if (share && *share && strcmp(share, "0") && strcmp(share, "1"))
         return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT,
                              "mapping_open: MAPPING_OPENCL_SHARED_CONTEXT=\"%s\" is not 0 or 1", share);
+    int diff_shape;
+    if ((diff_shape = diff_shape_from_env()) < 0)
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "mapping_open: MAPPING_OPENCL_DIFF=\"%s\" is not auto, items "
+                             "or groups", getenv("MAPPING_OPENCL_DIFF"));
     opencl_device *d = mapping_os_calloc(1, sizeof *d);
     if (!d)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "opencl: out of memory");
@@ -166,6 +179,7 @@ static mapping_status opencl_device_open(int index, const mapping_device_desc *d
     d->device = devices[index].device;
     d->svm_fine = devices[index].svm_fine;
     d->sliced_lanes = !strcmp(devices[index].info.kind, "cpu");
+    d->diff_by_groups = diff_shape ? diff_shape == 2 : !d->sliced_lanes;
     cl_int err = CL_SUCCESS;
     d->context = mapping__opencl_context_acquire(d->platform, d->device, &err); /* shared by the platform's devices */
     if (err != CL_SUCCESS) {
@@ -230,6 +244,7 @@ static mapping_status opencl_device_adopt(const mapping_native_device *native, i
     d->device = device;
     d->svm_fine = devices[found].svm_fine;
     d->sliced_lanes = !strcmp(devices[found].info.kind, "cpu");
+    d->diff_by_groups = diff_shape_from_env() == 2 || (diff_shape_from_env() == 0 && !d->sliced_lanes);
     mapping__opencl_driver.clRetainContext(context);
     d->context = context;
     d->context_adopted = true;

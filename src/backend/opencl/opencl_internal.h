@@ -57,6 +57,8 @@ typedef struct opencl_device {
     cl_kernel       scatter, gather;
     cl_kernel       scatter_slices, gather_slices; /* CPU devices, small entries: a slice of entries per work-item */
     cl_kernel       diff;                          /* mirrors' device-side diff (mapping_diff_blocks) */
+    cl_kernel       diff_groups;                   /* the same, a work-group per block (GPUs) */
+    bool            diff_by_groups;                /* $MAPPING_OPENCL_DIFF, or not a CPU device */
     cl_uint         compute_units;
     size_t          group_size;   /* work-items per work-group of their launches */
     bool            sliced_lanes; /* CPU device: an entry's work-items copy contiguous slices */

@@ -159,6 +159,54 @@ static const char kernel_source[] =
     "                s[i] = a[i];\n"
     "    }\n"
     "    flags[flags_offset + b] = changed != 0;\n"
+    "}\n"
+    "/* The same on a GPU: a work-group per block, work-item l of n comparing\n"
+    " * 16-byte words l, l + n, ... (neighbouring work-items read neighbouring\n"
+    " * memory), the verdict ORed in local memory. */\n"
+    "__kernel void mapping_diff_groups(__global const uchar *mem, ulong mem_offset, __global uchar *shadow,\n"
+    "                                  ulong shadow_offset, __global uchar *flags, ulong flags_offset, ulong blocks)\n"
+    "{\n"
+    "    __local uint any;\n"
+    "    ulong b = get_group_id(0);\n"
+    "    uint l = get_local_id(0), n = get_local_size(0);\n"
+    "    if (l == 0)\n"
+    "        any = 0;\n"
+    "    barrier(CLK_LOCAL_MEM_FENCE);\n"
+    "    __global const uchar *a = mem + mem_offset + b * 4096;\n"
+    "    __global uchar *s = shadow + shadow_offset + b * 4096;\n"
+    "    bool aligned = ((mem_offset | shadow_offset) & 15) == 0;\n"
+    "    uint changed = 0;\n"
+    "    if (b < blocks) {\n"
+    "        if (aligned) {\n"
+    "            __global const uint4 *x = (__global const uint4 *)a;\n"
+    "            __global const uint4 *y = (__global const uint4 *)s;\n"
+    "            for (uint i = l; i < 256; i += n) {\n"
+    "                uint4 d = x[i] ^ y[i];\n"
+    "                changed |= d.x | d.y | d.z | d.w;\n"
+    "            }\n"
+    "        } else {\n"
+    "            for (uint i = l; i < 4096; i += n)\n"
+    "                changed |= a[i] ^ s[i];\n"
+    "        }\n"
+    "        if (changed)\n"
+    "            atomic_or(&any, 1u);\n"
+    "    }\n"
+    "    barrier(CLK_LOCAL_MEM_FENCE);\n"
+    "    if (b >= blocks)\n"
+    "        return;\n"
+    "    if (any) {\n"
+    "        if (aligned) {\n"
+    "            __global const uint4 *x = (__global const uint4 *)a;\n"
+    "            __global uint4 *y = (__global uint4 *)s;\n"
+    "            for (uint i = l; i < 256; i += n)\n"
+    "                y[i] = x[i];\n"
+    "        } else {\n"
+    "            for (uint i = l; i < 4096; i += n)\n"
+    "                s[i] = a[i];\n"
+    "        }\n"
+    "    }\n"
+    "    if (l == 0)\n"
+    "        flags[flags_offset + b] = any != 0;\n"
     "}\n";
 
 /* Work-items per work-group at most (the kernel's limit may be lower). */
@@ -226,6 +274,8 @@ static mapping_status build_kernels_from(opencl_device *d, bool cache_only)
         if (err == CL_SUCCESS)
             d->diff = mapping__opencl_driver.clCreateKernel(d->program, "mapping_diff_blocks", &err);
         if (err == CL_SUCCESS)
+            d->diff_groups = mapping__opencl_driver.clCreateKernel(d->program, "mapping_diff_groups", &err);
+        if (err == CL_SUCCESS)
             break;
         mapping__opencl_kernels_release(d);
         if (!cached)
@@ -278,7 +328,9 @@ void mapping__opencl_kernels_release(opencl_device *d)
         mapping__opencl_driver.clReleaseKernel(d->gather_slices);
     if (d->diff)
         mapping__opencl_driver.clReleaseKernel(d->diff);
-    d->scatter_slices = d->gather_slices = d->diff = NULL;
+    if (d->diff_groups)
+        mapping__opencl_driver.clReleaseKernel(d->diff_groups);
+    d->scatter_slices = d->gather_slices = d->diff = d->diff_groups = NULL;
     if (d->program)
         mapping__opencl_driver.clReleaseProgram(d->program);
     d->scatter = d->gather = NULL;
@@ -379,7 +431,12 @@ mapping_status mapping__opencl_diff_blocks(void *dev, void *stream, void *mem, s
     mapping_status st = build_kernels(d);
     cl_event ev = NULL;
     if (st == MAPPING_OK) {
-        cl_kernel k = d->diff;
+        /* A work-item per block on a CPU device (it runs a work-group's
+         * items one after another: a barrier costs more than it saves; on
+         * PoCL 11.9 ms against 29 ms for 256 MiB), a work-group per block
+         * elsewhere (neighbouring work-items read neighbouring memory). */
+        bool groups = d->diff_by_groups;
+        cl_kernel k = groups ? d->diff_groups : d->diff;
         cl_int err = mapping__opencl_driver.clSetKernelArg(k, 0, sizeof m, &m) |
                      mapping__opencl_driver.clSetKernelArg(k, 1, sizeof mo, &mo) |
                      mapping__opencl_driver.clSetKernelArg(k, 2, sizeof sh, &sh) |
@@ -390,7 +447,8 @@ mapping_status mapping__opencl_diff_blocks(void *dev, void *stream, void *mem, s
         if (err != CL_SUCCESS) {
             st = mapping__fail(MAPPING_ERR_DRIVER, "opencl: clSetKernelArg of the diff kernel failed");
         } else {
-            size_t local = d->group_size, global = ((size_t)blocks + local - 1) / local * local;
+            size_t local = d->group_size,
+                   global = groups ? (size_t)blocks * local : ((size_t)blocks + local - 1) / local * local;
             err = mapping__opencl_driver.clEnqueueNDRangeKernel(opencl_queue_of(d, stream), k, 1, NULL, &global, &local,
                                                                 0, NULL, stream ? NULL : &ev);
             if (err != CL_SUCCESS)

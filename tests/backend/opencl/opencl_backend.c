@@ -376,9 +376,42 @@ static void opencl_threads_share_a_device_and_its_scatter_kernel_body(void)
 #define OPENCL_RUN(body) test_skip("the OpenCL back end is not compiled into this build (or without its headers)")
 #endif
 
+#ifdef MAPPING_OPENCL_HEADERS
+/* $MAPPING_OPENCL_DIFF picks the diff kernel's shape at open; auto: a
+ * work-item per block on a CPU device, a work-group per block elsewhere. */
+static void opencl_diff_kernel_shape_follows_the_device_and_the_variable_body(void)
+{
+    unsetenv("MAPPING_OPENCL_DIFF");
+    mapping_device *dev = open_opencl();
+    mapping_device_info info;
+    CHECK_OK(mapping_device_get_info(dev, &info));
+    opencl_device *d = dev->state;
+    CHECK(d->diff_by_groups == (strcmp(info.kind, "cpu") != 0));
+    mapping_close(dev);
+    setenv("MAPPING_OPENCL_DIFF", "groups", 1);
+    dev = open_opencl();
+    CHECK(((opencl_device *)dev->state)->diff_by_groups);
+    mapping_close(dev);
+    setenv("MAPPING_OPENCL_DIFF", "items", 1);
+    dev = open_opencl();
+    CHECK(!((opencl_device *)dev->state)->diff_by_groups);
+    mapping_close(dev);
+    setenv("MAPPING_OPENCL_DIFF", "warps", 1);
+    dev = NULL;
+    CHECK_REFUSED(mapping_open(&(mapping_device_desc){.backend = "opencl"}, &dev), MAPPING_ERR_INVALID_ARGUMENT);
+    CHECK(dev == NULL && strstr(mapping_last_error_message(), "MAPPING_OPENCL_DIFF") != NULL);
+    unsetenv("MAPPING_OPENCL_DIFF");
+}
+#endif
+
 UNIT_TEST(opencl_native_handles_run_a_user_kernel_on_the_library_stream)
 {
     OPENCL_RUN(opencl_native_handles_run_a_user_kernel_on_the_library_stream_body);
+}
+
+UNIT_TEST(opencl_diff_kernel_shape_follows_the_device_and_the_variable)
+{
+    OPENCL_RUN(opencl_diff_kernel_shape_follows_the_device_and_the_variable_body);
 }
 
 UNIT_TEST(opencl_scatter_and_gather_move_exactly_the_table_entries)
