@@ -850,18 +850,32 @@ static PyObject *core_mirror_parts(PyObject *self, PyObject *arg)
 
 
 
+/* (mirror, side) arguments of the mirror queries below. */
+static int mirror_side_args(PyObject *const *args, Py_ssize_t nargs, mapping_mirror **m, mapping_side *side)
+{
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "expected 2 arguments, got %zd", nargs);
+        return -1;
+    }
+    *m = as_ptr(args[0]);
+    long s = PyLong_AsLong(args[1]);
+    if (PyErr_Occurred())
+        return -1;
+    *side = (mapping_side)s;
+    return 0;
+}
+
 static PyObject *core_mirror_stale(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    NEED(2);
-    mapping_mirror *m = PTR(0);
-    long side = PyLong_AsLong(args[1]);
-    if (PyErr_Occurred())
+    mapping_mirror *m;
+    mapping_side side;
+    if (mirror_side_args(args, nargs, &m, &side))
         return NULL;
     mapping_clear_last_error();
     size_t n;
     Py_BEGIN_ALLOW_THREADS
-    n = mapping_mirror_stale_bytes(m, (mapping_side)side);
+    n = mapping_mirror_stale_bytes(m, side);
     Py_END_ALLOW_THREADS
     if (mapping_last_error() != MAPPING_OK)
         return raise_status(mapping_last_error());
@@ -872,13 +886,12 @@ static PyObject *core_mirror_stale(PyObject *self, PyObject *const *args, Py_ssi
 static PyObject *core_mirror_needs_sync(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    NEED(2);
-    mapping_mirror *m = PTR(0);
-    long side = PyLong_AsLong(args[1]);
-    if (PyErr_Occurred())
+    mapping_mirror *m;
+    mapping_side side;
+    if (mirror_side_args(args, nargs, &m, &side))
         return NULL;
     int out = 0;
-    CHECK_ST(mapping_mirror_needs_sync(m, (mapping_side)side, &out));
+    CHECK_ST(mapping_mirror_needs_sync(m, side, &out));
     return PyBool_FromLong(out);
 }
 

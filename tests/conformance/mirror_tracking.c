@@ -504,3 +504,16 @@ TEST(tracked_multimirror_sends_written_pages_without_marks)
     free(got);
     mapping_multimirror_destroy(m);
 }
+
+TEST(tracked_mirror_refuses_a_bad_track_scan_value)
+{
+    mapping_device *dev = test_device();
+    setenv("MAPPING_TRACK_SCAN", "sometimes", 1);
+    mapping_mirror *m = NULL;
+    mapping_status st = mapping_mirror_create(dev, 4096, MAPPING_MIRROR_TRACK_WRITES, &m);
+    unsetenv("MAPPING_TRACK_SCAN");
+    CHECK(st == MAPPING_ERR_INVALID_ARGUMENT && m == NULL);
+    CHECK(strstr(mapping_last_error_message(), "MAPPING_TRACK_SCAN") != NULL);
+    CHECK_OK(mapping_mirror_create(dev, 4096, 0, &m)); /* untracked mirrors do not read it */
+    mapping_mirror_destroy(m);
+}

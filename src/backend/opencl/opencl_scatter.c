@@ -354,6 +354,17 @@ static cl_uint lane_bits_for(const opencl_device *d, const mapping_scatter_entry
     return bits;
 }
 
+/* Enqueues k over `global` work-items in work-groups of `local` (with
+ * kernel_lock held: the arguments were just set). Blocking (stream NULL):
+ * *ev is the event mapping__opencl_finish_blocking then waits for. */
+static mapping_status enqueue_kernel(opencl_device *d, void *stream, cl_kernel k, size_t global, size_t local,
+                                     cl_event *ev)
+{
+    cl_int err = mapping__opencl_driver.clEnqueueNDRangeKernel(opencl_queue_of(d, stream), k, 1, NULL, &global, &local,
+                                                               0, NULL, stream ? NULL : ev);
+    return err == CL_SUCCESS ? MAPPING_OK : mapping__opencl_fail("clEnqueueNDRangeKernel", err);
+}
+
 /* Sets the arguments and launches count << lane_bits work-items (rounded up
  * to whole work-groups; the extra ones return at once). */
 static mapping_status launch(opencl_device *d, void *stream, bool scatter, cl_mem staging, cl_mem buffer,
@@ -396,10 +407,7 @@ static mapping_status launch(opencl_device *d, void *stream, bool scatter, cl_me
         } else {
             size_t local = slices ? 1 : d->group_size,
                    global = slices ? items : ((count << lane_bits) + local - 1) / local * local;
-            err = mapping__opencl_driver.clEnqueueNDRangeKernel(opencl_queue_of(d, stream), k, 1, NULL, &global, &local, 0, NULL,
-                                             stream ? NULL : &ev);
-            if (err != CL_SUCCESS)
-                st = mapping__opencl_fail("clEnqueueNDRangeKernel", err);
+            st = enqueue_kernel(d, stream, k, global, local, &ev);
         }
     }
     pthread_mutex_unlock(&d->kernel_lock);
@@ -421,6 +429,7 @@ mapping_status mapping__opencl_gather(void *dev, void *stream, void *src_mem, vo
     return launch(dev, stream, false, ((opencl_buffer *)staging_mem)->mem, ((opencl_buffer *)src_mem)->mem, table_offset,
                   table, count);
 }
+
 mapping_status mapping__opencl_diff_blocks(void *dev, void *stream, void *mem, size_t mem_offset, void *shadow_mem,
                                            size_t shadow_offset, size_t bytes, void *flags_mem, size_t flags_offset)
 {
@@ -449,10 +458,7 @@ mapping_status mapping__opencl_diff_blocks(void *dev, void *stream, void *mem, s
         } else {
             size_t local = d->group_size,
                    global = groups ? (size_t)blocks * local : ((size_t)blocks + local - 1) / local * local;
-            err = mapping__opencl_driver.clEnqueueNDRangeKernel(opencl_queue_of(d, stream), k, 1, NULL, &global, &local,
-                                                                0, NULL, stream ? NULL : &ev);
-            if (err != CL_SUCCESS)
-                st = mapping__opencl_fail("clEnqueueNDRangeKernel", err);
+            st = enqueue_kernel(d, stream, k, global, local, &ev);
         }
     }
     pthread_mutex_unlock(&d->kernel_lock);
