@@ -47,9 +47,9 @@ const char *mapping_write_tracking_description(void)
 mapping_status mapping__mirror_track_begin(const char *fn, mirror_state *st)
 {
     const char *scan = getenv("MAPPING_TRACK_SCAN"); /* read by os/write_track_uffd.c */
-    if (scan && *scan && strcmp(scan, "changed") != 0 && strcmp(scan, "always") != 0)
-        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: MAPPING_TRACK_SCAN=\"%s\" is not changed or always", fn,
-                             scan);
+    if (scan && *scan && strcmp(scan, "faulted") != 0 && strcmp(scan, "changed") != 0 && strcmp(scan, "always") != 0)
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT,
+                             "%s: MAPPING_TRACK_SCAN=\"%s\" is not faulted, changed or always", fn, scan);
     mapping_os_track *t = NULL;
     int rc = mapping_os_track_begin(st->cpu, st->size, &t);
     if (rc == -ENOMEM)

@@ -9,12 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include "os/os.h"
+#include "os/fault_log.h"
 #include "os/write_track.h"
 
 static pthread_once_t        choose_once = PTHREAD_ONCE_INIT;
 static mapping_os_track_kind chosen;
 static const char           *chosen_reason = "";
-static char                  reason_buf[160];
+static char                  reason_buf[256];
 
 static void choose(void)
 {
@@ -31,8 +32,14 @@ static void choose(void)
         return;
     }
     if (want_uffd && mapping__uffd_probe(&uffd_why) == 0) {
+        const char *log_why = "";
+        bool logged = mapping_os_fault_log_probe(&log_why);
         chosen = MAPPING_OS_TRACK_UFFD;
-        chosen_reason = "uffd: userfaultfd async write-protect + PAGEMAP_SCAN";
+        snprintf(reason_buf, sizeof reason_buf, "uffd: userfaultfd async write-protect + PAGEMAP_SCAN, %s%s",
+                 logged ? "of the faulted pages (perf fault log)" : "walks only (no fault log: ", logged ? "" : log_why);
+        if (!logged)
+            strncat(reason_buf, ")", sizeof reason_buf - strlen(reason_buf) - 1);
+        chosen_reason = reason_buf;
         return;
     }
     if (want_mprot && (env && strcmp(env, "uffd") == 0 ? false : mapping__mprot_probe(&mprot_why) == 0)) {

@@ -28,6 +28,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "os/fault_log.h"
 
 typedef enum mapping_os_track_kind {
     MAPPING_OS_TRACK_NONE = 0,
@@ -57,14 +58,18 @@ void mapping_os_track_end(mapping_os_track *t);
  * protects them again. 0 or -errno (nothing reported is lost: the pages
  * stay counted as written). uffd: when the process has taken no page fault
  * since the last scan began, no page can have become writable, and the
- * scan is skipped ($MAPPING_TRACK_SCAN=always turns that off): a write
- * made by another process (process_vm_writev, a shared mapping) counts in
- * that process and is seen at the next scan this process has a reason to
- * make. */
+ * scan is skipped; when the fault log (fault_log.h) holds every fault since
+ * then, only the pages it names are scanned ($MAPPING_TRACK_SCAN=changed
+ * keeps the first, =always neither): a write made by another process
+ * (process_vm_writev, a shared mapping) counts in that process and is seen
+ * at the next walk this process has a reason to make. */
 int  mapping_os_track_collect(mapping_os_track *t, mapping_os_track_fn fn, void *user);
 /* Forgets writes to the pages wholly inside [lo, hi) (the library's own
  * writes, e.g. a copy from the device). */
 void mapping_os_track_clear(mapping_os_track *t, uintptr_t lo, uintptr_t hi);
+/* uffd, for tests: how many collects scanned only faulted pages, and how
+ * many walked a whole region, since the process started. */
+void mapping_os_track_scan_counts(uint64_t *faulted, uint64_t *walked);
 /* mprotect: makes the pages meeting [lo, hi) writable and counts them
  * written (so the kernel may write them). uffd: nothing to do. */
 void mapping_os_track_release(mapping_os_track *t, uintptr_t lo, uintptr_t hi);
@@ -78,6 +83,10 @@ struct mapping_os_track {
      * complete scan (faults_valid), see mapping__uffd_collect. */
     uint64_t              faults_seen;
     bool                  faults_valid;
+    /* uffd: the fault log's point taken before the last scan (fault_log.h),
+     * and what the last walk of the whole region cost (0: none yet). */
+    mapping_os_fault_pos  fault_pos;
+    uint64_t              walk_ns;
 };
 /* Probes once: 0 when available, else -errno with *why set. */
 int  mapping__uffd_probe(const char **why);

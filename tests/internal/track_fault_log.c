@@ -1,0 +1,192 @@
+/*
+ * Write tracking with uffd and the fault log (os/fault_log.h): a sync after
+ * a few faults of the syncing thread scans only the faulted pages; a write
+ * the log cannot vouch for (another thread's, the kernel's in read(2), more
+ * pages than the log keeps) makes the sync walk the whole mirror, and every
+ * written byte arrives either way.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "testing/test_hooks.h"
+#include "harness.h"
+
+enum { MIRROR_MIB = 256 };
+
+static void need_fault_log(void)
+{
+    const char *why = "";
+    if (mapping_write_tracking(NULL) != MAPPING_TRACK_UFFD)
+        test_skip("the fault log serves uffd tracking, and this process tracks with %s",
+                  mapping_write_tracking_description());
+    if (!mapping__test_fault_log(&why))
+        test_skip("no fault log here: %s", why);
+}
+
+static size_t page(void)
+{
+    size_t g = 0;
+    mapping_write_tracking(&g);
+    return g;
+}
+
+/* The device's byte at `at` equals the CPU's. */
+static void check_byte(mapping_mirror *m, size_t at)
+{
+    unsigned char got = 0;
+    CHECK_OK(mapping_sync_to_cpu_range(NULL, mapping_mirror_gpu(m), mapping_mirror_gpu_offset(m) + at, &got, 1));
+    if (got != ((unsigned char *)mapping_mirror_cpu(m))[at])
+        test_fail(__FILE__, __LINE__, "device byte %zu is 0x%02x, the CPU's 0x%02x", at, got,
+                  ((unsigned char *)mapping_mirror_cpu(m))[at]);
+}
+
+static uint64_t faulted_scans(void)
+{
+    uint64_t f, w;
+    mapping__test_track_scans(&f, &w);
+    return f;
+}
+
+static uint64_t walks(void)
+{
+    uint64_t f, w;
+    mapping__test_track_scans(&f, &w);
+    return w;
+}
+
+/* Writes one byte per round on this thread, syncs, and checks it arrived;
+ * true once a round's sync scanned only the faulted pages. */
+static bool single_writes_scan_faulted_pages(mapping_mirror *m, unsigned char *cpu, size_t size, unsigned salt)
+{
+    bool narrowed = false;
+    for (unsigned r = 0; r < 24; r++) {
+        size_t at = ((size_t)(r + salt) * 40961 * 7 + 5) % size;
+        uint64_t before = faulted_scans();
+        cpu[at] = (unsigned char)(cpu[at] + 1 + r);
+        CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+        narrowed |= faulted_scans() > before;
+        check_byte(m, at);
+    }
+    return narrowed;
+}
+
+typedef struct poke {
+    unsigned char *at;
+    unsigned char  value;
+} poke;
+
+static void *poke_thread(void *arg)
+{
+    poke *p = arg;
+    *p->at = p->value;
+    return NULL;
+}
+
+typedef struct sync_job {
+    mapping_mirror *m;
+    mapping_status  status;
+} sync_job;
+
+static void *sync_thread(void *arg)
+{
+    sync_job *j = arg;
+    j->status = mapping_mirror_sync_to_gpu(NULL, j->m);
+    return NULL;
+}
+
+TEST(tracked_sync_scans_only_the_faulted_pages_and_walks_after_a_write_the_log_missed)
+{
+    need_fault_log();
+    mapping_device *dev = test_device();
+    size_t size = (size_t)MIRROR_MIB << 20;
+    mapping_mirror *m = NULL;
+    CHECK_OK(mapping_mirror_create(dev, size, MAPPING_MIRROR_TRACK_WRITES, &m));
+    unsigned char *cpu = mapping_mirror_cpu(m);
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    CHECK(single_writes_scan_faulted_pages(m, cpu, size, 0));
+
+    /* Another thread's write: not in the log (it samples this thread only). */
+    uint64_t walked = walks();
+    poke p = {cpu + size / 2 + 123, 0xA5};
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, poke_thread, &p) == 0);
+    CHECK(pthread_join(th, NULL) == 0);
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    CHECK(walks() > walked);
+    check_byte(m, size / 2 + 123);
+    CHECK(single_writes_scan_faulted_pages(m, cpu, size, 100));
+
+    /* A sync from another thread: it cannot read the count and the log
+     * together, so it walks. */
+    walked = walks();
+    cpu[size / 3] = 0x5A;
+    sync_job job = {.m = m, .status = MAPPING_ERR_INVALID_ARGUMENT};
+    CHECK(pthread_create(&th, NULL, sync_thread, &job) == 0);
+    CHECK(pthread_join(th, NULL) == 0);
+    CHECK(job.status == MAPPING_OK);
+    CHECK(walks() > walked);
+    check_byte(m, size / 3);
+    CHECK(single_writes_scan_faulted_pages(m, cpu, size, 150));
+
+    /* The kernel's write for this process (read(2) into the array): a fault
+     * in kernel mode, counted and not sampled. */
+    int fd[2];
+    CHECK(pipe(fd) == 0);
+    unsigned char src[300];
+    for (size_t i = 0; i < sizeof src; i++)
+        src[i] = (unsigned char)(i * 7 + 1);
+    CHECK(write(fd[1], src, sizeof src) == (ssize_t)sizeof src);
+    walked = walks();
+    size_t at = 3 * size / 4 + page() - 100; /* across a page boundary */
+    CHECK(read(fd[0], cpu + at, sizeof src) == (ssize_t)sizeof src);
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    CHECK(walks() > walked);
+    for (size_t i = 0; i < sizeof src; i++)
+        check_byte(m, at + i);
+    close(fd[0]);
+    close(fd[1]);
+    CHECK(single_writes_scan_faulted_pages(m, cpu, size, 200));
+
+    /* More faulted pages than a sync scans one by one: a walk, every page sent. */
+    size_t pages = 700;
+    for (size_t i = 0; i < pages; i++)
+        cpu[(i * 37 % (size / page())) * page() + i % page()] = (unsigned char)(i + 3);
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    for (size_t i = 0; i < pages; i++)
+        check_byte(m, (i * 37 % (size / page())) * page() + i % page());
+    /* The log turns itself off after so many faults, and back on once the
+     * faults are few again. */
+    CHECK(single_writes_scan_faulted_pages(m, cpu, size, 300));
+    mapping_mirror_destroy(m);
+}
+
+TEST(tracked_sync_with_the_fault_log_keeps_two_mirrors_apart)
+{
+    need_fault_log();
+    mapping_device *dev = test_device();
+    size_t size = (size_t)64 << 20;
+    mapping_mirror *a = NULL, *b = NULL;
+    CHECK_OK(mapping_mirror_create(dev, size, MAPPING_MIRROR_TRACK_WRITES, &a));
+    CHECK_OK(mapping_mirror_create(dev, size, MAPPING_MIRROR_TRACK_WRITES, &b));
+    unsigned char *ca = mapping_mirror_cpu(a), *cb = mapping_mirror_cpu(b);
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, a));
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, b));
+    /* Writes to both, syncs of one only: the other's pages stay in the log
+     * for its own later sync (several syncs of the first in between). */
+    for (unsigned r = 0; r < 16; r++) {
+        size_t at_a = ((size_t)r * 9973 * 13 + 1) % size, at_b = ((size_t)r * 7919 * 17 + 2) % size;
+        ca[at_a] = (unsigned char)(r + 1);
+        cb[at_b] = (unsigned char)(r + 2);
+        CHECK_OK(mapping_mirror_sync_to_gpu(NULL, a));
+        check_byte(a, at_a);
+        if (r % 4 == 3) {
+            CHECK_OK(mapping_mirror_sync_to_gpu(NULL, b));
+            for (unsigned q = r - 3; q <= r; q++)
+                check_byte(b, ((size_t)q * 7919 * 17 + 2) % size);
+        }
+    }
+    mapping_mirror_destroy(a);
+    mapping_mirror_destroy(b);
+}
