@@ -7,6 +7,7 @@
  * others on threads started for it), as a device spreads it over its own.
  */
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <unistd.h>
 #include <string.h>
@@ -20,12 +21,28 @@ typedef struct host_diff_job {
     size_t               blocks;
 } host_diff_job;
 
+/* Whether two blocks differ: every word XORed and ORed together, with no
+ * branch until the end (memcmp stops at the first difference, and its
+ * branch per chunk made the 256 MiB compare 14.4 ms against 11.3-13 ms
+ * here: at 2 x 256 MiB the compare is bound by memory reads). */
+static bool block_differs(const unsigned char *a, const unsigned char *b)
+{
+    uint64_t acc = 0;
+    for (size_t i = 0; i < MAPPING_DIFF_BLOCK; i += 32) {
+        uint64_t x[4], y[4];
+        memcpy(x, a + i, sizeof x); /* any alignment; compiled to plain loads */
+        memcpy(y, b + i, sizeof y);
+        acc |= (x[0] ^ y[0]) | (x[1] ^ y[1]) | (x[2] ^ y[2]) | (x[3] ^ y[3]);
+    }
+    return acc != 0;
+}
+
 static void run_diff(const host_diff_job *job)
 {
     for (size_t i = 0; i < job->blocks; i++) {
         const unsigned char *a = job->mem + i * MAPPING_DIFF_BLOCK;
         unsigned char *b = job->shadow + i * MAPPING_DIFF_BLOCK;
-        bool changed = memcmp(a, b, MAPPING_DIFF_BLOCK) != 0;
+        bool changed = block_differs(a, b);
         if (changed)
             memcpy(b, a, MAPPING_DIFF_BLOCK);
         job->flags[i] = changed;
