@@ -50,11 +50,26 @@ static bool wanted(void)
     return !v || !*v || strcmp(v, "faulted") == 0;
 }
 
-static bool forked; /* set in a child: it shares the parent's ring, hands off */
+/* fork(): the lock is held across it, so a child never inherits it taken
+ * by a thread that does not exist there; the child shares the parent's
+ * ring (a MAP_SHARED mapping of the parent's event), so it never reads it. */
+static bool forked;
+static bool atfork_ok;
 
-static void in_child(void)
+static void before_fork(void)
+{
+    pthread_mutex_lock(&lock);
+}
+
+static void after_fork_parent(void)
+{
+    pthread_mutex_unlock(&lock);
+}
+
+static void after_fork_child(void)
 {
     forked = true;
+    pthread_mutex_unlock(&lock);
 }
 
 static void fill_attr(struct perf_event_attr *a)
@@ -82,6 +97,7 @@ static const char *open_refused(void)
  * (under `lock`, so once). */
 static void open_event(void)
 {
+    atfork_ok = pthread_atfork(before_fork, after_fork_parent, after_fork_child) == 0;
     if (!wanted()) {
         why_not = "MAPPING_TRACK_SCAN is not faulted";
         return;
@@ -101,7 +117,7 @@ static void open_event(void)
         why_not = "the perf ring could not be mapped (RLIMIT_MEMLOCK / perf_event_mlock_kb)";
         return;
     }
-    if (pthread_atfork(NULL, NULL, in_child) != 0) {
+    if (!atfork_ok) {
         munmap(m, ring_bytes);
         close(fd);
         why_not = "pthread_atfork failed";

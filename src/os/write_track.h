@@ -87,6 +87,8 @@ struct mapping_os_track {
      * and what the last walk of the whole region cost (0: none yet). */
     mapping_os_fault_pos  fault_pos;
     uint64_t              walk_ns;
+    /* uffd: the fork generation whose userfaultfd registered the region. */
+    unsigned              generation;
 };
 /* Probes once: 0 when available, else -errno with *why set. */
 int  mapping__uffd_probe(const char **why);

@@ -59,20 +59,20 @@ static int            uffd = -1, pagemap = -1, probe_rc = -ENOSYS;
 static const char    *probe_why = "not probed";
 static bool           unpopulated; /* UFFD_FEATURE_WP_UNPOPULATED: untouched pages are protected too */
 
-static void probe(void)
+/* The process's userfaultfd (async write-protect) and /proc/self/pagemap,
+ * or -errno with *why set. */
+static int open_fds(int *uffd_out, int *pagemap_out, const char **why)
 {
     int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY);
     if (fd < 0) {
-        probe_rc = -errno;
-        probe_why = "userfaultfd(UFFD_USER_MODE_ONLY) refused";
-        return;
+        *why = "userfaultfd(UFFD_USER_MODE_ONLY) refused";
+        return -errno;
     }
     struct uffdio_api api = {.api = UFFD_API, .features = 0};
     if (ioctl(fd, UFFDIO_API, &api) != 0 || !(api.features & UFFD_FEATURE_WP_ASYNC)) {
         close(fd);
-        probe_rc = -ENOSYS;
-        probe_why = "the kernel offers no UFFD_FEATURE_WP_ASYNC (Linux < 6.7)";
-        return;
+        *why = "the kernel offers no UFFD_FEATURE_WP_ASYNC (Linux < 6.7)";
+        return -ENOSYS;
     }
     unpopulated = (api.features & UFFD_FEATURE_WP_UNPOPULATED) != 0;
     close(fd); /* the API handshake is once per descriptor: a fresh one asks for the features */
@@ -80,26 +80,73 @@ static void probe(void)
     api = (struct uffdio_api){.api = UFFD_API,
                               .features = UFFD_FEATURE_WP_ASYNC | (unpopulated ? UFFD_FEATURE_WP_UNPOPULATED : 0)};
     if (fd < 0 || ioctl(fd, UFFDIO_API, &api) != 0) {
-        probe_rc = -errno;
-        probe_why = "userfaultfd: enabling UFFD_FEATURE_WP_ASYNC failed";
+        int rc = -errno;
+        *why = "userfaultfd: enabling UFFD_FEATURE_WP_ASYNC failed";
         if (fd >= 0)
             close(fd);
-        return;
+        return rc;
     }
     int pm = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
     struct pm_scan_arg a = {.size = sizeof a, .start = 0, .end = 0};
     if (pm < 0 || (ioctl(pm, PAGEMAP_SCAN, &a) < 0 && errno != EINVAL)) {
-        probe_rc = -ENOSYS;
-        probe_why = "no PAGEMAP_SCAN on /proc/self/pagemap (Linux < 6.7)";
+        *why = "no PAGEMAP_SCAN on /proc/self/pagemap (Linux < 6.7)";
         close(fd);
         if (pm >= 0)
             close(pm);
-        return;
+        return -ENOSYS;
     }
-    uffd = fd;
-    pagemap = pm;
-    probe_rc = 0;
-    probe_why = "";
+    *uffd_out = fd;
+    *pagemap_out = pm;
+    *why = "";
+    return 0;
+}
+
+/* fork(): both descriptors stay bound to the parent's memory (a
+ * userfaultfd acts on the address space that created it, /proc/self/pagemap
+ * on the one that opened it), so a child that used them would scan and
+ * protect its parent's pages. A child opens its own at its first use
+ * (own_fds), and a region registered before the fork is registered again
+ * in the child, all of it counted written once (its_own). */
+static _Atomic unsigned generation; /* forks seen in this process's line */
+static unsigned         fds_generation;
+static pthread_mutex_t  fds_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void after_fork_child(void)
+{
+    generation++;
+}
+
+static bool own_fds(void)
+{
+    unsigned g = generation;
+    if (g == fds_generation)
+        return uffd >= 0;
+    pthread_mutex_lock(&fds_lock);
+    if (g != fds_generation) {
+        if (uffd >= 0)
+            close(uffd); /* the child's reference only; the parent keeps its own */
+        if (pagemap >= 0)
+            close(pagemap);
+        uffd = pagemap = -1;
+        const char *why;
+        if (open_fds(&uffd, &pagemap, &why) != 0)
+            uffd = pagemap = -1;
+        fds_generation = g;
+    }
+    pthread_mutex_unlock(&fds_lock);
+    return uffd >= 0;
+}
+
+static void probe(void)
+{
+    probe_rc = open_fds(&uffd, &pagemap, &probe_why);
+    if (probe_rc == 0 && pthread_atfork(NULL, NULL, after_fork_child) != 0) {
+        close(uffd);
+        close(pagemap);
+        uffd = pagemap = -1;
+        probe_rc = -ENOMEM;
+        probe_why = "pthread_atfork failed";
+    }
 }
 
 int mapping__uffd_probe(const char **why)
@@ -111,12 +158,13 @@ int mapping__uffd_probe(const char **why)
 
 void mapping__uffd_protect(mapping_os_track *t, uintptr_t lo, uintptr_t hi)
 {
-    (void)t;
+    if (!own_fds() || t->generation != fds_generation)
+        return; /* registered before a fork: the next collect reports it all */
     struct uffdio_writeprotect wp = {.range = {lo, hi - lo}, .mode = UFFDIO_WRITEPROTECT_MODE_WP};
     ioctl(uffd, UFFDIO_WRITEPROTECT, &wp);
 }
 
-int mapping__uffd_begin(mapping_os_track *t)
+static int register_region(mapping_os_track *t)
 {
     mapping_os_fault_log_mark(&t->fault_pos); /* before the protection: a later fault is in the log */
     struct uffdio_register reg = {.range = {t->lo, t->hi - t->lo}, .mode = UFFDIO_REGISTER_MODE_WP};
@@ -129,11 +177,23 @@ int mapping__uffd_begin(mapping_os_track *t)
         ioctl(uffd, UFFDIO_UNREGISTER, &r);
         return rc;
     }
+    t->generation = fds_generation;
+    t->faults_valid = false;
+    t->walk_ns = 0;
     return 0;
+}
+
+int mapping__uffd_begin(mapping_os_track *t)
+{
+    if (!own_fds())
+        return -ENOSYS;
+    return register_region(t);
 }
 
 void mapping__uffd_end(mapping_os_track *t)
 {
+    if (!own_fds() || t->generation != fds_generation)
+        return; /* the parent's registration: not this process's to undo */
     /* Unprotect first: pages of a region that stays mapped (wrapped memory)
      * must not keep a protection nobody resolves. Fails harmlessly when the
      * memory is gone already. */
@@ -141,6 +201,19 @@ void mapping__uffd_end(mapping_os_track *t)
     ioctl(uffd, UFFDIO_WRITEPROTECT, &wp);
     struct uffdio_range r = {t->lo, t->hi - t->lo};
     ioctl(uffd, UFFDIO_UNREGISTER, &r);
+}
+
+/* A region registered before a fork, in the child: nothing of it is
+ * watched here, so all of it counts written once, and it is registered in
+ * the child's own userfaultfd for the next syncs. */
+static bool its_own(mapping_os_track *t, mapping_os_track_fn fn, void *user)
+{
+    if (own_fds() && t->generation == fds_generation)
+        return true;
+    fn(user, t->lo, t->hi);
+    if (own_fds())
+        (void)register_region(t); /* on failure, reported whole at every collect */
+    return false;
 }
 
 enum { SCAN_VEC = 256 };
@@ -227,6 +300,8 @@ void mapping_os_track_scan_counts(uint64_t *faulted, uint64_t *walked)
 
 int mapping__uffd_collect(mapping_os_track *t, mapping_os_track_fn fn, void *user)
 {
+    if (!its_own(t, fn, user))
+        return 0;
     uintptr_t pages[FAULTED_MAX];
     mapping_os_fault_pos now;
     uint64_t faults;

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <stdbool.h>
 #include <unistd.h>
 #include "harness.h"
@@ -515,5 +516,72 @@ TEST(tracked_mirror_refuses_a_bad_track_scan_value)
     CHECK(st == MAPPING_ERR_INVALID_ARGUMENT && m == NULL);
     CHECK(strstr(mapping_last_error_message(), "MAPPING_TRACK_SCAN") != NULL);
     CHECK_OK(mapping_mirror_create(dev, 4096, 0, &m)); /* untracked mirrors do not read it */
+    mapping_mirror_destroy(m);
+}
+
+/* Runs in a forked child. uffd: the inherited tracked mirror is not watched
+ * there (the watch belongs to the parent), so it counts stale as a whole and
+ * must leave the parent's watch alone. mprotect: the child has a copy of
+ * the record and of the protections. A mirror of the child's own (on the
+ * host back end) is tracked. */
+static int forked_child(mapping_mirror *inherited)
+{
+    size_t stale = mapping_mirror_stale_bytes(inherited, MAPPING_GPU);
+    bool uffd = mapping_write_tracking(NULL) == MAPPING_TRACK_UFFD;
+    if (stale < page() || (uffd && stale != mapping_mirror_size(inherited)))
+        return 2; /* uffd: all of it; mprotect: the child's copy of the parent's record, one page */
+    /* The host back end: a driver initialised before a fork (PoCL, CUDA)
+     * is not usable in the child. */
+    mapping_device_desc desc = {.backend = "host"};
+    mapping_device *dev;
+    mapping_mirror *m;
+    if (mapping_open(&desc, &dev))
+        return 6;
+    size_t n = 16 * page();
+    if (mapping_mirror_create(dev, n, MAPPING_MIRROR_TRACK_WRITES, &m) || mapping_mirror_sync_to_gpu(NULL, m))
+        return 3;
+    unsigned char *cpu = mapping_mirror_cpu(m);
+    cpu[5 * page() + 7] = 0x77;
+    if (mapping_mirror_stale_bytes(m, MAPPING_GPU) != page() || mapping_mirror_sync_to_gpu(NULL, m))
+        return 4;
+    unsigned char got = 0;
+    size_t at = mapping_mirror_gpu_offset(m) + 5 * page() + 7;
+    if (mapping_sync_to_cpu_range(NULL, mapping_mirror_gpu(m), at, &got, 1) || got != 0x77)
+        return 5;
+    mapping_mirror_destroy(m);
+    mapping_close(dev);
+    return 0;
+}
+
+TEST(tracked_mirror_in_a_forked_child_leaves_the_parents_watch_alone)
+{
+    need_tracking();
+    mapping_device *dev = test_device();
+    size_t n = 64 * page();
+    mapping_mirror *m = NULL;
+    CHECK_OK(mapping_mirror_create(dev, n, MAPPING_MIRROR_TRACK_WRITES, &m));
+    unsigned char *cpu = mapping_mirror_cpu(m);
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    cpu[3 * page() + 1] = 0x31; /* written before the fork, synced after it */
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0)
+        _exit(forked_child(m));
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        test_fail(__FILE__, __LINE__, "the child: %s %d", WIFEXITED(status) ? "exit status" : "signal",
+                  WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+    CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == page());
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    cpu[40 * page() + 2] = 0x42; /* after the child is gone: the parent's watch still works */
+    CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == page());
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    unsigned char *got = malloc(n);
+    CHECK(got != NULL);
+    device_bytes(m, got);
+    CHECK(got[3 * page() + 1] == 0x31 && got[40 * page() + 2] == 0x42);
+    free(got);
     mapping_mirror_destroy(m);
 }

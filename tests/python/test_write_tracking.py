@@ -72,3 +72,34 @@ def test_track_writes_must_be_a_bool():
         mapping.mirror(4096, track_writes="yes", device=mapping.open("host"))
     with pytest.raises(TypeError, match="mirror_wrap: track_writes"):
         mapping.mirror_wrap(np.zeros(16), track_writes=1)
+
+
+FORK_CHILD = textwrap.dedent("""
+    import os, numpy as np, mapping
+    dev = mapping.open("host")
+    m = mapping.mirror((1 << 20,), np.uint8, device=dev, track_writes=True)
+    m.sync_to_gpu()
+    m.array[5000] = 1               # written before the fork, synced after it
+    pid = os.fork()
+    if pid == 0:
+        # The child asks about the inherited mirror (as a worker of a
+        # fork-based pool might); it must not take the parent's written
+        # pages away from it.
+        code = 0 if m.stale_bytes("gpu") >= 4096 else 3
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    assert m.stale_bytes("gpu") == mapping.write_tracking()["granularity"]
+    m.sync_to_gpu()
+    out = np.empty(1 << 20, np.uint8)
+    mapping.sync_to_cpu(m.buffer, out)
+    assert out[5000] == 1
+    print("ok")
+""")
+
+
+@pytest.mark.parametrize("mech", sorted(set(_mechanisms()) - {"none"}))
+def test_forked_child_leaves_the_parents_tracked_pages(mech):
+    env = dict(os.environ, MAPPING_TRACK=mech)
+    r = subprocess.run([sys.executable, "-c", FORK_CHILD], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "ok" in r.stdout, (r.stdout, r.stderr)
