@@ -158,10 +158,11 @@ static bool opened_here(void)
 /* Copies `bytes` at ring offset `at` (wrapping) to dst. */
 static void ring_read(uint64_t at, void *dst, size_t bytes)
 {
-    const unsigned char *data = (const unsigned char *)ring + ring->data_offset;
-    uint64_t size = ring->data_size;
-    for (size_t i = 0; i < bytes; i++)
-        ((unsigned char *)dst)[i] = data[(at + i) % size];
+    const unsigned char *data = (const unsigned char *)ring + page_size; /* the data pages follow the header page */
+    uint64_t size = (uint64_t)RING_PAGES * page_size, from = at % size;
+    size_t first = from + bytes <= size ? bytes : (size_t)(size - from);
+    memcpy(dst, data + from, first);
+    memcpy((unsigned char *)dst + first, data, bytes - first);
 }
 
 /* Reads the records in [from, to) into the log: how many samples, and
