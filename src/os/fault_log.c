@@ -190,8 +190,7 @@ static uint64_t read_records(uint64_t from, uint64_t to, bool *missing)
     return samples;
 }
 
-/* One drain (under `lock`): the samples since the last one go to the log,
- * and the interval is a gap unless it provably holds every fault. */
+/* The process's minor + major fault count (every thread, exited ones too). */
 static bool process_faults(uint64_t *out)
 {
     struct rusage r;
@@ -201,6 +200,9 @@ static bool process_faults(uint64_t *out)
     return true;
 }
 
+/* One drain (under `lock`): the samples since the last one go to the log,
+ * and the interval is a gap unless it provably holds every fault. Returns
+ * whether *faults_out holds the process's fault count. */
 static bool drain(uint64_t scan_ns, uint64_t *faults_out)
 {
     drains++;
