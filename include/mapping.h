@@ -714,7 +714,7 @@ enum {
      * first large comparison measures how fast the device compares, and
      * the diff is used only where comparing costs less than reading over
      * the link (mapping_device_link); $MAPPING_DEVICE_DIFF=on / off forces
-     * it. The compare kernel: host (memcmp over the cores), OpenCL (in the
+     * it. The compare kernel: host (XOR over the cores), OpenCL (in the
      * back end's program), CUDA (in its PTX, loaded at open); a device
      * where it could not be loaded (MAPPING_CUDA_SCATTER=copies) and
      * unified mirrors read as without the flag. Marks stay exact: bytes
@@ -728,7 +728,13 @@ enum {
  * $MAPPING_TRACK (auto, uffd, mprotect, none) and what the kernel offers:
  * - MAPPING_TRACK_UFFD: userfaultfd write-protect in asynchronous mode and
  *   the PAGEMAP_SCAN ioctl (Linux >= 6.7). Writes the kernel makes for the
- *   process (read(2) into the array) are tracked like any other.
+ *   process (read(2) into the array) are tracked like any other. A sync
+ *   scans only the pages the process faulted on when a fault log (perf
+ *   page-fault samples) provably holds every fault since the last scan,
+ *   else the whole mirror ($MAPPING_TRACK_SCAN = faulted, changed,
+ *   always). After fork(), a child counts an inherited tracked mirror
+ *   written in full once, then watches it itself; the parent's watch is
+ *   left alone.
  * - MAPPING_TRACK_MPROTECT: read-only pages and a SIGSEGV handler (chained
  *   to the one installed before; install yours first). A system call that
  *   writes a protected page fails with EFAULT: mark the range (or
