@@ -494,7 +494,11 @@ MAPPING_API mapping_status mapping_fill_gpu(mapping_stream *stream, mapping_buff
                                               of 64 KiB or more (smaller ones are not timed:        \
                                               reading the clock would cost more than they do) */    \
     X(h2d_payload_bytes)                   /* bytes delivered to the device as asked (below) */     \
-    X(d2h_payload_bytes)                   /* bytes delivered to the host as asked */
+    X(d2h_payload_bytes)                   /* bytes delivered to the host as asked */               \
+    X(tracked_pages)                       /* pages write tracking found written (or opened ahead   \
+                                              of a stream) at syncs of tracked mirrors */           \
+    X(tracking_walks)                      /* such syncs that walked a whole mirror's page table    \
+                                              (uffd, when the fault log could not name the pages) */
 
 typedef struct mapping_stats {
 #define MAPPING_STATS_FIELD_(field) uint64_t field;

@@ -77,11 +77,13 @@ typedef struct collected {
     bool           oom;
     uintptr_t      base;
     size_t         size;
+    uint64_t       pages; /* pages reported, for the statistics */
 } collected;
 
 static void on_written(void *user, uintptr_t lo, uintptr_t hi)
 {
     collected *c = user;
+    c->pages += (hi - lo) / mapping_os_page_size();
     /* Clip to the mirror (its first and last pages may hold other data). */
     lo = lo < c->base ? c->base : lo;
     hi = hi > c->base + c->size ? c->base + c->size : hi;
@@ -127,7 +129,12 @@ static mapping_status mark_valid_part(const char *fn, mirror_state *st, size_t l
 mapping_status mapping__mirror_track_collect_pages(const char *fn, mirror_state *st)
 {
     collected c = {.base = (uintptr_t)st->cpu, .size = st->size};
+    uint64_t walks = st->track->walks;
     int rc = mapping_os_track_collect(st->track, on_written, &c);
+    if (c.pages)
+        mapping__count(&st->dev->counters.tracked_pages, c.pages);
+    if (st->track->walks != walks)
+        mapping__count(&st->dev->counters.tracking_walks, st->track->walks - walks);
     mapping_status status = MAPPING_OK;
     if (c.n && !st->n_inflight && !st->stale[MIRROR_CPU].count && !(st->log_n && st->log_side != MIRROR_CPU) &&
         !st->modified[MIRROR_GPU].count) {

@@ -89,6 +89,8 @@ struct mapping_os_track {
     uint64_t              walk_ns;
     /* uffd: the fork generation whose userfaultfd registered the region. */
     unsigned              generation;
+    /* Collects that walked the whole region (uffd), for statistics. */
+    uint64_t              walks;
 };
 /* Probes once: 0 when available, else -errno with *why set. */
 int  mapping__uffd_probe(const char **why);

@@ -317,6 +317,7 @@ int mapping__uffd_collect(mapping_os_track *t, mapping_os_track_fn fn, void *use
         n_faulted++;
     else {
         n_walked++;
+        t->walks++;
         uint64_t t0 = mapping_os_now_ns();
         rc = scan(t->lo, t->hi, fn, user);
         t->walk_ns = mapping_os_now_ns() - t0;

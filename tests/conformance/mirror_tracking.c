@@ -585,3 +585,47 @@ TEST(tracked_mirror_in_a_forked_child_leaves_the_parents_watch_alone)
     free(got);
     mapping_mirror_destroy(m);
 }
+
+static void *write_from_a_thread(void *arg)
+{
+    *(volatile unsigned char *)arg = 0x5C;
+    return NULL;
+}
+
+TEST(tracked_sync_counts_the_pages_found_and_the_walks)
+{
+    need_tracking();
+    mapping_device *dev = test_device();
+    size_t n = 64 * page();
+    mapping_mirror *m = NULL;
+    CHECK_OK(mapping_mirror_create(dev, n, MAPPING_MIRROR_TRACK_WRITES, &m));
+    unsigned char *cpu = mapping_mirror_cpu(m);
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    mapping_device_stats_reset(dev);
+    cpu[3 * page()] = 1; /* three isolated pages */
+    cpu[20 * page() + 5] = 2;
+    cpu[41 * page() + page() - 1] = 3;
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    mapping_stats s = test_stats(dev);
+    CHECK(s.tracked_pages == 3);
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m)); /* clean: nothing found (a walk may still run) */
+    s = test_stats(dev);
+    CHECK(s.tracked_pages == 3);
+    uint64_t walks = s.tracking_walks;
+    /* A write from another thread: uffd's fault log cannot vouch for it, so
+     * the sync walks; mprotect never walks. */
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, write_from_a_thread, cpu + 50 * page()) == 0);
+    CHECK(pthread_join(th, NULL) == 0);
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    s = test_stats(dev);
+    CHECK(s.tracked_pages == 4);
+    if (mapping_write_tracking(NULL) == MAPPING_TRACK_UFFD)
+        CHECK(s.tracking_walks > walks);
+    else
+        CHECK(s.tracking_walks == 0);
+    char json[2048];
+    CHECK_OK(mapping_device_stats_json(dev, json, sizeof json, NULL));
+    CHECK(strstr(json, "\"tracked_pages\":4") != NULL);
+    mapping_mirror_destroy(m);
+}
