@@ -46,17 +46,19 @@ const char *mapping_write_tracking_description(void)
 
 mapping_status mapping__mirror_track_begin(const char *fn, mirror_state *st)
 {
-    const char *scan = getenv("MAPPING_TRACK_SCAN"); /* read by os/write_track_uffd.c */
-    if (scan && *scan && strcmp(scan, "faulted") != 0 && strcmp(scan, "changed") != 0 && strcmp(scan, "always") != 0)
+    if (mapping_os_track_scan_mode() == MAPPING_OS_SCAN_BAD)
         return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT,
-                             "%s: MAPPING_TRACK_SCAN=\"%s\" is not faulted, changed or always", fn, scan);
+                             "%s: MAPPING_TRACK_SCAN=\"%s\" is not faulted, changed or always", fn,
+                             getenv("MAPPING_TRACK_SCAN"));
     mapping_os_track *t = NULL;
     int rc = mapping_os_track_begin(st->cpu, st->size, &t);
     if (rc == -ENOMEM)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory for write tracking", fn);
     if (rc == -EBUSY)
-        return mapping__fail(MAPPING_ERR_UNSUPPORTED, "%s: MAPPING_MIRROR_TRACK_WRITES: a page of [%p, +%zu) is "
-                                                      "tracked already by another mirror", fn, (void *)st->cpu, st->size);
+        return mapping__fail(MAPPING_ERR_UNSUPPORTED,
+                             "%s: MAPPING_MIRROR_TRACK_WRITES: a page of [%p, +%zu) is tracked already "
+                             "by another mirror",
+                             fn, (void *)st->cpu, st->size);
     if (rc)
         return mapping__fail(MAPPING_ERR_UNSUPPORTED, "%s: MAPPING_MIRROR_TRACK_WRITES: no write tracking (%s; %s)", fn,
                              mapping_os_track_reason(), strerror(-rc));

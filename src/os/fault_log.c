@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include "os/fault_log.h"
 #include "os/os.h"
+#include "os/write_track.h"
 
 #if defined(__linux__)
 #include <linux/perf_event.h>
@@ -46,8 +47,7 @@ static uintptr_t log_pages[LOG_CAP];
 
 static bool wanted(void)
 {
-    const char *v = getenv("MAPPING_TRACK_SCAN");
-    return !v || !*v || strcmp(v, "faulted") == 0;
+    return mapping_os_track_scan_mode() == MAPPING_OS_SCAN_FAULTED;
 }
 
 /* fork(): the lock is held across it, so a child never inherits it taken

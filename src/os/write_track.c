@@ -33,12 +33,13 @@ static void choose(void)
     }
     if (want_uffd && mapping__uffd_probe(&uffd_why) == 0) {
         const char *log_why = "";
-        bool logged = mapping_os_fault_log_probe(&log_why);
         chosen = MAPPING_OS_TRACK_UFFD;
-        snprintf(reason_buf, sizeof reason_buf, "uffd: userfaultfd async write-protect + PAGEMAP_SCAN, %s%s",
-                 logged ? "of the faulted pages (perf fault log)" : "walks only (no fault log: ", logged ? "" : log_why);
-        if (!logged)
-            strncat(reason_buf, ")", sizeof reason_buf - strlen(reason_buf) - 1);
+        if (mapping_os_fault_log_probe(&log_why))
+            snprintf(reason_buf, sizeof reason_buf,
+                     "uffd: userfaultfd async write-protect + PAGEMAP_SCAN, of the faulted pages (perf fault log)");
+        else
+            snprintf(reason_buf, sizeof reason_buf,
+                     "uffd: userfaultfd async write-protect + PAGEMAP_SCAN, walks only (no fault log: %s)", log_why);
         chosen_reason = reason_buf;
         return;
     }
@@ -51,6 +52,15 @@ static void choose(void)
     }
     snprintf(reason_buf, sizeof reason_buf, "none: %s%s", want_uffd ? uffd_why : "", want_mprot ? mprot_why : "");
     chosen_reason = reason_buf;
+}
+
+mapping_os_scan_mode mapping_os_track_scan_mode(void)
+{
+    const char *v = getenv("MAPPING_TRACK_SCAN");
+    return !v || !*v || strcmp(v, "faulted") == 0 ? MAPPING_OS_SCAN_FAULTED
+           : strcmp(v, "changed") == 0          ? MAPPING_OS_SCAN_CHANGED
+           : strcmp(v, "always") == 0           ? MAPPING_OS_SCAN_ALWAYS
+                                                : MAPPING_OS_SCAN_BAD;
 }
 
 mapping_os_track_kind mapping_os_track_kind_get(void)
@@ -124,7 +134,8 @@ int mapping_os_track_begin(void *addr, size_t bytes, mapping_os_track **out)
     mapping_os_track *t = mapping_os_calloc(1, sizeof *t);
     if (!t)
         return -ENOMEM;
-    *t = (mapping_os_track){.kind = kind, .lo = a & ~(page - 1), .hi = (a + bytes + page - 1) & ~(page - 1), .slot = -1};
+    *t = (mapping_os_track){
+        .kind = kind, .lo = a & ~(page - 1), .hi = (a + bytes + page - 1) & ~(page - 1), .slot = -1};
     pthread_mutex_lock(&regions_lock);
     int rc = regions_add(t);
     if (rc == 0) {

@@ -36,6 +36,18 @@ typedef enum mapping_os_track_kind {
     MAPPING_OS_TRACK_MPROTECT = 2,
 } mapping_os_track_kind;
 
+/* $MAPPING_TRACK_SCAN, read at each call: how a uffd collect finds the
+ * written pages. faulted (default, also when unset or empty): the fault log
+ * names them when it can (fault_log.h); changed: no fault log, only the
+ * skip of a collect after no fault; always: a walk at every collect. */
+typedef enum mapping_os_scan_mode {
+    MAPPING_OS_SCAN_FAULTED,
+    MAPPING_OS_SCAN_CHANGED,
+    MAPPING_OS_SCAN_ALWAYS,
+    MAPPING_OS_SCAN_BAD, /* another value */
+} mapping_os_scan_mode;
+mapping_os_scan_mode mapping_os_track_scan_mode(void);
+
 /* The mechanism this process uses (chosen at the first call, from
  * $MAPPING_TRACK and what the kernel offers). Thread-safe. */
 mapping_os_track_kind mapping_os_track_kind_get(void);
@@ -67,9 +79,6 @@ int  mapping_os_track_collect(mapping_os_track *t, mapping_os_track_fn fn, void 
 /* Forgets writes to the pages wholly inside [lo, hi) (the library's own
  * writes, e.g. a copy from the device). */
 void mapping_os_track_clear(mapping_os_track *t, uintptr_t lo, uintptr_t hi);
-/* uffd, for tests: how many collects scanned only faulted pages, and how
- * many walked a whole region, since the process started. */
-void mapping_os_track_scan_counts(uint64_t *faulted, uint64_t *walked);
 /* mprotect: makes the pages meeting [lo, hi) writable and counts them
  * written (so the kernel may write them). uffd: nothing to do. */
 void mapping_os_track_release(mapping_os_track *t, uintptr_t lo, uintptr_t hi);
@@ -89,7 +98,7 @@ struct mapping_os_track {
     uint64_t              walk_ns;
     /* uffd: the fork generation whose userfaultfd registered the region. */
     unsigned              generation;
-    /* Collects that walked the whole region (uffd), for statistics. */
+    /* Collects that walked the whole region (uffd), for the statistics. */
     uint64_t              walks;
 };
 /* Probes once: 0 when available, else -errno with *why set. */

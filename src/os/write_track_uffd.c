@@ -20,9 +20,7 @@
 #include <stdbool.h>
 #include <string.h>
 #include <unistd.h>
-#include <stdlib.h>
 #include <sys/ioctl.h>
-#include <sys/resource.h>
 #include <sys/syscall.h>
 #include "os/os.h"
 #include "os/write_track.h"
@@ -232,10 +230,8 @@ enum { SCAN_VEC = 256 };
 static bool use_shortcut(void)
 {
     static _Atomic int use = -1;
-    if (use < 0) {
-        const char *v = getenv("MAPPING_TRACK_SCAN");
-        use = !(v && strcmp(v, "always") == 0);
-    }
+    if (use < 0)
+        use = mapping_os_track_scan_mode() != MAPPING_OS_SCAN_ALWAYS;
     return use;
 }
 
@@ -290,14 +286,6 @@ static int scan_faulted(const uintptr_t *pages, long n, uint64_t walk_ns, mappin
     return 0;
 }
 
-static _Atomic uint64_t n_faulted, n_walked;
-
-void mapping_os_track_scan_counts(uint64_t *faulted, uint64_t *walked)
-{
-    *faulted = n_faulted;
-    *walked = n_walked;
-}
-
 int mapping__uffd_collect(mapping_os_track *t, mapping_os_track_fn fn, void *user)
 {
     if (!its_own(t, fn, user))
@@ -313,10 +301,7 @@ int mapping__uffd_collect(mapping_os_track *t, mapping_os_track_fn fn, void *use
     }
     t->faults_valid = false;
     int rc = n < 0 ? 1 : n == 0 ? 0 : scan_faulted(pages, n, t->walk_ns, fn, user);
-    if (rc != 1)
-        n_faulted++;
-    else {
-        n_walked++;
+    if (rc == 1) {
         t->walks++;
         uint64_t t0 = mapping_os_now_ns();
         rc = scan(t->lo, t->hi, fn, user);
@@ -332,11 +317,6 @@ int mapping__uffd_collect(mapping_os_track *t, mapping_os_track_fn fn, void *use
 
 #else /* no userfaultfd on this system */
 
-void mapping_os_track_scan_counts(uint64_t *faulted, uint64_t *walked)
-{
-    *faulted = *walked = 0;
-}
-
 int mapping__uffd_probe(const char **why)
 {
     *why = "no userfaultfd on this system";
@@ -351,14 +331,6 @@ void mapping__uffd_end(mapping_os_track *t)
 {
     (void)t;
 }
-static _Atomic uint64_t n_faulted, n_walked;
-
-void mapping_os_track_scan_counts(uint64_t *faulted, uint64_t *walked)
-{
-    *faulted = n_faulted;
-    *walked = n_walked;
-}
-
 int mapping__uffd_collect(mapping_os_track *t, mapping_os_track_fn fn, void *user)
 {
     (void)t, (void)fn, (void)user;

@@ -5,7 +5,6 @@
 #include "testing/test_hooks.h"
 #include "coherence/mirror_internal.h"
 #include "os/fault_log.h"
-#include "os/write_track.h"
 
 static int side_index(mapping_side side)
 {
@@ -53,11 +52,6 @@ size_t mapping__test_mirror_diff_known(const mapping_mirror *m)
 bool mapping__test_device_can_diff(const mapping_device *dev)
 {
     return mapping__can_diff(dev);
-}
-
-void mapping__test_track_scans(uint64_t *faulted, uint64_t *walked)
-{
-    mapping_os_track_scan_counts(faulted, walked);
 }
 
 bool mapping__test_fault_log(const char **why)

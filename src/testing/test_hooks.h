@@ -49,10 +49,8 @@ void mapping__test_device_diff_mode(int mode);
 size_t mapping__test_mirror_diff_known(const mapping_mirror *m);
 /* Whether the device's back end has a compare kernel (mapping_backend.diff_blocks). */
 bool mapping__test_device_can_diff(const mapping_device *dev);
-/* Write tracking with uffd: how many syncs scanned only the pages the
- * fault log named, and how many walked a whole mirror (os/write_track.h);
- * whether the fault log runs here, and if not why (os/fault_log.h). */
-void mapping__test_track_scans(uint64_t *faulted, uint64_t *walked);
+/* Whether write tracking's fault log runs here, and if not why
+ * (os/fault_log.h). */
 bool mapping__test_fault_log(const char **why);
 
 #endif

@@ -30,6 +30,15 @@ static void need_tracking(void)
         test_skip("no write tracking here: %s", mapping_write_tracking_description());
 }
 
+/* A tracked mirror of n bytes, synced to the device once (nothing stale). */
+static mapping_mirror *synced_tracked_mirror(mapping_device *dev, size_t n)
+{
+    mapping_mirror *m = NULL;
+    CHECK_OK(mapping_mirror_create(dev, n, MAPPING_MIRROR_TRACK_WRITES, &m));
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    return m;
+}
+
 static void device_bytes(mapping_mirror *m, unsigned char *out)
 {
     CHECK_OK(mapping_sync_to_cpu_range(NULL, mapping_mirror_gpu(m), mapping_mirror_gpu_offset(m), out,
@@ -76,9 +85,7 @@ TEST(tracked_sync_of_one_written_byte_moves_one_page)
     need_tracking();
     mapping_device *dev = test_device();
     size_t n = 256 * page();
-    mapping_mirror *m;
-    CHECK_OK(mapping_mirror_create(dev, n, MAPPING_MIRROR_TRACK_WRITES, &m));
-    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    mapping_mirror *m = synced_tracked_mirror(dev, n);
     CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == 0);
     unsigned char *cpu = mapping_mirror_cpu(m);
     cpu[100 * page() + 7] = 0x5a; /* no mark */
@@ -105,9 +112,7 @@ TEST(tracked_streaming_write_sends_every_written_page_and_isolated_writes_stay_o
     need_tracking();
     mapping_device *dev = test_device();
     size_t n = 1024 * page(), lo = 100 * page() + 5, len = 600 * page();
-    mapping_mirror *m;
-    CHECK_OK(mapping_mirror_create(dev, n, MAPPING_MIRROR_TRACK_WRITES, &m));
-    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    mapping_mirror *m = synced_tracked_mirror(dev, n);
     unsigned char *cpu = mapping_mirror_cpu(m), *got = malloc(n);
     memset(cpu + lo, 0x3c, len); /* no mark */
     size_t stale = mapping_mirror_stale_bytes(m, MAPPING_GPU);
@@ -155,9 +160,7 @@ TEST(tracked_mirror_passes_other_faults_to_the_handler_installed_before)
     need_tracking();
     mapping_device *dev = test_device();
     size_t n = 16 * page();
-    mapping_mirror *m;
-    CHECK_OK(mapping_mirror_create(dev, n, MAPPING_MIRROR_TRACK_WRITES, &m));
-    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    mapping_mirror *m = synced_tracked_mirror(dev, n);
     unsigned char *cpu = mapping_mirror_cpu(m);
     cpu[3 * page()] = 0x11;                /* the library's fault (mprotect) or none (uffd) */
     ((volatile unsigned char *)user_page)[5] = 0x22; /* not the library's: the user's handler */
@@ -179,9 +182,7 @@ TEST(tracked_copy_from_the_device_is_not_sent_back)
     need_tracking();
     mapping_device *dev = test_device();
     size_t n = 16 * page();
-    mapping_mirror *m;
-    CHECK_OK(mapping_mirror_create(dev, n, MAPPING_MIRROR_TRACK_WRITES, &m));
-    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    mapping_mirror *m = synced_tracked_mirror(dev, n);
     CHECK_OK(mapping_fill_gpu(NULL, mapping_mirror_gpu(m), 2 * page(), 4 * page(), 0x33));
     CHECK_OK(mapping_mirror_mark_gpu_modified(m, 2 * page(), 4 * page()));
     CHECK_OK(mapping_mirror_sync_to_cpu(NULL, m));
@@ -220,9 +221,7 @@ TEST(tracked_read_from_a_pipe_into_the_array)
     need_tracking();
     mapping_device *dev = test_device();
     size_t n = 8 * page();
-    mapping_mirror *m;
-    CHECK_OK(mapping_mirror_create(dev, n, MAPPING_MIRROR_TRACK_WRITES, &m));
-    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    mapping_mirror *m = synced_tracked_mirror(dev, n);
     unsigned char *cpu = mapping_mirror_cpu(m), *got = malloc(n);
     int fd[2];
     CHECK(pipe(fd) == 0);
@@ -558,10 +557,8 @@ TEST(tracked_mirror_in_a_forked_child_leaves_the_parents_watch_alone)
     need_tracking();
     mapping_device *dev = test_device();
     size_t n = 64 * page();
-    mapping_mirror *m = NULL;
-    CHECK_OK(mapping_mirror_create(dev, n, MAPPING_MIRROR_TRACK_WRITES, &m));
+    mapping_mirror *m = synced_tracked_mirror(dev, n);
     unsigned char *cpu = mapping_mirror_cpu(m);
-    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
     cpu[3 * page() + 1] = 0x31; /* written before the fork, synced after it */
     fflush(NULL);
     pid_t pid = fork();
@@ -597,10 +594,8 @@ TEST(tracked_sync_counts_the_pages_found_and_the_walks)
     need_tracking();
     mapping_device *dev = test_device();
     size_t n = 64 * page();
-    mapping_mirror *m = NULL;
-    CHECK_OK(mapping_mirror_create(dev, n, MAPPING_MIRROR_TRACK_WRITES, &m));
+    mapping_mirror *m = synced_tracked_mirror(dev, n);
     unsigned char *cpu = mapping_mirror_cpu(m);
-    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
     mapping_device_stats_reset(dev);
     cpu[3 * page()] = 1; /* three isolated pages */
     cpu[20 * page() + 5] = 2;

@@ -42,31 +42,27 @@ static void check_byte(mapping_mirror *m, size_t at)
                   ((unsigned char *)mapping_mirror_cpu(m))[at]);
 }
 
-static uint64_t faulted_scans(void)
+/* Syncs that walked a whole mirror (the device's statistics). */
+static uint64_t walks(mapping_device *dev)
 {
-    uint64_t f, w;
-    mapping__test_track_scans(&f, &w);
-    return f;
-}
-
-static uint64_t walks(void)
-{
-    uint64_t f, w;
-    mapping__test_track_scans(&f, &w);
-    return w;
+    mapping_stats s;
+    CHECK_OK(mapping_device_stats(dev, &s));
+    return s.tracking_walks;
 }
 
 /* Writes one byte per round on this thread, syncs, and checks it arrived;
- * true once a round's sync scanned only the faulted pages. */
+ * true once a round's sync did not walk (the write faulted, so the sync
+ * scanned: only the pages the fault log named). */
 static bool single_writes_scan_faulted_pages(mapping_mirror *m, unsigned char *cpu, size_t size, unsigned salt)
 {
     bool narrowed = false;
+    mapping_device *dev = test_device();
     for (unsigned r = 0; r < 24; r++) {
         size_t at = ((size_t)(r + salt) * 40961 * 7 + 5) % size;
-        uint64_t before = faulted_scans();
+        uint64_t before = walks(dev);
         cpu[at] = (unsigned char)(cpu[at] + 1 + r);
         CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
-        narrowed |= faulted_scans() > before;
+        narrowed |= walks(dev) == before;
         check_byte(m, at);
     }
     return narrowed;
@@ -108,25 +104,25 @@ TEST(tracked_sync_scans_only_the_faulted_pages_and_walks_after_a_write_the_log_m
     CHECK(single_writes_scan_faulted_pages(m, cpu, size, 0));
 
     /* Another thread's write: not in the log (it samples this thread only). */
-    uint64_t walked = walks();
+    uint64_t walked = walks(dev);
     poke p = {cpu + size / 2 + 123, 0xA5};
     pthread_t th;
     CHECK(pthread_create(&th, NULL, poke_thread, &p) == 0);
     CHECK(pthread_join(th, NULL) == 0);
     CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
-    CHECK(walks() > walked);
+    CHECK(walks(dev) > walked);
     check_byte(m, size / 2 + 123);
     CHECK(single_writes_scan_faulted_pages(m, cpu, size, 100));
 
     /* A sync from another thread: it cannot read the count and the log
      * together, so it walks. */
-    walked = walks();
+    walked = walks(dev);
     cpu[size / 3] = 0x5A;
     sync_job job = {.m = m, .status = MAPPING_ERR_INVALID_ARGUMENT};
     CHECK(pthread_create(&th, NULL, sync_thread, &job) == 0);
     CHECK(pthread_join(th, NULL) == 0);
     CHECK(job.status == MAPPING_OK);
-    CHECK(walks() > walked);
+    CHECK(walks(dev) > walked);
     check_byte(m, size / 3);
     CHECK(single_writes_scan_faulted_pages(m, cpu, size, 150));
 
@@ -138,11 +134,11 @@ TEST(tracked_sync_scans_only_the_faulted_pages_and_walks_after_a_write_the_log_m
     for (size_t i = 0; i < sizeof src; i++)
         src[i] = (unsigned char)(i * 7 + 1);
     CHECK(write(fd[1], src, sizeof src) == (ssize_t)sizeof src);
-    walked = walks();
+    walked = walks(dev);
     size_t at = 3 * size / 4 + page() - 100; /* across a page boundary */
     CHECK(read(fd[0], cpu + at, sizeof src) == (ssize_t)sizeof src);
     CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
-    CHECK(walks() > walked);
+    CHECK(walks(dev) > walked);
     for (size_t i = 0; i < sizeof src; i++)
         check_byte(m, at + i);
     close(fd[0]);

@@ -2,6 +2,8 @@
 and opencl where PoCL or another OpenCL driver is installed); an absent back
 end shows as a skipped test with the reason."""
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -40,3 +42,14 @@ def opencl_device():
     dev = mapping.open("opencl", 0)
     yield dev
     dev.close()
+
+
+@pytest.fixture
+def run_python():
+    """run_python(code, **env): runs `code` in a fresh interpreter, with the
+    environment plus `env` (for variables read once per process), and returns
+    the subprocess.CompletedProcess (text stdout and stderr)."""
+    def run(code, **env):
+        return subprocess.run([sys.executable, "-c", code], env=dict(os.environ, **env), capture_output=True,
+                              text=True, timeout=120)
+    return run

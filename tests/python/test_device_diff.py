@@ -1,9 +1,6 @@
 """device_diff=True mirrors from Python: a sync to the CPU after the device
 wrote reads back only the changed blocks (MAPPING_MIRROR_DEVICE_DIFF). Each
 case runs in its own process so that $MAPPING_DEVICE_DIFF is read fresh."""
-import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -36,10 +33,8 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def _run(backend, mode):
-    env = dict(os.environ, MAPPING_DEVICE_DIFF=mode)
-    r = subprocess.run([sys.executable, "-c", "BACKEND = %r\n" % backend + CHILD], env=env,
-                       capture_output=True, text=True, timeout=120)
+def _run(run_python, backend, mode):
+    r = run_python("BACKEND = %r\n" % backend + CHILD, MAPPING_DEVICE_DIFF=mode)
     assert r.returncode == 0 and "moved" in r.stdout, (r.stdout, r.stderr)
     return int(r.stdout.split("moved")[1].split()[0])
 
@@ -55,9 +50,9 @@ def _backends():
 
 
 @pytest.mark.parametrize("backend", _backends())
-def test_device_diff_reads_back_only_the_changed_blocks(backend):
-    on = _run(backend, "on")
-    off = _run(backend, "off")
+def test_device_diff_reads_back_only_the_changed_blocks(backend, run_python):
+    on = _run(run_python, backend, "on")
+    off = _run(run_python, backend, "off")
     assert off >= 1 << 20                          # the whole mirror
     assert 20 * 4096 <= on <= 20 * 4096 + 4096 + 256, on   # 20 blocks and the flags
 
@@ -69,12 +64,11 @@ def test_device_diff_must_be_a_bool():
         mapping.mirror_wrap(np.zeros(16), device_diff="yes")
 
 
-def test_a_bad_environment_value_is_refused():
+def test_a_bad_environment_value_is_refused(run_python):
     code = ("import mapping\n"
             "try:\n"
             "    mapping.mirror(4096, device_diff=True, device=mapping.open('host'))\n"
             "except mapping.InvalidArgumentError as e:\n"
             "    print('refused', e)\n")
-    r = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, MAPPING_DEVICE_DIFF="sometimes"),
-                       capture_output=True, text=True, timeout=120)
+    r = run_python(code, MAPPING_DEVICE_DIFF="sometimes")
     assert r.returncode == 0 and "refused" in r.stdout and "MAPPING_DEVICE_DIFF" in r.stdout, (r.stdout, r.stderr)

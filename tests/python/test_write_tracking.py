@@ -1,9 +1,6 @@
 """Write-tracking mirrors from Python (issue 25): track_writes=True sends the
 pages written since the last sync with no mark, on every mechanism this
 kernel offers ($MAPPING_TRACK forces one, each in its own process)."""
-import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -48,22 +45,19 @@ def _mechanisms():
 
 
 @pytest.mark.parametrize("mech", sorted(set(_mechanisms()) - {"none"}))
-def test_tracked_mirror_sends_written_pages_without_marks(mech):
-    env = dict(os.environ, MAPPING_TRACK=mech)
-    r = subprocess.run([sys.executable, "-c", "MECH = %r\n" % mech + CHILD], env=env,
-                       capture_output=True, text=True, timeout=120)
+def test_tracked_mirror_sends_written_pages_without_marks(mech, run_python):
+    r = run_python("MECH = %r\n" % mech + CHILD, MAPPING_TRACK=mech)
     assert r.returncode == 0 and "ok" in r.stdout, (r.stdout, r.stderr)
 
 
-def test_no_mechanism_refuses_track_writes_with_unsupported():
+def test_no_mechanism_refuses_track_writes_with_unsupported(run_python):
     code = ("import mapping\n"
             "assert mapping.write_tracking()['mechanism'] == 'none'\n"
             "try:\n"
             "    mapping.mirror(4096, track_writes=True, device=mapping.open('host'))\n"
             "except mapping.UnsupportedError as e:\n"
             "    print('refused', e)\n")
-    r = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, MAPPING_TRACK="none"),
-                       capture_output=True, text=True, timeout=120)
+    r = run_python(code, MAPPING_TRACK="none")
     assert r.returncode == 0 and "refused" in r.stdout, (r.stdout, r.stderr)
 
 
@@ -99,7 +93,6 @@ FORK_CHILD = textwrap.dedent("""
 
 
 @pytest.mark.parametrize("mech", sorted(set(_mechanisms()) - {"none"}))
-def test_forked_child_leaves_the_parents_tracked_pages(mech):
-    env = dict(os.environ, MAPPING_TRACK=mech)
-    r = subprocess.run([sys.executable, "-c", FORK_CHILD], env=env, capture_output=True, text=True, timeout=120)
+def test_forked_child_leaves_the_parents_tracked_pages(mech, run_python):
+    r = run_python(FORK_CHILD, MAPPING_TRACK=mech)
     assert r.returncode == 0 and "ok" in r.stdout, (r.stdout, r.stderr)
