@@ -20,7 +20,8 @@
 #   5. mapping bench --backend cuda --only cuda-raw (every figure a ratio
 #      against direct driver calls in the same run)
 #   6. the Python package's tests (PyTorch/CuPy interop), up to 90 s
-#   7. with the time left, the other bench sections (--quick)
+#   7. with the time left, the other bench sections (--quick), the device
+#      diff of the tracking section among them
 # The commit is `git rev-parse HEAD`, else $MAPPING_COMMIT (a copy without .git).
 # $OUT/summary.txt is appended line by line as steps finish, so a run killed
 # at any point still leaves the figures so far. At most 6 files in $OUT:
@@ -248,11 +249,12 @@ if [ "$cuda_available" = 1 ]; then
         t0=$(date +%s)
         echo >>"$OUT/bench.txt"
         limit "$b" "$build/mapping" bench --backend cuda --quick \
-            --only bandwidth,latency,batch,mirror,mirror_mark,pipeline,staging >>"$OUT/bench.txt" 2>&1
+            --only bandwidth,latency,batch,mirror,mirror_mark,pipeline,staging,tracking >>"$OUT/bench.txt" 2>&1
         rc=$?
         say "bench other sections (--quick): $([ $rc = 0 ] && echo completed || echo "stopped (exit $rc)") in $(($(date +%s) - t0)) s"
         awk 'f && /^  => /; /^Scattered 64-byte copies \(stride/{f=1}' "$OUT/bench.txt" | sed 's/^  => /  /' |
             head -8 | tee -a "$summary"
+        grep -E '^  => device diff' "$OUT/bench.txt" | sed 's/^  => /  /' | tee -a "$summary"
     else
         say "bench other sections: skipped ($(left 10) s left)"
     fi
