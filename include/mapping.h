@@ -228,7 +228,10 @@ typedef struct mapping_device_desc {
      * $MAPPING_DEVICE decimal digits; $MAPPING_HOST_LINK "BANDWIDTH[,LATENCY]"
      * as plain numbers (no units: "25GB/s" is refused), in the ranges above;
      * $MAPPING_HOST_POISON "0" or "1"; $MAPPING_CUDA_SCATTER auto, batch,
-     * kernel or copies. An empty variable counts as unset. */
+     * kernel or copies; $MAPPING_COPY_THREADS decimal digits, 0 to 64 (the
+     * helper threads that share the memcpy of a large copy of pageable memory
+     * through page-locked staging on a GPU; default half the online CPUs
+     * less one, at most 5; docs/cuda.md). An empty variable counts as unset. */
     double link_bandwidth; /* bytes per second */
     double link_latency;   /* seconds per transfer */
 } mapping_device_desc;

@@ -108,6 +108,12 @@ mapping_status mapping_open(const mapping_device_desc *desc, mapping_device **ou
     if (!batch_map_from_env(&map_on))
         return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: MAPPING_BATCH_MAP=\"%s\" is not 0 or 1", fn,
                              getenv("MAPPING_BATCH_MAP"));
+    int copy_threads;
+    if (!mapping_os_copy_threads_from_env(&copy_threads))
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT,
+                             "%s: MAPPING_COPY_THREADS=\"%s\" is not a number of threads from 0 to 64", fn,
+                             getenv("MAPPING_COPY_THREADS"));
+    mapping_os_copy_threads_configure();
     const char *why = mapping_os_link_check(d.link_bandwidth, d.link_latency);
     if (why)
         return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: link_bandwidth %g, link_latency %g: %s", fn,

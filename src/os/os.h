@@ -60,6 +60,21 @@ uint64_t mapping_os_physical_memory(void);
  * src must not overlap. os/copy.c. */
 void mapping_os_copy_streaming(void *dst, const void *src, size_t bytes);
 
+/* A memcpy shared by the copy threads (os/copy_pool.c) when it is large
+ * (2 MiB or more) and there are any; else memcpy. Returns when all of it is
+ * copied. dst and src must not overlap. */
+void mapping_os_copy_parallel(void *dst, const void *src, size_t bytes);
+/* $MAPPING_COPY_THREADS: the helper threads a large copy may use, 0..64
+ * (digits only); unset or empty: mapping_os_copy_threads_default(), half
+ * the online CPUs less one, at most 5. False (and *out the default) when
+ * the value is anything else. */
+bool mapping_os_copy_threads_from_env(int *out);
+int  mapping_os_copy_threads_default(void);
+/* Reads $MAPPING_COPY_THREADS again (mapping_open calls it; a bad value
+ * leaves the count as it was), and the count in force. */
+void mapping_os_copy_threads_configure(void);
+int  mapping_os_copy_threads(void);
+
 /* dlopen of the first name that loads: `env_override` (an environment
  * variable naming a path) first, then each name of the NULL-terminated list.
  * On failure writes dlerror() of the last try into why and returns NULL. */

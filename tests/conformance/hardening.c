@@ -85,6 +85,13 @@ TEST(environment_variables_are_parsed_strictly)
     mapping_close(d);
     CHECK_OK(open_with_env("MAPPING_BATCH_MAP", "1", &d));
     mapping_close(d);
+    static const char *const bad_threads[] = {"-1", "65", "2 ", " 2", "two", "0x2", "1e1", "+1"};
+    for (size_t i = 0; i < sizeof bad_threads / sizeof bad_threads[0]; i++, refused++)
+        check_env_refused("MAPPING_COPY_THREADS", bad_threads[i], MAPPING_ERR_INVALID_ARGUMENT);
+    CHECK_OK(open_with_env("MAPPING_COPY_THREADS", "0", &d));
+    mapping_close(d);
+    CHECK_OK(open_with_env("MAPPING_COPY_THREADS", "64", &d));
+    mapping_close(d);
 
     if (strcmp(test_backend(), "opencl") == 0) {
         static const char *const bad_share[] = {"yes", "2", "0 ", "off"};

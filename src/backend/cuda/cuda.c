@@ -526,6 +526,16 @@ static mapping_status finish_blocking(cuda_device *d, mapping_status st)
     return st == MAPPING_OK ? mapping__cuda_check(d->cu->cuStreamSynchronize(LEGACY_STREAM), "cuStreamSynchronize") : st;
 }
 
+/* A blocking copy of pageable memory of at least this size goes through the
+ * staging arena, packed or unpacked by the copy threads (os/copy_pool.c),
+ * where there are any: cuMemcpyHtoD / DtoH stage it with one thread. */
+static const size_t BLOCKING_STAGED_MIN = (size_t)4 << 20;
+
+static bool stage_blocking(size_t bytes)
+{
+    return bytes >= BLOCKING_STAGED_MIN && mapping_os_copy_threads() > 0;
+}
+
 static mapping_status cuda_write(void *dev, void *stream, const void *src, const mapping_host_ref *pinned,
                                  void *dst_mem, size_t dst_offset, size_t bytes)
 {
@@ -535,6 +545,8 @@ static mapping_status cuda_write(void *dev, void *stream, const void *src, const
     mapping_status st;
     if (!stream && pinned) /* synchronous: the fast path the latency figure measures */
         IN_CONTEXT(d, st = mapping__cuda_check(cu->cuMemcpyHtoD_v2(dst, src, bytes), "cuMemcpyHtoD_v2"));
+    else if (!stream && stage_blocking(bytes))
+        IN_CONTEXT(d, st = finish_blocking(d, mapping__cuda_staged_write(d, LEGACY_STREAM, src, dst, bytes)));
     else if (!stream)
         IN_CONTEXT(d, st = finish_blocking(d, mapping__cuda_check(cu->cuMemcpyHtoD_v2(dst, src, bytes), "cuMemcpyHtoD_v2")));
     else if (pinned)
@@ -551,7 +563,9 @@ static mapping_status cuda_read(void *dev, void *stream, void *src_mem, size_t s
     const cuda_driver *cu = d->cu;
     cu_deviceptr src = cuda_ptr(src_mem) + src_offset;
     mapping_status st;
-    if (!stream) /* returns once the copy has completed, pageable or not */
+    if (!stream && !pinned && stage_blocking(bytes))
+        IN_CONTEXT(d, st = finish_blocking(d, mapping__cuda_staged_read(d, LEGACY_STREAM, src, dst, bytes)));
+    else if (!stream) /* returns once the copy has completed, pageable or not */
         IN_CONTEXT(d, st = mapping__cuda_check(cu->cuMemcpyDtoH_v2(dst, src, bytes), "cuMemcpyDtoH_v2"));
     else if (pinned)
         IN_CONTEXT(d, st = mapping__cuda_check(cu->cuMemcpyDtoHAsync_v2(dst, src, bytes, stream), "cuMemcpyDtoHAsync_v2"));

@@ -41,6 +41,9 @@ static const size_t STAGE_GROW_STEP = (size_t)2 << 20;
  * writes did best with 8 MiB: 0.89-0.93x, 1 MiB: 0.62x). */
 static const size_t STAGE_PIECE = ((size_t)8 << 20) - 64;
 static const size_t STAGE_READ_PIECE = ((size_t)1 << 20) - 64;
+/* With copy threads (os/copy_pool.c), several cores pack and unpack each
+ * piece: read pieces large enough to share (below). */
+static const size_t STAGE_READ_PIECE_SHARED = ((size_t)4 << 20) - 64;
 
 static size_t align_up(size_t n, size_t a)
 {
@@ -247,7 +250,7 @@ static void write_done(void *arg)
 static void read_done(void *arg)
 {
     cuda_stage_block *b = arg;
-    memcpy(b->copy_out, block_data(b), b->copy_out_bytes);
+    mapping_os_copy_parallel(b->copy_out, block_data(b), b->copy_out_bytes);
     stage_put(b);
 }
 
@@ -293,7 +296,7 @@ typedef struct piece_job {
 static void piece_copy(void *arg)
 {
     piece_job *j = arg;
-    memcpy(j->to, j->from, j->bytes);
+    mapping_os_copy_parallel(j->to, j->from, j->bytes);
     free(j);
 }
 
@@ -323,19 +326,28 @@ static mapping_status queue_piece_copy(cuda_device *d, cu_stream s, void *to, co
     return st;
 }
 
-/* A read's piece p, from its block to the caller's memory. */
-static void unpack(void *host, const void *slot, size_t p, size_t bytes)
+/* A read's piece p (of `piece` bytes), from its block to the caller's memory. */
+static void unpack(void *host, const void *slot, size_t p, size_t piece, size_t bytes)
 {
-    size_t at = p * STAGE_READ_PIECE, len = bytes - at < STAGE_READ_PIECE ? bytes - at : STAGE_READ_PIECE;
-    memcpy((char *)host + at, slot, len);
+    size_t at = p * piece, len = bytes - at < piece ? bytes - at : piece;
+    mapping_os_copy_parallel((char *)host + at, slot, len);
 }
 
 /* A read's piece p, from its block to the caller's memory, by a host
  * function in stream order. */
-static mapping_status queue_unpack(cuda_device *d, cu_stream s, void *host, const void *slot, size_t p, size_t bytes)
+static mapping_status queue_unpack(cuda_device *d, cu_stream s, void *host, const void *slot, size_t p, size_t piece,
+                                   size_t bytes)
 {
-    size_t at = p * STAGE_READ_PIECE, len = bytes - at < STAGE_READ_PIECE ? bytes - at : STAGE_READ_PIECE;
+    size_t at = p * piece, len = bytes - at < piece ? bytes - at : piece;
     return queue_piece_copy(d, s, (char *)host + at, slot, len);
+}
+
+/* A read's piece: 1 MiB when one thread unpacks (the unpack then reads it
+ * from the cache the DMA wrote it through), 4 MiB when the copy threads
+ * share it (os/copy_pool.c: parts of at least 512 KiB each). */
+static size_t read_piece(void)
+{
+    return mapping_os_copy_threads() > 0 ? STAGE_READ_PIECE_SHARED : STAGE_READ_PIECE;
 }
 
 /* host: the caller's pageable memory; dev: the device address; to_device:
@@ -344,7 +356,7 @@ static mapping_status staged_pieces(cuda_device *d, cu_stream s, void *host, cu_
                                     bool to_device)
 {
     const cuda_driver *cu = d->cu;
-    const size_t piece = to_device ? STAGE_PIECE : STAGE_READ_PIECE;
+    const size_t piece = to_device ? STAGE_PIECE : read_piece();
     const int window = to_device ? STAGE_WINDOW : STAGE_READ_WINDOW;
     size_t n = (bytes + piece - 1) / piece;
     int k = n < (size_t)window ? (int)n : window;
@@ -379,16 +391,16 @@ static mapping_status staged_pieces(cuda_device *d, cu_stream s, void *host, cu_
                 reached = cu->cuEventQuery(start) == CU_SUCCESS;
             if (reached && (st = mapping__cuda_check(cu->cuEventSynchronize(done[j]), "cuEventSynchronize")) ==
                                MAPPING_OK && !to_device)
-                unpack(host, slot, i - (size_t)k, bytes);
+                unpack(host, slot, i - (size_t)k, piece, bytes);
             else if (!reached && !to_device) /* in stream order: after its DMA, before the next one */
-                st = queue_unpack(d, s, host, slot, i - (size_t)k, bytes);
+                st = queue_unpack(d, s, host, slot, i - (size_t)k, piece, bytes);
             if (st != MAPPING_OK)
                 break;
         }
         size_t at = i * piece, len = bytes - at < piece ? bytes - at : piece;
         if (to_device) {
             if (reached || i < (size_t)k) /* a block not in use yet, or one the caller waited for */
-                memcpy(slot, (const char *)host + at, len);
+                mapping_os_copy_parallel(slot, (const char *)host + at, len);
             else
                 st = queue_piece_copy(d, s, slot, (const char *)host + at, len);
             if (st == MAPPING_OK)
@@ -405,9 +417,9 @@ static mapping_status staged_pieces(cuda_device *d, cu_stream s, void *host, cu_
         if (!reached)
             reached = cu->cuEventQuery(start) == CU_SUCCESS;
         if (!reached)
-            st = queue_unpack(d, s, host, block_data(w->blocks[j]), i, bytes);
+            st = queue_unpack(d, s, host, block_data(w->blocks[j]), i, piece, bytes);
         else if ((st = mapping__cuda_check(cu->cuEventSynchronize(done[j]), "cuEventSynchronize")) == MAPPING_OK)
-            unpack(host, block_data(w->blocks[j]), i, bytes);
+            unpack(host, block_data(w->blocks[j]), i, piece, bytes);
     }
     /* The blocks go back when the stream has passed the last DMA (after a
      * failure too: what was queued may still run). */
@@ -434,7 +446,7 @@ mapping_status mapping__cuda_staged_write(cuda_device *d, cu_stream s, const voi
     cuda_stage_block *b = stage_get(d, bytes, &st);
     if (!b)
         return st;
-    memcpy(block_data(b), src, bytes);
+    mapping_os_copy_parallel(block_data(b), src, bytes);
     st = mapping__cuda_check(d->cu->cuMemcpyHtoDAsync_v2(dst, block_data(b), bytes, s), "cuMemcpyHtoDAsync_v2");
     if (st != MAPPING_OK) {
         stage_put(b);
@@ -445,7 +457,7 @@ mapping_status mapping__cuda_staged_write(cuda_device *d, cu_stream s, const voi
 
 mapping_status mapping__cuda_staged_read(cuda_device *d, cu_stream s, cu_deviceptr src, void *dst, size_t bytes)
 {
-    if (bytes > STAGE_READ_PIECE)
+    if (bytes > read_piece())
         return staged_pieces(d, s, dst, src, bytes, false);
     mapping_status st;
     cuda_stage_block *b = stage_get(d, bytes, &st);

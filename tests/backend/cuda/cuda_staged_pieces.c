@@ -3,9 +3,10 @@
  * in pieces (src/backend/cuda/cuda_staging.c), checked with the strict fake
  * driver (tests/fake/fake_libcuda.c; SKIP on any other driver): a 64 MiB
  * write and read on a stream
- *   - never DMA more than 8 MiB (writes) or 1 MiB (reads) from one block of
- *     page-locked memory (a copy staged whole made one 64 MiB DMA after one
- *     64 MiB memcpy);
+ *   - never DMA more than 8 MiB (writes) or 1 MiB (reads; 4 MiB where copy
+ *     threads share the unpacking, MAPPING_COPY_THREADS > 0) from one block
+ *     of page-locked memory (a copy staged whole made one 64 MiB DMA after
+ *     one 64 MiB memcpy);
  *   - allocate no page-locked memory beyond the arena's growth cap of a few
  *     pieces (staged whole, the copy grew the arena by 64 MiB and more);
  *   - land every byte, also when the stream is held by a host function when
@@ -13,10 +14,23 @@
  *     functions pack and unpack in stream order).
  */
 #include <dlfcn.h>
+#include <stdbool.h>
 #include <time.h>
+#include <unistd.h>
 #include "harness.h"
 
-enum { BIG = 64 << 20, MAX_PIECE = 8 << 20, MAX_READ_PIECE = 1 << 20, MAX_GROWTH = 32 << 20 };
+enum { BIG = 64 << 20, MAX_PIECE = 8 << 20, MAX_GROWTH = 32 << 20 };
+
+/* The largest read piece: 4 MiB with copy threads, else 1 MiB. The count
+ * is $MAPPING_COPY_THREADS, else the default (os/copy_pool.c: half the
+ * CPUs less one, at most 5). */
+static long long max_read_piece(void)
+{
+    const char *v = getenv("MAPPING_COPY_THREADS");
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    long threads = v && *v ? atol(v) : cpus / 2 - 1 > 5 ? 5 : cpus / 2 - 1;
+    return threads > 0 ? 4 << 20 : 1 << 20;
+}
 
 typedef struct fake_gauges {
     long long (*count)(const char *name);
@@ -77,7 +91,7 @@ TEST(cuda_large_pageable_stream_copies_go_in_pieces_through_a_capped_arena)
     f.reset();
     CHECK_OK(mapping_sync_to_cpu_range(s, buf, 0, back, BIG));
     CHECK_OK(mapping_stream_synchronize(s));
-    check_gauges(&f, "read, idle stream", MAX_READ_PIECE);
+    check_gauges(&f, "read, idle stream", max_read_piece());
     CHECK_BYTES(back, src, BIG);
 
     /* 2. The stream is held: each call returns while it is held (a wait
@@ -99,7 +113,7 @@ TEST(cuda_large_pageable_stream_copies_go_in_pieces_through_a_capped_arena)
     CHECK_OK(mapping_sync_to_cpu_range(s, buf, 0, back, BIG));
     __atomic_store_n(&gate_open, 1, __ATOMIC_SEQ_CST);
     CHECK_OK(mapping_stream_synchronize(s));
-    check_gauges(&f, "read behind a held stream", MAX_READ_PIECE);
+    check_gauges(&f, "read behind a held stream", max_read_piece());
     CHECK_BYTES(back, src, BIG);
 
     /* 3. Sizes that are not whole pieces, at an odd offset. */
@@ -110,7 +124,8 @@ TEST(cuda_large_pageable_stream_copies_go_in_pieces_through_a_capped_arena)
     CHECK_OK(mapping_sync_to_cpu_range(s, buf, 7, back, odd));
     CHECK_OK(mapping_stream_synchronize(s));
     CHECK_BYTES(back, src, odd);
-    for (size_t around = (1 << 20) - 130; around <= (1 << 20) + 130; around += 65) { /* a read piece, +- */
+    for (size_t around = (size_t)max_read_piece() - 130; around <= (size_t)max_read_piece() + 130;
+         around += 65) { /* a read piece, +- */
         test_pattern(src, around, (unsigned)around);
         CHECK_OK(mapping_sync_to_gpu_range(s, src, buf, 3, around));
         memset(back, 0, around);
@@ -120,6 +135,48 @@ TEST(cuda_large_pageable_stream_copies_go_in_pieces_through_a_capped_arena)
     }
 
     mapping_stream_destroy(s);
+    mapping_free_gpu(buf);
+    free(src);
+    free(back);
+}
+
+/* Blocking copies of pageable memory: with copy threads, 4 MiB and more go
+ * through the arena in pieces too (the threads pack and unpack them); with
+ * none, straight to cuMemcpyHtoD / DtoH (the driver stages them). Either
+ * way every byte lands, and a blocking copy below 4 MiB takes the driver's
+ * path. */
+TEST(cuda_blocking_pageable_copies_go_through_the_arena_only_with_copy_threads)
+{
+    mapping_device *dev = test_device();
+    if (strcmp(mapping_backend_name(dev), "cuda") != 0)
+        test_skip("for the cuda back end; this is %s", mapping_backend_name(dev));
+    fake_gauges f = fake();
+    bool threads = max_read_piece() > (1 << 20);
+    size_t sizes[] = {BIG, (size_t)(4 << 20), (size_t)(4 << 20) - 1, (size_t)(9 << 20) + 4097};
+    unsigned char *src = malloc(BIG), *back = malloc(BIG);
+    CHECK(src && back);
+    mapping_buffer *buf;
+    CHECK_OK(mapping_allocate_gpu(dev, BIG + 64, &buf));
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        size_t n = sizes[i];
+        bool staged = threads && n >= (4 << 20);
+        test_pattern(src, n, (unsigned)(i + 21));
+        f.reset();
+        CHECK_OK(mapping_sync_to_gpu_range(NULL, src, buf, 5, n));
+        long long dma = f.count("largest_pinned_async_copy");
+        if (staged ? !(dma > 0 && dma <= MAX_PIECE) : dma != 0)
+            test_fail(__FILE__, __LINE__, "blocking write of %zu bytes (copy threads: %s): largest page-locked DMA %lld",
+                      n, threads ? "yes" : "no", dma);
+        memset(back, 0, n);
+        f.reset();
+        CHECK_OK(mapping_sync_to_cpu_range(NULL, buf, 5, back, n));
+        dma = f.count("largest_pinned_async_copy");
+        if (staged ? !(dma > 0 && dma <= max_read_piece()) : dma != 0)
+            test_fail(__FILE__, __LINE__, "blocking read of %zu bytes (copy threads: %s): largest page-locked DMA %lld",
+                      n, threads ? "yes" : "no", dma);
+        CHECK_BYTES(back, src, n);
+        CHECK(f.count("largest_host_alloc") <= MAX_GROWTH);
+    }
     mapping_free_gpu(buf);
     free(src);
     free(back);
