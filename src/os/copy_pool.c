@@ -19,9 +19,11 @@
  * The helpers are made on the first large copy, as many as
  * $MAPPING_COPY_THREADS says (mapping_os_copy_threads_from_env; by default
  * half the CPUs less one, at most 5: none on a 2-core machine), block every
- * signal a program might direct at the process, and live as long as the
- * process. A forked child starts without them (pthread_atfork) and makes
- * its own on its first large copy.
+ * signal a program might direct at the process, and live until the library
+ * is unloaded (dlclose) or the process exits: the library's destructor
+ * stops and joins them, as their code goes with the library, and copies
+ * after that are the caller's alone. A forked child starts without them
+ * (pthread_atfork) and makes its own on its first large copy.
  */
 #include <errno.h>
 #include <limits.h>
@@ -49,7 +51,9 @@ static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t  work_ready = PTHREAD_COND_INITIALIZER; /* a job has parts to take */
 static pthread_cond_t  part_done = PTHREAD_COND_INITIALIZER;  /* a part of some job is done */
 static copy_job       *jobs;           /* jobs with parts not yet taken */
-static int             helpers;        /* helper threads running */
+static pthread_t       helper_ids[HELPERS_MAX];
+static int             helpers;        /* helper threads running (helper_ids[0..helpers)) */
+static int             stopping;       /* the library is going: helpers return, none is made */
 static int             wanted = -1;    /* helpers to have (-1: not read from the environment yet) */
 static int             start_failed;   /* pthread_create failed once: no more tries */
 static pthread_once_t  atfork_once = PTHREAD_ONCE_INIT;
@@ -81,6 +85,8 @@ static void *helper_main(void *arg)
     for (;;) {
         copy_job *j;
         int i = take_part(&j);
+        if (i < 0 && stopping)
+            break;
         if (i < 0) {
             pthread_cond_wait(&work_ready, &pool_lock);
             continue;
@@ -91,7 +97,24 @@ static void *helper_main(void *arg)
         if (++j->done == j->parts)
             pthread_cond_broadcast(&part_done); /* the last touch of j */
     }
+    pthread_mutex_unlock(&pool_lock);
     return NULL;
+}
+
+/* When the library is unloaded or the process exits: the helpers finish the
+ * part they copy, then return, and are joined (a copy under way finishes
+ * its other parts on its caller). Not in a forked child's helpers' stead:
+ * it has none of its parent's. */
+__attribute__((destructor)) static void stop_helpers(void)
+{
+    pthread_mutex_lock(&pool_lock);
+    stopping = 1;
+    int n = helpers;
+    helpers = 0;
+    pthread_cond_broadcast(&work_ready);
+    pthread_mutex_unlock(&pool_lock);
+    for (int i = 0; i < n; i++)
+        pthread_join(helper_ids[i], NULL);
 }
 
 /* A forked child has none of the parent's helpers, and the lock may have
@@ -104,7 +127,7 @@ static void in_child(void)
     work_ready = fresh_cond;
     part_done = fresh_cond;
     jobs = NULL;
-    helpers = 0;
+    helpers = 0; /* the parent's are not here: nothing to join */
     start_failed = 0;
 }
 
@@ -167,7 +190,7 @@ static void start_helpers(void)
         int n;
         wanted = mapping_os_copy_threads_from_env(&n) ? n : 0;
     }
-    if (helpers >= wanted || start_failed)
+    if (helpers >= wanted || start_failed || stopping)
         return;
     pthread_once(&atfork_once, register_atfork);
     /* Signals a program directs at the process go to its own threads, not
@@ -182,14 +205,12 @@ static void start_helpers(void)
     pthread_sigmask(SIG_BLOCK, &all, &old);
     pthread_attr_t attr;
     pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     size_t stack = (size_t)256 << 10; /* a memcpy needs little; sanitizers' runtimes want some */
     if (stack < (size_t)PTHREAD_STACK_MIN)
         stack = (size_t)PTHREAD_STACK_MIN;
     pthread_attr_setstacksize(&attr, stack);
     while (helpers < wanted) {
-        pthread_t t;
-        if (pthread_create(&t, &attr, helper_main, NULL) != 0) {
+        if (pthread_create(&helper_ids[helpers], &attr, helper_main, NULL) != 0) {
             start_failed = 1; /* the copies go on with the helpers there are */
             break;
         }
