@@ -171,6 +171,7 @@ TEST(cuda_blocking_flush_waits_once_on_the_legacy_stream)
  * it; only the legacy stream is refused). */
 TEST(cuda_special_stream_handles_are_default_streams)
 {
+    setenv("MAPPING_CUDA_SCATTER", "batch", 1); /* auto scatters by the kernel; the batch copy's stream rule is tested */
     mapping_device *dev = open_cuda();
     count_fn f = fake_count();
     const char *path = getenv("MAPPING_CUDA_LIBRARY");
@@ -213,7 +214,7 @@ TEST(cuda_special_stream_handles_are_default_streams)
         CHECK(back[i] == (i < N / 4 ? 3 : i < N / 2 ? 2 : 1));
 
     /* The per-thread stream imported: a flush on it uses batch copies where
-     * the driver has them, and the bytes land. */
+     * the driver has them (MAPPING_CUDA_SCATTER=batch), and the bytes land. */
     mapping_stream *s;
     CHECK_OK(mapping_import_stream(dev, per_thread, &s));
     unsigned char host[N];

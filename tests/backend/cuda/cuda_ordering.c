@@ -158,22 +158,26 @@ typedef struct scatter_args {
 static void *scatter_call(void *p)
 {
     scatter_args *a = p;
-    a->st = mapping__cuda_scatter(a->state, NULL, a->staging, 0, a->table, 4, a->dst);
+    a->st = mapping__cuda_scatter(a->state, NULL, a->staging, N, a->table, 4, a->dst);
     return NULL;
 }
 
-/* On the back end itself: the blocking scatter (stream == NULL). */
-TEST(cuda_blocking_scatter_is_ordered_after_the_legacy_stream)
+/* On the back end itself: the blocking scatter (stream == NULL), by the
+ * kernel (auto) and by the driver's batch copy where it has one. */
+static void blocking_scatter_waits_for_the_legacy_stream(fake_driver f, const char *mode)
 {
-    open_cuda();
-    fake_driver f = fake();
     const mapping_backend *be = &mapping_backend_cuda;
     char why[256];
     int count = 0;
     CHECK_OK(be->load(why, sizeof why, &count));
     scatter_args a = {0};
-    CHECK_OK(be->device_open(0, NULL, &a.state));
-    CHECK_OK(be->buffer_alloc(a.state, N, &a.staging));
+    setenv("MAPPING_CUDA_SCATTER", mode, 1); /* read when the device opens */
+    mapping_status opened = be->device_open(0, NULL, &a.state);
+    unsetenv("MAPPING_CUDA_SCATTER");
+    CHECK_OK(opened);
+    /* The staging holds the data in [0, N) and, for the scatter kernel, the
+     * table at N (as the core lays them out); the held fill covers the data. */
+    CHECK_OK(be->buffer_alloc(a.state, N + sizeof a.table, &a.staging));
     CHECK_OK(be->buffer_alloc(a.state, N, &a.dst));
     unsigned char zero[N], back[N], expect[N];
     memset(zero, 0, N);
@@ -184,19 +188,29 @@ TEST(cuda_blocking_scatter_is_ordered_after_the_legacy_stream)
         a.table[i] = (mapping_scatter_entry){(uint64_t)i * 512, (uint64_t)i * 1000 + 3, 100};
         memset(expect + i * 1000 + 3, 0x55, 100);
     }
+    CHECK_OK(be->write(a.state, NULL, a.table, NULL, a.staging, N, sizeof a.table));
     cuda_device *d = a.state;
     held_fill_on_legacy(&f, d->ctx, cuda_ptr(a.staging), 0x55, N);
     blocking_call c = {scatter_call, &a, 0};
     bool early = run_while_held(&f, &c);
     CHECK_OK(a.st);
-    printf("blocking scatter %s while the legacy stream held the fill of its staging\n",
-           early ? "finished" : "waited");
+    printf("blocking scatter (MAPPING_CUDA_SCATTER=%s) %s while the legacy stream held the fill of its staging\n",
+           mode, early ? "finished" : "waited");
     CHECK(!early);
     CHECK_OK(be->read(a.state, NULL, a.dst, 0, back, NULL, N));
     CHECK_BYTES(back, expect, N);
     be->buffer_free(a.state, a.staging);
     be->buffer_free(a.state, a.dst);
     be->device_close(a.state);
+}
+
+TEST(cuda_blocking_scatter_is_ordered_after_the_legacy_stream)
+{
+    open_cuda();
+    fake_driver f = fake();
+    blocking_scatter_waits_for_the_legacy_stream(f, "auto");
+    blocking_scatter_waits_for_the_legacy_stream(f, "batch");
+    blocking_scatter_waits_for_the_legacy_stream(f, "copies");
 }
 
 static volatile int gate_open;

@@ -311,6 +311,7 @@ TEST(cuda_closing_the_last_device_leaves_the_driver_nothing)
 
 TEST(cuda_calls_the_entry_points_of_the_driver_version_it_finds)
 {
+    setenv("MAPPING_CUDA_SCATTER", "batch", 1); /* auto scatters by the kernel; this test is about the batch copy */
     mapping_device *dev = open_cuda();
     fake_driver f = fake();
     int version = 0;
