@@ -254,7 +254,8 @@ if [ "$cuda_available" = 1 ]; then
         say "bench other sections (--quick): $([ $rc = 0 ] && echo completed || echo "stopped (exit $rc)") in $(($(date +%s) - t0)) s"
         awk 'f && /^  => /; /^Scattered 64-byte copies \(stride/{f=1}' "$OUT/bench.txt" | sed 's/^  => /  /' |
             head -8 | tee -a "$summary"
-        grep -E '^  => device diff' "$OUT/bench.txt" | sed 's/^  => /  /' | tee -a "$summary"
+        grep -E '^  => (device diff|(H2D|D2H) stream copy, pageable)' "$OUT/bench.txt" | sed 's/^  => /  /' |
+            tee -a "$summary"
     else
         say "bench other sections: skipped ($(left 10) s left)"
     fi
