@@ -70,17 +70,11 @@ BENCH_SECTION(bench_staging, 48, "staging",
         bench_table_row(&t, j.to_gpu ? "H2D" : "D2H", row);
     }
     bench_table_end(&t);
-    /* The library's own count (os/copy_pool.c) is not public: the same rule here. */
     const char *threads = getenv("MAPPING_COPY_THREADS");
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN), dflt = cpus / 2 - 1 < 0 ? 0 : cpus / 2 - 1 > 5 ? 5 : cpus / 2 - 1;
-    if (threads && *threads)
-        bench_note(ctx, "copy threads (packing and unpacking pieces of 2 MiB or more on a GPU): MAPPING_COPY_THREADS=%s",
-                   threads);
-    else
-        bench_note(ctx,
-                   "copy threads (packing and unpacking pieces of 2 MiB or more on a GPU): %ld, the default on %ld "
-                   "CPUs (MAPPING_COPY_THREADS overrides)",
-                   dflt, cpus);
+    bench_note(ctx,
+               "copy threads (packing and unpacking pieces of 2 MiB or more on a GPU): MAPPING_COPY_THREADS=%s (unset: "
+               "half of this machine's %ld CPUs less one, at most 5)",
+               threads && *threads ? threads : "unset", sysconf(_SC_NPROCESSORS_ONLN));
     if (ctx->directions & BENCH_DIR_H2D)
         bench_figure(ctx, "staging_h2d_pageable_over_pinned", ratio[0], "x",
                      "H2D stream copy, pageable / page-locked speed (target >= 0.8)");

@@ -113,7 +113,7 @@ mapping_status mapping_open(const mapping_device_desc *desc, mapping_device **ou
         return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT,
                              "%s: MAPPING_COPY_THREADS=\"%s\" is not a number of threads from 0 to 64", fn,
                              getenv("MAPPING_COPY_THREADS"));
-    mapping_os_copy_threads_configure();
+    mapping_os_copy_threads_set(copy_threads);
     const char *why = mapping_os_link_check(d.link_bandwidth, d.link_latency);
     if (why)
         return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: link_bandwidth %g, link_latency %g: %s", fn,

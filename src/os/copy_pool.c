@@ -29,6 +29,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -54,7 +55,7 @@ static copy_job       *jobs;           /* jobs with parts not yet taken */
 static pthread_t       helper_ids[HELPERS_MAX];
 static int             helpers;        /* helper threads running (helper_ids[0..helpers)) */
 static int             stopping;       /* the library is going: helpers return, none is made */
-static int             wanted = -1;    /* helpers to have (-1: not read from the environment yet) */
+static _Atomic int     wanted = -1;    /* helpers to have (-1: not set yet); read without the lock */
 static int             start_failed;   /* pthread_create failed once: no more tries */
 static pthread_once_t  atfork_once = PTHREAD_ONCE_INIT;
 
@@ -161,36 +162,28 @@ bool mapping_os_copy_threads_from_env(int *out)
     return true;
 }
 
-void mapping_os_copy_threads_configure(void)
+void mapping_os_copy_threads_set(int n)
 {
-    int n;
-    if (!mapping_os_copy_threads_from_env(&n))
-        return; /* refused where it is read first (mapping_open) */
-    pthread_mutex_lock(&pool_lock);
-    wanted = n;
-    pthread_mutex_unlock(&pool_lock);
+    atomic_store_explicit(&wanted, n < 0 ? 0 : n > HELPERS_MAX ? HELPERS_MAX : n, memory_order_relaxed);
 }
 
 int mapping_os_copy_threads(void)
 {
-    pthread_mutex_lock(&pool_lock);
-    if (wanted < 0) {
-        int n;
-        wanted = mapping_os_copy_threads_from_env(&n) ? n : 0;
+    int n = atomic_load_explicit(&wanted, memory_order_relaxed);
+    if (n < 0) { /* no mapping_open yet: the environment, or none when it is refused */
+        if (!mapping_os_copy_threads_from_env(&n))
+            n = 0;
+        int unset = -1;
+        if (!atomic_compare_exchange_strong(&wanted, &unset, n))
+            n = unset;
     }
-    int n = wanted;
-    pthread_mutex_unlock(&pool_lock);
     return n;
 }
 
-/* Starts helpers up to `wanted`. Under the lock. */
-static void start_helpers(void)
+/* Starts helpers up to `want`. Under the lock. */
+static void start_helpers(int want)
 {
-    if (wanted < 0) {
-        int n;
-        wanted = mapping_os_copy_threads_from_env(&n) ? n : 0;
-    }
-    if (helpers >= wanted || start_failed || stopping)
+    if (helpers >= want || start_failed || stopping)
         return;
     pthread_once(&atfork_once, register_atfork);
     /* Signals a program directs at the process go to its own threads, not
@@ -209,7 +202,7 @@ static void start_helpers(void)
     if (stack < (size_t)PTHREAD_STACK_MIN)
         stack = (size_t)PTHREAD_STACK_MIN;
     pthread_attr_setstacksize(&attr, stack);
-    while (helpers < wanted) {
+    while (helpers < want) {
         if (pthread_create(&helper_ids[helpers], &attr, helper_main, NULL) != 0) {
             start_failed = 1; /* the copies go on with the helpers there are */
             break;
@@ -226,9 +219,10 @@ void mapping_os_copy_parallel(void *dst, const void *src, size_t bytes)
         memcpy(dst, src, bytes);
         return;
     }
+    int want = mapping_os_copy_threads();
     pthread_mutex_lock(&pool_lock);
-    start_helpers();
-    int threads = (helpers < wanted ? helpers : wanted) + 1;
+    start_helpers(want);
+    int threads = (helpers < want ? helpers : want) + 1;
     size_t most = bytes / PART_MIN;
     int parts = most < (size_t)threads ? (int)most : threads;
     if (parts < 2) {

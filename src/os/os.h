@@ -70,9 +70,10 @@ void mapping_os_copy_parallel(void *dst, const void *src, size_t bytes);
  * the value is anything else. */
 bool mapping_os_copy_threads_from_env(int *out);
 int  mapping_os_copy_threads_default(void);
-/* Reads $MAPPING_COPY_THREADS again (mapping_open calls it; a bad value
- * leaves the count as it was), and the count in force. */
-void mapping_os_copy_threads_configure(void);
+/* The count in force: set by mapping_open from $MAPPING_COPY_THREADS
+ * (clamped to 0..64), read without a lock; before any set, the variable's
+ * value (0 when it is refused). */
+void mapping_os_copy_threads_set(int n);
 int  mapping_os_copy_threads(void);
 
 /* dlopen of the first name that loads: `env_override` (an environment

@@ -5,6 +5,7 @@
 #include "testing/test_hooks.h"
 #include "coherence/mirror_internal.h"
 #include "os/fault_log.h"
+#include "os/os.h"
 
 static int side_index(mapping_side side)
 {
@@ -57,4 +58,9 @@ bool mapping__test_device_can_diff(const mapping_device *dev)
 bool mapping__test_fault_log(const char **why)
 {
     return mapping_os_fault_log_available(why);
+}
+
+int mapping__test_copy_threads(void)
+{
+    return mapping_os_copy_threads();
 }

@@ -52,5 +52,8 @@ bool mapping__test_device_can_diff(const mapping_device *dev);
 /* Whether write tracking's fault log runs here, and if not why
  * (os/fault_log.h). */
 bool mapping__test_fault_log(const char **why);
+/* The copy threads in force (os/copy_pool.c: mapping_open sets the count
+ * from $MAPPING_COPY_THREADS). */
+int mapping__test_copy_threads(void);
 
 #endif

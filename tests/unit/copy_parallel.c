@@ -32,8 +32,7 @@ static void fill_pattern(unsigned char *p, size_t n, unsigned seed)
 
 static void use_helpers(const char *count)
 {
-    setenv("MAPPING_COPY_THREADS", count, 1);
-    mapping_os_copy_threads_configure();
+    mapping_os_copy_threads_set(atoi(count));
     CHECK(mapping_os_copy_threads() == atoi(count));
 }
 
@@ -73,8 +72,7 @@ UNIT_TEST(parallel_copy_equals_memcpy_for_sizes_around_its_thresholds_with_any_h
                     test_fail(__FILE__, __LINE__, "%s helpers, %zu bytes, src +%zu, dst +%zu: not what memcpy gives",
                               helpers[h], sizes[s], a * 5, a * 3 + (s & 1));
     }
-    unsetenv("MAPPING_COPY_THREADS");
-    mapping_os_copy_threads_configure();
+    mapping_os_copy_threads_set(mapping_os_copy_threads_default());
 }
 
 typedef struct copier {
@@ -105,8 +103,7 @@ UNIT_TEST(parallel_copies_from_several_threads_at_once_each_land_whole)
         pthread_join(t[i], NULL);
         CHECK(c[i].failures == 0);
     }
-    unsetenv("MAPPING_COPY_THREADS");
-    mapping_os_copy_threads_configure();
+    mapping_os_copy_threads_set(mapping_os_copy_threads_default());
 }
 
 static int thread_count(void)

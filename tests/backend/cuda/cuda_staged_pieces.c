@@ -16,20 +16,16 @@
 #include <dlfcn.h>
 #include <stdbool.h>
 #include <time.h>
-#include <unistd.h>
 #include "harness.h"
+#include "testing/test_hooks.h"
 
 enum { BIG = 64 << 20, MAX_PIECE = 8 << 20, MAX_GROWTH = 32 << 20 };
 
-/* The largest read piece: 4 MiB with copy threads, else 1 MiB. The count
- * is $MAPPING_COPY_THREADS, else the default (os/copy_pool.c: half the
- * CPUs less one, at most 5). */
+/* The largest read piece: 4 MiB with copy threads (the count mapping_open
+ * set from $MAPPING_COPY_THREADS), else 1 MiB. */
 static long long max_read_piece(void)
 {
-    const char *v = getenv("MAPPING_COPY_THREADS");
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    long threads = v && *v ? atol(v) : cpus / 2 - 1 > 5 ? 5 : cpus / 2 - 1;
-    return threads > 0 ? 4 << 20 : 1 << 20;
+    return mapping__test_copy_threads() > 0 ? 4 << 20 : 1 << 20;
 }
 
 typedef struct fake_gauges {
