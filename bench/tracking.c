@@ -100,11 +100,13 @@ static int clean_sync(bench_ctx *ctx, mapping_mirror *m, double *seconds)
 }
 
 /* The memset alone is timed; the sync after it (not timed) protects the
- * pages again for the next run. */
-static int streaming(bench_ctx *ctx, mapping_mirror *m, size_t size, double *seconds)
+ * pages again for the next run. *first: the slower of the first two runs
+ * (uffd opens the run at the second sync that finds it written: those two
+ * fault on every page). At least 3 runs. */
+static int streaming(bench_ctx *ctx, mapping_mirror *m, size_t size, double *seconds, double *first)
 {
     double t[16];
-    int runs = ctx->runs < 16 ? ctx->runs : 16;
+    int runs = ctx->runs < 3 ? 3 : ctx->runs < 16 ? ctx->runs : 16;
     unsigned char *cpu = mapping_mirror_cpu(m);
     for (int r = 0; r < runs; r++) {
         if (bench_check(mapping_mirror_mark_cpu_modified(m, 0, size), "mark") ||
@@ -114,7 +116,35 @@ static int streaming(bench_ctx *ctx, mapping_mirror *m, size_t size, double *sec
         memset(cpu, r + 1, size);
         t[r] = bench_now() - t0;
     }
+    if (first)
+        *first = t[0] > t[1] ? t[0] : t[1];
     return median_of(t, runs, seconds);
+}
+
+/* After the streams stop: 1-byte writes, a sync each; how many syncs
+ * moved more than a page (uffd: the open run, until it closes) and the
+ * bytes they moved in all. */
+static int after_streams(track_pair *p, mapping_mirror *m, double *syncs, double *bytes)
+{
+    unsigned char *cpu = mapping_mirror_cpu(m);
+    size_t page = 0;
+    mapping_write_tracking(&page);
+    *syncs = 0;
+    *bytes = 0;
+    if (bench_check(mapping_mirror_sync_to_gpu(NULL, m), "sync")) /* the last memset's pages */
+        return 1;
+    for (int k = 0; k < 8; k++) {
+        uint64_t before = h2d_bytes(p->dev);
+        cpu[((size_t)k + 1) * 40961 % p->size]++; /* off the sample pages (every 2 MiB): a write there keeps a run open */
+        if (bench_check(mapping_mirror_sync_to_gpu(NULL, m), "sync"))
+            return 1;
+        uint64_t moved = h2d_bytes(p->dev) - before;
+        if (moved > page) {
+            *syncs += 1;
+            *bytes += (double)moved;
+        }
+    }
+    return 0;
 }
 
 /* MAPPING_CHECK=races: an async 64 KiB upload and download on a stream,
@@ -180,7 +210,8 @@ BENCH_SECTION(bench_tracking, 42, "tracking",
     size_t scatter_span = ctx->quick ? p.size : (size_t)256 << 20;
     int rc = 1;
     double one_t = NAN, one_m = NAN, one_tb = NAN, one_mb = NAN, sc_t = NAN, sc_m = NAN, sc_tb = NAN, sc_mb = NAN;
-    double clean = NAN, clean_marked = NAN, st_t = NAN, st_u = NAN, st_f = NAN;
+    double clean = NAN, clean_marked = NAN, st_t = NAN, st_u = NAN, st_f = NAN, st_first = NAN;
+    double stop_syncs = NAN, stop_bytes = NAN;
     if (bench_check(mapping_mirror_create(p.dev, p.size, MAPPING_MIRROR_TRACK_WRITES, &p.tracked), "tracked mirror") ||
         bench_check(mapping_mirror_create(p.dev, p.size, 0, &p.marked), "mirror") ||
         bench_check(mapping_mirror_sync_to_gpu(NULL, p.tracked), "sync") ||
@@ -197,7 +228,7 @@ BENCH_SECTION(bench_tracking, 42, "tracking",
             goto done;
     }
     if (clean_sync(ctx, p.tracked, &clean) || clean_sync(ctx, p.marked, &clean_marked) ||
-        streaming(ctx, p.marked, p.size, &st_u) || streaming(ctx, p.tracked, p.size, &st_t))
+        streaming(ctx, p.marked, p.size, &st_u, NULL) || streaming(ctx, p.tracked, p.size, &st_t, NULL))
         goto done;
     /* The streaming write once more on a fresh tracked mirror: the writes
      * above left the first one's memory in 4 KiB pages where it had huge
@@ -207,7 +238,7 @@ BENCH_SECTION(bench_tracking, 42, "tracking",
     p.tracked = NULL;
     if (bench_check(mapping_mirror_create(p.dev, p.size, MAPPING_MIRROR_TRACK_WRITES, &p.tracked),
                     "tracked mirror") ||
-        streaming(ctx, p.tracked, p.size, &st_f))
+        streaming(ctx, p.tracked, p.size, &st_f, &st_first) || after_streams(&p, p.tracked, &stop_syncs, &stop_bytes))
         goto done;
     bench_table t;
     static const char *const cols[] = {"tracked us", "marked us", "tracked/marked", "tracked B", "marked B"};
@@ -222,16 +253,24 @@ BENCH_SECTION(bench_tracking, 42, "tracking",
     bench_table_row(&t, label, (double[]){clean * 1e6, clean_marked * 1e6, clean / clean_marked, 0, 0});
     snprintf(label, sizeof label, "memset of %s, fresh", bench_size_name(p.size, sz, sizeof sz));
     bench_table_row(&t, label, (double[]){st_f * 1e6, st_u * 1e6, st_f / st_u, NAN, NAN});
+    snprintf(label, sizeof label, "memset of %s, first two", bench_size_name(p.size, sz, sizeof sz));
+    bench_table_row(&t, label, (double[]){st_first * 1e6, st_u * 1e6, st_first / st_u, NAN, NAN});
     snprintf(label, sizeof label, "memset of %s, after the above", bench_size_name(p.size, sz, sizeof sz));
     bench_table_row(&t, label, (double[]){st_t * 1e6, st_u * 1e6, st_t / st_u, NAN, NAN});
+    snprintf(label, sizeof label, "streams stop: 8 x (1 B + sync)");
+    bench_table_row(&t, label, (double[]){NAN, NAN, NAN, stop_bytes, 8.0 * (double)granularity});
     bench_table_end(&t);
     bench_note(ctx, "The tracked mirror finds its written pages at each sync (%s); the marked one is told. Clean sync: "
-                    "the tracked one still asks the kernel (uffd: one getrusage call; mprotect: one atomic read). "
-                    "memset (timed alone; 'marked us' is an untracked mirror): uffd faults once per page; mprotect "
-                    "opens widening runs, on huge-page boundaries once they reach 2 MiB. 'fresh': a new tracked "
-                    "mirror; 'after the above': the one the isolated writes above left in 4 KiB pages.",
+                    "the tracked one still asks the kernel (uffd: one getrusage call; mprotect: one atomic read).",
                mech == MAPPING_TRACK_UFFD ? "PAGEMAP_SCAN over the pages the fault log names, or over the whole range"
                                           : "the SIGSEGV handler's bitmap");
+    bench_note(ctx, "memset (timed alone; 'marked us': an untracked mirror): uffd faults once per page until a run "
+                    "written in two periods in a row opens (MAPPING_TRACK_STREAMS), then on its sample pages only; "
+                    "mprotect opens widening runs, on huge-page boundaries once they reach 2 MiB.");
+    bench_note(ctx, "'fresh': a new tracked mirror, median of the runs; 'first two': the slower of its first two "
+                    "(before a run opens); 'after the above': the mirror the isolated writes above left in 4 KiB "
+                    "pages; 'streams stop': bytes the 8 syncs after the last memset moved beyond a page each "
+                    "(the open run, until its samples stay clean), against 8 pages.");
     bench_figure(ctx, "tracking_one_byte_bytes", one_tb, "B", "bytes moved, 1 written byte, tracked (target <= 4096)");
     bench_figure(ctx, "tracking_one_byte_vs_marked", one_t / one_m, "x", "1 byte: tracked / marked sync (target <= 2)");
     bench_figure(ctx, "tracking_scattered_vs_marked", sc_t / sc_m, "x",
@@ -245,6 +284,10 @@ BENCH_SECTION(bench_tracking, 42, "tracking",
                  "memset of a fresh tracked mirror, tracked / untracked (target <= 1.3)");
     bench_figure(ctx, "tracking_streaming_overhead_after_isolated_writes", st_t / st_u, "x",
                  "memset of the mirror the isolated writes used, tracked / untracked");
+    bench_figure(ctx, "tracking_streaming_first_two", st_first / st_u, "x",
+                 "memset of a fresh tracked mirror, the slower of the first two, tracked / untracked");
+    bench_figure(ctx, "tracking_stream_stop_syncs", stop_syncs, "syncs",
+                 "after the streams stop, syncs of a 1-byte write that moved more than a page");
     rc = 0;
 done:
     mapping_mirror_destroy(p.tracked);

@@ -739,7 +739,14 @@ enum {
  *   scans only the pages the process faulted on when a fault log (perf
  *   page-fault samples) provably holds every fault since the last scan,
  *   else the whole mirror ($MAPPING_TRACK_SCAN = faulted, changed,
- *   always). After fork(), a child counts an inherited tracked mirror
+ *   always). A run of 8 MiB or more written in two sync periods in a row
+ *   (a repeated stream) is left writable and counted written at every
+ *   sync until a sync to the device finds none of its sample pages (one
+ *   per 2 MiB) written ($MAPPING_TRACK_STREAMS = on, off, or the smallest
+ *   run in bytes: a power of two of at least 4 pages; another value makes
+ *   MAPPING_MIRROR_TRACK_WRITES fail with MAPPING_ERR_INVALID_ARGUMENT):
+ *   a stream then faults 512 times less, and a sync may move pages nobody
+ *   wrote, never miss one. After fork(), a child counts an inherited tracked mirror
  *   written in full once, then watches it itself; the parent's watch is
  *   left alone.
  * - MAPPING_TRACK_MPROTECT: read-only pages and a SIGSEGV handler (chained

@@ -384,7 +384,7 @@ size_t mapping_mirror_stale_bytes(const mapping_mirror *m, mapping_side side)
     size_t lo = m->offset, hi = lo + m->size;
     if (st->n_inflight)
         mapping__mirror_order(st, NULL, lo, hi, MIRROR_ACCESS);
-    if (mapping__mirror_track_collect(fn, st) != MAPPING_OK || mapping__mirror_log_flush(st) != MAPPING_OK)
+    if (mapping__mirror_track_collect(fn, st, false) != MAPPING_OK || mapping__mirror_log_flush(st) != MAPPING_OK)
         return 0; /* out of memory, recorded */
     return mapping__rs_bytes_in(&st->stale[side - 1], lo, hi);
 }

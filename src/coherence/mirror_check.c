@@ -155,7 +155,7 @@ static void on_watched_write(void *user, uintptr_t plo, uintptr_t phi)
 static void collect_watch(mirror_state *st, family_hashes *e)
 {
     watch_pass w = {e, (uintptr_t)st->cpu, st->size};
-    if (e->watch && mapping_os_track_collect(e->watch, on_watched_write, &w) != 0) {
+    if (e->watch && mapping_os_track_collect(e->watch, on_watched_write, &w, false) != 0) {
         mapping_os_track_end(e->watch);
         e->watch = NULL;
         free(e->written);

@@ -178,11 +178,12 @@ mapping_status mapping__mirror_copy_ranges(mapping_stream *stream, mirror_state 
 mapping_status mapping__mirror_track_begin(const char *fn, mirror_state *st);
 void           mapping__mirror_track_end(mirror_state *st);
 /* Marks the pages written since the last collect modified on the CPU,
- * where the CPU side is valid. Every sync and stale count calls it first. */
-mapping_status mapping__mirror_track_collect_pages(const char *fn, mirror_state *st);
-static inline mapping_status mapping__mirror_track_collect(const char *fn, mirror_state *st)
+ * where the CPU side is valid. Every sync and stale count calls it first
+ * (upload: a sync to the GPU, write_track.h). */
+mapping_status mapping__mirror_track_collect_pages(const char *fn, mirror_state *st, bool upload);
+static inline mapping_status mapping__mirror_track_collect(const char *fn, mirror_state *st, bool upload)
 {
-    return __builtin_expect(st->track != NULL, 0) ? mapping__mirror_track_collect_pages(fn, st) : MAPPING_OK;
+    return __builtin_expect(st->track != NULL, 0) ? mapping__mirror_track_collect_pages(fn, st, upload) : MAPPING_OK;
 }
 /* The library wrote these ranges of the CPU side (a copy from the device
  * that completed): not the program's writes. */

@@ -40,7 +40,7 @@ mapping_status mapping_mirror_needs_sync(const mapping_mirror *m, mapping_side s
     /* CPU pages written since the last look (a tracked mirror) and marks
      * still in the log are not in the sets yet: both become marks first, as
      * a sync makes them, which waits for nothing. */
-    if ((status = mapping__mirror_track_collect(fn, st)) || (status = mapping__mirror_log_flush(st)))
+    if ((status = mapping__mirror_track_collect(fn, st, false)) || (status = mapping__mirror_log_flush(st)))
         return status; /* recorded */
     *out = stale_unqueued(st, side - 1, m->offset, m->offset + m->size);
     return MAPPING_OK;

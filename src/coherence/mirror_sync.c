@@ -428,7 +428,7 @@ static mapping_status sync_checked(const char *fn, mapping_stream *stream, mappi
         return status;
     mapping_trace_span span = mapping__trace_begin();
     /* A tracked mirror: the pages written since the last look become marks first. */
-    if ((status = mapping__mirror_track_collect(fn, st)))
+    if ((status = mapping__mirror_track_collect(fn, st, t == MIRROR_GPU)))
         return status;
     /* Not with MAPPING_CHECK=unmarked: the check reads the marked ranges, so the log must be applied.
      * Not to a tracked CPU side: its copies must pass apply_valid (mapping__mirror_track_copied).

@@ -50,6 +50,12 @@ mapping_status mapping__mirror_track_begin(const char *fn, mirror_state *st)
         return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT,
                              "%s: MAPPING_TRACK_SCAN=\"%s\" is not faulted, changed or always", fn,
                              getenv("MAPPING_TRACK_SCAN"));
+    size_t open_min;
+    if (mapping_os_track_streams(&open_min) != 0)
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT,
+                             "%s: MAPPING_TRACK_STREAMS=\"%s\" is not on, off or a power of two of at least 4 "
+                             "pages (bytes)",
+                             fn, getenv("MAPPING_TRACK_STREAMS"));
     mapping_os_track *t = NULL;
     int rc = mapping_os_track_begin(st->cpu, st->size, &t);
     if (rc == -ENOMEM)
@@ -128,11 +134,11 @@ static mapping_status mark_valid_part(const char *fn, mirror_state *st, size_t l
     return MAPPING_OK;
 }
 
-mapping_status mapping__mirror_track_collect_pages(const char *fn, mirror_state *st)
+mapping_status mapping__mirror_track_collect_pages(const char *fn, mirror_state *st, bool upload)
 {
     collected c = {.base = (uintptr_t)st->cpu, .size = st->size};
     uint64_t walks = st->track->walks;
-    int rc = mapping_os_track_collect(st->track, on_written, &c);
+    int rc = mapping_os_track_collect(st->track, on_written, &c, upload);
     if (c.pages)
         mapping__count(&st->dev->counters.tracked_pages, c.pages);
     if (st->track->walks != walks)

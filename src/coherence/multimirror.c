@@ -205,7 +205,7 @@ mapping_buffer *mapping_multimirror_gpu(mapping_multimirror *m, int device)
     return m->buf[device];
 }
 
-static mapping_status collect_writes(const char *fn, mapping_multimirror *m);
+static mapping_status collect_writes(const char *fn, mapping_multimirror *m, bool upload);
 
 size_t mapping_multimirror_stale_bytes(const mapping_multimirror *m, int device)
 {
@@ -215,7 +215,7 @@ size_t mapping_multimirror_stale_bytes(const mapping_multimirror *m, int device)
     if (device != -1 && check_device_index(fn, m, device) != MAPPING_OK)
         return 0;
     settle((mapping_multimirror *)m, -1, NULL); /* so the answer is exact: state follows completion */
-    if (collect_writes(fn, (mapping_multimirror *)m) != MAPPING_OK)
+    if (collect_writes(fn, (mapping_multimirror *)m, false) != MAPPING_OK)
         return 0; /* recorded */
     return m->stale[1 + device].bytes;
 }
@@ -320,13 +320,14 @@ static void on_written_page(void *user, uintptr_t lo, uintptr_t hi)
         mark_valid_gap(w, start, end);
 }
 
-/* Before a sync or a stale count: the pages written since the last look. */
-static mapping_status collect_writes(const char *fn, mapping_multimirror *m)
+/* Before a sync or a stale count: the pages written since the last look
+ * (upload: before a sync to a device). */
+static mapping_status collect_writes(const char *fn, mapping_multimirror *m, bool upload)
 {
     if (!m->track)
         return MAPPING_OK;
     written_pages w = {m, fn, MAPPING_OK};
-    int rc = mapping_os_track_collect(m->track, on_written_page, &w);
+    int rc = mapping_os_track_collect(m->track, on_written_page, &w, upload);
     if (w.st == MAPPING_OK && rc)
         w.st = mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: write tracking could not list the written pages", fn);
     return w.st;
@@ -343,6 +344,9 @@ mapping_status mapping_multimirror_track_writes(mapping_multimirror *m)
     int rc = mapping_os_track_begin(m->cpu, m->size, &m->track);
     if (rc == -ENOMEM)
         return oom(fn);
+    if (rc == -EINVAL)
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: MAPPING_TRACK_STREAMS=\"%s\" is not on, off or a power "
+                             "of two of at least 4 pages (bytes)", fn, getenv("MAPPING_TRACK_STREAMS"));
     if (rc)
         return mapping__fail(MAPPING_ERR_UNSUPPORTED, "%s: no write tracking for [%p, +%zu) (%s)", fn, (void *)m->cpu,
                              m->size, rc == -EBUSY ? "its pages are tracked already" : mapping_os_track_reason());
@@ -481,7 +485,7 @@ static mapping_status sync_side(const char *fn, mapping_multimirror *m, mapping_
     /* Sources must hold their bytes before a copy reads them: wait for syncs
      * queued elsewhere (those to this side on this stream are ordered). */
     mapping_status settled = settle(m, target, stream);
-    if (settled != MAPPING_OK || (settled = collect_writes(fn, m)) != MAPPING_OK)
+    if (settled != MAPPING_OK || (settled = collect_writes(fn, m, target != 0)) != MAPPING_OK)
         return settled;
     if (stale->n == 0)
         return MAPPING_OK;

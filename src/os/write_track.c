@@ -63,6 +63,28 @@ mapping_os_scan_mode mapping_os_track_scan_mode(void)
                                                 : MAPPING_OS_SCAN_BAD;
 }
 
+int mapping_os_track_streams(size_t *open_min)
+{
+    const char *v = getenv("MAPPING_TRACK_STREAMS");
+    *open_min = (size_t)8 << 20;
+    if (!v || !*v || strcmp(v, "on") == 0)
+        return 0;
+    if (strcmp(v, "off") == 0) {
+        *open_min = 0;
+        return 0;
+    }
+    size_t n = 0;
+    for (const char *c = v; *c; c++) {
+        if (*c < '0' || *c > '9' || n > (SIZE_MAX >> 4))
+            return -EINVAL;
+        n = n * 10 + (size_t)(*c - '0');
+    }
+    if (n < 4 * mapping_os_page_size() || (n & (n - 1)) || n > ((size_t)1 << 40))
+        return -EINVAL;
+    *open_min = n;
+    return 0;
+}
+
 mapping_os_track_kind mapping_os_track_kind_get(void)
 {
     pthread_once(&choose_once, choose);
@@ -136,6 +158,10 @@ int mapping_os_track_begin(void *addr, size_t bytes, mapping_os_track **out)
         return -ENOMEM;
     *t = (mapping_os_track){
         .kind = kind, .lo = a & ~(page - 1), .hi = (a + bytes + page - 1) & ~(page - 1), .slot = -1};
+    if (mapping_os_track_streams(&t->open_min) != 0) {
+        free(t);
+        return -EINVAL;
+    }
     pthread_mutex_lock(&regions_lock);
     int rc = regions_add(t);
     if (rc == 0) {
@@ -166,9 +192,10 @@ void mapping_os_track_end(mapping_os_track *t)
     free(t);
 }
 
-int mapping_os_track_collect(mapping_os_track *t, mapping_os_track_fn fn, void *user)
+int mapping_os_track_collect(mapping_os_track *t, mapping_os_track_fn fn, void *user, bool upload)
 {
-    return t->kind == MAPPING_OS_TRACK_UFFD ? mapping__uffd_collect(t, fn, user) : mapping__mprot_collect(t, fn, user);
+    return t->kind == MAPPING_OS_TRACK_UFFD ? mapping__uffd_collect(t, fn, user, upload)
+                                            : mapping__mprot_collect(t, fn, user);
 }
 
 /* The pages wholly inside [lo, hi), within the region; false if none. */

@@ -48,6 +48,14 @@ typedef enum mapping_os_scan_mode {
 } mapping_os_scan_mode;
 mapping_os_scan_mode mapping_os_track_scan_mode(void);
 
+/* $MAPPING_TRACK_STREAMS, read when a region begins: with uffd, a run of at
+ * least *open_min bytes written in one period is left writable ("open")
+ * and counted written at every collect, instead of faulting once per page
+ * at every streaming write (write_track_uffd.c). on (default, also when
+ * unset or empty): 8 MiB; off: *open_min = 0; or a byte count, a power of
+ * two of at least 4 pages. 0, or -EINVAL for another value. */
+int mapping_os_track_streams(size_t *open_min);
+
 /* The mechanism this process uses (chosen at the first call, from
  * $MAPPING_TRACK and what the kernel offers). Thread-safe. */
 mapping_os_track_kind mapping_os_track_kind_get(void);
@@ -74,8 +82,10 @@ void mapping_os_track_end(mapping_os_track *t);
  * then, only the pages it names are scanned ($MAPPING_TRACK_SCAN=changed
  * keeps the first, =always neither): a write made by another process
  * (process_vm_writev, a shared mapping) counts in that process and is seen
- * at the next walk this process has a reason to make. */
-int  mapping_os_track_collect(mapping_os_track *t, mapping_os_track_fn fn, void *user);
+ * at the next walk this process has a reason to make. upload: the collect
+ * comes before a sync to a device, where a period ends (uffd: an open run
+ * whose sample pages nobody wrote since the last such collect closes). */
+int  mapping_os_track_collect(mapping_os_track *t, mapping_os_track_fn fn, void *user, bool upload);
 /* Forgets writes to the pages wholly inside [lo, hi) (the library's own
  * writes, e.g. a copy from the device). */
 void mapping_os_track_clear(mapping_os_track *t, uintptr_t lo, uintptr_t hi);
@@ -84,6 +94,14 @@ void mapping_os_track_clear(mapping_os_track *t, uintptr_t lo, uintptr_t hi);
 void mapping_os_track_release(mapping_os_track *t, uintptr_t lo, uintptr_t hi);
 
 /* ---- the mechanisms (write_track_uffd.c, write_track_mprotect.c) ---- */
+enum { MAPPING_OS_TRACK_OPEN_MAX = 8 };
+/* uffd: a run left writable, reported written at every collect; written:
+ * one of its sample pages was, since the last upload collect. */
+typedef struct mapping_os_open_run {
+    uintptr_t lo, hi;
+    bool      written;
+} mapping_os_open_run;
+
 struct mapping_os_track {
     mapping_os_track_kind kind;
     uintptr_t             lo, hi; /* page-aligned */
@@ -100,12 +118,22 @@ struct mapping_os_track {
     unsigned              generation;
     /* Collects that walked the whole region (uffd), for the statistics. */
     uint64_t              walks;
+    /* uffd, streams: the open runs (sorted, disjoint); the long runs the
+     * last collect that found a written page found (a run opens when it is
+     * found again); the smallest run that opens (0: none do;
+     * $MAPPING_TRACK_STREAMS); how many runs opened and closed. */
+    mapping_os_open_run   open[MAPPING_OS_TRACK_OPEN_MAX];
+    int                   n_open;
+    uintptr_t             streamed_lo[MAPPING_OS_TRACK_OPEN_MAX], streamed_hi[MAPPING_OS_TRACK_OPEN_MAX];
+    int                   n_streamed;
+    size_t                open_min;
+    uint64_t              opened, closed;
 };
 /* Probes once: 0 when available, else -errno with *why set. */
 int  mapping__uffd_probe(const char **why);
 int  mapping__uffd_begin(mapping_os_track *t);
 void mapping__uffd_end(mapping_os_track *t);
-int  mapping__uffd_collect(mapping_os_track *t, mapping_os_track_fn fn, void *user);
+int  mapping__uffd_collect(mapping_os_track *t, mapping_os_track_fn fn, void *user, bool upload);
 void mapping__uffd_protect(mapping_os_track *t, uintptr_t lo, uintptr_t hi);
 
 int  mapping__mprot_probe(const char **why);

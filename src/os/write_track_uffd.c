@@ -10,6 +10,20 @@
  * kernel takes for the process (copy_to_user in read(2)) are resolved the
  * same way, so they are tracked too. The constants are defined here when
  * the build machine's headers predate them (the ABI is fixed).
+ *
+ * Streams (open runs, $MAPPING_TRACK_STREAMS): asynchronous write-protect
+ * costs one fault per 4 KiB page at every first write, and splits huge
+ * pages, so a program that rewrites a whole mirror between syncs pays
+ * ~1 us per page (a GiB: ~10x the memset). A collect that finds a run of
+ * at least open_min bytes written, over a long run the last collect that
+ * found writes found too (a stream repeated, not a one-time fill), leaves
+ * it writable ("open") and reports it written at every collect from then
+ * on, whether written or not: more bytes may move, none is missed. One sample page every open_min / 4 stays
+ * protected; at a sync to the device (an upload collect), a run none of
+ * whose samples was written since the last one is protected again (and
+ * reported once more: its other pages may have been written). So a stream
+ * faults open_min / 4 times less, and a program that stops streaming pays
+ * one sync that moves the run needlessly.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -154,12 +168,49 @@ int mapping__uffd_probe(const char **why)
     return probe_rc;
 }
 
+static int write_protect(uintptr_t lo, uintptr_t hi, bool on)
+{
+    struct uffdio_writeprotect wp = {.range = {lo, hi - lo}, .mode = on ? UFFDIO_WRITEPROTECT_MODE_WP : 0};
+    return ioctl(uffd, UFFDIO_WRITEPROTECT, &wp) == 0 ? 0 : -errno;
+}
+
+/* The sample pages of an open run of t within [lo, hi): one at every
+ * multiple of open_min / 4. */
+static uintptr_t first_sample(const mapping_os_track *t, uintptr_t lo)
+{
+    uintptr_t stride = t->open_min / 4;
+    return (lo + stride - 1) & ~(stride - 1);
+}
+
+/* Protects the sample pages in [lo, hi). One that stays writable (a
+ * failed call) reads as written: its run stays open, which is safe. */
+static void protect_samples(const mapping_os_track *t, uintptr_t lo, uintptr_t hi)
+{
+    uintptr_t page = mapping_os_page_size();
+    for (uintptr_t s = first_sample(t, lo); s < hi; s += t->open_min / 4)
+        (void)write_protect(s, s + page, true);
+}
+
+/* Clear (the library's own writes): [lo, hi) is protected again, except
+ * the open runs in it, which are reported at every collect anyway (their
+ * samples are protected, so the library's writes do not keep them open). */
 void mapping__uffd_protect(mapping_os_track *t, uintptr_t lo, uintptr_t hi)
 {
     if (!own_fds() || t->generation != fds_generation)
         return; /* registered before a fork: the next collect reports it all */
-    struct uffdio_writeprotect wp = {.range = {lo, hi - lo}, .mode = UFFDIO_WRITEPROTECT_MODE_WP};
-    ioctl(uffd, UFFDIO_WRITEPROTECT, &wp);
+    uintptr_t at = lo;
+    for (int i = 0; i < t->n_open && at < hi; i++) {
+        const mapping_os_open_run *r = &t->open[i];
+        if (r->hi <= at || r->lo >= hi)
+            continue;
+        if (r->lo > at)
+            (void)write_protect(at, r->lo, true);
+        uintptr_t end = r->hi < hi ? r->hi : hi;
+        protect_samples(t, r->lo > at ? r->lo : at, end);
+        at = end;
+    }
+    if (at < hi)
+        (void)write_protect(at, hi, true);
 }
 
 static int register_region(mapping_os_track *t)
@@ -178,6 +229,7 @@ static int register_region(mapping_os_track *t)
     t->generation = fds_generation;
     t->faults_valid = false;
     t->walk_ns = 0;
+    t->n_open = t->n_streamed = 0; /* everything is protected again */
     return 0;
 }
 
@@ -286,7 +338,188 @@ static int scan_faulted(const uintptr_t *pages, long n, uint64_t walk_ns, mappin
     return 0;
 }
 
-int mapping__uffd_collect(mapping_os_track *t, mapping_os_track_fn fn, void *user)
+/* ---- streams: open runs ---- */
+
+/* Were any of the run's sample pages written? Each is protected again. */
+static int samples_written(const mapping_os_track *t, const mapping_os_open_run *r, bool *written)
+{
+    uintptr_t page = mapping_os_page_size();
+    for (uintptr_t at = first_sample(t, r->lo); at < r->hi; at += t->open_min / 4) {
+        struct page_region v;
+        struct pm_scan_arg a = {.size = sizeof a,
+                                .flags = PM_SCAN_WP_MATCHING | PM_SCAN_CHECK_WPASYNC,
+                                .start = at,
+                                .end = at + page,
+                                .vec = (uintptr_t)&v,
+                                .vec_len = 1,
+                                .category_mask = PAGE_IS_WRITTEN,
+                                .return_mask = PAGE_IS_WRITTEN};
+        long n = ioctl(pagemap, PAGEMAP_SCAN, &a);
+        if (n < 0)
+            return -errno;
+        *written |= n > 0;
+    }
+    return 0;
+}
+
+/* Reports every open run written. At an upload collect, a run none of
+ * whose samples was written since the last one (a period without a
+ * stream) closes: protected, then reported once more. With no fault in
+ * the process since the last scan, no sample (protected) can have been
+ * written since then: no look needed. */
+static int report_open_runs(mapping_os_track *t, bool no_fault, bool upload, mapping_os_track_fn fn, void *user)
+{
+    for (int i = 0; i < t->n_open;) {
+        mapping_os_open_run *r = &t->open[i];
+        if (!no_fault) {
+            int rc = samples_written(t, r, &r->written);
+            if (rc)
+                return rc;
+        }
+        uintptr_t lo = r->lo, hi = r->hi;
+        bool closing = upload && !r->written;
+        if (upload)
+            r->written = false; /* a new period */
+        /* Protected before it is reported: a write after this faults and
+         * is the next collect's; one before is in what this sync copies.
+         * Should protecting fail, the run stays open. */
+        if (closing && write_protect(lo, hi, true) == 0) {
+            memmove(r, r + 1, (size_t)(t->n_open - i - 1) * sizeof *r);
+            t->n_open--;
+            t->closed++;
+        } else {
+            i++;
+        }
+        fn(user, lo, hi);
+    }
+    return 0;
+}
+
+/* Drops the faulted pages inside open runs (their samples: looked at by
+ * report_open_runs); returns how many are left. */
+static long outside_open(const mapping_os_track *t, uintptr_t *pages, long n)
+{
+    long k = 0;
+    for (long i = 0; i < n; i++) {
+        bool inside = false;
+        for (int j = 0; j < t->n_open && !inside; j++)
+            inside = pages[i] >= t->open[j].lo && pages[i] < t->open[j].hi;
+        if (!inside)
+            pages[k++] = pages[i];
+    }
+    return k;
+}
+
+/* A walk of [t->lo, t->hi) around the open runs. */
+static int walk_outside_open(const mapping_os_track *t, mapping_os_track_fn fn, void *user)
+{
+    uintptr_t at = t->lo;
+    for (int i = 0; i <= t->n_open; i++) {
+        uintptr_t end = i < t->n_open ? t->open[i].lo : t->hi;
+        if (end > at) {
+            int rc = scan(at, end, fn, user);
+            if (rc)
+                return rc;
+        }
+        if (i < t->n_open)
+            at = t->open[i].hi;
+    }
+    return 0;
+}
+
+/* Passes the scan's runs on, and keeps the long ones (adjacent runs
+ * joined) as runs to open. */
+typedef struct opener {
+    mapping_os_track_fn fn;
+    void               *user;
+    size_t              open_min;
+    bool                found; /* a written page */
+    uintptr_t           lo, hi; /* the run growing */
+    uintptr_t           cand_lo[MAPPING_OS_TRACK_OPEN_MAX], cand_hi[MAPPING_OS_TRACK_OPEN_MAX];
+    int                 n;
+} opener;
+
+static void opener_keep(opener *o)
+{
+    if (o->open_min && o->hi - o->lo >= o->open_min && o->n < MAPPING_OS_TRACK_OPEN_MAX) {
+        o->cand_lo[o->n] = o->lo;
+        o->cand_hi[o->n++] = o->hi;
+    }
+}
+
+static void opener_run(void *user, uintptr_t lo, uintptr_t hi)
+{
+    opener *o = user;
+    o->fn(o->user, lo, hi);
+    o->found = true;
+    if (lo == o->hi && o->hi != 0) {
+        o->hi = hi;
+        return;
+    }
+    opener_keep(o);
+    o->lo = lo;
+    o->hi = hi;
+}
+
+/* Opens [lo, hi), just reported written (so in this sync's copy), joined
+ * with an open run it touches. The protection is lifted before the run is
+ * listed; should lifting fail part way, the run is listed all the same
+ * (reported at every collect: nothing written there can be missed). */
+static void open_run(mapping_os_track *t, uintptr_t lo, uintptr_t hi)
+{
+    if (t->n_open == MAPPING_OS_TRACK_OPEN_MAX)
+        return;
+    (void)write_protect(lo, hi, false);
+    protect_samples(t, lo, hi);
+    int i = 0;
+    while (i < t->n_open && t->open[i].hi < lo)
+        i++;
+    if (i < t->n_open && t->open[i].lo <= hi) { /* touches open[i] (the scan skipped the runs: no overlap) */
+        mapping_os_open_run *r = &t->open[i];
+        r->lo = lo < r->lo ? lo : r->lo;
+        r->hi = hi > r->hi ? hi : r->hi;
+        r->written = true; /* this period's stream */
+        if (i + 1 < t->n_open && t->open[i + 1].lo <= r->hi) { /* and the next one */
+            r->hi = t->open[i + 1].hi > r->hi ? t->open[i + 1].hi : r->hi;
+            memmove(&t->open[i + 1], &t->open[i + 2], (size_t)(t->n_open - i - 2) * sizeof *r);
+            t->n_open--;
+        }
+    } else {
+        memmove(&t->open[i + 1], &t->open[i], (size_t)(t->n_open - i) * sizeof t->open[0]);
+        t->open[i] = (mapping_os_open_run){lo, hi, true}; /* written: this period's stream */
+        t->n_open++;
+    }
+    t->opened++;
+}
+
+/* The long runs of a collect that found writes: each one that meets a
+ * long run of the last such collect by open_min or more opens; the others
+ * are remembered for the next. (A fill written once, then scattered
+ * writes, opens nothing.) */
+static void open_repeated(mapping_os_track *t, const opener *o)
+{
+    int kept = 0;
+    uintptr_t keep_lo[MAPPING_OS_TRACK_OPEN_MAX], keep_hi[MAPPING_OS_TRACK_OPEN_MAX];
+    for (int i = 0; i < o->n; i++) {
+        bool again = false;
+        for (int j = 0; j < t->n_streamed && !again; j++) {
+            uintptr_t lo = o->cand_lo[i] > t->streamed_lo[j] ? o->cand_lo[i] : t->streamed_lo[j];
+            uintptr_t hi = o->cand_hi[i] < t->streamed_hi[j] ? o->cand_hi[i] : t->streamed_hi[j];
+            again = hi > lo && hi - lo >= t->open_min;
+        }
+        if (again) {
+            open_run(t, o->cand_lo[i], o->cand_hi[i]);
+        } else {
+            keep_lo[kept] = o->cand_lo[i];
+            keep_hi[kept++] = o->cand_hi[i];
+        }
+    }
+    memcpy(t->streamed_lo, keep_lo, (size_t)kept * sizeof keep_lo[0]);
+    memcpy(t->streamed_hi, keep_hi, (size_t)kept * sizeof keep_hi[0]);
+    t->n_streamed = kept;
+}
+
+int mapping__uffd_collect(mapping_os_track *t, mapping_os_track_fn fn, void *user, bool upload)
 {
     if (!its_own(t, fn, user))
         return 0;
@@ -295,20 +528,30 @@ int mapping__uffd_collect(mapping_os_track *t, mapping_os_track_fn fn, void *use
     uint64_t faults;
     long n = mapping_os_fault_log_pages(&t->fault_pos, t->lo, t->hi, pages, FAULTED_MAX, t->walk_ns, &now, &faults);
     bool counted = faults != UINT64_MAX && use_shortcut();
-    if (counted && t->faults_valid && faults == t->faults_seen) {
+    bool no_fault = counted && t->faults_valid && faults == t->faults_seen;
+    int rc = report_open_runs(t, no_fault, upload, fn, user);
+    if (rc)
+        return rc;
+    if (no_fault) {
         t->fault_pos = now; /* no fault since the last scan: nothing in the log either */
         return 0;
     }
     t->faults_valid = false;
-    int rc = n < 0 ? 1 : n == 0 ? 0 : scan_faulted(pages, n, t->walk_ns, fn, user);
+    opener o = {.fn = fn, .user = user, .open_min = t->open_min};
+    if (n > 0)
+        n = outside_open(t, pages, n);
+    rc = n < 0 ? 1 : n == 0 ? 0 : scan_faulted(pages, n, t->walk_ns, opener_run, &o);
     if (rc == 1) {
         t->walks++;
         uint64_t t0 = mapping_os_now_ns();
-        rc = scan(t->lo, t->hi, fn, user);
+        rc = walk_outside_open(t, opener_run, &o);
         t->walk_ns = mapping_os_now_ns() - t0;
     }
     if (rc)
         return rc; /* the point stays: the next scan looks at these pages again */
+    opener_keep(&o);
+    if (o.found)
+        open_repeated(t, &o);
     t->fault_pos = now;
     t->faults_seen = faults;
     t->faults_valid = counted;
@@ -331,9 +574,9 @@ void mapping__uffd_end(mapping_os_track *t)
 {
     (void)t;
 }
-int mapping__uffd_collect(mapping_os_track *t, mapping_os_track_fn fn, void *user)
+int mapping__uffd_collect(mapping_os_track *t, mapping_os_track_fn fn, void *user, bool upload)
 {
-    (void)t, (void)fn, (void)user;
+    (void)t, (void)fn, (void)user, (void)upload;
     return -ENOSYS;
 }
 void mapping__uffd_protect(mapping_os_track *t, uintptr_t lo, uintptr_t hi)

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <stdbool.h>
 #include <unistd.h>
@@ -305,6 +306,7 @@ typedef struct tworld {
     size_t          gpu_lo[STEPS], gpu_hi[STEPS];
     int             n_gpu;
     int             pipe_fd[2];
+    size_t          stream_lo, stream_len; /* the last stream of pages */
     unsigned long long rng;
     unsigned        seed;
 } tworld;
@@ -366,11 +368,24 @@ static void *thread_writer(void *arg)
 static void cpu_write(tworld *w)
 {
     size_t len = below(w, 4) == 0 ? 1 + below(w, 3 * page()) : 1 + below(w, 200);
+    bool stream = below(w, 6) == 0; /* a stream of pages (with MAPPING_TRACK_STREAMS small: an open run) */
+    if (stream)
+        len = (8 + below(w, 32)) * page() + below(w, page());
     size_t lo = below(w, w->n - len + 1), hi = lo + len;
+    if (stream && w->stream_len && below(w, 2) == 0) { /* the last stream again */
+        lo = w->stream_lo;
+        len = w->stream_len;
+        hi = lo + len;
+    }
+    if (stream) {
+        w->stream_lo = lo;
+        w->stream_len = len;
+    }
     if (meets_gpu_write(w, lo, hi))
         sync_to(w, 0);
     unsigned char v = (unsigned char)test_xorshift64(&w->rng);
-    switch (below(w, 5)) {
+    static const int stream_ops[] = {0, 2, 3}; /* memset, memcpy, another thread */
+    switch (stream ? stream_ops[below(w, 3)] : (int)below(w, 5)) {
     case 0:
         memset(w->cpu + lo, v, len);
         break;
@@ -428,6 +443,7 @@ static void model_round(tworld *w)
     w->cpu = mapping_mirror_cpu(w->m);
     memset(w->model, 0, w->n);
     w->n_gpu = 0;
+    w->stream_len = 0;
     sync_to(w, 1);
     for (int step = 0; step < STEPS; step++) {
         size_t op = below(w, 10);
@@ -503,6 +519,146 @@ TEST(tracked_multimirror_sends_written_pages_without_marks)
     CHECK(mapping_multimirror_stale_bytes(m, 0) == 0);
     free(got);
     mapping_multimirror_destroy(m);
+}
+
+TEST(tracked_mirror_refuses_a_bad_track_streams_value)
+{
+    mapping_device *dev = test_device();
+    static const char *const bad[] = {"sometimes", "12345", "4096", "-65536", "65536x", "99999999999999999999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        setenv("MAPPING_TRACK_STREAMS", bad[i], 1);
+        mapping_mirror *m = NULL;
+        mapping_status st = mapping_mirror_create(dev, 4096, MAPPING_MIRROR_TRACK_WRITES, &m);
+        unsetenv("MAPPING_TRACK_STREAMS");
+        CHECK(st == MAPPING_ERR_INVALID_ARGUMENT && m == NULL);
+        CHECK(strstr(mapping_last_error_message(), "MAPPING_TRACK_STREAMS") != NULL);
+    }
+    static const char *const good[] = {"", "on", "off", "65536", "8388608"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        setenv("MAPPING_TRACK_STREAMS", good[i], 1);
+        mapping_mirror *m = NULL;
+        mapping_status st = mapping_mirror_create(dev, 4096, MAPPING_MIRROR_TRACK_WRITES, &m);
+        unsetenv("MAPPING_TRACK_STREAMS");
+        if (mapping_write_tracking(NULL) == MAPPING_TRACK_NONE)
+            CHECK(st == MAPPING_ERR_UNSUPPORTED);
+        else
+            CHECK_OK(st);
+        mapping_mirror_destroy(m);
+    }
+}
+
+/* The minor faults of this thread so far (uffd: one per first write to a
+ * protected page). */
+static long thread_faults(void)
+{
+    struct rusage u;
+    CHECK(getrusage(RUSAGE_THREAD, &u) == 0);
+    return u.ru_minflt;
+}
+
+/* A streaming write, and the faults it took. */
+static long stream_faults(unsigned char *dst, int value, size_t bytes)
+{
+    long f0 = thread_faults();
+    memset(dst, value, bytes);
+    return thread_faults() - f0;
+}
+
+static void check_device_equals_cpu(mapping_mirror *m, unsigned char *got)
+{
+    device_bytes(m, got);
+    CHECK_BYTES(got, mapping_mirror_cpu(m), mapping_mirror_size(m));
+}
+
+/* uffd, MAPPING_TRACK_STREAMS: a run written whole in two periods in a
+ * row (a stream repeated; a one-time fill opens nothing) is left writable
+ * (open) and sent at every sync, so the next streaming write faults only on
+ * its sample pages (one every open_min / 4); the device copy stays exact
+ * through a download into the run; once the stream stops, the run closes
+ * within a few syncs and a 1-byte write is one page again. With
+ * MAPPING_TRACK_STREAMS=off every page faults at every stream. */
+TEST(tracked_streaming_writes_open_a_run_that_closes_when_they_stop)
+{
+    need_tracking();
+    bool uffd = mapping_write_tracking(NULL) == MAPPING_TRACK_UFFD;
+    const char *was = getenv("MAPPING_TRACK_STREAMS");
+    char *saved = was ? strdup(was) : NULL;
+    mapping_device *dev = test_device();
+    size_t pg = page(), n = 256 * pg, lo = 32 * pg, run = 128 * pg, pages = run / pg;
+    unsigned char *got = malloc(n);
+    CHECK(got != NULL);
+    char open_min[32];
+    snprintf(open_min, sizeof open_min, "%zu", 16 * pg); /* samples every 4 pages */
+    setenv("MAPPING_TRACK_STREAMS", open_min, 1);
+    mapping_mirror *m = synced_tracked_mirror(dev, n);
+    unsigned char *cpu = mapping_mirror_cpu(m);
+    long first = stream_faults(cpu + lo, 1, run);
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m)); /* finds the run written once: still closed */
+    check_device_equals_cpu(m, got);
+    cpu[220 * pg] = 0x21; /* an isolated write is one page: the fill opened nothing */
+    CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == pg);
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    /* Two streams in a row (the isolated write between forgot the fill). */
+    long again = stream_faults(cpu + lo, 4, run);
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    check_device_equals_cpu(m, got);
+    long twice = stream_faults(cpu + lo, 5, run);
+    again = twice < again ? twice : again;
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m)); /* the same run written again: opens it */
+    check_device_equals_cpu(m, got);
+    /* The device writes inside the open run; the download is the library's write. */
+    CHECK_OK(mapping_fill_gpu(NULL, mapping_mirror_gpu(m), mapping_mirror_gpu_offset(m) + lo + 5 * pg + 3, 3 * pg, 0x6d));
+    CHECK_OK(mapping_mirror_mark_gpu_modified(m, lo + 5 * pg + 3, 3 * pg));
+    CHECK_OK(mapping_mirror_sync_to_cpu(NULL, m));
+    CHECK(cpu[lo + 5 * pg + 3] == 0x6d && cpu[lo + 8 * pg + 2] == 0x6d && cpu[lo + 8 * pg + 3] == 5);
+    long second = stream_faults(cpu + lo, 2, run);
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    check_device_equals_cpu(m, got);
+    if (uffd) {
+        CHECK(first >= (long)pages && again >= (long)pages); /* every page, while the run is closed */
+        CHECK(second <= (long)(pages / 4 + 4)); /* the samples */
+    }
+    /* The stream stops: isolated writes. Each sync is exact; the run closes. */
+    size_t stale = 0;
+    int syncs = 0;
+    for (; syncs < 8; syncs++) {
+        cpu[200 * pg + (size_t)syncs] = (unsigned char)(0x80 + syncs);
+        stale = mapping_mirror_stale_bytes(m, MAPPING_GPU);
+        CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+        check_device_equals_cpu(m, got);
+        if (stale == pg)
+            break;
+        CHECK(stale >= run); /* the open run, reported whole */
+    }
+    CHECK(stale == pg);
+    if (uffd)
+        CHECK(syncs == 1); /* open at first; closed by the first sync to the device after a period without a stream */
+    long third = stream_faults(cpu + lo, 3, run); /* closed: every page faults again */
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    check_device_equals_cpu(m, got);
+    if (uffd)
+        CHECK(third >= (long)pages);
+    mapping_mirror_destroy(m);
+
+    setenv("MAPPING_TRACK_STREAMS", "off", 1);
+    m = synced_tracked_mirror(dev, n);
+    cpu = mapping_mirror_cpu(m);
+    for (int k = 0; k < 3; k++) {
+        second = stream_faults(cpu + lo, k, run);
+        CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+        check_device_equals_cpu(m, got);
+        if (uffd)
+            CHECK(second >= (long)pages);
+    }
+    cpu[200 * pg] = 0x11;
+    CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == pg);
+    mapping_mirror_destroy(m);
+    if (saved)
+        setenv("MAPPING_TRACK_STREAMS", saved, 1);
+    else
+        unsetenv("MAPPING_TRACK_STREAMS");
+    free(saved);
+    free(got);
 }
 
 TEST(tracked_mirror_refuses_a_bad_track_scan_value)
