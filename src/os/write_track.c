@@ -15,7 +15,7 @@
 static pthread_once_t        choose_once = PTHREAD_ONCE_INIT;
 static mapping_os_track_kind chosen;
 static const char           *chosen_reason = "";
-static char                  reason_buf[256];
+static char                  reason_buf[384];
 
 static void choose(void)
 {
@@ -34,12 +34,24 @@ static void choose(void)
     if (want_uffd && mapping__uffd_probe(&uffd_why) == 0) {
         const char *log_why = "";
         chosen = MAPPING_OS_TRACK_UFFD;
+        char streams[96];
+        size_t open_min = 0;
+        if (mapping_os_track_streams(&open_min) != 0)
+            snprintf(streams, sizeof streams, "MAPPING_TRACK_STREAMS is not valid");
+        else if (open_min)
+            snprintf(streams, sizeof streams, "repeated streams of %zu %s or more stay open",
+                     open_min % ((size_t)1 << 20) ? open_min >> 10 : open_min >> 20,
+                     open_min % ((size_t)1 << 20) ? "KiB" : "MiB");
+        else
+            snprintf(streams, sizeof streams, "no stream stays open (MAPPING_TRACK_STREAMS=off)");
         if (mapping_os_fault_log_probe(&log_why))
             snprintf(reason_buf, sizeof reason_buf,
-                     "uffd: userfaultfd async write-protect + PAGEMAP_SCAN, of the faulted pages (perf fault log)");
+                     "uffd: userfaultfd async write-protect + PAGEMAP_SCAN, of the faulted pages (perf fault log); %s",
+                     streams);
         else
             snprintf(reason_buf, sizeof reason_buf,
-                     "uffd: userfaultfd async write-protect + PAGEMAP_SCAN, walks only (no fault log: %s)", log_why);
+                     "uffd: userfaultfd async write-protect + PAGEMAP_SCAN, walks only (no fault log: %s); %s", log_why,
+                     streams);
         chosen_reason = reason_buf;
         return;
     }
