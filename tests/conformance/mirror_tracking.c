@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -653,6 +654,93 @@ TEST(tracked_streaming_writes_open_a_run_that_closes_when_they_stop)
     cpu[200 * pg] = 0x11;
     CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == pg);
     mapping_mirror_destroy(m);
+    if (saved)
+        setenv("MAPPING_TRACK_STREAMS", saved, 1);
+    else
+        unsetenv("MAPPING_TRACK_STREAMS");
+    free(saved);
+    free(got);
+}
+
+/* A thread keeps writing (whole-run streams, which open runs, and single
+ * bytes) while the test thread syncs and counts: no write may be lost to
+ * a protection changed under it (a scan, a run opened or closed, a
+ * library copy). Once the writer has stopped, one more sync must leave the
+ * device equal to the CPU. The writes race the syncs' reads of the same
+ * bytes, as a program's would: ThreadSanitizer would report the test's
+ * own race, so it is skipped there. */
+typedef struct racing_writer {
+    unsigned char *cpu;
+    size_t         run, n;
+    atomic_int     stop;
+    atomic_ulong   rounds;
+} racing_writer;
+
+static void *racing_writes(void *arg)
+{
+    racing_writer *w = arg;
+    unsigned long long x = 0x243F6A8885A308D3ull;
+    for (unsigned v = 1; !atomic_load(&w->stop); v++) {
+        memset(w->cpu, (int)(v & 0xff), w->run);
+        for (int k = 0; k < 4; k++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            ((volatile unsigned char *)w->cpu)[x % w->n] = (unsigned char)v;
+        }
+        atomic_fetch_add(&w->rounds, 1);
+    }
+    return NULL;
+}
+
+TEST(tracked_writes_racing_syncs_are_all_carried_by_the_next_sync)
+{
+    need_tracking();
+#if defined(__SANITIZE_THREAD__)
+    test_skip("ThreadSanitizer: the writer races the syncs on purpose");
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+    test_skip("ThreadSanitizer: the writer races the syncs on purpose");
+#endif
+#endif
+    const char *was = getenv("MAPPING_TRACK_STREAMS");
+    char *saved = was ? strdup(was) : NULL;
+    mapping_device *dev = test_device();
+    size_t pg = page(), n = 96 * pg;
+    unsigned char *got = malloc(n);
+    CHECK(got != NULL);
+    char open_min[32];
+    snprintf(open_min, sizeof open_min, "%zu", 8 * pg);
+    const char *const settings[] = {open_min, "off"};
+    for (int s = 0; s < 2; s++) {
+        setenv("MAPPING_TRACK_STREAMS", settings[s], 1);
+        mapping_mirror *m = synced_tracked_mirror(dev, n);
+        racing_writer w = {.cpu = mapping_mirror_cpu(m), .run = 40 * pg, .n = n};
+        atomic_init(&w.stop, 0);
+        atomic_init(&w.rounds, 0);
+        pthread_t th;
+        CHECK(pthread_create(&th, NULL, racing_writes, &w) == 0);
+        /* 100 ms of syncs at least (a sync that finds no fault takes ~1 us:
+         * a count of syncs would end before the writer ran), and 200 rounds
+         * of writes, unless the writer is starved (a loaded machine): 20 s
+         * at most. */
+        struct timespec t0, now;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (int k = 0;; k++) {
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            double s = (double)(now.tv_sec - t0.tv_sec) + 1e-9 * (double)(now.tv_nsec - t0.tv_nsec);
+            if (s > 20 || (s > 0.1 && atomic_load(&w.rounds) >= 200))
+                break;
+            if (k % 5 == 4)
+                (void)mapping_mirror_stale_bytes(m, MAPPING_GPU);
+            else
+                CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+        }
+        atomic_store(&w.stop, 1);
+        CHECK(pthread_join(th, NULL) == 0);
+        CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+        check_device_equals_cpu(m, got);
+        CHECK(atomic_load(&w.rounds) >= 1);
+        mapping_mirror_destroy(m);
+    }
     if (saved)
         setenv("MAPPING_TRACK_STREAMS", saved, 1);
     else
