@@ -96,3 +96,61 @@ FORK_CHILD = textwrap.dedent("""
 def test_forked_child_leaves_the_parents_tracked_pages(mech, run_python):
     r = run_python(FORK_CHILD, MAPPING_TRACK=mech)
     assert r.returncode == 0 and "ok" in r.stdout, (r.stdout, r.stderr)
+
+
+STREAM_CHILD = textwrap.dedent("""
+    import numpy as np, resource, mapping
+    dev = mapping.open("host")
+    m = mapping.mirror((1 << 20,), np.float32, device=dev, track_writes=True)   # 4 MiB
+    m.sync_to_gpu()
+    out = np.empty(1 << 20, np.float32)
+    faults = []
+    for k in range(6):              # the whole array, rewritten between syncs: a numpy stream
+        f0 = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+        m.array[:] = k + 0.5
+        faults.append(resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - f0)
+        m.sync_to_gpu()
+        mapping.sync_to_cpu(m.buffer, out)
+        assert (out == k + 0.5).all(), k
+    # The stream stops: single elements, off the sample pages (one every
+    # quarter of MAPPING_TRACK_STREAMS, at addresses that are multiples of it:
+    # a write there would count as the stream going on).
+    page = mapping.write_tracking()["granularity"]
+    base = m.array.ctypes.data
+    off_sample = next(p for p in range(1, 64) if (base + p * page) % (int(STREAMS) // 4)) if OPENS else 1
+    i = off_sample * page // 4 + 1  # float32 elements
+    m.array[i] = -1.0
+    m.sync_to_gpu()                 # finds no sample written: the run closes (and goes up once more)
+    m.array[i + 1] = -2.0
+    stale = m.stale_bytes("gpu")
+    m.sync_to_gpu()
+    mapping.sync_to_cpu(m.buffer, out)
+    assert out[i] == -1.0 and out[i + 1] == -2.0 and out[i + 2] == 5.5
+    print("faults", faults, "stale", stale)
+    pages = (4 << 20) // mapping.write_tracking()["granularity"]
+    if OPENS:    # from the third stream on, only the sample pages fault
+        assert all(f >= pages for f in faults[:2]) and all(f <= pages // 4 + 8 for f in faults[3:]), faults
+    else:
+        assert all(f >= pages for f in faults), faults
+    assert stale == mapping.write_tracking()["granularity"], stale   # closed again: one page
+    print("ok")
+""")
+
+
+@pytest.mark.parametrize("streams", ["262144", "off"])
+def test_numpy_streams_open_a_run_under_uffd(streams, run_python):
+    if mapping.write_tracking()["mechanism"] != "uffd":
+        pytest.skip("streams are a uffd feature; this kernel offers %s" % mapping.write_tracking()["mechanism"])
+    r = run_python("OPENS = %r\nSTREAMS = %r\n" % (streams != "off", streams) + STREAM_CHILD, MAPPING_TRACK="uffd",
+                   MAPPING_TRACK_STREAMS=streams)
+    assert r.returncode == 0 and "ok" in r.stdout, (r.stdout, r.stderr)
+
+
+def test_bad_track_streams_value_is_refused(run_python):
+    code = ("import mapping\n"
+            "try:\n"
+            "    mapping.mirror(4096, track_writes=True, device=mapping.open('host'))\n"
+            "except ValueError as e:\n"
+            "    print('refused', e)\n")
+    r = run_python(code, MAPPING_TRACK_STREAMS="sometimes")
+    assert r.returncode == 0 and "refused" in r.stdout and "MAPPING_TRACK_STREAMS" in r.stdout, (r.stdout, r.stderr)
