@@ -95,11 +95,11 @@ void mapping_os_track_release(mapping_os_track *t, uintptr_t lo, uintptr_t hi);
 
 /* ---- the mechanisms (write_track_uffd.c, write_track_mprotect.c) ---- */
 enum { MAPPING_OS_TRACK_OPEN_MAX = 8 };
-/* uffd: a run left writable, reported written at every collect; written:
- * one of its sample pages was, since the last upload collect. */
+/* uffd: a run left writable, reported written at every collect; fresh:
+ * opened since the last upload collect (not judged there yet). */
 typedef struct mapping_os_open_run {
     uintptr_t lo, hi;
-    bool      written;
+    bool      fresh;
 } mapping_os_open_run;
 
 struct mapping_os_track {
@@ -124,6 +124,7 @@ struct mapping_os_track {
      * $MAPPING_TRACK_STREAMS); how many runs opened and closed. */
     mapping_os_open_run   open[MAPPING_OS_TRACK_OPEN_MAX];
     int                   n_open;
+    bool                  samples_maybe_written; /* a fault since the last look at the samples */
     uintptr_t             streamed_lo[MAPPING_OS_TRACK_OPEN_MAX], streamed_hi[MAPPING_OS_TRACK_OPEN_MAX];
     int                   n_streamed;
     size_t                open_min;

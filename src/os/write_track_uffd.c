@@ -19,9 +19,9 @@
  * found writes found too (a stream repeated, not a one-time fill), leaves
  * it writable ("open") and reports it written at every collect from then
  * on, whether written or not: more bytes may move, none is missed. One sample page every open_min / 4 stays
- * protected; at a sync to the device (an upload collect), a run none of
- * whose samples was written since the last one is protected again (and
- * reported once more: its other pages may have been written). So a stream
+ * protected; at a sync to the device (an upload collect), a run fewer
+ * than half of whose samples were written since the last one is protected
+ * again (and reported once more: its other pages may have been written). So a stream
  * faults open_min / 4 times less, and a program that stops streaming pays
  * one sync that moves the run needlessly.
  */
@@ -340,11 +340,17 @@ static int scan_faulted(const uintptr_t *pages, long n, uint64_t walk_ns, mappin
 
 /* ---- streams: open runs ---- */
 
-/* Were any of the run's sample pages written? Each is protected again. */
-static int samples_written(const mapping_os_track *t, const mapping_os_open_run *r, bool *written)
+/* How many of the run's sample pages there are, and (look) how many were
+ * written; those are protected again. */
+static int samples_written(const mapping_os_track *t, const mapping_os_open_run *r, bool look, size_t *written,
+                           size_t *total)
 {
     uintptr_t page = mapping_os_page_size();
+    *written = *total = 0;
     for (uintptr_t at = first_sample(t, r->lo); at < r->hi; at += t->open_min / 4) {
+        ++*total;
+        if (!look)
+            continue;
         struct page_region v;
         struct pm_scan_arg a = {.size = sizeof a,
                                 .flags = PM_SCAN_WP_MATCHING | PM_SCAN_CHECK_WPASYNC,
@@ -357,29 +363,36 @@ static int samples_written(const mapping_os_track *t, const mapping_os_open_run 
         long n = ioctl(pagemap, PAGEMAP_SCAN, &a);
         if (n < 0)
             return -errno;
-        *written |= n > 0;
+        *written += n > 0;
     }
     return 0;
 }
 
-/* Reports every open run written. At an upload collect, a run none of
- * whose samples was written since the last one (a period without a
- * stream) closes: protected, then reported once more. With no fault in
- * the process since the last scan, no sample (protected) can have been
- * written since then: no look needed. */
+/* Reports every open run written. At an upload collect, a run fewer than
+ * half of whose samples were written since the last one (a period without
+ * the stream: a write now and then to a sample page, such as a header at
+ * the array's start, does not keep it open) closes: protected, then
+ * reported once more. The samples are looked at only there (a written
+ * one stays writable until then, so each counts once); with no fault in
+ * the process since the last look, none (protected) can have been
+ * written: no look needed. */
 static int report_open_runs(mapping_os_track *t, bool no_fault, bool upload, mapping_os_track_fn fn, void *user)
 {
+    if (!no_fault)
+        t->samples_maybe_written = true;
+    bool look = upload && t->samples_maybe_written;
     for (int i = 0; i < t->n_open;) {
         mapping_os_open_run *r = &t->open[i];
-        if (!no_fault) {
-            int rc = samples_written(t, r, &r->written);
+        bool closing = false;
+        if (upload) {
+            size_t written, total;
+            int rc = samples_written(t, r, look, &written, &total);
             if (rc)
-                return rc;
+                return rc; /* the samples not looked at stay written: looked at next time */
+            closing = 2 * written < total && !r->fresh; /* fresh: its stream came before this period */
+            r->fresh = false;
         }
         uintptr_t lo = r->lo, hi = r->hi;
-        bool closing = upload && !r->written;
-        if (upload)
-            r->written = false; /* a new period */
         /* Protected before it is reported: a write after this faults and
          * is the next collect's; one before is in what this sync copies.
          * Should protecting fail, the run stays open. */
@@ -392,6 +405,8 @@ static int report_open_runs(mapping_os_track *t, bool no_fault, bool upload, map
         }
         fn(user, lo, hi);
     }
+    if (upload)
+        t->samples_maybe_written = false;
     return 0;
 }
 
@@ -465,7 +480,7 @@ static void opener_run(void *user, uintptr_t lo, uintptr_t hi)
  * with an open run it touches. The protection is lifted before the run is
  * listed; should lifting fail part way, the run is listed all the same
  * (reported at every collect: nothing written there can be missed). */
-static void open_run(mapping_os_track *t, uintptr_t lo, uintptr_t hi)
+static void open_run(mapping_os_track *t, uintptr_t lo, uintptr_t hi, bool upload)
 {
     if (t->n_open == MAPPING_OS_TRACK_OPEN_MAX)
         return;
@@ -478,7 +493,7 @@ static void open_run(mapping_os_track *t, uintptr_t lo, uintptr_t hi)
         mapping_os_open_run *r = &t->open[i];
         r->lo = lo < r->lo ? lo : r->lo;
         r->hi = hi > r->hi ? hi : r->hi;
-        r->written = true; /* this period's stream */
+        r->fresh |= !upload;
         if (i + 1 < t->n_open && t->open[i + 1].lo <= r->hi) { /* and the next one */
             r->hi = t->open[i + 1].hi > r->hi ? t->open[i + 1].hi : r->hi;
             memmove(&t->open[i + 1], &t->open[i + 2], (size_t)(t->n_open - i - 2) * sizeof *r);
@@ -486,7 +501,7 @@ static void open_run(mapping_os_track *t, uintptr_t lo, uintptr_t hi)
         }
     } else {
         memmove(&t->open[i + 1], &t->open[i], (size_t)(t->n_open - i) * sizeof t->open[0]);
-        t->open[i] = (mapping_os_open_run){lo, hi, true}; /* written: this period's stream */
+        t->open[i] = (mapping_os_open_run){lo, hi, !upload}; /* opened before an upload: judged after the next */
         t->n_open++;
     }
     t->opened++;
@@ -496,7 +511,7 @@ static void open_run(mapping_os_track *t, uintptr_t lo, uintptr_t hi)
  * long run of the last such collect by open_min or more opens; the others
  * are remembered for the next. (A fill written once, then scattered
  * writes, opens nothing.) */
-static void open_repeated(mapping_os_track *t, const opener *o)
+static void open_repeated(mapping_os_track *t, const opener *o, bool upload)
 {
     int kept = 0;
     uintptr_t keep_lo[MAPPING_OS_TRACK_OPEN_MAX], keep_hi[MAPPING_OS_TRACK_OPEN_MAX];
@@ -508,7 +523,7 @@ static void open_repeated(mapping_os_track *t, const opener *o)
             again = hi > lo && hi - lo >= t->open_min;
         }
         if (again) {
-            open_run(t, o->cand_lo[i], o->cand_hi[i]);
+            open_run(t, o->cand_lo[i], o->cand_hi[i], upload);
         } else {
             keep_lo[kept] = o->cand_lo[i];
             keep_hi[kept++] = o->cand_hi[i];
@@ -551,7 +566,7 @@ int mapping__uffd_collect(mapping_os_track *t, mapping_os_track_fn fn, void *use
         return rc; /* the point stays: the next scan looks at these pages again */
     opener_keep(&o);
     if (o.found)
-        open_repeated(t, &o);
+        open_repeated(t, &o, upload);
     t->fault_pos = now;
     t->faults_seen = faults;
     t->faults_valid = counted;
