@@ -270,7 +270,7 @@ BENCH_SECTION(bench_tracking, 42, "tracking",
     bench_note(ctx, "'fresh': a new tracked mirror, median of the runs; 'first two': the slower of its first two "
                     "(before a run opens); 'after the above': the mirror the isolated writes above left in 4 KiB "
                     "pages; 'streams stop': bytes the 8 syncs after the last memset moved beyond a page each "
-                    "(the open run, until its samples stay clean), against 8 pages.");
+                    "(the open run, until a sync finds fewer than half of its samples written), against 8 pages.");
     bench_figure(ctx, "tracking_one_byte_bytes", one_tb, "B", "bytes moved, 1 written byte, tracked (target <= 4096)");
     bench_figure(ctx, "tracking_one_byte_vs_marked", one_t / one_m, "x", "1 byte: tracked / marked sync (target <= 2)");
     bench_figure(ctx, "tracking_scattered_vs_marked", sc_t / sc_m, "x",

@@ -741,8 +741,8 @@ enum {
  *   else the whole mirror ($MAPPING_TRACK_SCAN = faulted, changed,
  *   always). A run of 8 MiB or more written in two sync periods in a row
  *   (a repeated stream) is left writable and counted written at every
- *   sync until a sync to the device finds none of its sample pages (one
- *   per 2 MiB) written ($MAPPING_TRACK_STREAMS = on, off, or the smallest
+ *   sync until a sync to the device finds fewer than half of its sample
+ *   pages (one per 2 MiB) written ($MAPPING_TRACK_STREAMS = on, off, or the smallest
  *   run in bytes: a power of two of at least 4 pages; another value makes
  *   MAPPING_MIRROR_TRACK_WRITES fail with MAPPING_ERR_INVALID_ARGUMENT):
  *   a stream then faults 512 times less, and a sync may move pages nobody
