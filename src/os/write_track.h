@@ -99,6 +99,7 @@ enum { MAPPING_OS_TRACK_OPEN_MAX = 8 };
  * opened since the last upload collect (not judged there yet). */
 typedef struct mapping_os_open_run {
     uintptr_t lo, hi;
+    uintptr_t stride; /* between its sample pages: a power of two */
     bool      fresh;
 } mapping_os_open_run;
 

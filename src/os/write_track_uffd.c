@@ -18,12 +18,14 @@
  * at least open_min bytes written, over a long run the last collect that
  * found writes found too (a stream repeated, not a one-time fill), leaves
  * it writable ("open") and reports it written at every collect from then
- * on, whether written or not: more bytes may move, none is missed. One sample page every open_min / 4 stays
- * protected; at a sync to the device (an upload collect), a run fewer
- * than half of whose samples were written since the last one is protected
- * again (and reported once more: its other pages may have been written). So a stream
- * faults open_min / 4 times less, and a program that stops streaming pays
- * one sync that moves the run needlessly.
+ * on, whether written or not: more bytes may move, none is missed. One
+ * sample page every open_min / 4 (wider in a run of more than 1,024 such
+ * strides) stays protected; at a sync to the device (an upload collect),
+ * a run fewer than half of whose samples were written since the last one
+ * is protected again (and reported once more: its other pages may have
+ * been written). So a stream faults open_min / 4 times less, and a
+ * program that stops streaming pays one sync that moves the run
+ * needlessly.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -174,20 +176,34 @@ static int write_protect(uintptr_t lo, uintptr_t hi, bool on)
     return ioctl(uffd, UFFDIO_WRITEPROTECT, &wp) == 0 ? 0 : -errno;
 }
 
-/* The sample pages of an open run of t within [lo, hi): one at every
- * multiple of open_min / 4. */
-static uintptr_t first_sample(const mapping_os_track *t, uintptr_t lo)
+/* At most this many sample pages per open run: a look at them is one
+ * ioctl each (~1 us), so a run of more than 2 GiB (at the default
+ * open_min) spaces them wider than open_min / 4. */
+enum { SAMPLES_MAX = 1024 };
+
+/* The stride of a run [lo, hi)'s samples: open_min / 4, or the power of
+ * two that keeps them to SAMPLES_MAX. */
+static uintptr_t sample_stride(const mapping_os_track *t, uintptr_t lo, uintptr_t hi)
 {
     uintptr_t stride = t->open_min / 4;
-    return (lo + stride - 1) & ~(stride - 1);
+    while ((hi - lo) / stride > SAMPLES_MAX)
+        stride *= 2;
+    return stride;
 }
 
-/* Protects the sample pages in [lo, hi). One that stays writable (a
+/* The first sample page of run r at or after lo: samples sit at the
+ * multiples of its stride. */
+static uintptr_t first_sample(const mapping_os_open_run *r, uintptr_t lo)
+{
+    return (lo + r->stride - 1) & ~(r->stride - 1);
+}
+
+/* Protects run r's sample pages in [lo, hi). One that stays writable (a
  * failed call) reads as written: its run stays open, which is safe. */
-static void protect_samples(const mapping_os_track *t, uintptr_t lo, uintptr_t hi)
+static void protect_samples(const mapping_os_open_run *r, uintptr_t lo, uintptr_t hi)
 {
     uintptr_t page = mapping_os_page_size();
-    for (uintptr_t s = first_sample(t, lo); s < hi; s += t->open_min / 4)
+    for (uintptr_t s = first_sample(r, lo); s < hi; s += r->stride)
         (void)write_protect(s, s + page, true);
 }
 
@@ -206,7 +222,7 @@ void mapping__uffd_protect(mapping_os_track *t, uintptr_t lo, uintptr_t hi)
         if (r->lo > at)
             (void)write_protect(at, r->lo, true);
         uintptr_t end = r->hi < hi ? r->hi : hi;
-        protect_samples(t, r->lo > at ? r->lo : at, end);
+        protect_samples(r, r->lo > at ? r->lo : at, end);
         at = end;
     }
     if (at < hi)
@@ -342,12 +358,11 @@ static int scan_faulted(const uintptr_t *pages, long n, uint64_t walk_ns, mappin
 
 /* How many of the run's sample pages there are, and (look) how many were
  * written; those are protected again. */
-static int samples_written(const mapping_os_track *t, const mapping_os_open_run *r, bool look, size_t *written,
-                           size_t *total)
+static int samples_written(const mapping_os_open_run *r, bool look, size_t *written, size_t *total)
 {
     uintptr_t page = mapping_os_page_size();
     *written = *total = 0;
-    for (uintptr_t at = first_sample(t, r->lo); at < r->hi; at += t->open_min / 4) {
+    for (uintptr_t at = first_sample(r, r->lo); at < r->hi; at += r->stride) {
         ++*total;
         if (!look)
             continue;
@@ -386,7 +401,7 @@ static int report_open_runs(mapping_os_track *t, bool no_fault, bool upload, map
         bool closing = false;
         if (upload) {
             size_t written, total;
-            int rc = samples_written(t, r, look, &written, &total);
+            int rc = samples_written(r, look, &written, &total);
             if (rc)
                 return rc; /* the samples not looked at stay written: looked at next time */
             closing = 2 * written < total && !r->fresh; /* fresh: its stream came before this period */
@@ -477,33 +492,35 @@ static void opener_run(void *user, uintptr_t lo, uintptr_t hi)
 }
 
 /* Opens [lo, hi), just reported written (so in this sync's copy), joined
- * with an open run it touches. The protection is lifted before the run is
- * listed; should lifting fail part way, the run is listed all the same
- * (reported at every collect: nothing written there can be missed). */
+ * with the open runs it touches. The protection is lifted before the run
+ * is listed; should lifting fail part way, the run is listed all the same
+ * (reported at every collect: nothing written there can be missed). Where
+ * joining changes the samples' stride, the whole joined run is lifted and
+ * its samples protected anew. */
 static void open_run(mapping_os_track *t, uintptr_t lo, uintptr_t hi, bool upload)
 {
     if (t->n_open == MAPPING_OS_TRACK_OPEN_MAX)
         return;
-    (void)write_protect(lo, hi, false);
-    protect_samples(t, lo, hi);
-    int i = 0;
-    while (i < t->n_open && t->open[i].hi < lo)
-        i++;
-    if (i < t->n_open && t->open[i].lo <= hi) { /* touches open[i] (the scan skipped the runs: no overlap) */
-        mapping_os_open_run *r = &t->open[i];
-        r->lo = lo < r->lo ? lo : r->lo;
-        r->hi = hi > r->hi ? hi : r->hi;
-        r->fresh |= !upload;
-        if (i + 1 < t->n_open && t->open[i + 1].lo <= r->hi) { /* and the next one */
-            r->hi = t->open[i + 1].hi > r->hi ? t->open[i + 1].hi : r->hi;
-            memmove(&t->open[i + 1], &t->open[i + 2], (size_t)(t->n_open - i - 2) * sizeof *r);
-            t->n_open--;
-        }
-    } else {
-        memmove(&t->open[i + 1], &t->open[i], (size_t)(t->n_open - i) * sizeof t->open[0]);
-        t->open[i] = (mapping_os_open_run){lo, hi, !upload}; /* opened before an upload: judged after the next */
-        t->n_open++;
+    int first = 0;
+    while (first < t->n_open && t->open[first].hi < lo)
+        first++;
+    mapping_os_open_run run = {.lo = lo, .hi = hi, .fresh = !upload}; /* opened before an upload: judged after the next */
+    int last = first; /* open[first, last) touch it (the scan skipped them: no overlap) */
+    for (; last < t->n_open && t->open[last].lo <= run.hi; last++) {
+        run.lo = t->open[last].lo < run.lo ? t->open[last].lo : run.lo;
+        run.hi = t->open[last].hi > run.hi ? t->open[last].hi : run.hi;
+        run.fresh |= t->open[last].fresh;
     }
+    run.stride = sample_stride(t, run.lo, run.hi);
+    bool same = true;
+    for (int k = first; k < last; k++)
+        same &= t->open[k].stride == run.stride;
+    uintptr_t from = same ? lo : run.lo, to = same ? hi : run.hi;
+    (void)write_protect(from, to, false);
+    protect_samples(&run, from, to);
+    memmove(&t->open[first + 1], &t->open[last], (size_t)(t->n_open - last) * sizeof run);
+    t->n_open -= last - first - 1;
+    t->open[first] = run;
     t->opened++;
 }
 

@@ -664,6 +664,25 @@ TEST(tracked_streaming_writes_open_a_run_that_closes_when_they_stop)
     cpu[200 * pg] = 0x11;
     CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == pg);
     mapping_mirror_destroy(m);
+
+    /* The smallest run (4 pages: a sample on every page) in a run of 2,048
+     * pages: at most 1,024 samples, so the stride widens to 2 pages. */
+    snprintf(open_min, sizeof open_min, "%zu", 4 * pg);
+    setenv("MAPPING_TRACK_STREAMS", open_min, 1);
+    size_t big = 2048 * pg;
+    m = synced_tracked_mirror(dev, big);
+    cpu = mapping_mirror_cpu(m);
+    unsigned char *big_got = malloc(big);
+    CHECK(big_got != NULL);
+    for (int k = 0; k < 4; k++) {
+        second = stream_faults(cpu, 0x40 + k, big);
+        CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+        check_device_equals_cpu(m, big_got);
+    }
+    if (uffd)
+        CHECK(second <= 1024 + 8); /* not 2,048 */
+    free(big_got);
+    mapping_mirror_destroy(m);
     if (saved)
         setenv("MAPPING_TRACK_STREAMS", saved, 1);
     else
