@@ -525,14 +525,24 @@ TEST(tracked_multimirror_sends_written_pages_without_marks)
 TEST(tracked_mirror_refuses_a_bad_track_streams_value)
 {
     mapping_device *dev = test_device();
-    static const char *const bad[] = {"sometimes", "12345", "4096", "-65536", "65536x", "99999999999999999999999"};
+    static const char *const bad[] = {"sometimes", "12345",   "4096",  "-65536",        "65536x", "99999999999999999999999",
+                                      " 65536",    "65536 ",  "0",     "+65536",        "0x10000", "2199023255552",
+                                      "ON",        "Off",     "1e6"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         setenv("MAPPING_TRACK_STREAMS", bad[i], 1);
         mapping_mirror *m = NULL;
         mapping_status st = mapping_mirror_create(dev, 4096, MAPPING_MIRROR_TRACK_WRITES, &m);
-        unsetenv("MAPPING_TRACK_STREAMS");
         CHECK(st == MAPPING_ERR_INVALID_ARGUMENT && m == NULL);
         CHECK(strstr(mapping_last_error_message(), "MAPPING_TRACK_STREAMS") != NULL);
+        if (mapping_write_tracking(NULL) != MAPPING_TRACK_NONE) { /* a multimirror asks when tracking starts */
+            mapping_multimirror *mm = NULL;
+            mapping_device *devs[] = {dev};
+            CHECK_OK(mapping_multimirror_create(devs, 1, 4096, &mm));
+            CHECK(mapping_multimirror_track_writes(mm) == MAPPING_ERR_INVALID_ARGUMENT);
+            CHECK(strstr(mapping_last_error_message(), "MAPPING_TRACK_STREAMS") != NULL);
+            mapping_multimirror_destroy(mm);
+        }
+        unsetenv("MAPPING_TRACK_STREAMS");
     }
     static const char *const good[] = {"", "on", "off", "65536", "8388608"};
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
