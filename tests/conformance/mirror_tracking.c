@@ -558,6 +558,22 @@ TEST(tracked_mirror_refuses_a_bad_track_streams_value)
     }
 }
 
+/* A variable's value to put back with env_restore (NULL: unset). */
+static char *env_save(const char *name)
+{
+    const char *was = getenv(name);
+    return was ? strdup(was) : NULL;
+}
+
+static void env_restore(const char *name, char *saved)
+{
+    if (saved)
+        setenv(name, saved, 1);
+    else
+        unsetenv(name);
+    free(saved);
+}
+
 /* The minor faults of this thread so far (uffd: one per first write to a
  * protected page). */
 static long thread_faults(void)
@@ -592,8 +608,7 @@ TEST(tracked_streaming_writes_open_a_run_that_closes_when_they_stop)
 {
     need_tracking();
     bool uffd = mapping_write_tracking(NULL) == MAPPING_TRACK_UFFD;
-    const char *was = getenv("MAPPING_TRACK_STREAMS");
-    char *saved = was ? strdup(was) : NULL;
+    char *saved = env_save("MAPPING_TRACK_STREAMS");
     mapping_device *dev = test_device();
     size_t pg = page(), n = 256 * pg, lo = 32 * pg, run = 128 * pg, pages = run / pg;
     unsigned char *got = malloc(n);
@@ -693,11 +708,7 @@ TEST(tracked_streaming_writes_open_a_run_that_closes_when_they_stop)
         CHECK(second <= 1024 + 8); /* not 2,048 */
     free(big_got);
     mapping_mirror_destroy(m);
-    if (saved)
-        setenv("MAPPING_TRACK_STREAMS", saved, 1);
-    else
-        unsetenv("MAPPING_TRACK_STREAMS");
-    free(saved);
+    env_restore("MAPPING_TRACK_STREAMS", saved);
     free(got);
 }
 
@@ -740,8 +751,7 @@ TEST(tracked_writes_racing_syncs_are_all_carried_by_the_next_sync)
     test_skip("ThreadSanitizer: the writer races the syncs on purpose");
 #endif
 #endif
-    const char *was = getenv("MAPPING_TRACK_STREAMS");
-    char *saved = was ? strdup(was) : NULL;
+    char *saved = env_save("MAPPING_TRACK_STREAMS");
     mapping_device *dev = test_device();
     size_t pg = page(), n = 96 * pg;
     unsigned char *got = malloc(n);
@@ -780,11 +790,7 @@ TEST(tracked_writes_racing_syncs_are_all_carried_by_the_next_sync)
         CHECK(atomic_load(&w.rounds) >= 1);
         mapping_mirror_destroy(m);
     }
-    if (saved)
-        setenv("MAPPING_TRACK_STREAMS", saved, 1);
-    else
-        unsetenv("MAPPING_TRACK_STREAMS");
-    free(saved);
+    env_restore("MAPPING_TRACK_STREAMS", saved);
     free(got);
 }
 
