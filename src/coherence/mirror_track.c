@@ -53,8 +53,7 @@ mapping_status mapping__mirror_track_begin(const char *fn, mirror_state *st)
     size_t open_min;
     if (mapping_os_track_streams(&open_min) != 0)
         return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT,
-                             "%s: MAPPING_TRACK_STREAMS=\"%s\" is not on, off or a power of two of at least 4 "
-                             "pages (bytes)",
+                             "%s: MAPPING_TRACK_STREAMS=\"%s\" is not " MAPPING_OS_TRACK_STREAMS_VALUES,
                              fn, getenv("MAPPING_TRACK_STREAMS"));
     mapping_os_track *t = NULL;
     int rc = mapping_os_track_begin(st->cpu, st->size, &t);

@@ -345,8 +345,8 @@ mapping_status mapping_multimirror_track_writes(mapping_multimirror *m)
     if (rc == -ENOMEM)
         return oom(fn);
     if (rc == -EINVAL)
-        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: MAPPING_TRACK_STREAMS=\"%s\" is not on, off or a power "
-                             "of two of at least 4 pages (bytes)", fn, getenv("MAPPING_TRACK_STREAMS"));
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: MAPPING_TRACK_STREAMS=\"%s\" is not "
+                             MAPPING_OS_TRACK_STREAMS_VALUES, fn, getenv("MAPPING_TRACK_STREAMS"));
     if (rc)
         return mapping__fail(MAPPING_ERR_UNSUPPORTED, "%s: no write tracking for [%p, +%zu) (%s)", fn, (void *)m->cpu,
                              m->size, rc == -EBUSY ? "its pages are tracked already" : mapping_os_track_reason());

@@ -55,6 +55,8 @@ mapping_os_scan_mode mapping_os_track_scan_mode(void);
  * unset or empty): 8 MiB; off: *open_min = 0; or a byte count, a power of
  * two of at least 4 pages. 0, or -EINVAL for another value. */
 int mapping_os_track_streams(size_t *open_min);
+/* What a valid $MAPPING_TRACK_STREAMS is, for the callers' messages. */
+#define MAPPING_OS_TRACK_STREAMS_VALUES "on, off or a power of two of at least 4 pages (bytes)"
 
 /* The mechanism this process uses (chosen at the first call, from
  * $MAPPING_TRACK and what the kernel offers). Thread-safe. */
@@ -122,14 +124,13 @@ struct mapping_os_track {
     /* uffd, streams: the open runs (sorted, disjoint); the long runs the
      * last collect that found a written page found (a run opens when it is
      * found again); the smallest run that opens (0: none do;
-     * $MAPPING_TRACK_STREAMS); how many runs opened and closed. */
+     * $MAPPING_TRACK_STREAMS). */
     mapping_os_open_run   open[MAPPING_OS_TRACK_OPEN_MAX];
     int                   n_open;
     bool                  samples_maybe_written; /* a fault since the last look at the samples */
     uintptr_t             streamed_lo[MAPPING_OS_TRACK_OPEN_MAX], streamed_hi[MAPPING_OS_TRACK_OPEN_MAX];
     int                   n_streamed;
     size_t                open_min;
-    uint64_t              opened, closed;
 };
 /* Probes once: 0 when available, else -errno with *why set. */
 int  mapping__uffd_probe(const char **why);

@@ -414,7 +414,6 @@ static int report_open_runs(mapping_os_track *t, bool no_fault, bool upload, map
         if (closing && write_protect(lo, hi, true) == 0) {
             memmove(r, r + 1, (size_t)(t->n_open - i - 1) * sizeof *r);
             t->n_open--;
-            t->closed++;
         } else {
             i++;
         }
@@ -521,7 +520,6 @@ static void open_run(mapping_os_track *t, uintptr_t lo, uintptr_t hi, bool uploa
     memmove(&t->open[first + 1], &t->open[last], (size_t)(t->n_open - last) * sizeof run);
     t->n_open -= last - first - 1;
     t->open[first] = run;
-    t->opened++;
 }
 
 /* The long runs of a collect that found writes: each one that meets a
