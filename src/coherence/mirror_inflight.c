@@ -24,14 +24,14 @@ static void entry_release(mirror_state *st, size_t i)
  * the target is no longer stale, the copy no longer queued. In this order,
  * so that a failure part-way (out of memory) keeps modified ⊆ stale and is
  * simply redone later (every step is idempotent). */
-mapping_status mapping__mirror_apply_valid(mirror_state *st, int t, const mapping_range *v, size_t n)
+mapping_status mapping__mirror_apply_valid(mirror_state *st, int t, const mapping_range *v, size_t n, bool copied_now)
 {
     mapping_status status;
     if ((status = mapping__mirror_log_flush(st)) || (status = mapping__rs_remove_sorted(&st->modified[1 - t], v, n)) ||
         (status = mapping__rs_remove_sorted(&st->stale[t], v, n)) ||
         (status = mapping__rs_remove_sorted(&st->pending[t], v, n)))
         return status;
-    if (__builtin_expect(st->track != NULL, 0) && t == MIRROR_CPU)
+    if (__builtin_expect(st->track != NULL, 0) && t == MIRROR_CPU && copied_now)
         mapping__mirror_track_copied(st, v, n); /* the copy's writes were not the program's */
     return MAPPING_OK;
 }
@@ -41,7 +41,9 @@ mapping_status mapping__mirror_apply_valid(mirror_state *st, int t, const mappin
 static bool entry_fold(mirror_state *st, size_t i)
 {
     mirror_inflight *e = &st->inflight[i];
-    if (e->target != MIRROR_ACCESS && mapping__mirror_apply_valid(st, e->target, e->ranges, e->n) != MAPPING_OK)
+    /* Not copied_now: a tracked CPU side forgot the copy's writes when the
+     * stream got there; the program may have written there since. */
+    if (e->target != MIRROR_ACCESS && mapping__mirror_apply_valid(st, e->target, e->ranges, e->n, false) != MAPPING_OK)
         return false;
     entry_release(st, i);
     return true;

@@ -153,8 +153,11 @@ mapping_status mapping__mirror_record_access(mirror_state *st, mapping_stream *s
 mapping_status mapping__mirror_drain(mirror_state *st);
 /* Makes the sorted ranges v[0..n) valid on side t (modifications of the
  * other side synced, no longer stale or queued); idempotent, redone later
- * when it fails part-way (out of memory). */
-mapping_status mapping__mirror_apply_valid(mirror_state *st, int t, const mapping_range *v, size_t n);
+ * when it fails part-way (out of memory). copied_now: the copy that wrote
+ * them completed inside the current call, so on a tracked CPU side its
+ * writes are forgotten here (mapping__mirror_track_copied); a copy on a
+ * stream had them forgotten when it completed (mapping__mirror_track_copied_on). */
+mapping_status mapping__mirror_apply_valid(mirror_state *st, int t, const mapping_range *v, size_t n, bool copied_now);
 /* Room for one more in-flight entry. */
 mapping_status mapping__mirror_inflight_reserve(mirror_state *st);
 /* Records the current end of `stream` as an entry over [lo, hi) whose
@@ -186,8 +189,16 @@ static inline mapping_status mapping__mirror_track_collect(const char *fn, mirro
     return __builtin_expect(st->track != NULL, 0) ? mapping__mirror_track_collect_pages(fn, st, upload) : MAPPING_OK;
 }
 /* The library wrote these ranges of the CPU side (a copy from the device
- * that completed): not the program's writes. */
+ * that completed inside the current call): not the program's writes. */
 void           mapping__mirror_track_copied(mirror_state *st, const mapping_range *v, size_t n);
+/* The same for copies queued on stream: forgotten by a host function when
+ * the stream gets there, before the program can know the copy is done and
+ * write there (forgetting later, when the state folds the copy in, would
+ * forget the program's writes made in between). Not OK when it could not
+ * be queued: the caller then waits for the stream and uses
+ * mapping__mirror_track_copied. */
+mapping_status mapping__mirror_track_copied_on(mapping_stream *stream, mirror_state *st, const mapping_range *v,
+                                               size_t n);
 /* A mark of [lo, hi) on the CPU side: in mprotect mode its pages become
  * writable (a system call may write them; they count as written). */
 void           mapping__mirror_track_marked(mirror_state *st, size_t lo, size_t hi);

@@ -247,18 +247,22 @@ static mapping_status sync_record(mapping_stream *stream, mirror_state *st, int 
 {
     mapping_status status = MAPPING_OK;
     if (!stream) {
-        mapping__mirror_apply_valid(st, t, p->exact, p->n_exact); /* on failure the target stays stale: recopied later */
+        mapping__mirror_apply_valid(st, t, p->exact, p->n_exact, true); /* on failure the target stays stale: recopied later */
         return MAPPING_OK;
     }
     size_t span_lo = p->merged[0].lo, span_hi = p->merged[p->n_merged - 1].hi;
     mapping_error_mark before;
     mapping__error_mark(&before);
-    if (mapping__mirror_entry_push(st, stream, span_lo, span_hi, t, p->exact, p->n_exact) != MAPPING_OK) {
+    /* A tracked CPU side forgets the copy's writes when the stream gets
+     * there (before the entry's event); if that cannot be queued, wait. */
+    bool waited = st->track && t == MIRROR_CPU && mapping__mirror_track_copied_on(stream, st, p->exact, p->n_exact) != MAPPING_OK;
+    if (waited || mapping__mirror_entry_push(st, stream, span_lo, span_hi, t, p->exact, p->n_exact) != MAPPING_OK) {
         /* Without an event the state cannot follow the stream: wait instead
          * (the failed record is then not the caller's error). */
         if ((status = mapping__stream_synchronize(stream)) == MAPPING_OK) {
             mapping__error_forget(&before);
-            mapping__mirror_apply_valid(st, t, p->exact, p->n_exact); /* on failure the target stays stale: recopied later */
+            /* on failure the target stays stale: recopied later */
+            mapping__mirror_apply_valid(st, t, p->exact, p->n_exact, waited);
         }
         return status;
     }

@@ -171,6 +171,51 @@ void mapping__mirror_track_copied(mirror_state *st, const mapping_range *v, size
         mapping_os_track_clear(st->track, base + v[i].lo, base + v[i].hi);
 }
 
+/* A clear queued on a stream: the runs of whole pages to forget. The region
+ * is held, so the job may run after the mirror is gone (it does nothing then). */
+typedef struct track_clear_job {
+    mapping_os_track *track;
+    size_t            n;
+    mapping_range     pages[]; /* addresses, page-aligned */
+} track_clear_job;
+
+static void run_clear_job(void *user)
+{
+    track_clear_job *job = user;
+    for (size_t i = 0; i < job->n; i++)
+        mapping_os_track_clear(job->track, job->pages[i].lo, job->pages[i].hi);
+    mapping_os_track_drop(job->track);
+    free(job);
+}
+
+mapping_status mapping__mirror_track_copied_on(mapping_stream *stream, mirror_state *st, const mapping_range *v,
+                                               size_t n)
+{
+    uintptr_t base = (uintptr_t)st->cpu, page = mapping_os_page_size();
+    size_t whole = 0; /* ranges holding a whole page: a copy within one page leaves nothing to forget */
+    for (size_t i = 0; i < n; i++)
+        whole += ((base + v[i].lo + page - 1) & ~(page - 1)) + page <= base + v[i].hi;
+    if (!whole)
+        return MAPPING_OK;
+    track_clear_job *job = mapping_os_malloc(sizeof *job + whole * sizeof job->pages[0]);
+    if (!job)
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mirror: out of memory");
+    job->n = 0;
+    for (size_t i = 0; i < n; i++) {
+        uintptr_t lo = (base + v[i].lo + page - 1) & ~(page - 1), hi = (base + v[i].hi) & ~(page - 1);
+        if (lo < hi)
+            job->pages[job->n++] = (mapping_range){lo, hi};
+    }
+    job->track = st->track;
+    mapping_os_track_hold(job->track);
+    mapping_status status = mapping__launch_host_internal(stream, run_clear_job, job);
+    if (status != MAPPING_OK) {
+        mapping_os_track_drop(job->track);
+        free(job);
+    }
+    return status;
+}
+
 void mapping__mirror_track_marked(mirror_state *st, size_t lo, size_t hi)
 {
     uintptr_t base = (uintptr_t)st->cpu;

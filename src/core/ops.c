@@ -320,6 +320,11 @@ static void race_host_trampoline(void *arg)
     mapping__race_stream_fn_leave();
 }
 
+mapping_status mapping__launch_host_internal(mapping_stream *stream, void (*fn)(void *user), void *user)
+{
+    return stream->dev->be->launch_host(stream->dev->state, stream->state, fn, user);
+}
+
 mapping_status mapping__launch_host(mapping_stream *stream, void (*fn)(void *user), void *user)
 {
     if (!stream) {

@@ -90,6 +90,11 @@ void mapping__count_shared_transfer(mapping_device *dev, bool to_gpu, size_t byt
  * mapping__launch_host's function inline ---- */
 mapping_status mapping__stream_synchronize(mapping_stream *stream);
 mapping_status mapping__launch_host(mapping_stream *stream, void (*fn)(void *user), void *user);
+/* The library's own bookkeeping in stream order (stream != NULL): the back
+ * end's launch_host alone, no fault injection, trace event or race check,
+ * so it changes nothing else a run does. fn must not touch the program's
+ * memory or call the library's API. */
+mapping_status mapping__launch_host_internal(mapping_stream *stream, void (*fn)(void *user), void *user);
 mapping_status mapping__stream_wait_event(mapping_stream *stream, mapping_event *event);
 mapping_status mapping__event_synchronize(mapping_event *event);
 mapping_status mapping__event_query(const mapping_event *event);

@@ -146,6 +146,33 @@ static void regions_remove(mapping_os_track *t)
     }
 }
 
+/* fork(): a child must not inherit a lock another thread held (it would
+ * wait for it forever). The handlers take the registry's lock and then each
+ * region's, the order every other path takes them in (end; a collect takes
+ * only its region's, then the fault log's, whose own handlers, registered
+ * earlier, run after these before the fork). */
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+static bool           fork_handlers_ok;
+
+static void before_fork(void)
+{
+    pthread_mutex_lock(&regions_lock);
+    for (size_t i = 0; i < n_regions; i++)
+        pthread_mutex_lock(&regions[i]->lock);
+}
+
+static void after_fork(void)
+{
+    for (size_t i = n_regions; i-- > 0;)
+        pthread_mutex_unlock(&regions[i]->lock);
+    pthread_mutex_unlock(&regions_lock);
+}
+
+static void fork_handlers_install(void)
+{
+    fork_handlers_ok = pthread_atfork(before_fork, after_fork, after_fork) == 0;
+}
+
 bool mapping_os_track_overlaps(uintptr_t lo, uintptr_t hi)
 {
     bool found = false;
@@ -174,6 +201,13 @@ int mapping_os_track_begin(void *addr, size_t bytes, mapping_os_track **out)
         free(t);
         return -EINVAL;
     }
+    pthread_once(&fork_once, fork_handlers_install);
+    if (!fork_handlers_ok) {
+        free(t);
+        return -ENOMEM;
+    }
+    pthread_mutex_init(&t->lock, NULL);
+    atomic_init(&t->refs, 1);
     pthread_mutex_lock(&regions_lock);
     int rc = regions_add(t);
     if (rc == 0) {
@@ -183,6 +217,7 @@ int mapping_os_track_begin(void *addr, size_t bytes, mapping_os_track **out)
     }
     pthread_mutex_unlock(&regions_lock);
     if (rc) {
+        pthread_mutex_destroy(&t->lock);
         free(t);
         return rc;
     }
@@ -195,19 +230,39 @@ void mapping_os_track_end(mapping_os_track *t)
     if (!t)
         return;
     pthread_mutex_lock(&regions_lock);
+    pthread_mutex_lock(&t->lock);
     if (t->kind == MAPPING_OS_TRACK_UFFD)
         mapping__uffd_end(t);
     else
         mapping__mprot_end(t);
+    t->ended = true;
     regions_remove(t);
+    pthread_mutex_unlock(&t->lock);
     pthread_mutex_unlock(&regions_lock);
+    mapping_os_track_drop(t);
+}
+
+void mapping_os_track_hold(mapping_os_track *t)
+{
+    atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
+}
+
+void mapping_os_track_drop(mapping_os_track *t)
+{
+    if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    pthread_mutex_destroy(&t->lock);
     free(t);
 }
 
 int mapping_os_track_collect(mapping_os_track *t, mapping_os_track_fn fn, void *user, bool upload)
 {
-    return t->kind == MAPPING_OS_TRACK_UFFD ? mapping__uffd_collect(t, fn, user, upload)
-                                            : mapping__mprot_collect(t, fn, user);
+    pthread_mutex_lock(&t->lock);
+    int rc = t->ended                         ? 0
+             : t->kind == MAPPING_OS_TRACK_UFFD ? mapping__uffd_collect(t, fn, user, upload)
+                                                : mapping__mprot_collect(t, fn, user);
+    pthread_mutex_unlock(&t->lock);
+    return rc;
 }
 
 /* The pages wholly inside [lo, hi), within the region; false if none. */
@@ -226,10 +281,14 @@ void mapping_os_track_clear(mapping_os_track *t, uintptr_t lo, uintptr_t hi)
 {
     if (!inner_pages(t, &lo, &hi))
         return;
-    if (t->kind == MAPPING_OS_TRACK_UFFD)
+    pthread_mutex_lock(&t->lock);
+    if (t->ended)
+        ;
+    else if (t->kind == MAPPING_OS_TRACK_UFFD)
         mapping__uffd_protect(t, lo, hi);
     else
         mapping__mprot_clear(t, lo, hi);
+    pthread_mutex_unlock(&t->lock);
 }
 
 void mapping_os_track_release(mapping_os_track *t, uintptr_t lo, uintptr_t hi)
@@ -241,6 +300,10 @@ void mapping_os_track_release(mapping_os_track *t, uintptr_t lo, uintptr_t hi)
     hi = (hi + page - 1) & ~(page - 1);
     lo = lo < t->lo ? t->lo : lo;
     hi = hi > t->hi ? t->hi : hi;
-    if (lo < hi)
+    if (lo >= hi)
+        return;
+    pthread_mutex_lock(&t->lock);
+    if (!t->ended)
         mapping__mprot_release(t, lo, hi);
+    pthread_mutex_unlock(&t->lock);
 }

@@ -19,12 +19,17 @@
  *
  * Granularity: the base page (mapping_os_page_size()). A region is widened
  * to whole pages; regions must not share a page (begin refuses with -EBUSY).
- * Not thread-safe per region (one thread at a time calls collect / clear /
- * release / end on a region); writes may come from any thread.
+ * Thread-safe: collect, clear and release on one region are serialised by
+ * its lock (a clear may come from a stream's host function while the
+ * program's thread collects), and writes may come from any thread. A region
+ * lives until end and the last drop (mapping_os_track_hold): calls on an
+ * ended region do nothing. fork() waits until no thread is inside a call.
  */
 #ifndef MAPPING_WRITE_TRACK_H
 #define MAPPING_WRITE_TRACK_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -74,8 +79,13 @@ bool mapping_os_track_overlaps(uintptr_t lo, uintptr_t hi);
  * as written yet. 0, or -errno: -ENOSYS when no mechanism is available,
  * -EBUSY when a page is tracked already, -ENOMEM. */
 int  mapping_os_track_begin(void *addr, size_t bytes, mapping_os_track **out);
-/* Stops tracking: the pages are writable again. NULL: no-op. */
+/* Stops tracking: the pages are writable again. NULL: no-op. The region's
+ * memory is freed at the last drop (held references keep it). */
 void mapping_os_track_end(mapping_os_track *t);
+/* A reference that keeps the region's memory (not its tracking) alive, for
+ * work that may run after end (a clear queued on a stream); drop it once. */
+void mapping_os_track_hold(mapping_os_track *t);
+void mapping_os_track_drop(mapping_os_track *t);
 /* Reports the pages written since the last collect (or begin, clear) and
  * protects them again. 0 or -errno (nothing reported is lost: the pages
  * stay counted as written). uffd: when the process has taken no page fault
@@ -107,6 +117,9 @@ typedef struct mapping_os_open_run {
 
 struct mapping_os_track {
     mapping_os_track_kind kind;
+    pthread_mutex_t       lock;  /* collect, clear, release, end */
+    _Atomic int           refs;  /* 1 until end, + each hold */
+    bool                  ended; /* under lock */
     uintptr_t             lo, hi; /* page-aligned */
     int                   slot;   /* mprotect: index in its table */
     /* uffd: the process's page-fault count taken just before the last

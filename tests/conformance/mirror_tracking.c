@@ -205,6 +205,57 @@ TEST(tracked_copy_from_the_device_is_not_sent_back)
     mapping_mirror_destroy(m);
 }
 
+/* A copy from the device on a stream: its writes are forgotten when the
+ * stream gets there, not when a later call folds the copy into the state.
+ * A program write made after the stream was synchronised and before that
+ * later call (a stale count, a mark, a query) must still go up. */
+TEST(tracked_write_after_an_async_copy_from_the_device_completes_is_not_forgotten)
+{
+    need_tracking();
+    mapping_device *dev = test_device();
+    size_t n = 16 * page();
+    mapping_stream *s;
+    CHECK_OK(mapping_stream_create(dev, &s));
+    unsigned char *got = malloc(n);
+    for (int between = 0; between < 5; between++) {
+        mapping_mirror *m = synced_tracked_mirror(dev, n);
+        unsigned char *cpu = mapping_mirror_cpu(m);
+        CHECK_OK(mapping_fill_gpu(NULL, mapping_mirror_gpu(m), 2 * page(), 2 * page(), 0x33));
+        CHECK_OK(mapping_mirror_mark_gpu_modified(m, 2 * page(), 2 * page()));
+        CHECK_OK(mapping_mirror_sync_to_cpu(s, m));
+        CHECK_OK(mapping_stream_synchronize(s));
+        if (between == 4) { /* the copy's own writes count for nothing: nothing goes back up */
+            CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == 0);
+            mapping_mirror_destroy(m);
+            continue;
+        }
+        cpu[2 * page() + 10] = 0x77; /* no mark */
+        if (between == 1)
+            CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) >= 1);
+        else if (between == 2)
+            CHECK_OK(mapping_mirror_mark_cpu_modified(m, 12 * page(), 1));
+        else if (between == 3) {
+            int needs = 0;
+            CHECK_OK(mapping_mirror_needs_sync(m, MAPPING_GPU, &needs));
+            CHECK(needs == 1);
+        }
+        CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+        device_bytes(m, got);
+        CHECK(memcmp(got, cpu, n) == 0);
+        CHECK(got[2 * page() + 10] == 0x77 && got[2 * page()] == 0x33);
+        mapping_mirror_destroy(m);
+    }
+    /* The mirror destroyed while its clear is still queued behind other work. */
+    mapping_mirror *m = synced_tracked_mirror(dev, n);
+    CHECK_OK(mapping_fill_gpu(NULL, mapping_mirror_gpu(m), 0, n, 0x21));
+    CHECK_OK(mapping_mirror_mark_gpu_modified(m, 0, n));
+    CHECK_OK(mapping_mirror_sync_to_cpu(s, m));
+    mapping_mirror_destroy(m);
+    CHECK_OK(mapping_stream_synchronize(s));
+    free(got);
+    mapping_stream_destroy(s);
+}
+
 static int pipe_fill(int fd[2], unsigned char value, size_t bytes)
 {
     unsigned char buf[512];
