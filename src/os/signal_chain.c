@@ -1,17 +1,33 @@
 /* Passing a SIGSEGV on to the handler installed before ours (signal_chain.h). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
 #include "os/signal_chain.h"
 
+#include <pthread.h>
+#include <stdbool.h>
 #include <string.h>
 
+static bool is_ours(const struct sigaction *sa, void (*ours)(int, siginfo_t *, void *))
+{
+    return (sa->sa_flags & SA_SIGINFO) && sa->sa_sigaction == ours;
+}
+
+static bool is_default_or_ignored(const struct sigaction *sa)
+{
+    return !(sa->sa_flags & SA_SIGINFO) && (sa->sa_handler == SIG_DFL || sa->sa_handler == SIG_IGN);
+}
+
 /* After the previous handler returned: if it took ours out (restoring the
- * handler from before its own), install ours again above what is there. */
+ * handler from before its own), install ours again above what is there.
+ * Only then: a handler that was installed above ours before the call (one
+ * installed after the library, which chained down to us) stays where it is,
+ * else it and ours would call each other without end. */
 static void stay_installed(struct sigaction *previous, void (*ours)(int, siginfo_t *, void *))
 {
     struct sigaction now;
-    if (sigaction(SIGSEGV, NULL, &now) != 0 || ((now.sa_flags & SA_SIGINFO) && now.sa_sigaction == ours))
-        return;
-    if (!(now.sa_flags & SA_SIGINFO) && (now.sa_handler == SIG_DFL || now.sa_handler == SIG_IGN))
-        return; /* the fault is fatal: let it be */
+    if (sigaction(SIGSEGV, NULL, &now) != 0 || is_ours(&now, ours) || is_default_or_ignored(&now))
+        return; /* still ours; or the fault is to be fatal: let it be */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = ours;
@@ -25,20 +41,37 @@ static void stay_installed(struct sigaction *previous, void (*ours)(int, siginfo
 void mapping_os_sigsegv_chain(struct sigaction *previous, void (*ours)(int, siginfo_t *, void *), int sig,
                               siginfo_t *info, void *ctx)
 {
-    if (previous->sa_flags & SA_SIGINFO) {
-        if (previous->sa_sigaction) {
-            previous->sa_sigaction(sig, info, ctx);
-            stay_installed(previous, ours);
-            return;
-        }
-    } else if (previous->sa_handler != SIG_DFL && previous->sa_handler != SIG_IGN) {
-        previous->sa_handler(sig);
-        stay_installed(previous, ours);
+    struct sigaction call = *previous, installed;
+    bool ours_on_top = sigaction(SIGSEGV, NULL, &installed) == 0 && is_ours(&installed, ours);
+    if (is_default_or_ignored(&call) || ((call.sa_flags & SA_SIGINFO) && !call.sa_sigaction)) {
+        /* No previous handler: the default action, as without the library
+         * (an ignored SIGSEGV from a fault is fatal too). */
+        struct sigaction dfl;
+        memset(&dfl, 0, sizeof dfl);
+        dfl.sa_handler = SIG_DFL;
+        sigemptyset(&dfl.sa_mask);
+        sigaction(SIGSEGV, &dfl, NULL);
         return;
     }
-    struct sigaction dfl;
-    memset(&dfl, 0, sizeof dfl);
-    dfl.sa_handler = SIG_DFL;
-    sigemptyset(&dfl.sa_mask);
-    sigaction(SIGSEGV, &dfl, NULL);
+    /* What the kernel would have done delivering to it: a one-shot handler
+     * (SA_RESETHAND) is replaced by the default action for the next fault;
+     * its sa_mask, and SIGSEGV itself unless SA_NODEFER, are blocked while
+     * it runs (a handler that faults in turn is then killed, not re-entered). */
+    if (call.sa_flags & SA_RESETHAND) {
+        memset(previous, 0, sizeof *previous);
+        previous->sa_handler = SIG_DFL;
+        sigemptyset(&previous->sa_mask);
+    }
+    sigset_t block = call.sa_mask, saved;
+    if (!(call.sa_flags & SA_NODEFER))
+        sigaddset(&block, SIGSEGV);
+    bool masked = pthread_sigmask(SIG_BLOCK, &block, &saved) == 0;
+    if (call.sa_flags & SA_SIGINFO)
+        call.sa_sigaction(sig, info, ctx);
+    else
+        call.sa_handler(sig);
+    if (masked)
+        pthread_sigmask(SIG_SETMASK, &saved, NULL);
+    if (ours_on_top)
+        stay_installed(previous, ours);
 }

@@ -858,6 +858,140 @@ TEST(tracked_mirror_refuses_a_bad_track_scan_value)
     mapping_mirror_destroy(m);
 }
 
+/* Signal chaining, each case in a forked child (handlers are per process,
+ * and a case ends in a crash). The child uses the host back end and dies
+ * by SIGALRM if a handler loops. */
+static int chain_pipe[2];
+static volatile sig_atomic_t chain_calls;
+
+static void one_shot_segv(int sig)
+{
+    (void)sig;
+    chain_calls++;
+    ssize_t w = write(chain_pipe[1], "h", 1); /* returns: the fault comes again */
+    (void)w;
+}
+
+static mapping_mirror *child_tracked_mirror(mapping_device **dev, size_t n)
+{
+    mapping_device_desc desc = {.backend = "host"};
+    mapping_mirror *m = NULL;
+    if (mapping_open(&desc, dev) || mapping_mirror_create(*dev, n, MAPPING_MIRROR_TRACK_WRITES, &m) ||
+        mapping_mirror_sync_to_gpu(NULL, m))
+        _exit(3);
+    return m;
+}
+
+/* A one-shot handler (SA_RESETHAND) installed before the library that
+ * returns without fixing the fault: called once, then the default action
+ * kills the process, as without the library (not a loop). */
+TEST(tracked_mirror_gives_a_one_shot_handler_one_call_then_the_default_action)
+{
+    need_tracking();
+    CHECK(pipe(chain_pipe) == 0);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        alarm(20);
+        size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+        volatile unsigned char *closed = mmap(NULL, pg, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = one_shot_segv;
+        sa.sa_flags = SA_RESETHAND;
+        sigemptyset(&sa.sa_mask);
+        if (closed == MAP_FAILED || sigaction(SIGSEGV, &sa, NULL) != 0)
+            _exit(2);
+        mapping_device *dev;
+        mapping_mirror *m = child_tracked_mirror(&dev, 16 * pg);
+        ((unsigned char *)mapping_mirror_cpu(m))[5] = 1; /* the library's fault (mprotect) */
+        if (chain_calls != 0)
+            _exit(4);
+        closed[0] = 1; /* a genuine crash */
+        _exit(5);
+    }
+    close(chain_pipe[1]);
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    char buf[64];
+    ssize_t calls = read(chain_pipe[0], buf, sizeof buf);
+    close(chain_pipe[0]);
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV);
+    CHECK(calls == 1);
+}
+
+static volatile unsigned char *recovering_page;
+static struct sigaction before_reporter;
+static volatile sig_atomic_t recovered, reported;
+
+static void recovering_segv(int sig, siginfo_t *info, void *ctx)
+{
+    (void)sig;
+    (void)ctx;
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    if ((uintptr_t)info->si_addr - (uintptr_t)recovering_page >= pg)
+        _exit(6);
+    recovered++;
+    mprotect((void *)recovering_page, pg, PROT_READ | PROT_WRITE);
+}
+
+/* A crash reporter installed after the library: it chains to the handler it
+ * found (the library's), which chains to the one installed before it. */
+static void reporter_segv(int sig, siginfo_t *info, void *ctx)
+{
+    if (++reported > 100)
+        _exit(7); /* the reporter and the library call each other */
+    before_reporter.sa_sigaction(sig, info, ctx);
+}
+
+TEST(tracked_mirror_leaves_a_handler_installed_after_it_on_top)
+{
+    need_tracking();
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        alarm(20);
+        size_t pg = (size_t)sysconf(_SC_PAGESIZE), n = 16 * pg;
+        recovering_page = mmap(NULL, pg, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = recovering_segv;
+        sa.sa_flags = SA_SIGINFO;
+        sigemptyset(&sa.sa_mask);
+        if (recovering_page == MAP_FAILED || sigaction(SIGSEGV, &sa, NULL) != 0)
+            _exit(2);
+        mapping_device *dev;
+        mapping_mirror *m = child_tracked_mirror(&dev, n);
+        unsigned char *cpu = mapping_mirror_cpu(m);
+        cpu[2 * pg] = 1; /* mprotect: the library installs its handler here at the latest */
+        sa.sa_sigaction = reporter_segv;
+        if (sigaction(SIGSEGV, &sa, &before_reporter) != 0 || !(before_reporter.sa_flags & SA_SIGINFO))
+            _exit(2);
+        cpu[5 * pg] = 2;
+        recovering_page[0] = 7;
+        cpu[7 * pg] = 3;
+        mprotect((void *)recovering_page, pg, PROT_NONE);
+        recovering_page[1] = 8;
+        cpu[9 * pg] = 4;
+        if (recovered != 2 || recovering_page[0] != 7 || recovering_page[1] != 8)
+            _exit(8);
+        unsigned char *got = malloc(n);
+        if (!got || mapping_mirror_sync_to_gpu(NULL, m) ||
+            mapping_sync_to_cpu_range(NULL, mapping_mirror_gpu(m), mapping_mirror_gpu_offset(m), got, n) ||
+            memcmp(got, cpu, n) != 0)
+            _exit(9);
+        struct sigaction now;
+        if (sigaction(SIGSEGV, NULL, &now) != 0 || now.sa_sigaction != reporter_segv)
+            _exit(10); /* the reporter is still the installed handler */
+        _exit(0);
+    }
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    if (!WIFEXITED(status))
+        fprintf(stderr, "child: signal %d\n", WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 /* Runs in a forked child. uffd: the inherited tracked mirror is not watched
  * there (the watch belongs to the parent), so it counts stale as a whole and
  * must leave the parent's watch alone. mprotect: the child has a copy of
