@@ -323,7 +323,7 @@ static int scan(uintptr_t lo, uintptr_t hi, mapping_os_track_fn fn, void *user)
         for (long i = 0; i < n; i++)
             fn(user, (uintptr_t)vec[i].start, (uintptr_t)vec[i].end);
         if (a.walk_end <= start)
-            break; /* no progress: should not happen */
+            return -EAGAIN; /* no progress: part of a huge page (hugetlbfs), which a scan cannot protect alone */
         start = a.walk_end;
     }
     return 0;
@@ -333,7 +333,10 @@ static int scan(uintptr_t lo, uintptr_t hi, mapping_os_track_fn fn, void *user)
  * runs that would cost more than a walk (~1 us each), walk the region. */
 enum { FAULTED_MAX = 512, RUN_NS = 1000 };
 
-/* The faulted pages' runs, scanned: 0, -errno, or 1 when a walk is cheaper. */
+/* The faulted pages' runs, scanned: 0, -errno, or 1 when a walk is cheaper
+ * or needed (a faulted page inside a hugetlbfs page: the kernel write-
+ * protects and unprotects those whole, so only a walk of the region, whose
+ * ends are aligned to them, finds and protects them again). */
 static int scan_faulted(const uintptr_t *pages, long n, uint64_t walk_ns, mapping_os_track_fn fn, void *user)
 {
     uintptr_t page = mapping_os_page_size();
@@ -348,7 +351,7 @@ static int scan_faulted(const uintptr_t *pages, long n, uint64_t walk_ns, mappin
             j++;
         int rc = scan(pages[i], pages[j - 1] + page, fn, user);
         if (rc)
-            return rc;
+            return rc == -EAGAIN ? 1 : rc;
         i = j;
     }
     return 0;

@@ -858,6 +858,47 @@ TEST(tracked_mirror_refuses_a_bad_track_scan_value)
     mapping_mirror_destroy(m);
 }
 
+/* hugetlbfs memory: the kernel protects and unprotects a huge page whole, so
+ * the first write to it leaves all of it writable, and a scan of one 4 KiB
+ * page of it cannot protect it again (uffd falls back to a walk of the
+ * region). Every write of every round must still go up. Needs reserved huge
+ * pages (vm.nr_hugepages; .ci/run reserves a few). */
+TEST(tracked_wrap_of_hugetlb_memory_sends_every_write)
+{
+    need_tracking();
+    size_t huge = 2u << 20, n = 2 * huge;
+    unsigned char *a = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
+    if (a == MAP_FAILED)
+        test_skip("no 2 MiB hugetlbfs page to map (vm.nr_hugepages is 0?): %s", strerror(errno));
+    memset(a, 0, n);
+    mapping_device *dev = test_device();
+    mapping_mirror *m = NULL;
+    mapping_status st = mapping_mirror_wrap(dev, a, n, MAPPING_MIRROR_TRACK_WRITES, &m);
+    if (st == MAPPING_ERR_UNSUPPORTED) {
+        munmap(a, n);
+        test_skip("tracking refused for hugetlbfs memory: %s", mapping_last_error_message());
+    }
+    CHECK_OK(st);
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    unsigned char *got = malloc(n);
+    unsigned seed = 12345;
+    for (int round = 0; round < 6; round++) {
+        int writes = 1 + round % 3;
+        for (int k = 0; k < writes; k++) {
+            seed = seed * 1103515245u + 12345u;
+            a[(seed >> 8) % n] = (unsigned char)(round * 16 + k + 1);
+        }
+        if (round == 4)
+            memset(a + huge / 2, 0x5a, huge); /* across both huge pages */
+        CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+        device_bytes(m, got);
+        CHECK(memcmp(got, a, n) == 0);
+    }
+    free(got);
+    mapping_mirror_destroy(m);
+    munmap(a, n);
+}
+
 /* Signal chaining, each case in a forked child (handlers are per process,
  * and a case ends in a crash). The child uses the host back end and dies
  * by SIGALRM if a handler loops. */
