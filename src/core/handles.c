@@ -91,10 +91,33 @@ static handle_table *table_new(size_t slots)
     return t;
 }
 
+/* fork(): a child of a multi-threaded program must not inherit a set's
+ * lock taken by a thread it does not have (its first create or destroy
+ * would wait forever). The sets are never locked together elsewhere. */
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+static void sets_lock_all(void)
+{
+    for (int k = 0; k < MAPPING_HANDLE_KINDS; k++)
+        pthread_mutex_lock(&sets[k].lock);
+}
+
+static void sets_unlock_all(void)
+{
+    for (int k = MAPPING_HANDLE_KINDS; k-- > 0;)
+        pthread_mutex_unlock(&sets[k].lock);
+}
+
+static void fork_handlers_install(void)
+{
+    (void)pthread_atfork(sets_lock_all, sets_unlock_all, sets_unlock_all); /* without: as before */
+}
+
 mapping_status mapping__handle_add(mapping_handle_kind kind, const void *handle)
 {
     handle_set *s = &sets[kind];
     mapping_status st = MAPPING_OK;
+    pthread_once(&fork_once, fork_handlers_install);
     pthread_mutex_lock(&s->lock);
     handle_table *t = atomic_load_explicit(&s->table, memory_order_relaxed);
     if (!t || (s->live + 1) * 2 > t->mask + 1) {

@@ -107,11 +107,31 @@ static void chunk_release(char *c)
         madvise(c, CHUNK, MADV_DONTNEED); /* no mapping to spare: at least the memory goes */
 }
 
+/* fork(): the lock is held across it, so a child never inherits it taken
+ * by a thread that does not exist there. */
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+static void lock_for_fork(void)
+{
+    pthread_mutex_lock(&lock);
+}
+
+static void unlock_after_fork(void)
+{
+    pthread_mutex_unlock(&lock);
+}
+
+static void fork_handlers_install(void)
+{
+    (void)pthread_atfork(lock_for_fork, unlock_after_fork, unlock_after_fork); /* without: as before */
+}
+
 void *mapping_os_handle_alloc(size_t bytes)
 {
     size_t need = (bytes + GRANULE - 1) / GRANULE * GRANULE;
     if (bytes == 0 || need > CHUNK - GRANULE || mapping_os_alloc_fault())
         return NULL;
+    pthread_once(&fork_once, fork_handlers_install);
     pthread_mutex_lock(&lock);
     if (!current || carved + need > CHUNK) {
         char *full = current;

@@ -148,9 +148,10 @@ static void regions_remove(mapping_os_track *t)
 
 /* fork(): a child must not inherit a lock another thread held (it would
  * wait for it forever). The handlers take the registry's lock and then each
- * region's, the order every other path takes them in (end; a collect takes
- * only its region's, then the fault log's, whose own handlers, registered
- * earlier, run after these before the fork). */
+ * region's, the order every other path takes them in (begin and end take
+ * the registry's, then the fault log's; a collect its region's, then the
+ * fault log's). The fault log's own handlers must run after these, so they
+ * are registered first (mapping_os_track_begin). */
 static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 static bool           fork_handlers_ok;
 
@@ -200,6 +201,13 @@ int mapping_os_track_begin(void *addr, size_t bytes, mapping_os_track **out)
     if (mapping_os_track_streams(&t->open_min) != 0) {
         free(t);
         return -EINVAL;
+    }
+    if (kind == MAPPING_OS_TRACK_UFFD) {
+        /* The fault log's fork handlers first (it registers them when it
+         * opens): prepare handlers run last-registered first, so ours take
+         * the registry's and the regions' locks before it takes its own. */
+        const char *why;
+        (void)mapping_os_fault_log_available(&why);
     }
     pthread_once(&fork_once, fork_handlers_install);
     if (!fork_handlers_ok) {

@@ -9,6 +9,7 @@
  * Seeds are printed; MAPPING_TEST_SEED=<n> runs that round alone.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
@@ -1031,6 +1032,72 @@ TEST(tracked_mirror_leaves_a_handler_installed_after_it_on_top)
     if (!WIFEXITED(status))
         fprintf(stderr, "child: signal %d\n", WIFSIGNALED(status) ? WTERMSIG(status) : 0);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+/* fork() while another thread starts and ends tracked mirrors (and so holds
+ * the tracker's and the handle registries' locks now and then): no child
+ * may inherit a lock taken, and the parent must not stall either. Each
+ * child tracks a mirror of its own, on a device the other thread does not
+ * use (a device's own locks are not taken across fork()). */
+static atomic_int churn_stop;
+
+static void *churn_tracked_mirrors(void *arg)
+{
+    mapping_device *dev = arg;
+    while (!atomic_load(&churn_stop)) {
+        mapping_mirror *m;
+        if (mapping_mirror_create(dev, 16 * page(), MAPPING_MIRROR_TRACK_WRITES, &m) == MAPPING_OK)
+            mapping_mirror_destroy(m);
+    }
+    return NULL;
+}
+
+TEST(tracked_mirrors_begun_and_ended_by_a_thread_survive_forks_of_another)
+{
+    need_tracking();
+#if defined(__SANITIZE_THREAD__)
+    test_skip("ThreadSanitizer: fork() in a multi-threaded process is not supported there");
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+    test_skip("ThreadSanitizer: fork() in a multi-threaded process is not supported there");
+#endif
+#endif
+    mapping_device_desc desc = {.backend = "host"}; /* a driver is not usable in a forked child */
+    mapping_device *dev, *busy;
+    CHECK_OK(mapping_open(&desc, &dev));
+    CHECK_OK(mapping_open(&desc, &busy));
+    pthread_t churn;
+    atomic_store(&churn_stop, 0);
+    CHECK(pthread_create(&churn, NULL, churn_tracked_mirrors, busy) == 0);
+    int bad = 0;
+    for (int i = 0; i < 200 && !bad; i++) {
+        pid_t pid = fork();
+        CHECK(pid >= 0);
+        if (pid == 0) {
+            alarm(10);
+            size_t pg = page();
+            unsigned char *a = aligned_alloc(pg, 4 * pg);
+            mapping_mirror *m;
+            if (!a || mapping_mirror_wrap(dev, a, 4 * pg, MAPPING_MIRROR_TRACK_WRITES, &m) != MAPPING_OK)
+                _exit(2);
+            a[pg] = 1;
+            size_t stale = mapping_mirror_stale_bytes(m, MAPPING_GPU);
+            mapping_mirror_destroy(m);
+            _exit(stale == 4 * pg ? 0 : 3); /* never synced: all of it */
+        }
+        int status = 0;
+        CHECK(waitpid(pid, &status, 0) == pid);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            fprintf(stderr, "child %d: %s %d\n", i, WIFEXITED(status) ? "exit" : "signal",
+                    WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+            bad = 1;
+        }
+    }
+    atomic_store(&churn_stop, 1);
+    CHECK(pthread_join(churn, NULL) == 0);
+    mapping_close(busy);
+    mapping_close(dev);
+    CHECK(!bad);
 }
 
 /* Runs in a forked child. uffd: the inherited tracked mirror is not watched
