@@ -186,12 +186,7 @@ static void on_segv(int sig, siginfo_t *info, void *ctx)
 
 static void install(void)
 {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = on_segv;
-    sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK | SA_NODEFER;
-    sigemptyset(&sa.sa_mask);
-    installed = sigaction(SIGSEGV, &sa, &previous) == 0;
+    installed = mapping_os_sigsegv_install(on_segv, &previous) == 0;
 }
 
 /* Recomputes the protection of [lo, hi) from every guard on it. Under guards_lock. */

@@ -4,8 +4,11 @@
 #endif
 #include "os/signal_chain.h"
 
+#include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <string.h>
 
 static bool is_ours(const struct sigaction *sa, void (*ours)(int, siginfo_t *, void *))
@@ -16,6 +19,28 @@ static bool is_ours(const struct sigaction *sa, void (*ours)(int, siginfo_t *, v
 static bool is_default_or_ignored(const struct sigaction *sa)
 {
     return !(sa->sa_flags & SA_SIGINFO) && (sa->sa_handler == SIG_DFL || sa->sa_handler == SIG_IGN);
+}
+
+static void fill_ours(struct sigaction *sa, void (*ours)(int, siginfo_t *, void *))
+{
+    memset(sa, 0, sizeof *sa);
+    sa->sa_sigaction = ours;
+    sa->sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK | SA_NODEFER;
+    sigemptyset(&sa->sa_mask);
+}
+
+int mapping_os_sigsegv_install(void (*ours)(int, siginfo_t *, void *), struct sigaction *previous)
+{
+    struct sigaction sa;
+    fill_ours(&sa, ours);
+    if (sigaction(SIGSEGV, &sa, previous) != 0)
+        return -errno;
+    /* The handler stays installed for the process's life: the code it
+     * points to must too (dlclose of libmapping.so would unmap it). */
+    Dl_info self;
+    if (dladdr((void *)(uintptr_t)ours, &self) && self.dli_fname)
+        (void)dlopen(self.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+    return 0;
 }
 
 /* After the previous handler returned: if it took ours out (restoring the
@@ -29,10 +54,7 @@ static void stay_installed(struct sigaction *previous, void (*ours)(int, siginfo
     if (sigaction(SIGSEGV, NULL, &now) != 0 || is_ours(&now, ours) || is_default_or_ignored(&now))
         return; /* still ours; or the fault is to be fatal: let it be */
     struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = ours;
-    sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK | SA_NODEFER;
-    sigemptyset(&sa.sa_mask);
+    fill_ours(&sa, ours);
     struct sigaction before;
     if (sigaction(SIGSEGV, &sa, &before) == 0)
         *previous = before;

@@ -8,6 +8,12 @@
 
 #include <signal.h>
 
+/* Installs `ours` (SA_SIGINFO | SA_RESTART | SA_ONSTACK | SA_NODEFER) for
+ * SIGSEGV, saving what was there in *previous, and keeps the library loaded
+ * for good (RTLD_NODELETE): a dlclose must not leave the handler pointing
+ * at unmapped code. 0 or -errno. */
+int mapping_os_sigsegv_install(void (*ours)(int, siginfo_t *, void *), struct sigaction *previous);
+
 /* Calls `previous` (as sigaction saved it) for a fault that is not ours, as
  * the kernel would have delivered it: its sa_mask (and SIGSEGV, unless
  * SA_NODEFER) blocked during the call, and with SA_RESETHAND *previous

@@ -130,12 +130,7 @@ static void on_segv(int sig, siginfo_t *info, void *ctx)
 static void install(void)
 {
     page_size = mapping_os_page_size();
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = on_segv;
-    sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK | SA_NODEFER;
-    sigemptyset(&sa.sa_mask);
-    install_rc = sigaction(SIGSEGV, &sa, &previous) == 0 ? 0 : -errno;
+    install_rc = mapping_os_sigsegv_install(on_segv, &previous);
 }
 
 int mapping__mprot_probe(const char **why)

@@ -633,3 +633,71 @@ def test_synchronize_returning_while_another_thread_queues_keeps_its_objects():
         print("ok")
     """)
     assert "ok" in out
+
+
+def test_a_failed_batch_flush_keeps_the_host_buffers_of_the_copies_it_left_queued():
+    """A flush refused (a stream of another device) leaves its copies queued
+    in the C batch: their host buffers stay held (the old package let go of
+    them, and the next flush wrote into freed memory) until a flush succeeds."""
+    d1, d2 = mapping.open("host"), mapping.open("host")
+    g = d1.allocate_gpu(1 << 16)
+    g.fill(0x41)
+    b = d1.batch()
+    data = np.zeros(1 << 16, np.uint8)
+    raw = bytearray(1 << 12)
+    b.add_to_cpu(g, data)
+    b.add_to_cpu(g, raw)
+    s2 = d2.stream()
+    with pytest.raises(mapping.DeviceMismatchError):
+        b.flush(s2)
+    s2.synchronize()
+    assert len(b) == 2
+    ref = weakref.ref(data)
+    del data
+    gc.collect()
+    assert ref() is not None, "a copy still queued lost its host buffer"
+    with pytest.raises(BufferError):
+        raw.extend(b"x")                   # still exported to the queued copy
+    b.flush()                              # into live memory (the old package: into freed memory)
+    assert len(b) == 0 and raw == b"A" * (1 << 12)
+    gc.collect()
+    assert ref() is None                   # a successful flush lets go
+    raw.extend(b"x")
+    d1.close()
+    d2.close()
+
+
+def test_a_failed_batch_flush_then_clear_or_close_lets_go():
+    d1, d2 = mapping.open("host"), mapping.open("host")
+    g = d1.allocate_gpu(64)
+    for end in ("clear", "close"):
+        b = d1.batch()
+        raw = bytearray(64)
+        b.add_to_gpu(raw, g)
+        with pytest.raises(mapping.DeviceMismatchError):
+            b.flush(d2.stream())
+        getattr(b, end)()
+        raw.extend(b"x")                   # nothing holds it any more
+    d1.close()
+    d2.close()
+
+
+def test_numpy_array_of_a_mirror_copies_when_asked(device):
+    """numpy 2's __array__(dtype, copy): copy=True is a new array (numpy does
+    not copy again what __array__ returns), copy=False never copies (a
+    conversion raises ValueError), None copies only to convert."""
+    m = mapping.mirror((4,), np.float32, device=device)
+    c = np.array(m, copy=True)
+    c[0] = 42.0
+    assert m.array[0] == 0.0 and not np.shares_memory(c, m.array)
+    assert np.shares_memory(np.asarray(m), m.array)
+    assert np.shares_memory(np.array(m, copy=False), m.array)
+    assert np.shares_memory(np.asarray(m, dtype=np.float32, copy=False), m.array)
+    with pytest.raises(ValueError):
+        np.asarray(m, dtype=np.float64, copy=False)
+    f = np.asarray(m, dtype=np.float64)
+    assert f.dtype == np.float64 and not np.shares_memory(f, m.array)
+    v = m[1:3]
+    cv = np.array(v, copy=True)
+    cv[:] = 7
+    assert (m.array == 0).all()

@@ -215,13 +215,15 @@ def test_launch_host_function_on_a_family_another_thread_waits_for_gets_busy_err
         dev = mapping.open("host")
         s = dev.stream()
         m = mapping.mirror((1 << 20,), np.uint8, device=dev)
+        lo, hi = m[:1 << 19], m[1 << 19:]
         gate = threading.Event()
         mapping.launch_host(s, gate.wait)
-        mapping.launch_host(s, lambda: m.mark_gpu_modified(byte_range=(0, 8)))
-        m.mark_cpu_modified()
-        m.sync_to_gpu(s)                 # queued behind the function
+        # a mark of bytes no queued copy touches: it would not wait in C
+        mapping.launch_host(s, lambda: hi.mark_gpu_modified(byte_range=(0, 8)))
+        lo.mark_cpu_modified()
+        lo.sync_to_gpu(s)                 # queued behind the function
         threading.Timer(0.2, gate.set).start()
-        assert m.stale_bytes("gpu") == 0  # holds the family, waits for the copies behind the function
+        assert lo.stale_bytes("gpu") == 0  # holds the family, waits for the copies behind the function
         try:
             s.synchronize()
         except mapping.BusyError as e:
