@@ -116,11 +116,51 @@ static bool handle(uintptr_t addr)
     return false;
 }
 
+/* Regions ended lately. A write can fault on a page of a region that is
+ * being ended: mapping__mprot_end makes the region writable, then frees its
+ * slot, and a handler that looks after that finds no region, though the
+ * fault was ours and the page is writable now. A fault in a region ended
+ * lately is retried (the handler returns, the write runs again) instead of
+ * going to the program's handler, at most RETRIES times per record, so a
+ * genuine crash there (the program protected the memory itself since) is
+ * still passed on after a few microseconds. */
+enum { ENDED_RECORDS = 16, RETRIES = 1024 };
+
+typedef struct ended_record {
+    _Atomic uintptr_t lo, hi;
+    _Atomic unsigned  retries;
+} ended_record;
+
+static ended_record    ended[ENDED_RECORDS];
+static _Atomic unsigned ended_next;
+
+static void remember_ended(uintptr_t lo, uintptr_t hi)
+{
+    ended_record *r = &ended[atomic_fetch_add_explicit(&ended_next, 1, memory_order_relaxed) % ENDED_RECORDS];
+    atomic_store_explicit(&r->hi, 0, memory_order_release);
+    atomic_store_explicit(&r->lo, lo, memory_order_relaxed);
+    atomic_store_explicit(&r->retries, 0, memory_order_relaxed);
+    atomic_store_explicit(&r->hi, hi, memory_order_release);
+}
+
+static bool ended_lately(uintptr_t addr)
+{
+    for (int i = 0; i < ENDED_RECORDS; i++) {
+        ended_record *r = &ended[i];
+        uintptr_t hi = atomic_load_explicit(&r->hi, memory_order_acquire);
+        if (!hi || addr >= hi || addr < atomic_load_explicit(&r->lo, memory_order_relaxed))
+            continue;
+        return atomic_fetch_add_explicit(&r->retries, 1, memory_order_relaxed) < RETRIES;
+    }
+    return false;
+}
+
 static void on_segv(int sig, siginfo_t *info, void *ctx)
 {
     int saved = errno;
     atomic_fetch_add_explicit(&in_handler, 1, memory_order_acq_rel);
-    bool ours = info && info->si_code == SEGV_ACCERR && handle((uintptr_t)info->si_addr);
+    bool ours = info && info->si_code == SEGV_ACCERR &&
+                (handle((uintptr_t)info->si_addr) || ended_lately((uintptr_t)info->si_addr));
     atomic_fetch_sub_explicit(&in_handler, 1, memory_order_acq_rel);
     errno = saved;
     if (!ours)
@@ -174,6 +214,7 @@ void mapping__mprot_end(mapping_os_track *t)
 {
     mprot_slot *s = &slots[t->slot];
     mprotect((void *)t->lo, t->hi - t->lo, PROT_READ | PROT_WRITE);
+    remember_ended(t->lo, t->hi); /* before the slot goes: a handler finds one or the other */
     atomic_store_explicit(&s->hi, 0, memory_order_release);
     while (atomic_load_explicit(&in_handler, memory_order_acquire))
         sched_yield();

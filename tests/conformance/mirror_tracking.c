@@ -900,6 +900,75 @@ TEST(tracked_wrap_of_hugetlb_memory_sends_every_write)
     munmap(a, n);
 }
 
+/* A program thread writes an array while another wraps it in a tracked
+ * mirror and destroys it, again and again. A write that faults just as the
+ * mirror ends (mprotect: the region is made writable, then forgotten) is
+ * the library's and is retried, never passed to the program's handler as
+ * a foreign fault. */
+enum { RACE_PAGES = 64 };
+static unsigned char *race_array;
+static atomic_int race_stop;
+static volatile sig_atomic_t foreign_faults;
+
+static void count_foreign_faults(int sig, siginfo_t *info, void *ctx)
+{
+    (void)sig;
+    (void)ctx;
+    uintptr_t at = (uintptr_t)info->si_addr, base = (uintptr_t)race_array;
+    if (at - base < (uintptr_t)RACE_PAGES * (uintptr_t)sysconf(_SC_PAGESIZE)) {
+        foreign_faults++;
+        mprotect(race_array, RACE_PAGES * (size_t)sysconf(_SC_PAGESIZE), PROT_READ | PROT_WRITE);
+        return;
+    }
+    abort();
+}
+
+static void *write_the_array(void *arg)
+{
+    (void)arg;
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    unsigned v = 0;
+    while (!atomic_load_explicit(&race_stop, memory_order_relaxed))
+        for (size_t p = 0; p < RACE_PAGES; p++, v++)
+            ((volatile unsigned char *)race_array)[p * pg + (v % pg)] = (unsigned char)v;
+    return NULL;
+}
+
+TEST(tracked_mirror_ended_while_a_thread_writes_its_array_passes_no_fault_on)
+{
+    need_tracking();
+#if defined(__SANITIZE_THREAD__)
+    test_skip("ThreadSanitizer: the writer races the mirror's end on purpose");
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+    test_skip("ThreadSanitizer: the writer races the mirror's end on purpose");
+#endif
+#endif
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE), n = RACE_PAGES * pg;
+    race_array = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(race_array != MAP_FAILED);
+    struct sigaction sa, before;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = count_foreign_faults;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    CHECK(sigaction(SIGSEGV, &sa, &before) == 0); /* before the library installs its own (mprotect) */
+    mapping_device *dev = test_device();
+    atomic_store(&race_stop, 0);
+    foreign_faults = 0;
+    pthread_t writer;
+    CHECK(pthread_create(&writer, NULL, write_the_array, NULL) == 0);
+    for (int i = 0; i < 20000; i++) {
+        mapping_mirror *m;
+        CHECK_OK(mapping_mirror_wrap(dev, race_array, n, MAPPING_MIRROR_TRACK_WRITES, &m));
+        mapping_mirror_destroy(m);
+    }
+    atomic_store(&race_stop, 1);
+    CHECK(pthread_join(writer, NULL) == 0);
+    CHECK(foreign_faults == 0);
+    munmap(race_array, n);
+}
+
 /* Signal chaining, each case in a forked child (handlers are per process,
  * and a case ends in a crash). The child uses the host back end and dies
  * by SIGALRM if a handler loops. */
