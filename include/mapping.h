@@ -705,8 +705,17 @@ enum {
      * (mapping_write_tracking). MAPPING_ERR_UNSUPPORTED when the process
      * has no mechanism, or the pages are tracked already by another family
      * (a wrapped array must not share a page with another tracked one).
+     * Writes that cause no page fault in this mapping are not seen and
+     * must be marked: writes through another mapping of the same memory
+     * (a memfd or shared memory mapped twice, another process), DMA into
+     * pages pinned earlier (io_uring fixed buffers, RDMA), pages zeroed by
+     * madvise(MADV_DONTNEED / MADV_FREE / MADV_REMOVE); with mprotect also
+     * writes through /proc/self/mem. A copy from the device into the CPU
+     * side is the library's own write, forgotten when it completes (on a
+     * stream: when the stream gets there), never the program's.
      * See docs/mirrors.md "Write tracking" for the mechanisms, system calls
-     * writing the memory, page-locked memory and costs. */
+     * writing the memory, signal handlers, fork(), page-locked and
+     * hugetlbfs memory, and costs. */
     MAPPING_MIRROR_TRACK_WRITES = 1u << 3,
     /* Device-side diff (create, wrap, adopt): a sync to the CPU of bytes the
      * device modified (mark_gpu_modified, acquire_gpu with WRITE) reads back
@@ -750,10 +759,15 @@ enum {
  *   written in full once, then watches it itself; the parent's watch is
  *   left alone.
  * - MAPPING_TRACK_MPROTECT: read-only pages and a SIGSEGV handler (chained
- *   to the one installed before; install yours first). A system call that
+ *   to the one installed before, called as the kernel would: its sa_mask
+ *   blocked, SA_RESETHAND honoured; install yours first, or chain to ours;
+ *   once installed, libmapping.so stays loaded). A system call that
  *   writes a protected page fails with EFAULT: mark the range (or
  *   mapping_mirror_acquire_cpu with MAPPING_WRITE) before the call; a mark
- *   makes its pages writable until the next sync.
+ *   makes its pages writable until the next sync. A thread that blocks
+ *   SIGSEGV (or a signal handler whose mask blocks it) must not write a
+ *   tracked array: the kernel kills the process. The program must not
+ *   mprotect a tracked array itself.
  * - MAPPING_TRACK_NONE: MAPPING_MIRROR_TRACK_WRITES is refused.
  * *granularity (may be NULL): the bytes one written byte makes a sync move
  * at most (the base page, 4096 on x86-64). Thread-safe. */
