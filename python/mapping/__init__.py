@@ -54,9 +54,10 @@ class _Handle:
     destroys them first (mirrors, then batches and pipelines, streams, events,
     buffers), and a child whose device is gone does nothing."""
 
-    __slots__ = ("ptr", "destroy", "parent", "rank", "children", "keep", "users", "deferred", "__weakref__")
+    __slots__ = ("ptr", "destroy", "parent", "rank", "children", "keep", "users", "deferred", "family",
+                 "__weakref__")
 
-    def __init__(self, ptr, destroy, parent=None, rank=9, keep=None):
+    def __init__(self, ptr, destroy, parent=None, rank=9, keep=None, family=None):
         self.ptr = ptr
         self.destroy = destroy
         self.parent = parent
@@ -65,6 +66,7 @@ class _Handle:
         self.users = 0
         self.deferred = False
         self.keep = keep
+        self.family = family  # a mirror's _Family: its destroy is one more call on the family
         if keep:
             for k in keep:
                 if type(k) is _Handle:
@@ -112,6 +114,9 @@ class _Handle:
             self._let_go()
             return
         self.ptr = None
+        if self.family is not None:
+            self.family.destroy(self, ptr)  # now, or when the thread using the family lets go of it
+            return
         try:
             self.destroy(ptr)
         except Exception:  # pragma: no cover - never raise from GC
@@ -124,6 +129,67 @@ class _Handle:
 
 def _closed_error(kind):
     return _ERR["ERR_INVALID_HANDLE"]("this %s is closed" % kind, -5)
+
+
+# The thread running a launch_host function (the library's thread) waits at
+# most this long for a family another thread is using: that thread may be
+# waiting for the very stream the function runs on.
+_HOST_FN_WAIT = 1.0
+_tls = _threading.local()  # .host_fn: this thread is running a launch_host function
+
+
+class _Family:
+    """One thread at a time per mirror family (a root and all its views), as
+    the C library requires (its BUSY detection is only best effort): every
+    call on the family holds this RLock, which the root and its views share.
+    Batches, pipelines and multimirrors have one each as well. A thread waits
+    for another thread's call to end; the same thread may enter again.
+
+    A handle of the family that the garbage collector finalizes while another
+    thread is in a call on the family is destroyed by that thread when it
+    lets go (a finalizer never waits: it may run on any thread, anywhere)."""
+
+    __slots__ = ("lock", "kind", "orphans")
+
+    def __init__(self, kind):
+        self.lock = _threading.RLock()
+        self.kind = kind
+        self.orphans = []
+
+    def __enter__(self):
+        if getattr(_tls, "host_fn", False):
+            if not self.lock.acquire(timeout=_HOST_FN_WAIT):
+                raise _ERR["ERR_BUSY"]("this %s is in use by another thread (called from a launch_host function, "
+                                       "which that thread may be waiting for)" % self.kind, -18)
+        else:
+            self.lock.acquire()
+        return self
+
+    def __exit__(self, *exc):
+        self.lock.release()
+        if self.orphans:
+            self._reap()
+        return False
+
+    def _reap(self):
+        while self.orphans and self.lock.acquire(blocking=False):
+            try:
+                while self.orphans:
+                    h, ptr = self.orphans.pop(0)
+                    try:
+                        h.destroy(ptr)
+                    except Exception:  # pragma: no cover - never raise from GC
+                        pass
+                    h._let_go()
+            finally:
+                self.lock.release()
+
+    def destroy(self, h, ptr):
+        """Destroys handle h's C object (h.ptr already None) and lets go of
+        what it keeps: now, or by the thread in a call on the family when
+        that call ends."""
+        self.orphans.append((h, ptr))
+        self._reap()
 
 
 class _Owned:
@@ -139,6 +205,15 @@ class _Owned:
         if h is None or h.ptr is None:
             raise _closed_error(self._kind)
         return h.ptr
+
+    def _hold(self):
+        """The live handle, for the caller to hold in a local variable while
+        it uses h.ptr: a close() meanwhile (on another thread: the call may
+        release the GIL) cannot free the C object under the call."""
+        h = self._h
+        if h is None or h.ptr is None:
+            raise _closed_error(self._kind)
+        return h
 
     @property
     def closed(self):
@@ -271,11 +346,13 @@ class Device(_Owned):
     @property
     def link(self):
         """(latency seconds, bandwidth bytes/s) the library plans with (measured on first use)."""
-        return _core.device_link(self._ptr())
+        h = self._hold()
+        return _core.device_link(h.ptr)
 
     def set_link(self, latency=0.0, bandwidth=0.0):
         """Sets the link model (0 fields: measure again on next use)."""
-        _core.device_set_link(self._ptr(), float(latency), float(bandwidth))
+        h = self._hold()
+        _core.device_set_link(h.ptr, float(latency), float(bandwidth))
 
     def close(self):
         if self._h is None:
@@ -507,13 +584,14 @@ class Buffer(_Owned):
         n = self.nbytes - offset if nbytes is None else _size(nbytes, "fill: nbytes")
         if n == 0:
             return
-        sp = _stream_ptr(stream, self.device)
+        sh = _stream_hold(stream, self.device)
+        h = self._hold()
         try:
-            _core.fill_gpu(sp, self._ptr(), offset, n, _operator.index(value))
+            _core.fill_gpu(_sp(sh), h.ptr, offset, n, _operator.index(value))
         except Error as e:
             raise _retag(e, "fill(value, offset=%d, nbytes=%d)" % (offset, n)) from None
-        if sp is not None:
-            _keep_for(stream, self.device, self._h)
+        if sh is not None:
+            _keep_for(stream, self.device, h)
             self._stream = _stream_ref(stream)
 
     # ---- DLPack ----
@@ -733,15 +811,22 @@ def from_dlpack(obj, device=None, call="from_dlpack"):
 # Copies
 # ---------------------------------------------------------------------------
 
-def _stream_ptr(stream, device):
+def _stream_hold(stream, device):
+    """The stream's live handle (None: blocking), held by the caller while a
+    call uses its pointer (see _Owned._hold)."""
     if stream is None:
         return None
     if type(stream) is Stream:
-        return stream._ptr()
+        return stream._hold()
     if _is_pyopencl(stream, "CommandQueue"):
-        return import_stream(stream, device)._ptr()
+        return import_stream(stream, device)._hold()
     raise TypeError("stream must be a mapping.Stream, a pyopencl.CommandQueue or None, got %s"
                     % type(stream).__name__)
+
+
+def _sp(sh):
+    """The pointer of a handle from _stream_hold (None: blocking)."""
+    return None if sh is None else sh.ptr
 
 
 def _stream_ref(stream):
@@ -756,8 +841,9 @@ def _keep_for(stream, device, *objs):
     if stream is None:
         return
     s = stream if type(stream) is Stream else import_stream(stream, device)
+    sh = s._hold()
     try:
-        _core.keep_until(s._ptr(), objs)
+        _core.keep_until(sh.ptr, objs)
     except Error:
         s.synchronize()  # could not queue the release: wait, then let go
         raise
@@ -793,9 +879,9 @@ def sync_to_gpu(cpu_data, gpu, offset=0, stream=None):
         if stream is None:
             _core.write(None, h.ptr, offset, cpu_data, gpu.device._hold_gil_below)
             return
-        sp = _stream_ptr(stream, gpu.device)
+        sh = _stream_hold(stream, gpu.device)
         pin = _core.pin(cpu_data, False, "cpu_data")
-        _core.write(sp, h.ptr, offset, cpu_data)
+        _core.write(sh.ptr, h.ptr, offset, cpu_data)
     except Error as e:
         raise _retag(e, "sync_to_gpu(cpu_data, gpu, offset=%d)" % offset) from None
     gpu._stream = _stream_ref(stream)
@@ -824,9 +910,9 @@ def sync_to_cpu(gpu, cpu_result, offset=0, stream=None):
         if stream is None:
             _core.read(None, h.ptr, offset, cpu_result, gpu.device._hold_gil_below)
             return
-        sp = _stream_ptr(stream, gpu.device)
+        sh = _stream_hold(stream, gpu.device)
         pin = _core.pin(cpu_result, True, "cpu_result")
-        _core.read(sp, h.ptr, offset, cpu_result)
+        _core.read(sh.ptr, h.ptr, offset, cpu_result)
     except Error as e:
         raise _retag(e, "sync_to_cpu(gpu, cpu_result, offset=%d)" % offset) from None
     _keep_for(stream, gpu.device, pin, h)
@@ -840,14 +926,15 @@ def copy_gpu(src, dst, nbytes=None, src_offset=0, dst_offset=0, stream=None):
     n = src.nbytes - src_offset if nbytes is None else _size(nbytes, "copy_gpu: nbytes")
     if n == 0:
         return
-    sp = _stream_ptr(stream, src.device)
+    sh = _stream_hold(stream, src.device)
+    hs, hd = src._hold(), dst._hold()
     try:
-        _core.copy_gpu(sp, src._ptr(), src_offset, dst._ptr(), dst_offset, n)
+        _core.copy_gpu(_sp(sh), hs.ptr, src_offset, hd.ptr, dst_offset, n)
     except Error as e:
         raise _retag(e, "copy_gpu(src, dst, nbytes=%d, src_offset=%d, dst_offset=%d)"
                      % (n, src_offset, dst_offset)) from None
-    if sp is not None:
-        _keep_for(stream, src.device, src._h, dst._h)
+    if sh is not None:
+        _keep_for(stream, src.device, hs, hd)
         src._stream = dst._stream = _stream_ref(stream)
 
 
@@ -859,14 +946,15 @@ def copy_peer(src, dst, nbytes=None, src_offset=0, dst_offset=0, stream=None):
     n = src.nbytes - src_offset if nbytes is None else _size(nbytes, "copy_peer: nbytes")
     if n == 0:
         return
-    sp = _stream_ptr(stream, dst.device)
+    sh = _stream_hold(stream, dst.device)
+    hs, hd = src._hold(), dst._hold()
     try:
-        _core.copy_peer(sp, src._ptr(), src_offset, dst._ptr(), dst_offset, n)
+        _core.copy_peer(_sp(sh), hs.ptr, src_offset, hd.ptr, dst_offset, n)
     except Error as e:
         raise _retag(e, "copy_peer(src, dst, nbytes=%d, src_offset=%d, dst_offset=%d)"
                      % (n, src_offset, dst_offset)) from None
-    if sp is not None:
-        _keep_for(stream, dst.device, src._h, dst._h)
+    if sh is not None:
+        _keep_for(stream, dst.device, hs, hd)
         dst._stream = _stream_ref(stream)
 
 
@@ -902,7 +990,8 @@ class Stream(_Owned):
     def synchronize(self):
         """Waits for the queued work; raises its first error (or the first
         exception of a launch_host function)."""
-        _core.stream_sync(self._ptr())
+        h = self._hold()
+        _core.stream_sync(h.ptr)
         if self._errors:
             e = self._errors.pop(0)
             raise e
@@ -915,7 +1004,8 @@ class Stream(_Owned):
         """Later work on this stream waits for event."""
         if type(event) is not Event:
             raise TypeError("Stream.wait: expected a mapping.Event, got %s" % type(event).__name__)
-        _core.stream_wait_event(self._ptr(), event._ptr())
+        h, he = self._hold(), event._hold()
+        _core.stream_wait_event(h.ptr, he.ptr)
 
     def launch_host(self, fn):
         """Runs fn() in stream order (see mapping.launch_host)."""
@@ -941,11 +1031,15 @@ def launch_host(stream, fn):
     errors = stream._errors
 
     def run():
+        outer, _tls.host_fn = getattr(_tls, "host_fn", False), True
         try:
             fn()
         except BaseException as e:  # noqa: B902 - raised by synchronize
             errors.append(e)
-    _core.launch_host(stream._ptr(), run)
+        finally:
+            _tls.host_fn = outer
+    h = stream._hold()
+    _core.launch_host(h.ptr, run)
 
 
 def import_stream(queue, device=None):
@@ -968,11 +1062,13 @@ class Event(_Owned):
 
     def __init__(self, stream):
         self.device = stream.device
-        self._h = _Handle(_core.event_record(stream._ptr()), _core.event_destroy, stream.device._h, 3)
+        sh = stream._hold()
+        self._h = _Handle(_core.event_record(sh.ptr), _core.event_destroy, stream.device._h, 3)
         self.device._adopt(self)
 
     def synchronize(self):
-        _core.event_sync(self._ptr())
+        h = self._hold()
+        _core.event_sync(h.ptr)
 
     def query(self):
         """True once the stream has passed the event."""
@@ -1016,9 +1112,11 @@ class Mirror(_Owned):
 
     _kind = "mirror"
 
-    def __init__(self, device, ptr, shape, dtype, keep=None):
+    def __init__(self, device, ptr, shape, dtype, keep=None, family=None):
         self.device = device
-        self._h = _Handle(ptr, _core.mirror_destroy, device._h, 0, keep=keep)
+        # one lock per family: a new root makes it, its views share it
+        self._lock = _Family("mirror") if family is None else family
+        self._h = _Handle(ptr, _core.mirror_destroy, device._h, 0, keep=keep, family=self._lock)
         self.dtype = _np.dtype(dtype)
         self.shape = tuple(shape)
         addr, size, gpu, off, unified = _core.mirror_parts(ptr)
@@ -1045,7 +1143,15 @@ class Mirror(_Owned):
         return self._cpu
 
     def __array__(self, dtype=None, copy=None):
-        return self.array if dtype is None else self.array.astype(dtype)
+        """numpy's protocol (numpy 2: copy=True a new array, copy=False never
+        a copy; None: the host side itself where no conversion is needed)."""
+        a = self.array
+        if dtype is not None and _np.dtype(dtype) != a.dtype:
+            if copy is False:
+                raise ValueError("Mirror.__array__: a conversion from %s to %s needs a copy, and copy=False"
+                                 % (a.dtype, _np.dtype(dtype)))
+            return a.astype(dtype)
+        return a.copy() if copy else a
 
     @property
     def buffer(self):
@@ -1097,33 +1203,40 @@ class Mirror(_Owned):
         semantics in its shape), byte_range=(offset, nbytes), or nothing for all of it."""
         off, n, _ = self._range(key, byte_range, "mark_cpu_modified")
         if n:
-            _core.mirror_mark(self._ptr(), 1, off, n)
+            with self._lock:
+                h = self._hold()
+                _core.mirror_mark(h.ptr, 1, off, n)
 
     def mark_gpu_modified(self, key=None, *, byte_range=None):
         off, n, _ = self._range(key, byte_range, "mark_gpu_modified")
         if n:
-            _core.mirror_mark(self._ptr(), 2, off, n)
+            with self._lock:
+                h = self._hold()
+                _core.mirror_mark(h.ptr, 2, off, n)
+
+    def _sync(self, stream, side):
+        sh = _stream_hold(stream, self.device)
+        with self._lock:
+            h = self._hold()
+            _core.mirror_sync(_sp(sh), h.ptr, side)
+        if sh is not None:
+            _keep_for(stream, self.device, h)
+            self._gpu._stream = _stream_ref(stream)
 
     def sync_to_gpu(self, stream=None):
-        sp = _stream_ptr(stream, self.device)
-        _core.mirror_sync(sp, self._ptr(), 2)
-        if sp is not None:
-            _keep_for(stream, self.device, self._h)
-            self._gpu._stream = _stream_ref(stream)
+        self._sync(stream, 2)
 
     def sync_to_cpu(self, stream=None):
-        sp = _stream_ptr(stream, self.device)
-        _core.mirror_sync(sp, self._ptr(), 1)
-        if sp is not None:
-            _keep_for(stream, self.device, self._h)
-            self._gpu._stream = _stream_ref(stream)
+        self._sync(stream, 1)
 
     def stale_bytes(self, side="gpu"):
         """Stale bytes of side in this mirror or view; waits for queued
         copies touching it (needs_sync does not)."""
         if not isinstance(side, (str, int)) or isinstance(side, bool) or side not in _SIDES:
             raise _ERR["ERR_INVALID_ARGUMENT"]("side must be 'cpu' or 'gpu'", -2)
-        return _core.mirror_stale(self._ptr(), _SIDES[side])
+        with self._lock:
+            h = self._hold()
+            return _core.mirror_stale(h.ptr, _SIDES[side])
 
     def needs_sync(self, side="gpu"):
         """True if a sync of this mirror or view to side would copy
@@ -1131,7 +1244,9 @@ class Mirror(_Owned):
         and not yet complete counts as done (mapping_mirror_needs_sync)."""
         if not isinstance(side, (str, int)) or isinstance(side, bool) or side not in _SIDES:
             raise _ERR["ERR_INVALID_ARGUMENT"]("side must be 'cpu' or 'gpu'", -2)
-        return _core.mirror_needs_sync(self._ptr(), _SIDES[side])
+        with self._lock:
+            h = self._hold()
+            return _core.mirror_needs_sync(h.ptr, _SIDES[side])
 
     def __getitem__(self, key):
         """A view over a selection in the array's shape (numpy basic
@@ -1139,8 +1254,10 @@ class Mirror(_Owned):
         off, n, shape = self._range(key, None, "Mirror[...]")
         if n == 0:
             raise _ERR["ERR_ZERO_SIZE"]("an empty mirror view", -3)
-        ptr = _core.mirror_view(self._ptr(), off, n)
-        return Mirror(self.device, ptr, shape, self.dtype, keep=(self._h,))
+        with self._lock:
+            h = self._hold()
+            ptr = _core.mirror_view(h.ptr, off, n)
+            return Mirror(self.device, ptr, shape, self.dtype, keep=(h,), family=self._lock)
 
     def cpu(self, access="rw"):
         """with m.cpu("rw") as a: ... syncs before a read ("r"), marks after a
@@ -1149,7 +1266,9 @@ class Mirror(_Owned):
             raise _ERR["ERR_INVALID_ARGUMENT"]("access must be 'r', 'w' or 'rw'", -2)
 
         def enter():
-            _core.mirror_acquire_cpu(self._ptr(), _ACCESS[access])
+            with self._lock:
+                h = self._hold()
+                _core.mirror_acquire_cpu(h.ptr, _ACCESS[access])
             arr = self.array
             if access == "r":
                 arr = arr.view()
@@ -1163,25 +1282,32 @@ class Mirror(_Owned):
         exit it is released, so later calls order themselves after it."""
         if not isinstance(access, str) or access not in _ACCESS:
             raise _ERR["ERR_INVALID_ARGUMENT"]("access must be 'r', 'w' or 'rw'", -2)
-        sp = _stream_ptr(stream, self.device)
+        sh = _stream_hold(stream, self.device)
 
         def enter():
-            _core.mirror_acquire_gpu(sp, self._ptr(), _ACCESS[access])
-            if sp is not None:
+            with self._lock:
+                h = self._hold()
+                _core.mirror_acquire_gpu(_sp(sh), h.ptr, _ACCESS[access])
+            if sh is not None:
                 self._gpu._stream = _stream_ref(stream)
             return self._gpu
 
         def leave():
-            _core.mirror_release_gpu(sp, self._ptr())
-            if sp is not None:
-                _keep_for(stream, self.device, self._h)
+            with self._lock:
+                h = self._hold()
+                _core.mirror_release_gpu(_sp(sh), h.ptr)
+            if sh is not None:
+                _keep_for(stream, self.device, h)
         return _Access(enter, leave)
 
     def close(self):
-        self._h = None
-        self._cpu = None
-        if getattr(self, "_gpu", None) is not None:
-            self._gpu._h = None
+        """Closes it; a call on its family in another thread finishes first
+        (the C object is then freed once nothing uses it)."""
+        with self._lock:
+            self._h = None
+            self._cpu = None
+            if getattr(self, "_gpu", None) is not None:
+                self._gpu._h = None
 
 
 def _track_flag(track_writes, call):
@@ -1223,7 +1349,8 @@ def mirror(shape, dtype=None, unified=False, device=None, track_writes=False, de
         raise _ERR["ERR_ZERO_SIZE"]("a mirror of 0 bytes", -3)
     flags = ((_core.MIRROR_UNIFIED if unified else 0) | _track_flag(track_writes, "mirror") |
              _diff_flag(device_diff, "mirror"))
-    return Mirror(dev, _core.mirror_create(dev._ptr(), n, flags), shape, dtype)
+    dh = dev._hold()
+    return Mirror(dev, _core.mirror_create(dh.ptr, n, flags), shape, dtype)
 
 
 def _host_array(array, call):
@@ -1245,7 +1372,8 @@ def mirror_wrap(array, pin=False, device=None, track_writes=False, device_diff=F
     p = _core.pin(array, True, "array")
     if p.nbytes == 0:
         raise _ERR["ERR_ZERO_SIZE"]("a mirror of 0 bytes", -3)
-    return Mirror(dev, _core.mirror_wrap(dev._ptr(), p, (_core.MIRROR_PIN if pin else 0) | flags), arr.shape,
+    dh = dev._hold()
+    return Mirror(dev, _core.mirror_wrap(dh.ptr, p, (_core.MIRROR_PIN if pin else 0) | flags), arr.shape,
                   arr.dtype, keep=(p,))
 
 
@@ -1262,8 +1390,9 @@ def mirror_adopt(array, gpu, gpu_offset=0, gpu_valid=False, device=None, track_w
         raise _ERR["ERR_ZERO_SIZE"]("a mirror of 0 bytes", -3)
     flags = ((_core.MIRROR_GPU_VALID if gpu_valid else 0) | _track_flag(track_writes, "mirror_adopt") |
              _diff_flag(device_diff, "mirror_adopt"))
-    ptr = _core.mirror_adopt(buf.device._ptr(), p, buf._ptr(), gpu_offset, flags)
-    return Mirror(buf.device, ptr, arr.shape, arr.dtype, keep=(p, buf._h))
+    dh, bh = buf.device._hold(), buf._hold()
+    ptr = _core.mirror_adopt(dh.ptr, p, bh.ptr, gpu_offset, flags)
+    return Mirror(buf.device, ptr, arr.shape, arr.dtype, keep=(p, bh))
 
 
 def mirror_sharded(array, devices, granule=None, pin=False):
@@ -1282,7 +1411,8 @@ def mirror_sharded(array, devices, granule=None, pin=False):
     p = _core.pin(array, True, "array")
     if p.nbytes == 0:
         raise _ERR["ERR_ZERO_SIZE"]("a mirror of 0 bytes", -3)
-    ptrs = _core.mirror_sharded([d._ptr() for d in devs], p, granule, _core.MIRROR_PIN if pin else 0)
+    dhs = [d._hold() for d in devs]
+    ptrs = _core.mirror_sharded([h.ptr for h in dhs], p, granule, _core.MIRROR_PIN if pin else 0)
     shards = []
     for i, (d, ptr) in enumerate(zip(devs, ptrs)):
         try:
@@ -1302,7 +1432,8 @@ class MultiMirror(_Owned):
     tracked per byte for every side (mapping_multimirror). Sides: "cpu" and
     device indices 0 .. len(devices)-1 in the order given. A sync to a device
     copies each stale part from the cheapest valid side (the host or a peer).
-    Calls on one multimirror are serialized (the C object is not locked)."""
+    Calls on one multimirror are serialized (the C object is not locked);
+    close() waits for a call another thread is making."""
 
     _kind = "multimirror"
 
@@ -1314,14 +1445,15 @@ class MultiMirror(_Owned):
         n = _nbytes_of(shape, dtype)
         if n == 0:
             raise _ERR["ERR_ZERO_SIZE"]("a multimirror of 0 bytes", -3)
-        ptr = _core.multimirror_create([d._ptr() for d in devs], n)
+        self._lock = _Family("multimirror")
+        dhs = [d._hold() for d in devs]
+        ptr = _core.multimirror_create([h.ptr for h in dhs], n)
         # destroyed before any of its devices: it keeps every device's handle
         self._h = _Handle(ptr, _core.multimirror_destroy, devs[0]._h, 0, keep=tuple(d._h for d in devs[1:]))
         self.devices = devs
         self.shape, self.dtype, self.nbytes = shape, dtype, n
         addr, _, gpus = _core.multimirror_parts(ptr, len(devs))
         self._addr = addr
-        self._lock = _threading.RLock()
         self.replicas = [Buffer(d, None, n, shape, dtype, owned=False, handle=_Handle(g, None, self._h))
                          for d, g in zip(devs, gpus)]
         self._cpu = None
@@ -1352,27 +1484,32 @@ class MultiMirror(_Owned):
         off, n = (0, self.nbytes) if byte_range is None else byte_range
         off, n = _size(off, "mark_modified: offset"), _size(n, "mark_modified: nbytes")
         with self._lock:
-            _core.multimirror_mark(self._ptr(), i, off, n)
+            h = self._hold()
+            _core.multimirror_mark(h.ptr, i, off, n)
 
     def sync(self, side, stream=None):
         """Makes `side` valid: sync("cpu") (blocking) or sync(j, stream) (a stream of device j)."""
         i = self._side(side, "sync")
-        sp = None if i < 0 else _stream_ptr(stream, self.devices[i])
+        sh = None if i < 0 else _stream_hold(stream, self.devices[i])
         with self._lock:
-            _core.multimirror_sync(sp, self._ptr(), i)
-            if sp is not None:
-                _keep_for(stream, self.devices[i], self._h)
+            h = self._hold()
+            _core.multimirror_sync(_sp(sh), h.ptr, i)
+        if sh is not None:
+            _keep_for(stream, self.devices[i], h)
 
     def stale_bytes(self, side):
         i = self._side(side, "stale_bytes")
         with self._lock:
-            return _core.multimirror_stale(self._ptr(), i)
+            h = self._hold()
+            return _core.multimirror_stale(h.ptr, i)
 
     def close(self):
-        self._h = None
-        self._cpu = None
-        for r in getattr(self, "replicas", ()):
-            r._h = None
+        """Closes it; a call another thread is making finishes first."""
+        with self._lock:
+            self._h = None
+            self._cpu = None
+            for r in getattr(self, "replicas", ()):
+                r._h = None
 
 
 def multimirror(devices, shape, dtype=None):
@@ -1386,14 +1523,17 @@ def multimirror(devices, shape, dtype=None):
 
 class Batch(_Owned):
     """Many copies moved with few transfers. Each added copy holds its host
-    buffer (which cannot be resized meanwhile) and device buffer until the
-    flush is done."""
+    buffer (which cannot be resized meanwhile) and device buffer until a
+    flush has done it (a failed flush leaves copies queued: they stay held
+    until a later flush succeeds, clear() or close()). Calls on one batch
+    from several threads are serialized."""
 
     _kind = "batch"
 
     def __init__(self, device=None):
         dev = _dev(device)
         self.device = dev
+        self._lock = _Family("batch")
         self._h = _Handle(_core.batch_create(dev._ptr()), _core.batch_destroy, dev._h, 1)
         self._keep = []
         dev._adopt(self)
@@ -1406,11 +1546,13 @@ class Batch(_Owned):
             _host_dtype_check(call, "cpu_data" if to_gpu else "cpu_result", host, gpu)
         p = _core.pin(host, not to_gpu, "cpu_data" if to_gpu else "cpu_result")
         if p.nbytes:
-            try:
-                _core.batch_add(self._ptr(), to_gpu, gpu._ptr(), offset, p)
-            except Error as e:
-                raise _retag(e, "%s(offset=%d)" % (call, offset)) from None
-            self._keep.append((p, gpu._h, gpu))
+            with self._lock:
+                h, gh = self._hold(), gpu._hold()
+                try:
+                    _core.batch_add(h.ptr, to_gpu, gh.ptr, offset, p)
+                except Error as e:
+                    raise _retag(e, "%s(offset=%d)" % (call, offset)) from None
+                self._keep.append((p, gh, gpu))
 
     def add_to_gpu(self, cpu_data, gpu, offset=0):
         """Records a copy of cpu_data to gpu at offset for the next flush
@@ -1433,27 +1575,39 @@ class Batch(_Owned):
         self._add(False, cpu_result, gpu, offset, "Batch.sync_to_cpu")
 
     def __len__(self):
-        return _core.batch_count(self._ptr())
+        with self._lock:
+            h = self._hold()
+            return _core.batch_count(h.ptr)
 
     def clear(self):
-        _core.batch_clear(self._ptr())
-        self._keep = []
+        with self._lock:
+            h = self._hold()
+            _core.batch_clear(h.ptr)
+            self._keep = []
 
     def flush(self, stream=None):
-        sp = _stream_ptr(stream, self.device)
-        keep, self._keep = self._keep, []
-        try:
-            _core.batch_flush(sp, self._ptr())
-        finally:
-            if sp is not None:
-                _keep_for(stream, self.device, *[(p, h) for p, h, _ in keep])
-        if sp is not None:
+        sh = _stream_hold(stream, self.device)
+        with self._lock:
+            h = self._hold()
+            keep = self._keep
+            try:
+                _core.batch_flush(_sp(sh), h.ptr)
+            finally:
+                # what a flush on a stream queued is held until the stream passes it
+                if sh is not None and keep:
+                    _keep_for(stream, self.device, *[(p, g) for p, g, _ in keep])
+            # done: the batch is empty. A failed flush leaves the copies not
+            # done queued in the C batch: their records stay (all of them: which
+            # were done is not said), for a retry, clear() or close().
+            self._keep = []
+        if sh is not None:
             for _, _, b in keep:  # the CUDA array interface's "stream" of each buffer it used
                 b._stream = _stream_ref(stream)
 
     def close(self):
-        self._h = None
-        self._keep = []
+        with self._lock:
+            self._h = None
+            self._keep = []
 
     def __exit__(self, exc_type, *rest):
         try:
@@ -1484,6 +1638,7 @@ class Pipeline(_Owned):
         element_bytes = _size(element_bytes, "pipeline: element_bytes")
         ptr, self.chunk_bytes, self.depth, self.element_bytes = _core.pipeline_create(
             dev._ptr(), chunk_bytes, depth, element_bytes)
+        self._lock = _Family("pipeline")  # one run at a time (a step on the running thread may enter again)
         self._h = _Handle(ptr, _core.pipeline_destroy, dev._h, 1)
         self._wrappers = {}
         self._running = 0
@@ -1494,14 +1649,15 @@ class Pipeline(_Owned):
         s = self._wrappers.get(("s", ptr))
         if s is None:
             s = Stream.__new__(Stream)
-            s.device, s._h, s._errors = self.device, _Handle(ptr, None, self._h), []
+            s.device, s._h, s._errors = self.device, _Handle(ptr, None, self._h or self._closing), []
             self._wrappers[("s", ptr)] = s
         return s
 
     def _wrap_buffer(self, ptr):
         b = self._wrappers.get(("b", ptr))
         if b is None:
-            b = Buffer(self.device, None, self.chunk_bytes, owned=False, handle=_Handle(ptr, None, self._h))
+            b = Buffer(self.device, None, self.chunk_bytes, owned=False,
+                       handle=_Handle(ptr, None, self._h or self._closing))
             self._wrappers[("b", ptr)] = b
         return b
 
@@ -1511,22 +1667,24 @@ class Pipeline(_Owned):
         dst None: nothing is downloaded. Blocking."""
         if not callable(step):
             raise TypeError("step must be callable")
-        ptr = self._ptr()
 
         def call(sp, index, offset, nbytes, _zero, inp, ioff, out, ooff):
             step(self._wrap_stream(sp), Chunk(index, offset, nbytes, self._wrap_buffer(inp), ioff,
                                               self._wrap_buffer(out), ooff))
-        self._running += 1
-        try:
-            _core.pipeline_run(ptr, src, dst, call)
-        finally:
-            self._running -= 1
-            if not self._running and self._closing is not None:
-                self._closing = None  # closed inside a step: destroyed now that the run is over
-                self._close_wrappers()
+        with self._lock:
+            self._running += 1  # first: a close() from now on (a step, another thread) defers the destroy
+            try:
+                h = self._hold()
+                _core.pipeline_run(h.ptr, src, dst, call)
+            finally:
+                self._running -= 1
+                if not self._running and self._closing is not None:
+                    self._closing = None  # closed during the run: destroyed now that the run is over
+                    self._close_wrappers()
 
     def close(self):
-        """Closes it; inside its own step the destroy waits for the run's end."""
+        """Closes it; during a run (inside its own step, or on another
+        thread) the destroy waits for the run's end."""
         if self._running and self._h is not None:
             self._closing = self._h
             self._h = None

@@ -690,6 +690,7 @@ def test_numpy_array_of_a_mirror_copies_when_asked(device):
     c = np.array(m, copy=True)
     c[0] = 42.0
     assert m.array[0] == 0.0 and not np.shares_memory(c, m.array)
+    assert not np.shares_memory(np.array(m), m.array)        # numpy's default is copy=True
     assert np.shares_memory(np.asarray(m), m.array)
     assert np.shares_memory(np.array(m, copy=False), m.array)
     assert np.shares_memory(np.asarray(m, dtype=np.float32, copy=False), m.array)

@@ -250,6 +250,23 @@ def test_launch_host_function_uses_a_family_another_thread_holds_briefly():
     assert done == [0]
 
 
+def test_a_run_from_its_own_step_is_still_refused_with_busy_error(device):
+    """The locks are re-entrant (a thread may enter again), so what the C
+    library refuses from inside its own call stays refused: a pipeline's run
+    from its own step gets BusyError, not a deadlock."""
+    p = mapping.pipeline(device, chunk_bytes=4096)
+    src = np.zeros(8192, np.uint8)
+    errs = []
+
+    def step(s, c):
+        if not errs:
+            with pytest.raises(mapping.BusyError) as e:
+                p.run(src, None, lambda s2, c2: None)
+            errs.append(e.value)
+    p.run(src, None, step)
+    assert errs
+
+
 def test_batch_shared_by_threads_flushes_every_copy(device):
     """Adds from two threads and flushes from a third are serialized: every
     copy is flushed exactly once, and each keeps its host buffer until then."""
