@@ -53,7 +53,8 @@ struct mapping_race_guard {
     _Atomic int       state;
     /* Atomic (each read is one lock-free load): the SIGSEGV handler reads a
      * slot without the lock while another thread may be refilling it. */
-    _Atomic uintptr_t lo, hi;     /* page-aligned */
+    _Atomic uintptr_t lo, hi;     /* page-aligned: the whole pages of the copy, protected (lo == hi: none) */
+    _Atomic uintptr_t olo, ohi;   /* the pages the copy touches at all (rounded outward) */
     _Atomic uintptr_t range_lo, range_hi; /* the copy's own host range, for the report */
     _Atomic int       op;
     const void *_Atomic stream;
@@ -117,7 +118,7 @@ static int access_is_write(void *ctx)
 
 static void report(const struct mapping_race_guard *g, uintptr_t addr, void *ctx)
 {
-    char b[512];
+    char b[768];
     size_t at = 0, cap = sizeof b;
     int w = access_is_write(ctx);
     at = put_str(b, at, cap, "mapping: MAPPING_CHECK=races: a CPU ");
@@ -210,28 +211,36 @@ mapping_race_guard *mapping__race_guard_begin(const void *ptr, size_t bytes, int
     if (!installed || p + bytes < p)
         return NULL;
     uintptr_t lo = (p + page - 1) & ~(page - 1), hi = (p + bytes) & ~(page - 1);
+    uintptr_t olo = p & ~(page - 1), ohi = (p + bytes + page - 1) & ~(page - 1);
     /* Pages watched by mprotect write tracking keep their own protection. */
-    if (lo >= hi || (mapping_os_track_kind_get() == MAPPING_OS_TRACK_MPROTECT && mapping_os_track_overlaps(lo, hi)))
+    if (!bytes || (lo < hi && mapping_os_track_kind_get() == MAPPING_OS_TRACK_MPROTECT &&
+                   mapping_os_track_overlaps(lo, hi)))
         return NULL;
+    if (lo >= hi) /* no whole page: nothing to protect, but the copy is recorded (open) for the overlap test below */
+        lo = hi = olo;
     pthread_mutex_lock(&guards_lock);
     atomic_fetch_add(&in_transition, 1);
     struct mapping_race_guard *g = NULL;
-    /* A range that an earlier copy still uses is not protected again: that
+    /* A page that an earlier copy still uses is not protected again: that
      * copy (which a driver may run with CPU stores, on a thread of its own)
      * comes first in its stream, or in this one through an event, and
-     * would trip over this guard before this copy is reached. The guard is
-     * kept, open (unprotected), so that later copies of the range see it
-     * too, until its copy is done. */
-    bool overlap = false;
+     * would trip over this guard before this copy is reached. The pages
+     * compared are all those a copy touches, the partly covered ones at its
+     * ends included (a copy with no whole page has an open record for
+     * this). The guard is kept, open (unprotected), so that later copies
+     * of the range see it too, until its copy is done. */
+    bool overlap = lo == hi;
     for (int i = 0; i < GUARD_SLOTS && !overlap; i++)
-        overlap = atomic_load_explicit(&guards[i].state, memory_order_relaxed) != SLOT_FREE && guards[i].lo < hi &&
-                  lo < guards[i].hi;
+        overlap = atomic_load_explicit(&guards[i].state, memory_order_relaxed) != SLOT_FREE && guards[i].olo < ohi &&
+                  olo < guards[i].ohi;
     for (int i = 0; i < GUARD_SLOTS && !g; i++)
         if (atomic_load_explicit(&guards[i].state, memory_order_relaxed) == SLOT_FREE)
             g = &guards[i];
     if (g) {
         g->lo = lo;
         g->hi = hi;
+        g->olo = olo;
+        g->ohi = ohi;
         g->range_lo = p;
         g->range_hi = p + bytes;
         g->op = op;

@@ -34,8 +34,11 @@ static inline bool mapping__race_check_on(void)
 enum { MAPPING_RACE_H2D = 1, MAPPING_RACE_D2H = 2 };
 typedef struct mapping_race_guard mapping_race_guard;
 /* Protects the whole pages of [ptr, ptr + bytes) for a copy of kind op
- * queued on `stream` (named in the report). NULL when nothing could be
- * protected (no whole page, table full, mprotect refused): no check. */
+ * queued on `stream` (named in the report), unless an earlier copy not yet
+ * done touches one of the pages this one touches (then the guard stays open:
+ * no check). A copy with no whole page gets an open guard (so later copies
+ * see it). NULL when nothing is recorded (0 bytes, table full, pages
+ * watched by mprotect write tracking): no check. */
 mapping_race_guard *mapping__race_guard_begin(const void *ptr, size_t bytes, int op, const void *stream);
 /* The copy starts (device to host): its range becomes writable for it. */
 void                mapping__race_guard_started(void *guard);

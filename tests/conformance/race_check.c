@@ -136,6 +136,51 @@ TEST(race_check_allows_access_once_the_stream_has_passed)
     mapping_stream_destroy(s);
 }
 
+/* A copy into part of a page, queued behind a long copy, then a copy over
+ * whole pages that include that page, on the same stream: the later copy's
+ * guard must not protect the page before the earlier copy has written it
+ * (a driver that copies with CPU stores on its own thread, as PoCL does,
+ * would trip over it: a false report). The same with mirror views. */
+TEST(race_check_does_not_protect_a_page_an_earlier_queued_copy_still_writes)
+{
+    setenv("MAPPING_CHECK", "races", 1);
+    mapping_device *dev = test_device();
+    size_t pg = 4096, big = (size_t)16 << 20;
+    mapping_stream *s;
+    mapping_buffer *buf;
+    CHECK_OK(mapping_stream_create(dev, &s));
+    CHECK_OK(mapping_allocate_gpu(dev, big, &buf));
+    CHECK_OK(mapping_fill_gpu(NULL, buf, 0, big, 0x5c));
+    unsigned char *busy = malloc(big), *host = aligned_alloc(pg, 4 * pg);
+    CHECK(busy && host);
+    for (int round = 0; round < 10; round++) {
+        memset(host, 0, 4 * pg);
+        CHECK_OK(mapping_sync_to_cpu_range(s, buf, 0, busy, big)); /* keeps the stream busy */
+        CHECK_OK(mapping_sync_to_cpu_range(s, buf, 0, host + 100, 200)); /* inside page 0 */
+        CHECK_OK(mapping_sync_to_cpu_range(s, buf, 0, host, 3 * pg)); /* pages 0-2 */
+        CHECK_OK(mapping_stream_synchronize(s));
+        CHECK(host[100] == 0x5c && host[3 * pg - 1] == 0x5c && host[3 * pg] == 0);
+    }
+    mapping_mirror *m, *v;
+    CHECK_OK(mapping_mirror_create(dev, 8 * pg, 0, &m));
+    CHECK_OK(mapping_mirror_view(m, 100, 200, &v));
+    for (int round = 0; round < 10; round++) {
+        CHECK_OK(mapping_fill_gpu(NULL, mapping_mirror_gpu(m), 0, 8 * pg, (unsigned char)(round + 1)));
+        CHECK_OK(mapping_mirror_mark_gpu_modified(m, 0, 8 * pg));
+        CHECK_OK(mapping_sync_to_cpu_range(s, buf, 0, busy, big));
+        CHECK_OK(mapping_mirror_sync_to_cpu(s, v));
+        CHECK_OK(mapping_mirror_sync_to_cpu(s, m));
+        CHECK_OK(mapping_stream_synchronize(s));
+        CHECK(((unsigned char *)mapping_mirror_cpu(m))[150] == round + 1);
+    }
+    mapping_mirror_destroy(v);
+    mapping_mirror_destroy(m);
+    free(busy);
+    free(host);
+    mapping_free_gpu(buf);
+    mapping_stream_destroy(s);
+}
+
 /* The device flag does what the environment does, for its device only. */
 TEST(race_check_as_a_device_flag_catches_a_planted_write_and_read)
 {
