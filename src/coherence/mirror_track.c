@@ -64,6 +64,12 @@ mapping_status mapping__mirror_track_begin(const char *fn, mirror_state *st)
                              "%s: MAPPING_MIRROR_TRACK_WRITES: a page of [%p, +%zu) is tracked already "
                              "by another mirror",
                              fn, (void *)st->cpu, st->size);
+    if (rc == -EOPNOTSUPP)
+        return mapping__fail(MAPPING_ERR_UNSUPPORTED,
+                             "%s: MAPPING_MIRROR_TRACK_WRITES: [%p, +%zu) has pages larger than %zu bytes (hugetlbfs), "
+                             "which mprotect tracking cannot protect one base page at a time (uffd can: "
+                             "MAPPING_TRACK=uffd, Linux >= 6.7)",
+                             fn, (void *)st->cpu, st->size, mapping_os_page_size());
     if (rc)
         return mapping__fail(MAPPING_ERR_UNSUPPORTED, "%s: MAPPING_MIRROR_TRACK_WRITES: no write tracking (%s; %s)", fn,
                              mapping_os_track_reason(), strerror(-rc));

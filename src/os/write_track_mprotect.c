@@ -199,9 +199,18 @@ int mapping__mprot_begin(mapping_os_track *t)
     atomic_store_explicit(&s->dirty, 0, memory_order_relaxed);
     atomic_store_explicit(&s->lo, t->lo, memory_order_relaxed);
     atomic_store_explicit(&s->hi, t->hi, memory_order_release);
-    if (mprotect((void *)t->lo, t->hi - t->lo, PROT_READ) != 0) {
-        int rc = -errno;
+    int rc = 0;
+    if (mprotect((void *)t->lo, t->hi - t->lo, PROT_READ) != 0)
+        rc = -errno;
+    else if (mprotect((void *)t->lo, page_size, PROT_READ | PROT_WRITE) != 0)
+        rc = errno == EINVAL ? -EOPNOTSUPP : -errno; /* a page larger than the base page (hugetlbfs) */
+    else if (mprotect((void *)t->lo, page_size, PROT_READ) != 0)
+        rc = -errno;
+    if (rc) {
+        mprotect((void *)t->lo, t->hi - t->lo, PROT_READ | PROT_WRITE);
         atomic_store_explicit(&s->hi, 0, memory_order_release);
+        while (atomic_load_explicit(&in_handler, memory_order_acquire))
+            sched_yield();
         atomic_store(&s->bits, NULL);
         free(bits);
         return rc;
@@ -222,6 +231,22 @@ void mapping__mprot_end(mapping_os_track *t)
     free((void *)bits);
 }
 
+/* Protects pages [p, e) of the region again and reports them written. If
+ * they cannot be protected (out of mappings), they stay writable and
+ * counted written: reported again at the next collect, never lost. */
+static void report_run(const mapping_os_track *t, mprot_slot *s, _Atomic uint64_t *bits, size_t p, size_t e,
+                       mapping_os_track_fn fn, void *user)
+{
+    uintptr_t a = t->lo + p * page_size, b = t->lo + e * page_size;
+    if (mprotect((void *)a, b - a, PROT_READ) != 0) {
+        mprotect((void *)a, b - a, PROT_READ | PROT_WRITE); /* a part may have been protected */
+        for (size_t q = p; q < e; q++)
+            atomic_fetch_or_explicit(&bits[q / 64], (uint64_t)1 << (q % 64), memory_order_release);
+        atomic_fetch_add_explicit(&s->dirty, 1, memory_order_release);
+    }
+    fn(user, a, b);
+}
+
 int mapping__mprot_collect(mapping_os_track *t, mapping_os_track_fn fn, void *user)
 {
     mprot_slot *s = &slots[t->slot];
@@ -230,7 +255,6 @@ int mapping__mprot_collect(mapping_os_track *t, mapping_os_track_fn fn, void *us
     _Atomic uint64_t *bits = atomic_load_explicit(&s->bits, memory_order_relaxed);
     size_t pages = (t->hi - t->lo) / page_size, words = (pages + 63) / 64;
     size_t run_lo = 0, run_hi = 0; /* pages [run_lo, run_hi) written, not yet reported */
-    int rc = 0;
     for (size_t w = 0; w < words; w++) {
         if (!atomic_load_explicit(&bits[w], memory_order_relaxed))
             continue;
@@ -244,30 +268,25 @@ int mapping__mprot_collect(mapping_os_track *t, mapping_os_track_fn fn, void *us
                 run_hi++;
                 continue;
             }
-            if (run_hi > run_lo) {
-                uintptr_t a = t->lo + run_lo * page_size, b = t->lo + run_hi * page_size;
-                if (mprotect((void *)a, b - a, PROT_READ) != 0 && !rc)
-                    rc = -errno;
-                fn(user, a, b);
-            }
+            if (run_hi > run_lo)
+                report_run(t, s, bits, run_lo, run_hi, fn, user);
             run_lo = p;
             run_hi = p + 1;
         }
     }
-    if (run_hi > run_lo) {
-        uintptr_t a = t->lo + run_lo * page_size, b = t->lo + run_hi * page_size;
-        if (mprotect((void *)a, b - a, PROT_READ) != 0 && !rc)
-            rc = -errno;
-        fn(user, a, b);
-    }
-    return rc;
+    if (run_hi > run_lo)
+        report_run(t, s, bits, run_lo, run_hi, fn, user);
+    return 0;
 }
 
 void mapping__mprot_clear(mapping_os_track *t, uintptr_t lo, uintptr_t hi)
 {
     mprot_slot *s = &slots[t->slot];
     _Atomic uint64_t *bits = atomic_load_explicit(&s->bits, memory_order_relaxed);
-    mprotect((void *)lo, hi - lo, PROT_READ);
+    if (mprotect((void *)lo, hi - lo, PROT_READ) != 0) {
+        mprotect((void *)lo, hi - lo, PROT_READ | PROT_WRITE); /* stays writable and counted written */
+        return;
+    }
     for (size_t p = (lo - t->lo) / page_size, e = (hi - t->lo) / page_size; p < e; p++)
         atomic_fetch_and_explicit(&bits[p / 64], ~((uint64_t)1 << (p % 64)), memory_order_acq_rel);
 }

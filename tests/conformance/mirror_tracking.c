@@ -875,9 +875,13 @@ TEST(tracked_wrap_of_hugetlb_memory_sends_every_write)
     mapping_device *dev = test_device();
     mapping_mirror *m = NULL;
     mapping_status st = mapping_mirror_wrap(dev, a, n, MAPPING_MIRROR_TRACK_WRITES, &m);
-    if (st == MAPPING_ERR_UNSUPPORTED) {
+    if (mapping_write_tracking(NULL) == MAPPING_TRACK_MPROTECT) {
+        /* mprotect cannot protect a base page of a huge page alone: refused,
+         * saying so (it used to lose the writes next to a download). */
+        CHECK_STATUS(st, MAPPING_ERR_UNSUPPORTED);
+        CHECK(strstr(mapping_last_error_message(), "hugetlbfs") != NULL);
         munmap(a, n);
-        test_skip("tracking refused for hugetlbfs memory: %s", mapping_last_error_message());
+        return;
     }
     CHECK_OK(st);
     CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
@@ -891,6 +895,14 @@ TEST(tracked_wrap_of_hugetlb_memory_sends_every_write)
         }
         if (round == 4)
             memset(a + huge / 2, 0x5a, huge); /* across both huge pages */
+        if (round == 3) { /* a download into part of a huge page, then writes next to it and elsewhere */
+            CHECK_OK(mapping_fill_gpu(NULL, mapping_mirror_gpu(m), mapping_mirror_gpu_offset(m) + 64 * 4096,
+                                      256 * 4096, 0x42));
+            CHECK_OK(mapping_mirror_mark_gpu_modified(m, 64 * 4096, 256 * 4096));
+            CHECK_OK(mapping_mirror_sync_to_cpu(NULL, m));
+            a[100 * 4096 + 1] = 0x81;
+            a[400 * 4096 + 2] = 0x91;
+        }
         CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
         device_bytes(m, got);
         CHECK(memcmp(got, a, n) == 0);
