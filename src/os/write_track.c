@@ -165,7 +165,7 @@ static void before_fork(void)
     for (size_t k = 0; k < n_regions; k++) {
         mapping_os_track *next = NULL;
         for (size_t i = 0; i < n_regions; i++)
-            if ((uintptr_t)regions[i] > last && (!next || regions[i] < next))
+            if ((uintptr_t)regions[i] > last && (!next || (uintptr_t)regions[i] < (uintptr_t)next))
                 next = regions[i];
         pthread_mutex_lock(&next->lock);
         last = (uintptr_t)next;
