@@ -131,65 +131,46 @@ def _closed_error(kind):
     return _ERR["ERR_INVALID_HANDLE"]("this %s is closed" % kind, -5)
 
 
-# The thread running a launch_host function (the library's thread) waits at
-# most this long for a family another thread is using: that thread may be
-# waiting for the very stream the function runs on.
-_HOST_FN_WAIT = 1.0
-_tls = _threading.local()  # .host_fn: this thread is running a launch_host function
-
-
-class _Family:
+class _Family(_core.FamilyLock):
     """One thread at a time per mirror family (a root and all its views), as
     the C library requires (its BUSY detection is only best effort): every
-    call on the family holds this RLock, which the root and its views share.
+    call on the family holds this lock, which the root and its views share.
     Batches, pipelines and multimirrors have one each as well. A thread waits
-    for another thread's call to end; the same thread may enter again.
+    for another thread's call to end; the same thread may enter again. A
+    thread running a launch_host function waits at most 1 s, then gets
+    BusyError (the thread holding the family may be waiting for the very
+    stream that function runs on). The lock is taken and given back in C
+    (mapping._core.FamilyLock): no signal handler (KeyboardInterrupt) can
+    run between taking it and the with statement's protection.
 
     A handle of the family that the garbage collector finalizes while another
     thread is in a call on the family is destroyed by that thread when it
     lets go (a finalizer never waits: it may run on any thread, anywhere)."""
 
-    __slots__ = ("lock", "kind", "orphans")
+    __slots__ = ("kind", "orphans")
 
     def __init__(self, kind):
-        self.lock = _threading.RLock()
+        super().__init__(_ERR["ERR_BUSY"])
         self.kind = kind
         self.orphans = []
 
-    def __enter__(self):
-        if getattr(_tls, "host_fn", False):
-            if not self.lock.acquire(timeout=_HOST_FN_WAIT):
-                raise _ERR["ERR_BUSY"]("this %s is in use by another thread (called from a launch_host function, "
-                                       "which that thread may be waiting for)" % self.kind, -18)
-        else:
-            self.lock.acquire()
-        return self
-
-    def __exit__(self, *exc):
-        self.lock.release()
-        if self.orphans:
-            self._reap()
-        return False
-
-    def _reap(self):
-        while self.orphans and self.lock.acquire(blocking=False):
+    def _reap_locked(self):
+        self.pending = 0
+        while self.orphans:
+            h, ptr = self.orphans.pop(0)
             try:
-                while self.orphans:
-                    h, ptr = self.orphans.pop(0)
-                    try:
-                        h.destroy(ptr)
-                    except Exception:  # pragma: no cover - never raise from GC
-                        pass
-                    h._let_go()
-            finally:
-                self.lock.release()
+                h.destroy(ptr)
+            except Exception:  # pragma: no cover - never raise from GC
+                pass
+            h._let_go()
 
     def destroy(self, h, ptr):
         """Destroys handle h's C object (h.ptr already None) and lets go of
         what it keeps: now, or by the thread in a call on the family when
         that call ends."""
         self.orphans.append((h, ptr))
-        self._reap()
+        self.pending = 1
+        self.reap()
 
 
 class _Owned:
@@ -1031,13 +1012,13 @@ def launch_host(stream, fn):
     errors = stream._errors
 
     def run():
-        outer, _tls.host_fn = getattr(_tls, "host_fn", False), True
+        outer = _core.host_fn_flag(True)  # family locks wait at most 1 s on this thread
         try:
             fn()
         except BaseException as e:  # noqa: B902 - raised by synchronize
             errors.append(e)
         finally:
-            _tls.host_fn = outer
+            _core.host_fn_flag(outer)
     h = stream._hold()
     _core.launch_host(h.ptr, run)
 

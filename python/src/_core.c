@@ -9,6 +9,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -1602,6 +1603,189 @@ static int add_table_calls(PyObject *m)
     return 0;
 }
 
+/* ---- FamilyLock: the Python layer's one-call-at-a-time lock of a mirror
+ * family, batch, pipeline or multimirror (mapping/__init__.py, _Family
+ * subclasses it). Re-entrant for its owner thread. Taken and given back in C:
+ * a Python-level __enter__ / __exit__ runs pending signal handlers between
+ * the acquire (or before the release) and the with statement's protection,
+ * so a KeyboardInterrupt there left the lock held for good.
+ * - __enter__ waits for it; on a thread running a launch_host function
+ *   (host_fn_flag) at most HOST_FN_WAIT seconds, then raises the BusyError
+ *   given at construction: the thread holding it may be waiting for the
+ *   very stream that function runs on.
+ * - __exit__ gives it back; then, if handles were left to destroy
+ *   (`pending`, set by _Family.destroy), reap() runs.
+ * - reap() takes it only if free (or already ours) and calls
+ *   self._reap_locked(), giving it back in the same C call. ---- */
+enum { HOST_FN_WAIT_US = 1000000 };
+
+typedef struct {
+    PyObject_HEAD
+    PyThread_type_lock lock;
+    unsigned long      owner;
+    long               count;
+    int                pending;
+    PyObject          *busy;
+} family_lock;
+
+static _Thread_local int in_host_fn;
+
+static PyObject *core_host_fn_flag(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    int on = PyObject_IsTrue(arg);
+    if (on < 0)
+        return NULL;
+    int was = in_host_fn;
+    in_host_fn = on;
+    return PyBool_FromLong(was);
+}
+
+static int fl_init(family_lock *self, PyObject *args, PyObject *kw)
+{
+    PyObject *busy;
+    if (kw && PyDict_GET_SIZE(kw)) {
+        PyErr_SetString(PyExc_TypeError, "FamilyLock(busy_error_class) takes no keywords");
+        return -1;
+    }
+    if (!PyArg_ParseTuple(args, "O:FamilyLock", &busy))
+        return -1;
+    if (!self->lock && !(self->lock = PyThread_allocate_lock())) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_INCREF(busy);
+    Py_XSETREF(self->busy, busy);
+    return 0;
+}
+
+static void fl_dealloc(family_lock *self)
+{
+    if (self->lock) {
+        if (self->count)
+            PyThread_release_lock(self->lock);
+        PyThread_free_lock(self->lock);
+    }
+    Py_XDECREF(self->busy);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* 1 taken, 0 not (timeout, or not free and !wait). */
+static int fl_take(family_lock *self, int wait, PY_TIMEOUT_T timeout_us)
+{
+    unsigned long me = PyThread_get_thread_ident();
+    if (self->count > 0 && self->owner == me) {
+        self->count++;
+        return 1;
+    }
+    PyLockStatus r = PyThread_acquire_lock_timed(self->lock, 0, 0);
+    if (r != PY_LOCK_ACQUIRED && wait) {
+        Py_BEGIN_ALLOW_THREADS
+        r = PyThread_acquire_lock_timed(self->lock, timeout_us, 0);
+        Py_END_ALLOW_THREADS
+    }
+    if (r != PY_LOCK_ACQUIRED)
+        return 0;
+    self->owner = me;
+    self->count = 1;
+    return 1;
+}
+
+static int fl_give(family_lock *self)
+{
+    if (self->count == 0 || self->owner != PyThread_get_thread_ident()) {
+        PyErr_SetString(PyExc_RuntimeError, "mapping: a family lock released by a thread that does not hold it");
+        return -1;
+    }
+    if (--self->count == 0) {
+        self->owner = 0;
+        PyThread_release_lock(self->lock);
+    }
+    return 0;
+}
+
+static PyObject *fl_reap(family_lock *self, PyObject *unused)
+{
+    (void)unused;
+    if (!self->pending || !fl_take(self, 0, 0))
+        Py_RETURN_NONE; /* nothing left, or another thread holds it: it reaps when it lets go */
+    PyObject *r = PyObject_CallMethod((PyObject *)self, "_reap_locked", NULL);
+    if (fl_give(self) < 0) {
+        Py_XDECREF(r);
+        return NULL;
+    }
+    return r;
+}
+
+static PyObject *fl_enter(family_lock *self, PyObject *unused)
+{
+    (void)unused;
+    if (!fl_take(self, 1, in_host_fn ? (PY_TIMEOUT_T)HOST_FN_WAIT_US : (PY_TIMEOUT_T)-1)) {
+        PyObject *kind = PyObject_GetAttrString((PyObject *)self, "kind");
+        PyObject *e = kind ? PyObject_CallFunction(self->busy, "Ni",
+                                                   PyUnicode_FromFormat("this %S is in use by another thread (called "
+                                                                        "from a launch_host function, which that "
+                                                                        "thread may be waiting for)", kind),
+                                                   -18)
+                           : NULL;
+        Py_XDECREF(kind);
+        if (e) {
+            PyErr_SetObject((PyObject *)Py_TYPE(e), e);
+            Py_DECREF(e);
+        }
+        return NULL;
+    }
+    Py_INCREF(self);
+    return (PyObject *)self;
+}
+
+static PyObject *fl_exit(family_lock *self, PyObject *args)
+{
+    (void)args;
+    if (fl_give(self) < 0)
+        return NULL;
+    if (self->count == 0 && self->pending) {
+        PyObject *r = fl_reap(self, NULL);
+        if (!r)
+            return NULL;
+        Py_DECREF(r);
+    }
+    Py_RETURN_FALSE;
+}
+
+static PyObject *fl_owned(family_lock *self, PyObject *unused)
+{
+    (void)unused;
+    return PyBool_FromLong(self->count > 0 && self->owner == PyThread_get_thread_ident());
+}
+
+static PyObject *fl_locked(family_lock *self, PyObject *unused)
+{
+    (void)unused;
+    return PyBool_FromLong(self->count > 0);
+}
+
+static PyMethodDef fl_methods[] = {
+    {"__enter__", (PyCFunction)fl_enter, METH_NOARGS, "waits for the lock (re-entrant)"},
+    {"__exit__", (PyCFunction)fl_exit, METH_VARARGS, "gives it back, then reaps left handles"},
+    {"reap", (PyCFunction)fl_reap, METH_NOARGS, "self._reap_locked() now if the lock is free or ours"},
+    {"_is_owned", (PyCFunction)fl_owned, METH_NOARGS, "held by this thread"},
+    {"locked", (PyCFunction)fl_locked, METH_NOARGS, "held by some thread"},
+    {NULL, NULL, 0, NULL}};
+static PyMemberDef fl_members[] = {{"pending", T_INT, offsetof(family_lock, pending), 0, "handles wait to be destroyed"},
+                                   {NULL, 0, 0, 0, NULL}};
+static PyTypeObject family_lock_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "mapping._core.FamilyLock",
+    .tp_basicsize = sizeof(family_lock),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)fl_init,
+    .tp_dealloc = (destructor)fl_dealloc,
+    .tp_methods = fl_methods,
+    .tp_members = fl_members,
+    .tp_doc = "one call at a time on a family (mapping._Family)",
+};
+
 #define FAST(name, doc) {#name, (PyCFunction)(void (*)(void))core_##name, METH_FASTCALL, doc}
 #define ONE(name, doc) {#name, (PyCFunction)core_##name, METH_O, doc}
 #define VAR(name, doc) {#name, (PyCFunction)core_##name, METH_VARARGS, doc}
@@ -1616,7 +1800,7 @@ static PyMethodDef core_methods[] = {
     FAST(pipeline_create, NULL), FAST(pipeline_run, NULL),
     VAR(to_dlpack, NULL), FAST(import_dlpack, NULL), FAST(bench_copies, NULL), FAST(pin, NULL), FAST(mirror_sharded, NULL), FAST(multimirror_create, NULL), FAST(multimirror_parts, NULL),
     FAST(multimirror_stale, NULL),
-    FAST(keep_until, NULL), NONE_(drain, NULL), FAST(launch_host, NULL),
+    FAST(keep_until, NULL), NONE_(drain, NULL), FAST(launch_host, NULL), ONE(host_fn_flag, NULL),
     {"_text", (PyCFunction)core_text, METH_O, "bytes from a driver as str (undecodable bytes replaced)"}, {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef core_module = {PyModuleDef_HEAD_INIT, "mapping._core",
@@ -1625,7 +1809,7 @@ static struct PyModuleDef core_module = {PyModuleDef_HEAD_INIT, "mapping._core",
 
 PyMODINIT_FUNC PyInit__core(void)
 {
-    if (PyType_Ready(&host_memory_type) < 0 || PyType_Ready(&pin_type) < 0)
+    if (PyType_Ready(&host_memory_type) < 0 || PyType_Ready(&pin_type) < 0 || PyType_Ready(&family_lock_type) < 0)
         return NULL;
     if (!done_lock && !(done_lock = PyThread_allocate_lock()))
         return PyErr_NoMemory();
@@ -1635,6 +1819,11 @@ PyMODINIT_FUNC PyInit__core(void)
     Py_INCREF(&host_memory_type);
     if (PyModule_AddObject(m, "HostMemory", (PyObject *)&host_memory_type) < 0) {
         Py_DECREF(&host_memory_type);
+        goto fail;
+    }
+    Py_INCREF(&family_lock_type);
+    if (PyModule_AddObject(m, "FamilyLock", (PyObject *)&family_lock_type) < 0) {
+        Py_DECREF(&family_lock_type);
         goto fail;
     }
     if (add_table_calls(m) < 0)
