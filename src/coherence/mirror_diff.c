@@ -229,7 +229,11 @@ mapping_status mapping__mirror_diff_refine(mapping_stream *stream, mirror_state 
     *out = NULL;
     *n_out = 0;
     st->diff_used = false;
-    if (mode() == DIFF_OFF || st->unified || !mapping__can_diff(st->dev) || !st->diff_pays) {
+    /* A diff waits for its stream (the flags come back to the host): from a
+     * host function running on that stream it would wait for itself, so
+     * such a sync reads in full. */
+    bool self_wait = stream && mapping_os_worker_stream() && mapping_os_worker_stream() == stream->state;
+    if (mode() == DIFF_OFF || st->unified || !mapping__can_diff(st->dev) || !st->diff_pays || self_wait) {
         forget_list(st, exact, n);
         return MAPPING_OK;
     }

@@ -188,19 +188,22 @@ void mapping_multimirror_destroy(mapping_multimirror *m)
                       (const void *)m);
 }
 
+/* The getters: 0 / NULL for a multimirror that is not live or one of whose
+ * devices was closed (the close freed its host memory and buffers). */
 size_t mapping_multimirror_size(const mapping_multimirror *m)
 {
-    return mapping__handle_live(MAPPING_HANDLE_MULTIMIRROR, m) ? m->size : 0;
+    return check_handle("mapping_multimirror_size", m) == MAPPING_OK ? m->size : 0;
 }
 
 void *mapping_multimirror_cpu(mapping_multimirror *m)
 {
-    return mapping__handle_live(MAPPING_HANDLE_MULTIMIRROR, m) ? m->cpu : NULL;
+    return check_handle("mapping_multimirror_cpu", m) == MAPPING_OK ? m->cpu : NULL;
 }
 
 mapping_buffer *mapping_multimirror_gpu(mapping_multimirror *m, int device)
 {
-    if (!mapping__handle_live(MAPPING_HANDLE_MULTIMIRROR, m) || device < 0 || device >= m->count)
+    if (check_handle("mapping_multimirror_gpu", m) != MAPPING_OK ||
+        check_device_index("mapping_multimirror_gpu", m, device) != MAPPING_OK)
         return NULL;
     return m->buf[device];
 }

@@ -520,7 +520,10 @@ static mapping_status copy_peer_staged(mapping_stream *stream, const mapping_buf
 {
     enum { STAGING_CHUNK = 4 << 20 };
     mapping_device *sdev = src->dev, *ddev = dst->dev;
-    mapping_status st = stream ? mapping__stream_synchronize(stream) : MAPPING_OK;
+    mapping_status st = stream ? mapping__check_not_in_host_fn("mapping_copy_peer", stream) : MAPPING_OK;
+    if (st != MAPPING_OK)
+        return st; /* it waits for the stream: from the stream's own host function, for itself */
+    st = stream ? mapping__stream_synchronize(stream) : MAPPING_OK;
     if (st != MAPPING_OK)
         return st;
     size_t chunk = bytes < STAGING_CHUNK ? bytes : STAGING_CHUNK;

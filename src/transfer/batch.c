@@ -123,7 +123,8 @@ void mapping_batch_destroy(mapping_batch *b)
 
 size_t mapping_batch_count(const mapping_batch *b)
 {
-    return mapping__handle_live(MAPPING_HANDLE_BATCH, b) ? b->count : 0;
+    /* 0 too for a batch whose device was closed (its copies went with it). */
+    return mapping__handle_live(MAPPING_HANDLE_BATCH, b) && mapping__device_alive(b->dev, b->dev_serial) ? b->count : 0;
 }
 
 void mapping_batch_clear(mapping_batch *b)

@@ -4,6 +4,8 @@
  * MAPPING_ERR_BUSY. CTest runs these with MAPPING_HOST_DEVICES=2 and
  * POCL_DEVICES="pthread pthread"; with one device, the second is another
  * object of device 0, which works the same way. */
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include "harness.h"
 
@@ -313,4 +315,110 @@ TEST(close_waits_for_the_last_of_many_peer_copies_queued_while_the_first_was_pen
     mapping_free_gpu(dst[0]);
     mapping_free_gpu(dst[1]);
     free(pattern);
+}
+
+/* After one of its devices is closed, a multimirror's getters give 0 / NULL
+ * (the close freed its host array and replicas: a pointer to them would be
+ * a use after free), and a batch of a closed device counts 0 copies. */
+TEST(multimirror_and_batch_getters_give_nothing_once_a_device_is_closed)
+{
+    mapping_device *devs[2] = {test_device(), other_device()};
+    mapping_multimirror *mm;
+    CHECK_OK(mapping_multimirror_create(devs, 2, 4096, &mm));
+    CHECK(mapping_multimirror_size(mm) == 4096 && mapping_multimirror_cpu(mm) && mapping_multimirror_gpu(mm, 1));
+    CHECK(mapping_multimirror_gpu(mm, 2) == NULL);
+    mapping_batch *b;
+    mapping_buffer *buf;
+    static unsigned char host[64];
+    CHECK_OK(mapping_batch_create(devs[1], &b));
+    CHECK_OK(mapping_allocate_gpu(devs[1], 64, &buf));
+    CHECK_OK(mapping_batch_add_to_gpu(b, host, buf, 0, 64));
+    CHECK(mapping_batch_count(b) == 1);
+    mapping_close(devs[1]);
+    CHECK(mapping_multimirror_size(mm) == 0);
+    CHECK(mapping_multimirror_cpu(mm) == NULL);
+    CHECK(strstr(mapping_last_error_message(), "closed") != NULL);
+    CHECK(mapping_multimirror_gpu(mm, 0) == NULL && mapping_multimirror_gpu(mm, 1) == NULL);
+    CHECK(mapping_batch_count(b) == 0);
+    mapping_multimirror_destroy(mm);
+    mapping_batch_destroy(b);
+}
+
+/* Calls that wait for their stream, made from a host function running on
+ * that stream: a device-diff mirror's sync to the CPU reads in full instead
+ * of waiting for the comparison (it used to wait for itself forever), and a
+ * peer copy between back ends (staged: it waits) is refused BUSY. */
+static mapping_mirror *self_mirror;
+static mapping_stream *self_stream;
+static mapping_status self_status;
+
+static void diff_sync_on_own_stream(void *user)
+{
+    (void)user;
+    self_status = mapping_mirror_sync_to_cpu(self_stream, self_mirror);
+}
+
+TEST(a_diff_mirror_synced_from_a_host_function_on_its_own_stream_reads_in_full)
+{
+    if (strcmp(test_backend(), "cuda") == 0)
+        test_skip("CUDA host functions must not call the library (mapping_launch_host)");
+    char *saved = getenv("MAPPING_DEVICE_DIFF") ? strdup(getenv("MAPPING_DEVICE_DIFF")) : NULL;
+    setenv("MAPPING_DEVICE_DIFF", "on", 1);
+    mapping_device *dev = test_device();
+    size_t n = 1 << 20;
+    CHECK_OK(mapping_stream_create(dev, &self_stream));
+    CHECK_OK(mapping_mirror_create(dev, n, MAPPING_MIRROR_DEVICE_DIFF, &self_mirror));
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, self_mirror));
+    CHECK_OK(mapping_mirror_sync_to_cpu(NULL, self_mirror));
+    CHECK_OK(mapping_fill_gpu(NULL, mapping_mirror_gpu(self_mirror), mapping_mirror_gpu_offset(self_mirror) + 4096, 100,
+                              7));
+    CHECK_OK(mapping_mirror_mark_gpu_modified(self_mirror, 0, n));
+    self_status = MAPPING_ERR_NOT_READY;
+    CHECK_OK(mapping_launch_host(self_stream, diff_sync_on_own_stream, NULL));
+    CHECK_OK(mapping_stream_synchronize(self_stream)); /* the host function has run... */
+    CHECK_OK(mapping_stream_synchronize(self_stream)); /* ...and what it queued too */
+    CHECK_OK(self_status);
+    unsigned char *cpu = mapping_mirror_cpu(self_mirror);
+    CHECK(cpu[4096] == 7 && cpu[4096 + 99] == 7 && cpu[4096 + 100] == 0);
+    mapping_mirror_destroy(self_mirror);
+    mapping_stream_destroy(self_stream);
+    if (saved) {
+        setenv("MAPPING_DEVICE_DIFF", saved, 1);
+        free(saved);
+    } else {
+        unsetenv("MAPPING_DEVICE_DIFF");
+    }
+}
+
+static mapping_buffer *peer_src, *peer_dst;
+
+static void peer_copy_on_own_stream(void *user)
+{
+    (void)user;
+    self_status = mapping_copy_peer(self_stream, peer_src, 0, peer_dst, 0, 4096);
+}
+
+TEST(a_staged_peer_copy_from_a_host_function_on_its_own_stream_is_refused_busy)
+{
+    mapping_device_desc hd = {.backend = "host"}, od = {.backend = "opencl"};
+    mapping_device *h, *o;
+    CHECK_OK(mapping_open(&hd, &h));
+    if (mapping_open(&od, &o) != MAPPING_OK) {
+        mapping_close(h);
+        test_skip("a copy between back ends needs OpenCL too: %s", mapping_last_error_message());
+    }
+    CHECK_OK(mapping_stream_create(h, &self_stream));
+    CHECK_OK(mapping_allocate_gpu(o, 4096, &peer_src));
+    CHECK_OK(mapping_allocate_gpu(h, 4096, &peer_dst));
+    self_status = MAPPING_OK;
+    CHECK_OK(mapping_launch_host(self_stream, peer_copy_on_own_stream, NULL));
+    CHECK_OK(mapping_stream_synchronize(self_stream));
+    CHECK(self_status == MAPPING_ERR_BUSY);
+    CHECK_OK(mapping_copy_peer(self_stream, peer_src, 0, peer_dst, 0, 4096)); /* from the program's thread: fine */
+    CHECK_OK(mapping_stream_synchronize(self_stream));
+    mapping_free_gpu(peer_src);
+    mapping_free_gpu(peer_dst);
+    mapping_stream_destroy(self_stream);
+    mapping_close(o);
+    mapping_close(h);
 }
