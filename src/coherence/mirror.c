@@ -154,6 +154,7 @@ mapping_status mapping_mirror_create(mapping_device *dev, size_t bytes, unsigned
         st->owns_cpu = true;
     }
     memset(st->cpu, 0, bytes);
+    st->gpu->owner = "mirror"; /* the public free refuses it: the mirror would use it after */
     if ((flags & MAPPING_MIRROR_TRACK_WRITES) && (status = mapping__mirror_track_begin(fn, st)))
         goto fail;
     if ((flags & MAPPING_MIRROR_DEVICE_DIFF) && (status = mapping__mirror_diff_begin(fn, st)))
@@ -181,7 +182,7 @@ mapping_status mapping_mirror_wrap(mapping_device *dev, void *cpu_ptr, size_t by
     /* Pinning is an optimisation: a back end that cannot is not an error. */
     if ((flags & MAPPING_MIRROR_PIN) && mapping__host_register(dev, cpu_ptr, bytes) == MAPPING_OK)
         st->pinned = true;
-    if ((status = mapping__allocate_gpu(dev, bytes, &st->gpu)) ||
+    if ((status = mapping__allocate_gpu(dev, bytes, &st->gpu)) || !(st->gpu->owner = "mirror") ||
         ((flags & MAPPING_MIRROR_TRACK_WRITES) && (status = mapping__mirror_track_begin(fn, st))) ||
         ((flags & MAPPING_MIRROR_DEVICE_DIFF) && (status = mapping__mirror_diff_begin(fn, st))) ||
         (status = handle_new(fn, st, 0, bytes, out))) {

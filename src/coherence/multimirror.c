@@ -154,6 +154,8 @@ mapping_status mapping_multimirror_create(mapping_device *const *devices, int co
     m->cpu = cpu;
     for (int j = 0; j < count && st == MAPPING_OK; j++) {
         st = mapping__allocate_gpu(devices[j], bytes, &m->buf[j]);
+        if (st == MAPPING_OK)
+            m->buf[j]->owner = "multimirror"; /* mapping_free_gpu refuses it */
         if (st == MAPPING_OK && !mapping__span_set_add(&m->stale[1 + j], 0, bytes))
             st = oom(fn);
     }
@@ -188,22 +190,33 @@ void mapping_multimirror_destroy(mapping_multimirror *m)
                       (const void *)m);
 }
 
-/* The getters: 0 / NULL for a multimirror that is not live or one of whose
- * devices was closed (the close freed its host memory and buffers). */
+/* The getters: NULL for what a closed device took with it: the CPU array
+ * (page-locked memory of device 0) once device 0 is closed, replica j's
+ * buffer once device j is. */
+static bool side_alive(const char *fn, const mapping_multimirror *m, int j)
+{
+    if (mapping__device_alive(m->dev[j], m->dev_serial[j]))
+        return true;
+    mapping__fail(MAPPING_ERR_INVALID_HANDLE, "%s: device %d of multimirror %p was closed", fn, j, (const void *)m);
+    return false;
+}
+
 size_t mapping_multimirror_size(const mapping_multimirror *m)
 {
-    return check_handle("mapping_multimirror_size", m) == MAPPING_OK ? m->size : 0;
+    return mapping__handle_live(MAPPING_HANDLE_MULTIMIRROR, m) ? m->size : 0;
 }
 
 void *mapping_multimirror_cpu(mapping_multimirror *m)
 {
-    return check_handle("mapping_multimirror_cpu", m) == MAPPING_OK ? m->cpu : NULL;
+    static const char fn[] = "mapping_multimirror_cpu";
+    return mapping__handle_live(MAPPING_HANDLE_MULTIMIRROR, m) && side_alive(fn, m, 0) ? m->cpu : NULL;
 }
 
 mapping_buffer *mapping_multimirror_gpu(mapping_multimirror *m, int device)
 {
-    if (check_handle("mapping_multimirror_gpu", m) != MAPPING_OK ||
-        check_device_index("mapping_multimirror_gpu", m, device) != MAPPING_OK)
+    static const char fn[] = "mapping_multimirror_gpu";
+    if (!mapping__handle_live(MAPPING_HANDLE_MULTIMIRROR, m) || check_device_index(fn, m, device) != MAPPING_OK ||
+        !side_alive(fn, m, device))
         return NULL;
     return m->buf[device];
 }

@@ -22,6 +22,7 @@ static mapping_status buffer_new(const char *fn, mapping_device *dev, size_t byt
              : host ? mapping__op_buffer_alloc_unified(dev, bytes, &buf->mem, host)
                     : mapping__op_buffer_alloc(dev, bytes, &buf->mem);
     buf->imported = import != NULL;
+    buf->owner = NULL;
     if (st == MAPPING_OK && mapping__handle_add(MAPPING_HANDLE_BUFFER, buf) != MAPPING_OK) {
         if (import)
             mapping__op_buffer_unimport(dev, buf->mem);
@@ -78,6 +79,12 @@ void mapping_free_gpu(mapping_buffer *buf)
 {
     if (!buf || mapping__check_buffer("mapping_free_gpu", "buffer", buf) != MAPPING_OK)
         return;
+    if (buf->owner) {
+        mapping__fail(MAPPING_ERR_NOT_OWNED, "mapping_free_gpu: buffer %p belongs to a %s: destroy the %s instead; "
+                                             "not freed",
+                      (void *)buf, buf->owner, buf->owner);
+        return;
+    }
     mapping__free_gpu(buf);
 }
 

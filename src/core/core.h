@@ -40,6 +40,7 @@ typedef struct mapping_host_block {
     size_t    bytes;
     void     *cookie;
     bool      registered; /* host_register (user memory) rather than host_alloc */
+    bool      owned;      /* a library object's (a mirror's CPU side, staging): mapping_free_cpu refuses it */
 } mapping_host_block;
 
 typedef struct mapping_host_registry {
@@ -59,6 +60,7 @@ struct mapping_stream {
     void             *state;
     mapping_list_node node;
     bool              imported; /* mapping_import_stream: the caller's queue */
+    const char       *owner;    /* a library object's (a pipeline's): mapping_stream_destroy refuses it */
     mapping_list_node fences;   /* its work that reads other devices' memory (core/peer_fence.c) */
 };
 
@@ -88,6 +90,10 @@ struct mapping_device {
     mapping_stream blocking;
 
     _Atomic unsigned checks; /* MAPPING_DEVICE_CHECK_* (mapping_device_set_checks) */
+    /* mapping_pipeline_run calls in progress on this device: mapping_close
+     * refuses BUSY meanwhile (a step that closes the device would leave
+     * the run using freed streams and buffers). */
+    _Atomic int running_pipelines;
 
     _Atomic int fault_countdown; /* > 0: that many more operations succeed */
     _Atomic int fault_armed;
@@ -101,6 +107,10 @@ struct mapping_buffer {
     void             *mem;
     size_t            size;
     mapping_list_node node;
+    /* A library object's buffer (a mirror's GPU side, a pipeline's chunk
+     * buffers), given out by a getter: mapping_free_gpu refuses it (the
+     * object would use it after the free); NULL for the program's. */
+    const char       *owner;
     /* Imported (mapping_import_gpu): memory the caller owns; freeing drops
      * the library's handle and then calls release(release_user). */
     bool              imported;

@@ -184,6 +184,12 @@ void mapping_close(mapping_device *dev)
 {
     if (!dev || mapping__check_device("mapping_close", dev) != MAPPING_OK)
         return;
+    if (atomic_load(&dev->running_pipelines) > 0) {
+        mapping__fail(MAPPING_ERR_BUSY, "mapping_close: device %p has a pipeline running (called from its step, or "
+                                        "while another thread runs it): close it after the run",
+                      (void *)dev);
+        return;
+    }
     /* From a host function on one of its streams, close would wait for itself. */
     const void *worker = mapping_os_worker_stream();
     const mapping_stream *own = NULL;

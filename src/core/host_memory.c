@@ -51,7 +51,7 @@ mapping_status mapping__host_registry_add(mapping_host_registry *r, void *ptr, s
         r->capacity = capacity;
     }
     memmove(&r->blocks[at + 1], &r->blocks[at], (r->count - at) * sizeof *r->blocks);
-    r->blocks[at] = (mapping_host_block){start, bytes, cookie, registered};
+    r->blocks[at] = (mapping_host_block){start, bytes, cookie, registered, !registered};
     r->count++;
     atomic_store(&r->published_count, r->count);
 out:
@@ -139,6 +139,27 @@ bool mapping__free_cpu(mapping_device *dev, void *cpu_ptr)
     return true;
 }
 
+/* The program's memory from now on (mapping_allocate_cpu): mapping_free_cpu
+ * may free it. Blocks start as the library's own (mapping__allocate_cpu). */
+static void give_to_program(mapping_host_registry *r, void *ptr)
+{
+    pthread_mutex_lock(&r->lock);
+    size_t at = upper_bound(r, (uintptr_t)ptr);
+    if (at > 0 && r->blocks[at - 1].start == (uintptr_t)ptr)
+        r->blocks[at - 1].owned = false;
+    pthread_mutex_unlock(&r->lock);
+}
+
+/* 1: ptr starts a block the library allocated for one of its objects. */
+static bool owned_by_an_object(mapping_host_registry *r, void *ptr)
+{
+    pthread_mutex_lock(&r->lock);
+    size_t at = upper_bound(r, (uintptr_t)ptr);
+    bool owned = at > 0 && r->blocks[at - 1].start == (uintptr_t)ptr && r->blocks[at - 1].owned;
+    pthread_mutex_unlock(&r->lock);
+    return owned;
+}
+
 mapping_status mapping_allocate_cpu(mapping_device *dev, size_t bytes, void **out)
 {
     static const char fn[] = "mapping_allocate_cpu";
@@ -148,7 +169,9 @@ mapping_status mapping_allocate_cpu(mapping_device *dev, size_t bytes, void **ou
     *out = NULL;
     if (bytes == 0)
         return mapping__fail(MAPPING_ERR_ZERO_SIZE, "%s: bytes is 0", fn);
-    return mapping__allocate_cpu(dev, bytes, out);
+    if ((st = mapping__allocate_cpu(dev, bytes, out)) == MAPPING_OK)
+        give_to_program(&dev->host_blocks, *out);
+    return st;
 }
 
 void mapping_free_cpu(mapping_device *dev, void *cpu_ptr)
@@ -158,6 +181,12 @@ void mapping_free_cpu(mapping_device *dev, void *cpu_ptr)
         return;
     if (mapping__check_device(fn, dev) != MAPPING_OK)
         return;
+    if (owned_by_an_object(&dev->host_blocks, cpu_ptr)) {
+        mapping__fail(MAPPING_ERR_NOT_OWNED, "%s: %p belongs to a library object (a mirror's CPU side, a pipeline's "
+                                             "or a batch's staging): destroy that object instead; not freed",
+                      fn, cpu_ptr);
+        return;
+    }
     if (!mapping__free_cpu(dev, cpu_ptr))
         mapping__fail(MAPPING_ERR_NOT_OWNED, "%s: %p was not returned by mapping_allocate_cpu on this device; not freed",
                       fn, cpu_ptr);

@@ -16,6 +16,7 @@ static mapping_status stream_new(mapping_device *dev, void *native, mapping_stre
     if (!s)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mapping_stream_create: out of memory");
     s->imported = native != NULL;
+    s->owner = NULL;
     mapping__fence_init(&s->fences);
     mapping_status st = native ? mapping__op_stream_import(dev, native, &s->state)
                                : mapping__op_stream_create(dev, &s->state);
@@ -115,6 +116,11 @@ void mapping_stream_destroy(mapping_stream *stream)
     if (!stream || mapping__check_stream(fn, stream) != MAPPING_OK ||
         mapping__check_not_in_host_fn(fn, stream) != MAPPING_OK)
         return;
+    if (stream->owner) {
+        mapping__fail(MAPPING_ERR_NOT_OWNED, "%s: stream %p belongs to a %s: destroy the %s instead; not destroyed", fn,
+                      (void *)stream, stream->owner, stream->owner);
+        return;
+    }
     mapping__stream_destroy(stream);
 }
 

@@ -183,6 +183,13 @@ mapping_status mapping_pipeline_create(mapping_device *dev, const mapping_pipeli
         if ((st = mapping__stream_create(dev, &s->stream)) == MAPPING_OK &&
             (st = mapping__allocate_gpu(dev, d.chunk_bytes, &s->input)) == MAPPING_OK)
             st = mapping__allocate_gpu(dev, d.chunk_bytes, &s->output);
+        /* Given to the step: the public free / destroy refuse them. */
+        if (s->stream)
+            s->stream->owner = "pipeline";
+        if (s->input)
+            s->input->owner = "pipeline";
+        if (s->output)
+            s->output->owner = "pipeline";
     }
     if (st == MAPPING_OK && mapping__handle_add(MAPPING_HANDLE_PIPELINE, p) != MAPPING_OK)
         st = mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
@@ -285,6 +292,7 @@ mapping_status mapping_pipeline_run(mapping_pipeline *p, const void *cpu_src, vo
     mapping_status first = MAPPING_OK;
     size_t index = 0;
     p->running = true;
+    atomic_fetch_add(&dev->running_pipelines, 1);
     for (size_t offset = 0; offset < bytes && first == MAPPING_OK; offset += chunk_bytes, index++) {
         size_t depth = (size_t)p->desc.depth, lap = index / depth % LAPS;
         pipeline_slot *s = &p->slots[index % depth];
@@ -313,6 +321,7 @@ mapping_status mapping_pipeline_run(mapping_pipeline *p, const void *cpu_src, vo
             p->slots[i].done[lap] = NULL;
         }
     }
+    atomic_fetch_sub(&dev->running_pipelines, 1);
     p->running = false;
     return first;
 }

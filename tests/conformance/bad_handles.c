@@ -537,3 +537,97 @@ TEST(a_batch_or_mirror_destroyed_after_a_loop_of_adds_or_marks_is_refused_at_the
     }
     mapping_free_gpu(buf);
 }
+
+/* Objects a mirror, multimirror or pipeline owns and hands out (its GPU
+ * side, its replicas, its CPU array, a pipeline's chunk buffers and stream)
+ * are refused by the public free / destroy functions: the owner would use
+ * them after the free. Nothing is freed; the owner keeps working. */
+#define REFUSED_NOT_OWNED(call)                                                                                        \
+    do {                                                                                                               \
+        mapping_clear_last_error();                                                                                    \
+        call;                                                                                                          \
+        CHECK(mapping_last_error() == MAPPING_ERR_NOT_OWNED);                                                          \
+    } while (0)
+
+static mapping_stream *owned_stream;
+static mapping_buffer *owned_input, *owned_output;
+static mapping_device *owned_dev;
+static int step_calls;
+
+static mapping_status keep_and_copy(mapping_stream *s, const mapping_pipeline_chunk *c, void *user)
+{
+    (void)user;
+    owned_stream = s;
+    owned_input = c->input;
+    owned_output = c->output;
+    if (step_calls++ == 1) {
+        mapping_clear_last_error();
+        mapping_close(owned_dev); /* from the step: refused, the run goes on */
+        if (mapping_last_error() != MAPPING_ERR_BUSY)
+            return MAPPING_ERR_INTERNAL;
+        mapping_clear_last_error();
+        mapping_stream_destroy(s);
+        if (mapping_last_error() != MAPPING_ERR_NOT_OWNED)
+            return MAPPING_ERR_INTERNAL;
+    }
+    return mapping_copy_gpu(s, c->input, c->input_offset, c->output, c->output_offset, c->bytes);
+}
+
+TEST(objects_owned_by_mirrors_and_pipelines_are_refused_by_the_public_free)
+{
+    mapping_device *dev = test_device();
+    size_t n = 4 * 4096;
+    mapping_mirror *m;
+    CHECK_OK(mapping_mirror_create(dev, n, 0, &m));
+    REFUSED_NOT_OWNED(mapping_free_gpu(mapping_mirror_gpu(m)));
+    CHECK(strstr(mapping_last_error_message(), "mirror") != NULL);
+    REFUSED_NOT_OWNED(mapping_free_cpu(dev, mapping_mirror_cpu(m)));
+    memset(mapping_mirror_cpu(m), 0x3c, n);
+    CHECK_OK(mapping_mirror_mark_cpu_modified(m, 0, n));
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    test_check_mirror_sides_equal(m);
+    mapping_mirror_destroy(m);
+
+    static unsigned char wrapped[2 * 4096];
+    CHECK_OK(mapping_mirror_wrap(dev, wrapped, sizeof wrapped, 0, &m));
+    REFUSED_NOT_OWNED(mapping_free_gpu(mapping_mirror_gpu(m)));
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    mapping_mirror_destroy(m);
+
+    mapping_multimirror *mm;
+    CHECK_OK(mapping_multimirror_create(&dev, 1, n, &mm));
+    REFUSED_NOT_OWNED(mapping_free_gpu(mapping_multimirror_gpu(mm, 0)));
+    REFUSED_NOT_OWNED(mapping_free_cpu(dev, mapping_multimirror_cpu(mm)));
+    CHECK_OK(mapping_multimirror_mark_cpu_modified(mm, 0, n));
+    CHECK_OK(mapping_multimirror_sync_to_gpu(NULL, mm, 0));
+    mapping_multimirror_destroy(mm);
+
+    owned_dev = dev;
+    step_calls = 0;
+    mapping_pipeline *p;
+    mapping_pipeline_desc d = {.chunk_bytes = 4096, .depth = 2};
+    CHECK_OK(mapping_pipeline_create(dev, &d, &p));
+    unsigned char *in = malloc(8 * 4096), *out = calloc(1, 8 * 4096);
+    CHECK(in && out);
+    test_pattern(in, 8 * 4096, 5);
+    CHECK_OK(mapping_pipeline_run(p, in, out, 8 * 4096, keep_and_copy, NULL));
+    CHECK_BYTES(out, in, 8 * 4096);
+    REFUSED_NOT_OWNED(mapping_stream_destroy(owned_stream)); /* between runs */
+    REFUSED_NOT_OWNED(mapping_free_gpu(owned_input));
+    REFUSED_NOT_OWNED(mapping_free_gpu(owned_output));
+    memset(out, 0, 8 * 4096);
+    step_calls = 5;
+    CHECK_OK(mapping_pipeline_run(p, in, out, 8 * 4096, keep_and_copy, NULL));
+    CHECK_BYTES(out, in, 8 * 4096);
+    mapping_pipeline_destroy(p);
+    free(in);
+    free(out);
+
+    /* The program's own allocations are still freed. */
+    void *mine;
+    CHECK_OK(mapping_allocate_cpu(dev, 4096, &mine));
+    mapping_clear_last_error();
+    mapping_free_cpu(dev, mine);
+    if (mapping_last_error() != MAPPING_OK)
+        test_fail(__FILE__, __LINE__, "freeing the program's memory failed: %s", mapping_last_error_message());
+}

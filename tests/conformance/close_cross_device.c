@@ -317,12 +317,15 @@ TEST(close_waits_for_the_last_of_many_peer_copies_queued_while_the_first_was_pen
     free(pattern);
 }
 
-/* After one of its devices is closed, a multimirror's getters give 0 / NULL
- * (the close freed its host array and replicas: a pointer to them would be
- * a use after free), and a batch of a closed device counts 0 copies. */
+/* After one of its devices is closed, a multimirror's getters give NULL for
+ * what that device took with it (the CPU array is device 0's page-locked
+ * memory; replica j's buffer is device j's): a pointer to them would be a
+ * use after free. Replicas of open devices stay reachable. A batch of a
+ * closed device counts 0 copies. */
 TEST(multimirror_and_batch_getters_give_nothing_once_a_device_is_closed)
 {
-    mapping_device *devs[2] = {test_device(), other_device()};
+    mapping_device *kept = test_device(); /* first: skips where the back end is absent */
+    mapping_device *devs[2] = {other_device(), kept};
     mapping_multimirror *mm;
     CHECK_OK(mapping_multimirror_create(devs, 2, 4096, &mm));
     CHECK(mapping_multimirror_size(mm) == 4096 && mapping_multimirror_cpu(mm) && mapping_multimirror_gpu(mm, 1));
@@ -330,15 +333,14 @@ TEST(multimirror_and_batch_getters_give_nothing_once_a_device_is_closed)
     mapping_batch *b;
     mapping_buffer *buf;
     static unsigned char host[64];
-    CHECK_OK(mapping_batch_create(devs[1], &b));
-    CHECK_OK(mapping_allocate_gpu(devs[1], 64, &buf));
+    CHECK_OK(mapping_batch_create(devs[0], &b));
+    CHECK_OK(mapping_allocate_gpu(devs[0], 64, &buf));
     CHECK_OK(mapping_batch_add_to_gpu(b, host, buf, 0, 64));
     CHECK(mapping_batch_count(b) == 1);
-    mapping_close(devs[1]);
-    CHECK(mapping_multimirror_size(mm) == 0);
+    mapping_close(devs[0]);
     CHECK(mapping_multimirror_cpu(mm) == NULL);
     CHECK(strstr(mapping_last_error_message(), "closed") != NULL);
-    CHECK(mapping_multimirror_gpu(mm, 0) == NULL && mapping_multimirror_gpu(mm, 1) == NULL);
+    CHECK(mapping_multimirror_gpu(mm, 0) == NULL && mapping_multimirror_gpu(mm, 1) != NULL);
     CHECK(mapping_batch_count(b) == 0);
     mapping_multimirror_destroy(mm);
     mapping_batch_destroy(b);
