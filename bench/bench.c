@@ -344,10 +344,14 @@ const char *bench_size_name(size_t bytes, char *buf, size_t len)
 static int open_device(const bench_args *args, bench_ctx *ctx)
 {
     mapping_status st;
-    if (args->backend || args->device >= 0) {
-        mapping_device_desc desc = {.backend = args->backend, .device = args->device > 0 ? args->device : 0};
+    if (args->device >= 0) {
+        mapping_device_desc desc = {.backend = args->backend, .device = args->device};
         st = mapping_open(&desc, &ctx->dev);
     } else {
+        /* No --device: $MAPPING_DEVICE applies (mapping_open(NULL)), in the
+         * back end of --backend if given. */
+        if (args->backend)
+            setenv("MAPPING_BACKEND", args->backend, 1);
         st = mapping_open(NULL, &ctx->dev);
     }
     if (st != MAPPING_OK) {

@@ -237,14 +237,21 @@ int bench_parse_args(int argc, char **argv, bench_args *args, bench_ctx *ctx)
         ctx->runs = ctx->quick ? 3 : 7;
     if (ctx->json || ctx->csv)
         ctx->out = stderr;
-    if (args->backend) { /* a back end this library knows of, or exit 2 */
+    /* A back end this library knows of, or exit 2 (not 77, "skipped"): a
+     * misspelt name, on the command line or in $MAPPING_BACKEND, must fail
+     * a CI job, not skip it. */
+    const char *env_backend = getenv("MAPPING_BACKEND");
+    const char *named = args->backend ? args->backend : env_backend && *env_backend ? env_backend : NULL;
+    if (named) {
         mapping_backend_info infos[16];
         int n = 0, known = 0;
         mapping_list_backends(infos, 16, &n);
         for (int i = 0; i < n && i < 16; i++)
-            known |= !strcmp(infos[i].name, args->backend);
+            known |= !strcmp(infos[i].name, named);
         if (!known)
-            return bad_argument("--backend %s: unknown back end (mapping info lists them)", args->backend);
+            return bad_argument(args->backend ? "--backend %s: unknown back end (mapping info lists them)"
+                                              : "MAPPING_BACKEND=%s: unknown back end (mapping info lists them)",
+                                named);
     }
     return args->device > 0 ? check_device_index(args) : KEEP_GOING;
 }

@@ -3,6 +3,7 @@
  * the same run. The difference is the cost of one trace event (two clock
  * reads, a lock, a copy into memory); the file is written at the end.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,8 +28,16 @@ BENCH_SECTION(bench_trace, 25, "trace", "cost of a trace event: 64-byte blocking
         bench_note(ctx, "trace: skipped, a trace is being recorded already (MAPPING_TRACE)");
         return 0;
     }
-    char path[64];
-    snprintf(path, sizeof path, "/tmp/mapping_bench_trace_%d.json", (int)getpid());
+    /* In a directory of our own (mkdtemp, mode 0700): a name another user
+     * could guess in /tmp could be planted as a link or a FIFO. */
+    const char *tmpdir = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    char dir[4096], path[4200];
+    snprintf(dir, sizeof dir, "%s/mapping_bench_trace.XXXXXX", tmpdir);
+    if (!mkdtemp(dir)) {
+        bench_note(ctx, "trace: skipped, no private directory in %s: %s", tmpdir, strerror(errno));
+        return 1;
+    }
+    snprintf(path, sizeof path, "%s/trace.json", dir);
     trace_job j = {NULL, NULL};
     int rc = 1;
     if (bench_check(mapping_allocate_gpu(ctx->dev, 4096, &j.buf), "allocate_gpu") ||
@@ -68,6 +77,7 @@ BENCH_SECTION(bench_trace, 25, "trace", "cost of a trace event: 64-byte blocking
     rc = 0;
 out:
     remove(path);
+    rmdir(dir);
     mapping_free_cpu(ctx->dev, j.host);
     mapping_free_gpu(j.buf);
     return rc;

@@ -566,9 +566,13 @@ MAPPING_API mapping_status mapping_device_stats_json(const mapping_device *dev, 
  * trace is being recorded (decided under one lock: of two threads starting
  * at once, exactly one records). */
 MAPPING_API mapping_status mapping_trace_start(const char *path);
-/* Stops recording and writes the file: to a temporary file beside it,
- * renamed over it, so a failed write leaves what was there (a path that is
- * not a regular file, /dev/stdout, is written in place). MAPPING_ERR_IO,
+/* Stops recording and writes the file: to a temporary file beside it
+ * (created exclusively), renamed over it, so a failed write leaves what was
+ * there; a link is followed (its file replaced). A path that is not a
+ * regular file (a FIFO: its reader must run at start) or lies in /proc or
+ * /dev (/dev/stdout) is written in place, through a descriptor opened by
+ * mapping_trace_start. A forked child never writes its parent's recording.
+ * MAPPING_ERR_IO,
  * with a message naming errno, when it cannot be written (a full disk).
  * MAPPING_OK when no trace was being recorded (nothing written). */
 MAPPING_API mapping_status mapping_trace_stop(void);

@@ -79,8 +79,19 @@ static int run(int argc, char **argv)
     return 2;
 }
 
+/* A trace recorded through MAPPING_TRACE is written now, not by the
+ * library's exit handler, so that a trace that cannot be written fails the
+ * command (exit 1) instead of being reported after the status was chosen. */
+static int trace_written(int status)
+{
+    if (!mapping_trace_active() || mapping_trace_stop() == MAPPING_OK)
+        return status;
+    fprintf(stderr, "mapping: %s\n", mapping_last_error_message());
+    return status == 0 || status == 3 ? 1 : status;
+}
+
 int main(int argc, char **argv)
 {
     hold_closed_standard_streams();
-    return report_written(run(argc, argv));
+    return report_written(trace_written(run(argc, argv)));
 }

@@ -90,7 +90,7 @@ mapping_status mapping_open(const mapping_device_desc *desc, mapping_device **ou
     mapping_device_desc d = desc ? *desc : (mapping_device_desc){0};
     if (!d.backend)
         d.backend = env_or_null("MAPPING_BACKEND");
-    if (d.device == 0 && env_or_null("MAPPING_DEVICE")) {
+    if (!desc && env_or_null("MAPPING_DEVICE")) { /* desc given: its index, 0 included, is the one asked for */
         /* Decimal digits only (no sign, space or suffix), at most 1000000. */
         const char *env = getenv("MAPPING_DEVICE");
         long index = 0;

@@ -5,7 +5,8 @@
  * MAPPING_ERR_BUSY). The file is written to a temporary one beside it and
  * renamed over it, so a full disk leaves the file as it was, never a
  * truncated trace; only a path that is not a regular file (/dev/stdout, a
- * FIFO) is written in place.
+ * FIFO) is written in place (start_target). A forked child never writes
+ * its parent's recording (fork handlers: the lock is not inherited taken).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -50,6 +51,7 @@ static struct {
     uint32_t        n_processes;
     trace_track     tracks[MAX_TRACKS];
     uint32_t        n_tracks;
+    pid_t           owner; /* the process that started the recording */
 } trace = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* pid of a device, 1-based; named on first sight. Lock held. */
@@ -188,41 +190,131 @@ static void put_trace(FILE *f)
     fprintf(f, "\n]}\n");
 }
 
-/* Whether path names something other than a regular file (a device, a
- * FIFO): written in place, since renaming over it would replace it. */
-static bool written_in_place(const char *path)
+/* Where the trace goes, decided at start (start_target) and kept until
+ * stop (write_file):
+ * - A path that resolves (symbolic links followed) to something other than
+ *   a regular file (a FIFO, /dev/null, a terminal), or to a file under
+ *   /proc or /dev (/dev/stdout redirected to a file): written in place,
+ *   through a descriptor opened at start and kept, so a FIFO's reader sees
+ *   one writer from start to stop, and a missing reader fails the start
+ *   (ENXIO) instead of blocking. A regular file there is appended to (it
+ *   is the program's own output).
+ * - Otherwise (the usual case): the resolved path (a link to a file is
+ *   followed, never replaced) is written through a new temporary file beside
+ *   it, created exclusively with a random name, then renamed over it. */
+static int target_fd = -1;   /* in place: kept from start to stop */
+static char *target_path;    /* else: the resolved path the trace replaces */
+
+static bool under_proc_or_dev(const char *real)
 {
-    struct stat st;
-    return stat(path, &st) == 0 && !S_ISREG(st.st_mode);
+    return strncmp(real, "/proc/", 6) == 0 || strncmp(real, "/dev/", 5) == 0;
 }
 
-/* The temporary file beside path, created (mode 0666 less the umask); NULL
- * with errno set. */
+/* A new temporary file beside path: O_EXCL with a random name, a regular
+ * file of ours; NULL with errno set. */
 static FILE *create_temporary(const char *path, char *tmp, size_t len)
 {
-    int n = snprintf(tmp, len, "%s.%ld.tmp", path, (long)getpid());
-    if (n <= 0 || (size_t)n >= len) {
-        errno = ENAMETOOLONG;
-        return NULL;
+    for (int attempt = 0; attempt < 16; attempt++) {
+        uint64_t r = mapping_os_now_ns() ^ ((uint64_t)getpid() << 32) ^ ((uint64_t)(uintptr_t)tmp * 0x9e3779b97f4a7c15u);
+        r ^= r >> 29;
+        r *= 0xbf58476d1ce4e5b9u;
+        r ^= r >> 32;
+        int n = snprintf(tmp, len, "%s.%ld.%016" PRIx64 ".tmp", path, (long)getpid(), r + (uint64_t)attempt);
+        if (n <= 0 || (size_t)n >= len) {
+            errno = ENAMETOOLONG;
+            return NULL;
+        }
+        int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+        if (fd < 0 && errno == EEXIST)
+            continue;
+        if (fd < 0)
+            return NULL;
+        FILE *f = fdopen(fd, "w");
+        if (!f) {
+            int e = errno;
+            close(fd);
+            unlink(tmp);
+            errno = e;
+        }
+        return f;
     }
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0666);
-    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-    if (fd >= 0 && !f) {
-        int e = errno;
-        close(fd);
-        unlink(tmp);
-        errno = e;
-    }
-    return f;
+    errno = EEXIST;
+    return NULL;
 }
 
-/* Writes the trace to path: 0, or the errno of the first failure (the file
- * at path is then left as it was, unless it is written in place). */
-static int write_file(const char *path)
+/* Decides where the trace goes (above) and checks it can be written there:
+ * 0 or an errno. Lock held. */
+static int start_target(const char *path)
+{
+    char *real = realpath(path, NULL);
+    struct stat st;
+    if (real && stat(real, &st) == 0 && (!S_ISREG(st.st_mode) || under_proc_or_dev(real))) {
+        int fd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC | (S_ISREG(st.st_mode) ? O_APPEND : 0));
+        int err = fd < 0 ? errno : 0;
+        free(real);
+        if (fd < 0)
+            return err == ENXIO ? ENXIO : err; /* ENXIO: a FIFO with no reader */
+        int fl = fcntl(fd, F_GETFL);
+        if (fl != -1)
+            fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+        target_fd = fd;
+        return 0;
+    }
+    /* A regular file (or none yet: its directory's real path plus the name). */
+    if (!real) {
+        const char *slash = strrchr(path, '/');
+        char *dir = slash ? strndup(path, (size_t)(slash - path + (slash == path))) : strdup(".");
+        char *rdir = dir ? realpath(dir, NULL) : NULL;
+        free(dir);
+        if (!rdir)
+            return errno ? errno : ENOENT;
+        const char *name = slash ? slash + 1 : path;
+        size_t len = strlen(rdir) + 1 + strlen(name) + 1;
+        real = malloc(len);
+        if (real)
+            snprintf(real, len, "%s/%s", strcmp(rdir, "/") ? rdir : "", name);
+        free(rdir);
+        if (!real)
+            return ENOMEM;
+    }
+    char tmp[4200];
+    FILE *f = create_temporary(real, tmp, sizeof tmp);
+    if (!f) {
+        int err = errno ? errno : EIO;
+        free(real);
+        return err;
+    }
+    fclose(f);
+    unlink(tmp);
+    target_path = real;
+    return 0;
+}
+
+static void target_forget(void)
+{
+    if (target_fd >= 0)
+        close(target_fd);
+    target_fd = -1;
+    free(target_path);
+    target_path = NULL;
+}
+
+/* Writes the trace where start_target decided: 0, or the errno of the
+ * first failure (a replaced file is then left as it was). Lock held. */
+static int write_file(void)
 {
     char tmp[4200];
-    bool in_place = written_in_place(path);
-    FILE *f = in_place ? fopen(path, "w") : create_temporary(path, tmp, sizeof tmp);
+    bool in_place = target_fd >= 0;
+    FILE *f = NULL;
+    if (in_place) {
+        f = fdopen(target_fd, "w");
+        if (f)
+            target_fd = -1; /* closed by fclose */
+    } else if (target_path) {
+        f = create_temporary(target_path, tmp, sizeof tmp);
+    } else {
+        errno = EINVAL;
+    }
     if (!f)
         return errno ? errno : EIO;
     errno = 0;
@@ -231,25 +323,11 @@ static int write_file(const char *path)
     errno = 0;
     if (fclose(f) != 0 && !err)
         err = errno ? errno : EIO;
-    if (!in_place && !err && rename(tmp, path) != 0)
+    if (!in_place && !err && rename(tmp, target_path) != 0)
         err = errno ? errno : EIO;
     if (!in_place && err)
         unlink(tmp);
     return err;
-}
-
-/* Whether a trace could be written to path: the file itself where it is
- * written in place, else a new file beside it (made and removed). */
-static int check_writable(const char *path)
-{
-    char tmp[4200];
-    FILE *f = written_in_place(path) ? fopen(path, "a") : create_temporary(path, tmp, sizeof tmp);
-    if (!f)
-        return errno ? errno : EIO;
-    fclose(f);
-    if (!written_in_place(path))
-        unlink(tmp);
-    return 0;
 }
 
 static void reset_locked(void)
@@ -266,9 +344,31 @@ static void stop_at_exit(void)
         fprintf(stderr, "mapping: %s\n", mapping_last_error_message());
 }
 
+/* fork(): the lock is held across it (a child never inherits it taken by a
+ * thread it does not have); the child records nothing of its own and
+ * leaves the parent's recording to the parent. */
+static void lock_for_fork(void)
+{
+    pthread_mutex_lock(&trace.lock);
+}
+
+static void unlock_in_parent(void)
+{
+    pthread_mutex_unlock(&trace.lock);
+}
+
+static void unlock_in_child(void)
+{
+    atomic_store_explicit(&mapping__trace_active, false, memory_order_relaxed);
+    reset_locked();
+    target_forget(); /* the child's copies of the descriptor and path */
+    pthread_mutex_unlock(&trace.lock);
+}
+
 static void register_stop_at_exit(void)
 {
     atexit(stop_at_exit);
+    (void)pthread_atfork(lock_for_fork, unlock_in_parent, unlock_in_child); /* without: trace.owner still guards */
 }
 
 mapping_status mapping__trace_start(const char *fn, const char *path)
@@ -285,16 +385,18 @@ mapping_status mapping__trace_start(const char *fn, const char *path)
         free(copy);
         return mapping__fail(MAPPING_ERR_BUSY, "%s: a trace is already being recorded (stop it first)", fn);
     }
-    int err = check_writable(path); /* fail now, not when the trace is written */
+    target_forget();
+    int err = start_target(path); /* fail now, not when the trace is written */
     if (err) {
         pthread_mutex_unlock(&trace.lock);
         free(copy);
         return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: cannot create a file at %s: %s", fn, path,
-                             strerror(err));
+                             err == ENXIO ? "a FIFO with no reader (start the reader first)" : strerror(err));
     }
     free(trace.path);
     trace.path = copy;
     reset_locked();
+    trace.owner = getpid();
     trace.origin_ns = mapping_os_now_ns();
     atomic_store_explicit(&mapping__trace_active, true, memory_order_relaxed);
     pthread_mutex_unlock(&trace.lock);
@@ -306,7 +408,9 @@ mapping_status mapping__trace_stop(void)
 {
     pthread_mutex_lock(&trace.lock);
     bool was = atomic_exchange_explicit(&mapping__trace_active, false, memory_order_relaxed);
-    int err = was && trace.path ? write_file(trace.path) : 0;
+    /* A forked child inherits the recording: it is the parent's to write. */
+    int err = was && trace.path && trace.owner == getpid() ? write_file() : 0;
+    target_forget();
     char path[256];
     snprintf(path, sizeof path, "%s", trace.path ? trace.path : "");
     reset_locked();
@@ -318,12 +422,16 @@ mapping_status mapping__trace_stop(void)
 }
 
 static bool environment_failed;
+static char environment_why[160];
 
 static void start_from_environment(void)
 {
     const char *path = getenv("MAPPING_TRACE");
-    if (path && *path && mapping__trace_start("MAPPING_TRACE", path) != MAPPING_OK)
+    if (path && *path && mapping__trace_start("MAPPING_TRACE", path) != MAPPING_OK) {
         environment_failed = true;
+        const char *m = mapping_last_error_message(), *why = strrchr(m, ':'); /* "...: <strerror>" */
+        snprintf(environment_why, sizeof environment_why, "%s", why ? why + 2 : m);
+    }
 }
 
 mapping_status mapping__trace_from_environment(const char *fn)
@@ -331,7 +439,7 @@ mapping_status mapping__trace_from_environment(const char *fn)
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, start_from_environment);
     if (__builtin_expect(environment_failed, 0))
-        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: MAPPING_TRACE=%s: cannot create the trace file", fn,
-                             getenv("MAPPING_TRACE") ? getenv("MAPPING_TRACE") : "");
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: MAPPING_TRACE=%s: cannot create the trace file: %s", fn,
+                             getenv("MAPPING_TRACE") ? getenv("MAPPING_TRACE") : "", environment_why);
     return MAPPING_OK;
 }

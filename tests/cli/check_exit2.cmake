@@ -31,3 +31,26 @@ foreach(cmd "--version" "bench|--version" "info|--version")
     message(FATAL_ERROR "mapping ${cmd}: exit ${rc}, output '${out}'")
   endif()
 endforeach()
+
+# A misspelt back end in the environment is a bad command line too (exit 2),
+# not a back end that is absent here (77, "skipped": a CI job would pass).
+execute_process(COMMAND ${CMAKE_COMMAND} -E env MAPPING_BACKEND=HOST ${MAPPING} bench --quick --only latency
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 60)
+if(NOT rc EQUAL 2 OR NOT err MATCHES "MAPPING_BACKEND=HOST")
+  message(FATAL_ERROR "MAPPING_BACKEND=HOST mapping bench: exit ${rc}, expected 2 naming the variable\n${out}\n${err}")
+endif()
+
+# --device 0 is device 0, whatever $MAPPING_DEVICE says (it applies only
+# without --device).
+execute_process(COMMAND ${CMAKE_COMMAND} -E env MAPPING_HOST_DEVICES=3 MAPPING_DEVICE=2
+                ${MAPPING} bench --quick --backend host --device 0 --only latency --runs 1
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 120)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "device 0:" OR out MATCHES "device 2:")
+  message(FATAL_ERROR "MAPPING_DEVICE=2 mapping bench --device 0: exit ${rc}, not on device 0\n${out}\n${err}")
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} -E env MAPPING_HOST_DEVICES=3 MAPPING_DEVICE=2
+                ${MAPPING} bench --quick --backend host --only latency --runs 1
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 120)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "device 2:")
+  message(FATAL_ERROR "MAPPING_DEVICE=2 mapping bench (no --device): exit ${rc}, not on device 2\n${out}\n${err}")
+endif()

@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -141,4 +142,95 @@ TEST(trace_stop_on_a_full_disk_returns_an_io_status_naming_errno_and_keeps_the_o
         CHECK(stat("/dev/full", &st) == 0 && S_ISCHR(st.st_mode));
     }
     CHECK_OK(mapping_trace_stop()); /* not tracing */
+}
+
+static bool is_trace_json(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    char head[512] = {0}, tail[8] = {0};
+    size_t n = fread(head, 1, sizeof head - 1, f);
+    fseek(f, -3, SEEK_END);
+    size_t m = fread(tail, 1, 3, f);
+    fclose(f);
+    return n > 0 && m == 3 && strncmp(head, "{", 1) == 0 && strstr(head, "traceEvents") && strcmp(tail, "]}\n") == 0;
+}
+
+/* Where the trace goes: through a link to a file, the file is replaced and
+ * the link kept; a FIFO is written once, in place, by one descriptor opened
+ * at start (its reader gets the whole trace), and a FIFO with no reader
+ * fails the start at once instead of blocking; a forked child's exit never
+ * writes its copy of the parent's recording over the parent's. */
+TEST(trace_follows_links_writes_fifos_in_place_and_is_the_parents_after_fork)
+{
+    mapping_device *dev = test_device();
+    char dir[] = "/tmp/mapping-trace-where-XXXXXX", real[160], link_path[160], fifo[160], out[160];
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(real, sizeof real, "%s/real.json", dir);
+    snprintf(link_path, sizeof link_path, "%s/link.json", dir);
+    FILE *f = fopen(real, "w");
+    CHECK(f && fputs("old", f) >= 0 && fclose(f) == 0);
+    CHECK(symlink("real.json", link_path) == 0);
+    CHECK_OK(mapping_trace_start(link_path));
+    traced_work(dev);
+    CHECK_OK(mapping_trace_stop());
+    struct stat st;
+    CHECK(lstat(link_path, &st) == 0 && S_ISLNK(st.st_mode));
+    CHECK(is_trace_json(real));
+
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    snprintf(out, sizeof out, "%s/out.json", dir);
+    CHECK(mkfifo(fifo, 0600) == 0);
+    mapping_clear_last_error();
+    CHECK_REFUSED(mapping_trace_start(fifo), MAPPING_ERR_INVALID_ARGUMENT); /* no reader yet */
+    CHECK(strstr(mapping_last_error_message(), "no reader") != NULL);
+    fflush(NULL);
+    pid_t reader = fork();
+    CHECK(reader >= 0);
+    if (reader == 0) { /* cat fifo > out */
+        FILE *in = fopen(fifo, "r"), *o = fopen(out, "w");
+        char b[4096];
+        size_t k;
+        while (in && o && (k = fread(b, 1, sizeof b, in)) > 0)
+            fwrite(b, 1, k, o);
+        _exit(in && o && fclose(o) == 0 ? 0 : 1);
+    }
+    mapping_status started = MAPPING_ERR_INVALID_ARGUMENT;
+    for (int i = 0; i < 200 && started != MAPPING_OK; i++) { /* until the reader has opened it */
+        started = mapping_trace_start(fifo);
+        if (started != MAPPING_OK)
+            usleep(10000);
+    }
+    CHECK_OK(started);
+    traced_work(dev);
+    CHECK_OK(mapping_trace_stop());
+    int status = 0;
+    CHECK(waitpid(reader, &status, 0) == reader && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK(is_trace_json(out));
+
+    /* fork: the child exits (running the library's exit handler) after the
+     * parent wrote its trace; the parent's file stays the parent's. */
+    char path[160];
+    snprintf(path, sizeof path, "%s/forked.json", dir);
+    CHECK_OK(mapping_trace_start(path));
+    traced_work(dev);
+    fflush(NULL);
+    pid_t child = fork();
+    CHECK(child >= 0);
+    if (child == 0) {
+        usleep(300000);
+        exit(0); /* atexit handlers run: the child must not write */
+    }
+    CHECK_OK(mapping_trace_stop());
+    long parent_bytes = file_bytes(path);
+    CHECK(waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK(file_bytes(path) == parent_bytes && parent_bytes > 1000);
+
+    remove(path);
+    remove(out);
+    remove(fifo);
+    remove(link_path);
+    remove(real);
+    CHECK(rmdir(dir) == 0); /* and no temporary file was left behind */
 }
