@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <stdlib.h>
+#include <stdbool.h>
 #include <string.h>
 #include "bench.h"
 #include "bench_args.h"
@@ -104,6 +105,14 @@ static int parse_size(const char *s, size_t *out)
     return 0;
 }
 
+/* A comma-separated list that fits in cap bytes, with no empty field
+ * (strtok would skip ",," and a leading or trailing comma silently). */
+static bool list_well_formed(const char *arg, size_t cap)
+{
+    size_t n = strlen(arg);
+    return n > 0 && n < cap && arg[0] != ',' && arg[n - 1] != ',' && !strstr(arg, ",,");
+}
+
 /* 0, -1 when malformed, -2 when the factor does not grow START by a whole
  * byte per step (1.0000000000000002 times 1 KiB stays 1 KiB in a double:
  * the sweep would never end). With START * FACTOR >= START + 1 every step
@@ -111,6 +120,8 @@ static int parse_size(const char *s, size_t *out)
 static int parse_sizes(const char *arg, bench_ctx *ctx)
 {
     char buf[128], *a, *b, *c, *end;
+    if (!list_well_formed(arg, sizeof buf))
+        return -1;
     snprintf(buf, sizeof buf, "%s", arg);
     if (!(a = strtok(buf, ",")) || !(b = strtok(NULL, ",")) || !(c = strtok(NULL, ",")) || strtok(NULL, ","))
         return -1;
@@ -129,8 +140,10 @@ static int parse_directions(const char *arg, unsigned *out)
 {
     static const char *const names[] = {"h2d", "d2h", "d2d", "bidir"};
     char buf[128];
-    snprintf(buf, sizeof buf, "%s", arg);
     *out = 0;
+    if (!list_well_formed(arg, sizeof buf))
+        return -1;
+    snprintf(buf, sizeof buf, "%s", arg);
     for (char *w = strtok(buf, ","); w; w = strtok(NULL, ",")) {
         int k = 0;
         while (k < 4 && strcmp(w, names[k]))
@@ -147,9 +160,9 @@ static const char *unknown_section(const char *only)
 {
     static char word[64];
     char buf[512];
-    snprintf(buf, sizeof buf, "%s", only);
-    if (!*only || only[strlen(only) - 1] == ',')
+    if (!list_well_formed(only, sizeof buf))
         return "";
+    snprintf(buf, sizeof buf, "%s", only);
     for (char *w = strtok(buf, ","); w; w = strtok(NULL, ",")) {
         int found = 0;
         for (int i = 0; i < bench_section_count() && !found; i++)

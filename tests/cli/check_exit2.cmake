@@ -4,7 +4,8 @@ set(cases
   "bench|--only|foo" "bench|--backend|nope" "bench|--device|abc" "bench|--device|-1" "bench|--runs|0"
   "bench|--runs|65" "bench|--runs|3x" "bench|--sizes|1K,2K" "bench|--sizes|4K,1K,2" "bench|--sizes|1K,4K,1"
   "bench|--sizes|1K,2K,1.0000000000000002" "bench|--sizes|1K,2K,1.0009"
-  "bench|--direction|sideways" "bench|--bogus" "bench|--json|--csv" "bench|stray" "info|--bogus" "info|stray"
+  "bench|--direction|sideways" "bench|--direction|h2d,,d2h" "bench|--sizes|1K,2K,2," "bench|--sizes|1K,,2K,2"
+  "bench|--only|,latency" "bench|--only|latency,,trace" "bench|--bogus" "bench|--json|--csv" "bench|stray" "info|--bogus" "info|stray"
   "nonsense")
 foreach(case ${cases})
   string(REPLACE "|" " " shown "${case}")
