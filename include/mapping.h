@@ -318,7 +318,8 @@ MAPPING_API mapping_status mapping_open(const mapping_device_desc *desc, mapping
  * OpenCL back ends) running on one of the device's streams, or on another
  * device's stream with such a copy not known to have completed (it may be
  * queued after the function), it would wait for itself: it changes nothing
- * and records MAPPING_ERR_BUSY.
+ * and records MAPPING_ERR_BUSY. The same while a pipeline of the device is
+ * running (mapping_pipeline_run, its step included).
  * NULL: no-op. Must not race with other calls on the device. */
 MAPPING_API void           mapping_close(mapping_device *dev);
 MAPPING_API const char    *mapping_backend_name(const mapping_device *dev); /* "host", ...; "" for NULL */
@@ -376,7 +377,9 @@ mapping_native_stream(const mapping_stream *stream, void **out);
  * missing sync shows up as wrong data). Thread-safe. */
 MAPPING_API mapping_status mapping_allocate_gpu(mapping_device *dev, size_t bytes, mapping_buffer **out);
 /* Frees device memory. The caller must have waited for work that uses it.
- * NULL: no-op. */
+ * NULL: no-op. A buffer a library object owns and hands out (a mirror's or
+ * multimirror's GPU side, a pipeline's chunk buffers) is refused: nothing
+ * freed, MAPPING_ERR_NOT_OWNED recorded (destroy its owner instead). */
 MAPPING_API void           mapping_free_gpu(mapping_buffer *buf);
 /* Size in bytes; 0 for NULL. O(1). */
 MAPPING_API size_t         mapping_buffer_size(const mapping_buffer *buf);
@@ -388,8 +391,8 @@ MAPPING_API mapping_device *mapping_buffer_device(const mapping_buffer *buf);
  * it take the fastest path. Thread-safe. */
 MAPPING_API mapping_status mapping_allocate_cpu(mapping_device *dev, size_t bytes, void **out);
 /* Frees memory from mapping_allocate_cpu on the same device. NULL: no-op. Any
- * other pointer is refused (nothing freed, MAPPING_ERR_NOT_OWNED recorded for
- * mapping_last_error()). */
+ * other pointer (a mirror's or multimirror's CPU side included) is refused
+ * (nothing freed, MAPPING_ERR_NOT_OWNED recorded for mapping_last_error()). */
 MAPPING_API void           mapping_free_cpu(mapping_device *dev, void *cpu_ptr);
 
 /* Whole buffer (mapping_buffer_size(gpu) bytes), blocking. Thread-safe. */
@@ -411,7 +414,9 @@ MAPPING_API mapping_status mapping_sync_to_cpu_range(mapping_stream *stream, con
 /* An in-order queue of work (CUDA stream, OpenCL in-order command queue, a
  * worker thread on the host back end). Thread-safe. */
 MAPPING_API mapping_status mapping_stream_create(mapping_device *dev, mapping_stream **out);
-/* Waits for the stream's queued work, then destroys it. NULL: no-op. */
+/* Waits for the stream's queued work, then destroys it. NULL: no-op. A
+ * pipeline's stream (given to its step) is refused: nothing destroyed,
+ * MAPPING_ERR_NOT_OWNED recorded. */
 MAPPING_API void           mapping_stream_destroy(mapping_stream *stream);
 /* Waits until all queued work is done. Returns the first error of that work
  * (and forgets it), MAPPING_OK otherwise. Thread-safe. */
