@@ -263,14 +263,19 @@ static int start_target(const char *path)
     /* A regular file (or none yet: its directory's real path plus the name). */
     if (!real) {
         const char *slash = strrchr(path, '/');
-        char *dir = slash ? strndup(path, (size_t)(slash - path + (slash == path))) : strdup(".");
+        size_t dir_len = slash ? (size_t)(slash - path + (slash == path)) : 1;
+        char *dir = mapping_os_malloc(dir_len + 1);
+        if (dir) {
+            memcpy(dir, slash ? path : ".", dir_len);
+            dir[dir_len] = '\0';
+        }
         char *rdir = dir ? realpath(dir, NULL) : NULL;
         free(dir);
         if (!rdir)
             return errno ? errno : ENOENT;
         const char *name = slash ? slash + 1 : path;
         size_t len = strlen(rdir) + 1 + strlen(name) + 1;
-        real = malloc(len);
+        real = mapping_os_malloc(len);
         if (real)
             snprintf(real, len, "%s/%s", strcmp(rdir, "/") ? rdir : "", name);
         free(rdir);
