@@ -182,7 +182,9 @@ mapping_status mapping_mirror_wrap(mapping_device *dev, void *cpu_ptr, size_t by
     /* Pinning is an optimisation: a back end that cannot is not an error. */
     if ((flags & MAPPING_MIRROR_PIN) && mapping__host_register(dev, cpu_ptr, bytes) == MAPPING_OK)
         st->pinned = true;
-    if ((status = mapping__allocate_gpu(dev, bytes, &st->gpu)) || !(st->gpu->owner = "mirror") ||
+    if ((status = mapping__allocate_gpu(dev, bytes, &st->gpu)) == MAPPING_OK)
+        st->gpu->owner = "mirror"; /* the public free refuses it: the mirror would use it after */
+    if (status ||
         ((flags & MAPPING_MIRROR_TRACK_WRITES) && (status = mapping__mirror_track_begin(fn, st))) ||
         ((flags & MAPPING_MIRROR_DEVICE_DIFF) && (status = mapping__mirror_diff_begin(fn, st))) ||
         (status = handle_new(fn, st, 0, bytes, out))) {

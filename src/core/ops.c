@@ -15,15 +15,19 @@ enum { TIMED_TRANSFER_MIN = 64 * 1024 };
 /* The stream argument to the back end and the device both come from the
  * buffer: the caller checked that the stream (if any) is of the same device. */
 
+mapping_status mapping__launch_host_internal(mapping_stream *stream, void (*fn)(void *user), void *user)
+{
+    return stream->dev->be->launch_host(stream->dev->state, stream->state, fn, user);
+}
+
 /* MAPPING_CHECK=races (os/race_guard.h): after an async copy was queued (or
  * failed to be), the guard's protection goes when the stream gets there.
- * The back end's own launch_host: no fault injection, no trace event, so
+ * mapping__launch_host_internal: no fault injection, no trace event, so
  * the check changes nothing else a run does. */
 static void race_guard_queued(mapping_stream *stream, mapping_race_guard *guard, mapping_status st)
 {
     mapping_device *dev = stream->dev;
-    if (st != MAPPING_OK ||
-        dev->be->launch_host(dev->state, stream->state, mapping__race_guard_end, guard) != MAPPING_OK) {
+    if (st != MAPPING_OK || mapping__launch_host_internal(stream, mapping__race_guard_end, guard) != MAPPING_OK) {
         if (st == MAPPING_OK)
             dev->be->stream_synchronize(dev->state, stream->state);
         mapping__race_guard_end(guard);
@@ -78,7 +82,7 @@ read_body(mapping_stream *stream, const mapping_buffer *src, size_t src_offset, 
     uint64_t t0 = !stream && bytes >= TIMED_TRANSFER_MIN ? mapping_os_now_ns() : 0;
     mapping_race_guard *guard = NULL; /* MAPPING_CHECK=races: the destination is inaccessible until the copy starts */
     if (checked && (guard = mapping__race_guard_begin(dst, bytes, MAPPING_RACE_D2H, stream)) &&
-        dev->be->launch_host(dev->state, stream->state, mapping__race_guard_started, guard) != MAPPING_OK) {
+        mapping__launch_host_internal(stream, mapping__race_guard_started, guard) != MAPPING_OK) {
         mapping__race_guard_end(guard);
         guard = NULL;
     }
@@ -320,10 +324,6 @@ static void race_host_trampoline(void *arg)
     mapping__race_stream_fn_leave();
 }
 
-mapping_status mapping__launch_host_internal(mapping_stream *stream, void (*fn)(void *user), void *user)
-{
-    return stream->dev->be->launch_host(stream->dev->state, stream->state, fn, user);
-}
 
 mapping_status mapping__launch_host(mapping_stream *stream, void (*fn)(void *user), void *user)
 {

@@ -253,7 +253,7 @@ static int start_target(const char *path)
         int err = fd < 0 ? errno : 0;
         free(real);
         if (fd < 0)
-            return err == ENXIO ? ENXIO : err; /* ENXIO: a FIFO with no reader */
+            return err; /* ENXIO: a FIFO with no reader */
         int fl = fcntl(fd, F_GETFL);
         if (fl != -1)
             fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);

@@ -133,6 +133,22 @@ TEST(tracked_streaming_write_sends_every_written_page_and_isolated_writes_stay_o
     mapping_mirror_destroy(m);
 }
 
+/* Installs a SIGSEGV handler: info (SA_SIGINFO) or plain, with flags and
+ * an empty mask; 0 or -1 as sigaction. previous may be NULL. */
+static int segv_install(void (*info)(int, siginfo_t *, void *), void (*plain)(int), int flags,
+                        struct sigaction *previous)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    if (info)
+        sa.sa_sigaction = info;
+    else
+        sa.sa_handler = plain;
+    sa.sa_flags = flags | (info ? SA_SIGINFO : 0);
+    sigemptyset(&sa.sa_mask);
+    return sigaction(SIGSEGV, &sa, previous);
+}
+
 /* A fault on a page the library does not watch goes to the SIGSEGV handler
  * installed before the library's (here: one that opens its own page). */
 static void *user_page;
@@ -154,12 +170,7 @@ TEST(tracked_mirror_passes_other_faults_to_the_handler_installed_before)
     size_t pg = (size_t)sysconf(_SC_PAGESIZE);
     user_page = mmap(NULL, pg, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     CHECK(user_page != MAP_FAILED);
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = user_segv;
-    sa.sa_flags = SA_SIGINFO;
-    sigemptyset(&sa.sa_mask);
-    CHECK(sigaction(SIGSEGV, &sa, NULL) == 0); /* before the library installs its own */
+    CHECK(segv_install(user_segv, NULL, 0, NULL) == 0); /* before the library installs its own */
     need_tracking();
     mapping_device *dev = test_device();
     size_t n = 16 * page();
@@ -959,12 +970,7 @@ TEST(tracked_mirror_ended_while_a_thread_writes_its_array_passes_no_fault_on)
     size_t pg = (size_t)sysconf(_SC_PAGESIZE), n = RACE_PAGES * pg;
     race_array = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     CHECK(race_array != MAP_FAILED);
-    struct sigaction sa, before;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = count_foreign_faults;
-    sa.sa_flags = SA_SIGINFO;
-    sigemptyset(&sa.sa_mask);
-    CHECK(sigaction(SIGSEGV, &sa, &before) == 0); /* before the library installs its own (mprotect) */
+    CHECK(segv_install(count_foreign_faults, NULL, 0, NULL) == 0); /* before the library installs its own (mprotect) */
     mapping_device *dev = test_device();
     atomic_store(&race_stop, 0);
     foreign_faults = 0;
@@ -1018,12 +1024,7 @@ TEST(tracked_mirror_gives_a_one_shot_handler_one_call_then_the_default_action)
         alarm(20);
         size_t pg = (size_t)sysconf(_SC_PAGESIZE);
         volatile unsigned char *closed = mmap(NULL, pg, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = one_shot_segv;
-        sa.sa_flags = SA_RESETHAND;
-        sigemptyset(&sa.sa_mask);
-        if (closed == MAP_FAILED || sigaction(SIGSEGV, &sa, NULL) != 0)
+        if (closed == MAP_FAILED || segv_install(NULL, one_shot_segv, SA_RESETHAND, NULL) != 0)
             _exit(2);
         mapping_device *dev;
         mapping_mirror *m = child_tracked_mirror(&dev, 16 * pg);
@@ -1076,19 +1077,13 @@ TEST(tracked_mirror_leaves_a_handler_installed_after_it_on_top)
         alarm(20);
         size_t pg = (size_t)sysconf(_SC_PAGESIZE), n = 16 * pg;
         recovering_page = mmap(NULL, pg, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_sigaction = recovering_segv;
-        sa.sa_flags = SA_SIGINFO;
-        sigemptyset(&sa.sa_mask);
-        if (recovering_page == MAP_FAILED || sigaction(SIGSEGV, &sa, NULL) != 0)
+        if (recovering_page == MAP_FAILED || segv_install(recovering_segv, NULL, 0, NULL) != 0)
             _exit(2);
         mapping_device *dev;
         mapping_mirror *m = child_tracked_mirror(&dev, n);
         unsigned char *cpu = mapping_mirror_cpu(m);
         cpu[2 * pg] = 1; /* mprotect: the library installs its handler here at the latest */
-        sa.sa_sigaction = reporter_segv;
-        if (sigaction(SIGSEGV, &sa, &before_reporter) != 0 || !(before_reporter.sa_flags & SA_SIGINFO))
+        if (segv_install(reporter_segv, NULL, 0, &before_reporter) != 0 || !(before_reporter.sa_flags & SA_SIGINFO))
             _exit(2);
         cpu[5 * pg] = 2;
         recovering_page[0] = 7;
