@@ -194,24 +194,31 @@ static void run_clear_job(void *user)
     free(job);
 }
 
+/* The whole pages of range r of the CPU side (addresses); false if none. */
+static bool whole_pages(const mirror_state *st, const mapping_range *r, mapping_range *pages)
+{
+    uintptr_t base = (uintptr_t)st->cpu, page = mapping_os_page_size();
+    pages->lo = (base + r->lo + page - 1) & ~(page - 1);
+    pages->hi = (base + r->hi) & ~(page - 1);
+    return pages->lo < pages->hi;
+}
+
 mapping_status mapping__mirror_track_copied_on(mapping_stream *stream, mirror_state *st, const mapping_range *v,
                                                size_t n)
 {
-    uintptr_t base = (uintptr_t)st->cpu, page = mapping_os_page_size();
-    size_t whole = 0; /* ranges holding a whole page: a copy within one page leaves nothing to forget */
+    mapping_range pages;
+    size_t whole = 0; /* a copy within one page leaves nothing to forget: nothing is queued */
     for (size_t i = 0; i < n; i++)
-        whole += ((base + v[i].lo + page - 1) & ~(page - 1)) + page <= base + v[i].hi;
+        whole += whole_pages(st, &v[i], &pages);
     if (!whole)
         return MAPPING_OK;
     track_clear_job *job = mapping_os_malloc(sizeof *job + whole * sizeof job->pages[0]);
     if (!job)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mirror: out of memory");
     job->n = 0;
-    for (size_t i = 0; i < n; i++) {
-        uintptr_t lo = (base + v[i].lo + page - 1) & ~(page - 1), hi = (base + v[i].hi) & ~(page - 1);
-        if (lo < hi)
-            job->pages[job->n++] = (mapping_range){lo, hi};
-    }
+    for (size_t i = 0; i < n; i++)
+        if (whole_pages(st, &v[i], &pages))
+            job->pages[job->n++] = pages;
     job->track = st->track;
     mapping_os_track_hold(job->track);
     mapping_status status = mapping__launch_host_internal(stream, run_clear_job, job);

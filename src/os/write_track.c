@@ -300,11 +300,9 @@ void mapping_os_track_clear(mapping_os_track *t, uintptr_t lo, uintptr_t hi)
     if (!inner_pages(t, &lo, &hi))
         return;
     pthread_mutex_lock(&t->lock);
-    if (t->ended)
-        ;
-    else if (t->kind == MAPPING_OS_TRACK_UFFD)
+    if (!t->ended && t->kind == MAPPING_OS_TRACK_UFFD) /* ended: nothing to forget */
         mapping__uffd_protect(t, lo, hi);
-    else
+    else if (!t->ended)
         mapping__mprot_clear(t, lo, hi);
     pthread_mutex_unlock(&t->lock);
 }
