@@ -1,5 +1,6 @@
 #include <math.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -339,6 +340,23 @@ const char *bench_size_name(size_t bytes, char *buf, size_t len)
 
 /* ---- the command ---- */
 
+/* Whether the back end asked for is the built-in host one and unavailable:
+ * it has no driver to miss, so only a bad setting of its own
+ * (MAPPING_HOST_DEVICES) does that; mapping_open(NULL) then opens it too. */
+static bool host_misconfigured(const bench_args *args)
+{
+    const char *env = getenv("MAPPING_BACKEND");
+    const char *named = args->backend ? args->backend : env && *env ? env : NULL;
+    mapping_backend_info infos[16];
+    int n = 0;
+    if ((named && strcmp(named, "host")) || mapping_list_backends(infos, 16, &n) != MAPPING_OK)
+        return false;
+    for (int i = 0; i < n && i < 16; i++)
+        if (!strcmp(infos[i].name, "host"))
+            return infos[i].compiled && !infos[i].available;
+    return false;
+}
+
 /* Opens the device asked for into ctx; returns KEEP_GOING, or the exit status
  * when it cannot (BENCH_EXIT_UNAVAILABLE when the back end is absent). */
 static int open_device(const bench_args *args, bench_ctx *ctx)
@@ -357,7 +375,15 @@ static int open_device(const bench_args *args, bench_ctx *ctx)
     if (st != MAPPING_OK) {
         fprintf(stderr, "mapping bench: cannot open %s: %s\n",
                 args->backend ? args->backend : "the default back end", mapping_last_error_message());
-        if (st == MAPPING_ERR_NO_BACKEND || st == MAPPING_ERR_NO_DEVICE) {
+        /* A bad setting (MAPPING_HOST_LINK=nan, a MAPPING_TRACE file that
+         * cannot be made, MAPPING_DEVICE=5 where the back end has fewer
+         * devices, MAPPING_HOST_DEVICES=0 making the built-in host back end
+         * unavailable) is a bad command line: exit 2, never 77, which a CI
+         * job counts as skipped. (mapping_open says NO_DEVICE only for an
+         * index past the devices of a back end that has some.) */
+        if (st == MAPPING_ERR_INVALID_ARGUMENT || st == MAPPING_ERR_NO_DEVICE || host_misconfigured(args))
+            return 2;
+        if (st == MAPPING_ERR_NO_BACKEND) {
             printf("SKIP: %s\n", mapping_last_error_message());
             return BENCH_EXIT_UNAVAILABLE;
         }

@@ -18,8 +18,8 @@ static void usage(FILE *f)
                "  --json      the report as JSON on stdout (scripts/plot_bench.py plots it); --csv: CSV\n"
                "  --strict    a figure that misses its target (or reads as noise) fails the run (for CI);\n"
                "              without it, targets are information\n"
-               "exit status: 0 done, 1 a section failed, 2 bad arguments, %d --strict and a target missed,\n"
-               "             %d the back end is not available here\n"
+               "exit status: 0 done, 1 a section failed, 2 bad arguments (or a bad MAPPING_* setting),\n"
+               "             %d --strict and a target missed, %d the back end is not available here\n"
                "sections:\n",
             BENCH_EXIT_STRICT, BENCH_EXIT_UNAVAILABLE);
     for (int i = 0; i < bench_section_count(); i++)
@@ -232,7 +232,9 @@ int bench_parse_args(int argc, char **argv, bench_args *args, bench_ctx *ctx)
         case OPT_VERSION: printf("mapping %s\n", mapping_version()); return 0;
         case 'h': usage(stdout); return 0;
         default:
-            if (optopt && optopt < 256 && optopt != '?')
+            /* A long option without its value sets optopt to its code ('r'
+             * for --runs): name it as written, not as a short option. */
+            if (optopt && optopt < 256 && optopt != '?' && strncmp(argv[optind - 1], "--", 2))
                 fprintf(stderr, "mapping bench: option -%c is unknown or lacks its value\n", optopt);
             else
                 fprintf(stderr, "mapping bench: %s is unknown or lacks its value\n", argv[optind - 1]);

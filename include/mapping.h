@@ -559,11 +559,18 @@ MAPPING_API mapping_status mapping_device_stats_json(const mapping_device *dev, 
  * Also without code: MAPPING_TRACE=out.json ./app traces from the first
  * mapping_open and writes the file at exit (mapping_open fails with
  * MAPPING_ERR_INVALID_ARGUMENT, naming the variable, when the file cannot be
- * created).
+ * created; it is ignored, with a level-1 log line, when the program already
+ * records a trace of its own then).
  *
  * Cost: off (the default), one predicted branch per operation; on, well under
- * a microsecond per event on the host back end, and about 250 bytes of memory
- * per event until the trace is written. Process-wide and thread-safe. */
+ * a microsecond per event on the host back end, and 224 bytes of memory per
+ * event until the trace is written. Memory is bounded: at most
+ * $MAPPING_TRACE_MAX_EVENTS events are kept (default 1000000; 0: no limit;
+ * read at each start, another value than decimal digits up to 10^12 makes
+ * the start fail with MAPPING_ERR_INVALID_ARGUMENT). Once full, each new
+ * event replaces the oldest; the file's "otherData" counts them
+ * ("dropped_events"), an instant "trace events dropped" marks the gap, and
+ * the log hears it at level 1. Process-wide and thread-safe. */
 
 /* Starts recording; the trace is written to `path` by mapping_trace_stop or
  * at exit. Whether a file can be created there is checked now
@@ -573,10 +580,14 @@ MAPPING_API mapping_status mapping_device_stats_json(const mapping_device *dev, 
 MAPPING_API mapping_status mapping_trace_start(const char *path);
 /* Stops recording and writes the file: to a temporary file beside it
  * (created exclusively), renamed over it, so a failed write leaves what was
- * there; a link is followed (its file replaced). A path that is not a
- * regular file (a FIFO: its reader must run at start) or lies in /proc or
- * /dev (/dev/stdout) is written in place, through a descriptor opened by
- * mapping_trace_start. A forked child never writes its parent's recording.
+ * there; a link is followed (its file replaced, or created when the link
+ * dangles). A path that is not a regular file (a FIFO: its reader must run
+ * at start) or that reaches its file through /proc (/dev/stdout) is written
+ * in place, through a descriptor opened by mapping_trace_start (a copy of
+ * the process's own descriptor for /dev/stdout, /dev/fd/N: the trace follows
+ * what the program wrote there, stdout flushed first; one open for reading
+ * only, /dev/stdin, is refused). A forked child never writes its parent's
+ * recording.
  * MAPPING_ERR_IO,
  * with a message naming errno, when it cannot be written (a full disk).
  * MAPPING_OK when no trace was being recorded (nothing written). */

@@ -135,11 +135,41 @@ static void print_backend(const mapping_backend_info *bi, int first, int json)
         printf("]}");
 }
 
-/* The back end mapping_open(NULL) picks, which closes the report. */
-static void print_default(int json)
+/* Whether the default open failed for a bad setting rather than for what
+ * this machine lacks: a value the library refuses (MAPPING_HOST_LINK=nan, a
+ * MAPPING_TRACE file that cannot be made), MAPPING_DEVICE past the back
+ * end's devices, a MAPPING_BACKEND that names no back end, or the built-in
+ * host back end made unavailable by MAPPING_HOST_DEVICES (it has no driver
+ * to miss). */
+static int bad_setting(mapping_status st, const mapping_backend_info *backends, int nb)
+{
+    if (st == MAPPING_ERR_INVALID_ARGUMENT || st == MAPPING_ERR_NO_DEVICE)
+        return 1;
+    if (st != MAPPING_ERR_NO_BACKEND)
+        return 0;
+    const char *env = getenv("MAPPING_BACKEND");
+    int named = env && *env, known = 0;
+    const mapping_backend_info *host = NULL;
+    for (int b = 0; b < nb && b < MAX_BACKENDS; b++) {
+        known |= named && !strcmp(backends[b].name, env);
+        if (!strcmp(backends[b].name, "host"))
+            host = &backends[b];
+    }
+    if (named && !known)
+        return 1; /* a misspelt MAPPING_BACKEND */
+    if (named && strcmp(env, "host"))
+        return 0; /* a back end this machine lacks: information */
+    return host && host->compiled && !host->available;
+}
+
+/* The back end mapping_open(NULL) picks, which closes the report: the
+ * exit status, 2 when a bad setting keeps it from opening (said on stderr
+ * too; the report is whole). */
+static int print_default(int json, const mapping_backend_info *backends, int nb)
 {
     mapping_device *dev;
-    if (mapping_open(NULL, &dev) == MAPPING_OK) {
+    mapping_status st = mapping_open(NULL, &dev);
+    if (st == MAPPING_OK) {
         printf(json ? "],\"default\":\"%s\"" : "\ndefault back end: %s (MAPPING_BACKEND overrides)\n",
                mapping_backend_name(dev));
         if (json) { /* write tracking is the process's, not a device's (MAPPING_TRACK overrides) */
@@ -150,9 +180,13 @@ static void print_default(int json)
             printf("write tracking: %s (MAPPING_TRACK overrides)\n", mapping_write_tracking_description());
         }
         mapping_close(dev);
-    } else {
-        printf(json ? "],\"default\":null}\n" : "\nno default device: %s\n", mapping_last_error_message());
+        return 0;
     }
+    printf(json ? "],\"default\":null}\n" : "\nno default device: %s\n", mapping_last_error_message());
+    if (!bad_setting(st, backends, nb))
+        return 0;
+    fprintf(stderr, "mapping info: %s\n", mapping_last_error_message());
+    return 2;
 }
 
 /* argv[0] is "info". Returns KEEP_GOING, or the exit status. */
@@ -199,6 +233,5 @@ int info_main(int argc, char **argv)
         printf("mapping %s\n\nback ends:\n", mapping_version());
     for (int b = 0; b < nb && b < MAX_BACKENDS; b++)
         print_backend(&backends[b], b == 0, json);
-    print_default(json);
-    return 0;
+    return print_default(json, backends, nb);
 }

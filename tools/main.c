@@ -20,9 +20,10 @@ static void usage(FILE *f)
                "environment: MAPPING_BACKEND (host, opencl, cuda), MAPPING_DEVICE (index),\n"
                "  MAPPING_HOST_LINK (bandwidth,latency for the host back end's link model),\n"
                "  MAPPING_TRACE (a file: Chrome Trace Event JSON of what the library did),\n"
+               "  MAPPING_TRACE_MAX_EVENTS (the most events it keeps, the newest; default 1000000),\n"
                "  MAPPING_CHECK=unmarked (mirror syncs catch host writes without a mark)\n"
-               "exit status: 0 done, 1 failed, 2 bad command line, 3 bench --strict: a target missed,\n"
-               "  77 back end not available\n"
+               "exit status: 0 done, 1 failed, 2 bad command line or MAPPING_* setting, 3 bench --strict:\n"
+               "  a target missed, 77 back end not available\n"
                "see mapping(1)\n",
             mapping_version());
 }
@@ -79,12 +80,28 @@ static int run(int argc, char **argv)
     return 2;
 }
 
+/* The stop's warning, on stderr: a trace that dropped events (it keeps at
+ * most MAPPING_TRACE_MAX_EVENTS) says how many. Installed only around the
+ * stop: a log callback makes the library format its info lines, which
+ * would cost the benchmarks time. */
+static void trace_warning(int level, const char *message, void *user)
+{
+    (void)user;
+    if (level == 1 && !strncmp(message, "trace ", 6))
+        fprintf(stderr, "mapping: warning: %s\n", message);
+}
+
 /* A trace recorded through MAPPING_TRACE is written now, not by the
  * library's exit handler, so that a trace that cannot be written fails the
  * command (exit 1) instead of being reported after the status was chosen. */
 static int trace_written(int status)
 {
-    if (!mapping_trace_active() || mapping_trace_stop() == MAPPING_OK)
+    if (!mapping_trace_active())
+        return status;
+    mapping_set_log(trace_warning, NULL);
+    mapping_status st = mapping_trace_stop();
+    mapping_set_log(NULL, NULL);
+    if (st == MAPPING_OK)
         return status;
     fprintf(stderr, "mapping: %s\n", mapping_last_error_message());
     return status == 0 || status == 3 ? 1 : status;
@@ -93,5 +110,8 @@ static int trace_written(int status)
 int main(int argc, char **argv)
 {
     hold_closed_standard_streams();
-    return report_written(trace_written(run(argc, argv)));
+    /* The report first, then the trace: a trace written onto the report's
+     * own stream (MAPPING_TRACE=/dev/stdout) follows it, instead of being
+     * overwritten by it or cutting into it. */
+    return trace_written(report_written(run(argc, argv)));
 }

@@ -9,7 +9,9 @@
  * Cost when tracing is off: mapping__trace_begin() reads one relaxed atomic
  * flag and MAPPING_TRACE_END tests the span it returned; both branches are
  * predicted not taken. When on: two clock reads, a mutex and a copy of the
- * record into a growing array (the JSON is written at stop or exit).
+ * record into an array that grows up to $MAPPING_TRACE_MAX_EVENTS events,
+ * then replaces the oldest (counted as dropped); the JSON is written at stop
+ * or exit.
  *
  * Tracks: each device is a process (pid), named after the device; its
  * blocking calls (stream NULL) are thread 0, "blocking calls", and each

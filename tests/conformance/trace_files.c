@@ -4,6 +4,7 @@
  * device path (/dev/full) written in place, never replaced. */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -12,6 +13,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include "harness.h"
 
@@ -236,4 +238,252 @@ TEST(trace_follows_links_writes_fifos_in_place_and_is_the_parents_after_fork)
     remove(link_path);
     remove(real);
     CHECK(rmdir(dir) == 0); /* and no temporary file was left behind */
+}
+
+/* The whole of what can be read from fd now (a pipe: its writer closed). */
+static char *read_fd(int fd)
+{
+    size_t cap = 1 << 16, len = 0;
+    char *s = malloc(cap);
+    for (ssize_t got; s && (got = read(fd, s + len, cap - len - 1)) > 0;) {
+        len += (size_t)got;
+        if (len + 1 == cap) {
+            char *t = realloc(s, cap *= 2);
+            if (!t)
+                free(s);
+            s = t;
+        }
+    }
+    if (s)
+        s[len] = '\0';
+    return s;
+}
+
+static bool ends_a_trace(const char *s)
+{
+    size_t n = strlen(s);
+    return n > 3 && strstr(s, "\"traceEvents\"") && strcmp(s + n - 3, "]}\n") == 0;
+}
+
+/* A path that reaches its file through /proc (/dev/stdout ->
+ * /proc/self/fd/1) is the program's own output. Before: when stdout was a
+ * pipe, the link was replaced by a regular file holding the trace (as root,
+ * MAPPING_TRACE=/dev/stdout replaced /dev/stdout) and the pipe got nothing;
+ * when stdout was a file, the file was replaced, losing what the program
+ * had written to it. Now both are written in place (a file appended to),
+ * the link kept. And a dangling link is followed: its target is created,
+ * the link kept (before: the link was replaced). */
+TEST(trace_through_a_link_into_proc_is_written_in_place_and_links_are_kept)
+{
+    mapping_device *dev = test_device();
+    char dir[] = "/tmp/mapping-trace-proc-XXXXXX", link_path[160], target[64], report[160], made[160];
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(link_path, sizeof link_path, "%s/stdout", dir);
+    struct stat st;
+    mapping_buffer *buf;
+    char host[64] = {1};
+    CHECK_OK(mapping_allocate_gpu(dev, sizeof host, &buf));
+
+    /* A pipe (the trace is small: it fits the pipe's buffer). */
+    int p[2];
+    CHECK(pipe(p) == 0);
+    snprintf(target, sizeof target, "/proc/self/fd/%d", p[1]);
+    CHECK(symlink(target, link_path) == 0);
+    CHECK_OK(mapping_trace_start(link_path));
+    for (int i = 0; i < 20; i++)
+        CHECK_OK(mapping_sync_to_gpu_range(NULL, host, buf, 0, sizeof host));
+    CHECK_OK(mapping_trace_stop());
+    close(p[1]);
+    char *s = read_fd(p[0]);
+    close(p[0]);
+    CHECK(lstat(link_path, &st) == 0 && S_ISLNK(st.st_mode));
+    CHECK(s && s[0] == '{' && ends_a_trace(s));
+    free(s);
+    CHECK(remove(link_path) == 0);
+
+    /* A regular file the program writes to: appended to, never replaced. */
+    snprintf(report, sizeof report, "%s/report.txt", dir);
+    int fd = open(report, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    CHECK(fd >= 0 && write(fd, "REPORT\n", 7) == 7);
+    snprintf(target, sizeof target, "/proc/self/fd/%d", fd);
+    CHECK(symlink(target, link_path) == 0);
+    CHECK_OK(mapping_trace_start(link_path));
+    for (int i = 0; i < 20; i++)
+        CHECK_OK(mapping_sync_to_gpu_range(NULL, host, buf, 0, sizeof host));
+    CHECK_OK(mapping_trace_stop());
+    CHECK(write(fd, "MORE\n", 5) == 5); /* the program's descriptor still names the file */
+    close(fd);
+    CHECK(lstat(link_path, &st) == 0 && S_ISLNK(st.st_mode));
+    fd = open(report, O_RDONLY);
+    CHECK(fd >= 0);
+    s = read_fd(fd);
+    close(fd);
+    /* One offset: the program's write after the trace follows it. */
+    CHECK(s && strncmp(s, "REPORT\n{", 8) == 0 && strstr(s, "\"traceEvents\"") != NULL);
+    CHECK(strlen(s) > 8 && strcmp(s + strlen(s) - 8, "]}\nMORE\n") == 0);
+    free(s);
+    CHECK(remove(link_path) == 0);
+
+    /* A descriptor open for reading only (/dev/stdin redirected from a
+     * file): refused at start, the file untouched (before: the file the
+     * program reads was replaced by the trace). */
+    snprintf(made, sizeof made, "%s/input.txt", dir);
+    fd = open(made, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    CHECK(fd >= 0 && write(fd, "INPUT\n", 6) == 6 && close(fd) == 0);
+    fd = open(made, O_RDONLY);
+    CHECK(fd >= 0);
+    snprintf(target, sizeof target, "/proc/self/fd/%d", fd);
+    CHECK(symlink(target, link_path) == 0);
+    mapping_status refused = mapping_trace_start(link_path);
+    if (refused == MAPPING_OK)
+        mapping_trace_stop();
+    CHECK(refused == MAPPING_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(mapping_last_error_message(), strerror(EBADF)) != NULL);
+    close(fd);
+    fd = open(made, O_RDONLY);
+    CHECK(fd >= 0);
+    s = read_fd(fd);
+    close(fd);
+    CHECK(s && strcmp(s, "INPUT\n") == 0);
+    free(s);
+    CHECK(remove(link_path) == 0 && remove(made) == 0);
+
+    /* A dangling link: the file it names is made; the link stays. */
+    snprintf(made, sizeof made, "%s/made.json", dir);
+    CHECK(symlink("made.json", link_path) == 0);
+    CHECK_OK(mapping_trace_start(link_path));
+    CHECK_OK(mapping_sync_to_gpu_range(NULL, host, buf, 0, sizeof host));
+    CHECK_OK(mapping_trace_stop());
+    CHECK(lstat(link_path, &st) == 0 && S_ISLNK(st.st_mode));
+    CHECK(is_trace_json(made));
+
+    mapping_free_gpu(buf);
+    remove(made);
+    remove(report);
+    remove(link_path);
+    CHECK(rmdir(dir) == 0); /* and no temporary file was left behind */
+}
+
+/* Before: the trace replaced a file with a new one of mode 0666 less the
+ * umask, so a trace kept private (0600) became readable by all. */
+TEST(trace_replacing_a_file_keeps_its_permissions)
+{
+    mapping_device *dev = test_device();
+    char dir[] = "/tmp/mapping-trace-mode-XXXXXX", path[160];
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/trace.json", dir);
+    mode_t mask = umask(022);
+    static const mode_t modes[] = {0600, 0640, 0444};
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        FILE *f = fopen(path, "w");
+        CHECK(f && fputs("old", f) >= 0 && fclose(f) == 0);
+        CHECK(chmod(path, modes[i]) == 0);
+        CHECK_OK(mapping_trace_start(path));
+        traced_work(dev);
+        CHECK_OK(mapping_trace_stop());
+        struct stat st;
+        CHECK(stat(path, &st) == 0 && is_trace_json(path));
+        if ((st.st_mode & 07777) != modes[i])
+            test_fail(__FILE__, __LINE__, "a file of mode %03o became %03o", (unsigned)modes[i],
+                      (unsigned)(st.st_mode & 07777));
+        CHECK(st.st_uid == geteuid());
+        remove(path);
+    }
+    umask(mask);
+    CHECK(rmdir(dir) == 0); /* and no temporary file was left behind */
+}
+
+/* ---- a stop that cannot finish writing holds up no one else ---- */
+
+static int count_events(const char *s)
+{
+    int n = 0;
+    for (const char *p = s; (p = strstr(p, "\"name\":\"write\"")); p++)
+        n++;
+    return n;
+}
+
+typedef struct stalled_stop {
+    mapping_status status;
+    int            reader;      /* the FIFO's read end */
+    _Atomic bool   drain_now;   /* the test is done measuring */
+    char          *drained;     /* what the reader got */
+} stalled_stop;
+
+static void *stop_in_thread(void *arg)
+{
+    stalled_stop *s = arg;
+    s->status = mapping_trace_stop();
+    return NULL;
+}
+
+/* Reads the FIFO when told, or after 3 s (so that a stop that holds the
+ * recorder's lock while it writes is seen as slow, not as a hang). */
+static void *drain_later(void *arg)
+{
+    stalled_stop *s = arg;
+    for (int i = 0; i < 300 && !atomic_load(&s->drain_now); i++)
+        usleep(10000);
+    s->drained = read_fd(s->reader);
+    return NULL;
+}
+
+static double seconds_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Before: the stop wrote the file holding the recorder's lock, so while a
+ * FIFO's reader did not read (or a disk was slow), every thread that
+ * touched the recorder (an event ending, a start) waited for it. Now the
+ * recording is taken under the lock and written after it. */
+TEST(trace_stop_writing_into_a_stalled_fifo_holds_up_no_other_thread)
+{
+    mapping_device *dev = test_device();
+    char dir[] = "/tmp/mapping-trace-stall-XXXXXX", fifo[160], other[160];
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    snprintf(other, sizeof other, "%s/other.json", dir);
+    CHECK(mkfifo(fifo, 0600) == 0);
+    stalled_stop s = {.status = MAPPING_ERR_IO};
+    s.reader = open(fifo, O_RDONLY | O_NONBLOCK);
+    CHECK(s.reader >= 0);
+    CHECK_OK(mapping_trace_start(fifo));
+    CHECK(fcntl(s.reader, F_SETFL, 0) == 0); /* a writer is there: reads block */
+    mapping_buffer *buf;
+    char host[64] = {1};
+    CHECK_OK(mapping_allocate_gpu(dev, sizeof host, &buf));
+    for (int i = 0; i < 3000; i++) /* a trace of some 400 KB: more than a pipe holds */
+        CHECK_OK(mapping_sync_to_gpu_range(NULL, host, buf, 0, sizeof host));
+    pthread_t stopper, drainer;
+    CHECK(pthread_create(&drainer, NULL, drain_later, &s) == 0);
+    CHECK(pthread_create(&stopper, NULL, stop_in_thread, &s) == 0);
+    for (int i = 0; i < 5000 && mapping_trace_active(); i++)
+        usleep(1000); /* until the stop has taken the recording */
+    CHECK(!mapping_trace_active());
+    usleep(50000); /* the stop is writing, stalled */
+
+    double t0 = seconds_now();
+    mapping_status started = mapping_trace_start(other); /* takes the recorder's lock */
+    double waited = seconds_now() - t0;
+    CHECK_OK(started);
+    CHECK_OK(mapping_sync_to_gpu_range(NULL, host, buf, 0, sizeof host));
+    CHECK_OK(mapping_trace_stop());
+    if (waited > 1.5)
+        test_fail(__FILE__, __LINE__, "a trace start waited %.1f s for a stop writing into a stalled FIFO", waited);
+
+    atomic_store(&s.drain_now, true);
+    pthread_join(stopper, NULL);
+    pthread_join(drainer, NULL);
+    CHECK_OK(s.status);
+    CHECK(s.drained && ends_a_trace(s.drained) && count_events(s.drained) >= 3000);
+    CHECK(is_trace_json(other));
+    free(s.drained);
+    close(s.reader);
+    mapping_free_gpu(buf);
+    remove(other);
+    remove(fifo);
+    CHECK(rmdir(dir) == 0);
 }
