@@ -1,17 +1,27 @@
 /* Device details for `mapping info` (see device_details.h). */
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
 #include "device_details.h"
 
+/* A path from the environment is loaded only when it is a regular file:
+ * dlopen would wait for ever on a FIFO. */
 static void *open_driver(const char *env, const char *a, const char *b)
 {
     const char *path = getenv(env);
-    if (path && *path)
-        return dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (path && *path) {
+        struct stat sb;
+        int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+        int regular = fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode);
+        if (fd >= 0)
+            close(fd);
+        return regular || !strchr(path, '/') ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
+    }
     void *lib = dlopen(a, RTLD_NOW | RTLD_LOCAL);
     return lib ? lib : dlopen(b, RTLD_NOW | RTLD_LOCAL);
 }

@@ -143,7 +143,10 @@ int mapping_os_write_file_atomic(const char *path, const void *data, size_t len)
             break;
         done += (size_t)put;
     }
-    bool ok = close(fd) == 0 && done == len;
+    /* On the disk before the rename: after a crash the name holds the old
+     * content or the new, never an empty file (ext4, xfs). */
+    bool ok = done == len && fsync(fd) == 0;
+    ok = close(fd) == 0 && ok;
     if (!ok || rename(tmp, path) != 0) {
         unlink(tmp);
         return -1;

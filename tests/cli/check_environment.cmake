@@ -92,3 +92,21 @@ if(NOT rc EQUAL 0 OR NOT max EQUAL 5 OR NOT kept EQUAL 5 OR dropped LESS 100
 endif()
 message(STATUS "MAPPING_TRACE_MAX_EVENTS=5: ${kept} events kept, ${dropped} dropped, said on stderr")
 file(REMOVE_RECURSE ${WORK})
+
+# A driver library path that names a FIFO is refused at once with the
+# reason (dlopen blocked for ever opening it: `mapping info` hung).
+file(MAKE_DIRECTORY ${WORK})
+execute_process(COMMAND mkfifo ${WORK}/fifo.so RESULT_VARIABLE rc)
+if(rc EQUAL 0)
+  foreach(var MAPPING_OPENCL_LIBRARY MAPPING_CUDA_LIBRARY)
+    execute_process(COMMAND ${CMAKE_COMMAND} -E env ${var}=${WORK}/fifo.so ${MAPPING} info
+                    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 30)
+    if(NOT rc EQUAL 0 OR NOT "${out}${err}" MATCHES "${var}=[^\n]*fifo.so: not a regular file")
+      message(FATAL_ERROR "${var}=a FIFO: exit ${rc}, expected 0 naming the FIFO\n${out}\n${err}")
+    endif()
+    message(STATUS "${var}=a FIFO: refused, exit ${rc}")
+  endforeach()
+  file(REMOVE_RECURSE ${WORK})
+else()
+  message(STATUS "SKIP the FIFO library case: mkfifo failed")
+endif()
