@@ -724,7 +724,13 @@ enum {
      * work (exact ranges; a mark never hurts). Granularity: a page
      * (mapping_write_tracking). MAPPING_ERR_UNSUPPORTED when the process
      * has no mechanism, or the pages are tracked already by another family
-     * (a wrapped array must not share a page with another tracked one).
+     * (a wrapped array must not share a page with another tracked one), or
+     * (mprotect) 256 families are tracked already, or part of the memory
+     * is executable and part not. MAPPING_ERR_INVALID_ARGUMENT when a page
+     * of it is not mapped, or not readable and writable (PROT_READ memory,
+     * a const array, a PROT_NONE guard page: a sync to the CPU could not
+     * write it); its protection is left as it was (executable memory
+     * stays executable).
      * Writes that cause no page fault in this mapping are not seen and
      * must be marked: writes through another mapping of the same memory
      * (a memfd or shared memory mapped twice, another process), DMA into
@@ -768,7 +774,10 @@ enum {
  *   scans only the pages the process faulted on when a fault log (perf
  *   page-fault samples) provably holds every fault since the last scan,
  *   else the whole mirror ($MAPPING_TRACK_SCAN = faulted, changed,
- *   always). A run of 8 MiB or more written in two sync periods in a row
+ *   always); with several threads, that proof (and the clean sync's "no
+ *   fault since") needs perf to count every thread's faults as they begin,
+ *   kernel-mode ones included (CAP_PERFMON or perf_event_paranoid <= 1),
+ *   else such a process walks at every sync. A run of 8 MiB or more written in two sync periods in a row
  *   (a repeated stream) is left writable and counted written at every
  *   sync until a sync to the device finds fewer than half of its sample
  *   pages (one per 2 MiB) written ($MAPPING_TRACK_STREAMS = on, off, or the smallest
@@ -814,8 +823,10 @@ typedef enum mapping_access {
 MAPPING_API mapping_status mapping_mirror_create(mapping_device *dev, size_t bytes, unsigned flags,
                                                  mapping_mirror **out);
 /* Mirrors the caller's memory cpu_ptr[0, bytes) (not copied, not freed; must
- * outlive the mirror). The GPU side starts stale. flags: 0 or
- * MAPPING_MIRROR_PIN, MAPPING_MIRROR_TRACK_WRITES, MAPPING_MIRROR_DEVICE_DIFF
+ * outlive the mirror, mapped readable and writable: a sync to the CPU
+ * writes it; with MAPPING_MIRROR_TRACK_WRITES that is checked, and memory
+ * that is not is refused with MAPPING_ERR_INVALID_ARGUMENT). The GPU side
+ * starts stale. flags: 0 or MAPPING_MIRROR_PIN, MAPPING_MIRROR_TRACK_WRITES, MAPPING_MIRROR_DEVICE_DIFF
  * (MAPPING_MIRROR_UNIFIED is accepted and ignored). */
 MAPPING_API mapping_status mapping_mirror_wrap(mapping_device *dev, void *cpu_ptr, size_t bytes, unsigned flags,
                                                mapping_mirror **out);

@@ -15,6 +15,7 @@ picks one explicitly). docs/python.md has the whole API.
 import warnings as _warnings
 import collections
 import operator as _operator
+import os as _os
 import re as _re
 import threading as _threading
 import weakref
@@ -35,6 +36,29 @@ _DL_CPU, _DL_CUDA, _DL_CUDA_HOST, _DL_OPENCL = 1, 2, 3, 4
 _DL_CODE = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}
 _DL_KIND = {0: "i", 1: "u", 2: "f", 5: "c", 6: "b"}
 
+# Bumped in a child after os.fork(): a C object made before belongs to the
+# parent (a host stream's worker thread, a driver's threads are not in the
+# child), so the child never destroys it (destroying a host stream there
+# waits for a thread that does not exist: the child hung at exit) and
+# refuses to queue work on its streams and pipelines. A list the classes
+# below also hold: finalizers read it at interpreter exit, after this
+# module's globals are gone.
+_fork_generation = [0]
+
+
+def _after_fork_in_child():
+    _fork_generation[0] += 1
+    _core.after_fork_child()
+
+
+if hasattr(_os, "register_at_fork"):
+    _os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _forked_error(kind):
+    return _ERR["ERR_INVALID_HANDLE"]("this %s was made before os.fork() in the parent process: its work would run "
+                                      "on the parent's threads; make a new one in the child" % kind, -5)
+
 
 class _Handle:
     """The one owner of a C object: the C object is destroyed when the last
@@ -54,7 +78,7 @@ class _Handle:
     destroys them first (mirrors, then batches and pipelines, streams, events,
     buffers), and a child whose device is gone does nothing."""
 
-    __slots__ = ("ptr", "destroy", "parent", "rank", "children", "keep", "users", "deferred", "family",
+    __slots__ = ("ptr", "destroy", "parent", "rank", "children", "keep", "users", "deferred", "family", "gen",
                  "__weakref__")
 
     def __init__(self, ptr, destroy, parent=None, rank=9, keep=None, family=None):
@@ -67,6 +91,7 @@ class _Handle:
         self.deferred = False
         self.keep = keep
         self.family = family  # a mirror's _Family: its destroy is one more call on the family
+        self.gen = self.forks[0]  # another in a forked child: the parent's, never destroyed there
         if keep:
             for k in keep:
                 if type(k) is _Handle:
@@ -109,7 +134,7 @@ class _Handle:
             for child in sorted(list(self.children), key=lambda h: h.rank):
                 child.users = 0
                 child.release()
-        if not self._ancestors_alive():
+        if not self._ancestors_alive() or self.gen != self.forks[0]:
             self.ptr = None
             self._let_go()
             return
@@ -125,6 +150,9 @@ class _Handle:
 
     def __del__(self):
         self.release()
+
+
+_Handle.forks = _fork_generation
 
 
 def _closed_error(kind):
@@ -568,11 +596,10 @@ class Buffer(_Owned):
         sh = _stream_hold(stream, self.device)
         h = self._hold()
         try:
-            _core.fill_gpu(_sp(sh), h.ptr, offset, n, _operator.index(value))
+            _queue(sh, (h,), _core.fill_gpu, _sp(sh), h.ptr, offset, n, _operator.index(value))
         except Error as e:
             raise _retag(e, "fill(value, offset=%d, nbytes=%d)" % (offset, n)) from None
         if sh is not None:
-            _keep_for(stream, self.device, h)
             self._stream = _stream_ref(stream)
 
     # ---- DLPack ----
@@ -581,7 +608,9 @@ class Buffer(_Owned):
         return (kind, 0 if self.device.backend == "host" else self.device.index)
 
     def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
-        self._check()
+        h = self._h  # one handle for the address and the capsule: a close() meanwhile cannot split them
+        if h is None:
+            raise _closed_error("buffer")
         if copy:
             raise BufferError("mapping buffers are exported without a copy")
         kind, index = self.__dlpack_device__()
@@ -599,11 +628,12 @@ class Buffer(_Owned):
                 last.synchronize()  # make queued work visible to any consumer stream
             except _ERR["ERR_BUSY"]:
                 pass  # called from a host function on that stream: its earlier work is done
-        addr = self.native
-        # the capsule holds the handle: the memory stays until the consumer's deleter runs
+        addr = _core.buffer_native(h.ptr) if h.ptr is not None else 0
+        # the capsule holds the handle: the memory stays until the consumer's deleter runs; the
+        # shape is checked against the C buffer's size (shape, dtype and nbytes are plain attributes)
         versioned = max_version is not None and tuple(max_version)[:1] >= (1,)
-        return _core.to_dlpack(addr, kind, index, tuple(self.shape), (code, self.dtype.itemsize * 8), self._h,
-                               versioned)
+        return _core.to_dlpack(addr, kind, index, tuple(self.shape), (code, self.dtype.itemsize * 8), h,
+                               versioned, h.ptr)
 
     # ---- CUDA array interface v3 ----
     @property
@@ -629,15 +659,17 @@ def allocate_gpu(shape, dtype=None, device=None):
 
 class _HostBlock:
     """Page-locked memory from mapping_allocate_cpu; freed with the last numpy view."""
-    __slots__ = ("dev", "addr", "__weakref__")
+    __slots__ = ("dev", "addr", "gen", "__weakref__")
     _free = staticmethod(_core.free_cpu)
+    forks = _fork_generation
 
     def __init__(self, dev_handle, addr):
         self.dev = dev_handle
         self.addr = addr
+        self.gen = self.forks[0]
 
     def __del__(self):
-        if self.addr and self.dev is not None and self.dev.ptr:
+        if self.addr and self.dev is not None and self.dev.ptr and self.gen == self.forks[0]:
             try:
                 self._free(self.dev.ptr, self.addr)
             except Exception:  # pragma: no cover
@@ -783,7 +815,9 @@ def from_dlpack(obj, device=None, call="from_dlpack"):
             capsule = obj.__dlpack__(stream=None)
         except TypeError:
             capsule = obj.__dlpack__()
-    ptr, _, _, shape, (code, bits), n = _core.import_dlpack(dev._ptr(), capsule)
+    # the capsule's own device must be the one __dlpack_device__ named (any index on the host back end)
+    ptr, _, _, shape, (code, bits), n = _core.import_dlpack(dev._ptr(), capsule, kind,
+                                                            -1 if want == "host" else index)
     dt = _np.dtype("%s%d" % (_DL_KIND.get(code, "u"), bits // 8)) if code != 6 else _np.dtype(bool)
     return Buffer(dev, ptr, n, shape, dt, keep=obj)
 
@@ -815,19 +849,16 @@ def _stream_ref(stream):
     return weakref.ref(stream) if type(stream) is Stream else None
 
 
-def _keep_for(stream, device, *objs):
-    """What queued work uses (buffer handles, Pins of host buffers) is held
-    until the stream has passed that work: a host function queued behind it
-    releases this submission's record (not a sweep at synchronize)."""
-    if stream is None:
-        return
-    s = stream if type(stream) is Stream else import_stream(stream, device)
-    sh = s._hold()
-    try:
-        _core.keep_until(sh.ptr, objs)
-    except Error:
-        s.synchronize()  # could not queue the release: wait, then let go
-        raise
+def _queue(sh, keep, fn, *args, always=False):
+    """fn(*args), a call that queues work on the stream of handle sh (None:
+    blocking, nothing to hold), and the record holding `keep` until the
+    stream has passed that work, made in the same C call (_core.queued): an
+    exception from a signal handler (Ctrl-C) can no longer come between the
+    two and leave queued work using a host buffer nothing holds. always:
+    the record also when fn raises (a failed batch flush)."""
+    if sh is None:
+        return fn(*args)
+    return _core.queued(sh.ptr, keep, always, fn, *args)
 
 
 def _host_dtype_check(call, arg, host, gpu):
@@ -862,11 +893,10 @@ def sync_to_gpu(cpu_data, gpu, offset=0, stream=None):
             return
         sh = _stream_hold(stream, gpu.device)
         pin = _core.pin(cpu_data, False, "cpu_data")
-        _core.write(sh.ptr, h.ptr, offset, cpu_data)
+        _queue(sh, (pin, h), _core.write, sh.ptr, h.ptr, offset, cpu_data)
     except Error as e:
         raise _retag(e, "sync_to_gpu(cpu_data, gpu, offset=%d)" % offset) from None
     gpu._stream = _stream_ref(stream)
-    _keep_for(stream, gpu.device, pin, h)
 
 
 def sync_to_cpu(gpu, cpu_result, offset=0, stream=None):
@@ -893,10 +923,9 @@ def sync_to_cpu(gpu, cpu_result, offset=0, stream=None):
             return
         sh = _stream_hold(stream, gpu.device)
         pin = _core.pin(cpu_result, True, "cpu_result")
-        _core.read(sh.ptr, h.ptr, offset, cpu_result)
+        _queue(sh, (pin, h), _core.read, sh.ptr, h.ptr, offset, cpu_result)
     except Error as e:
         raise _retag(e, "sync_to_cpu(gpu, cpu_result, offset=%d)" % offset) from None
-    _keep_for(stream, gpu.device, pin, h)
 
 
 def copy_gpu(src, dst, nbytes=None, src_offset=0, dst_offset=0, stream=None):
@@ -910,12 +939,11 @@ def copy_gpu(src, dst, nbytes=None, src_offset=0, dst_offset=0, stream=None):
     sh = _stream_hold(stream, src.device)
     hs, hd = src._hold(), dst._hold()
     try:
-        _core.copy_gpu(_sp(sh), hs.ptr, src_offset, hd.ptr, dst_offset, n)
+        _queue(sh, (hs, hd), _core.copy_gpu, _sp(sh), hs.ptr, src_offset, hd.ptr, dst_offset, n)
     except Error as e:
         raise _retag(e, "copy_gpu(src, dst, nbytes=%d, src_offset=%d, dst_offset=%d)"
                      % (n, src_offset, dst_offset)) from None
     if sh is not None:
-        _keep_for(stream, src.device, hs, hd)
         src._stream = dst._stream = _stream_ref(stream)
 
 
@@ -930,12 +958,11 @@ def copy_peer(src, dst, nbytes=None, src_offset=0, dst_offset=0, stream=None):
     sh = _stream_hold(stream, dst.device)
     hs, hd = src._hold(), dst._hold()
     try:
-        _core.copy_peer(_sp(sh), hs.ptr, src_offset, hd.ptr, dst_offset, n)
+        _queue(sh, (hs, hd), _core.copy_peer, _sp(sh), hs.ptr, src_offset, hd.ptr, dst_offset, n)
     except Error as e:
         raise _retag(e, "copy_peer(src, dst, nbytes=%d, src_offset=%d, dst_offset=%d)"
                      % (n, src_offset, dst_offset)) from None
     if sh is not None:
-        _keep_for(stream, dst.device, hs, hd)
         dst._stream = _stream_ref(stream)
 
 
@@ -962,6 +989,15 @@ class Stream(_Owned):
         self._h = _Handle(ptr, _core.stream_destroy, dev._h, 2, keep=(_keep,) if _keep is not None else None)
         self._errors = []  # exceptions raised by launch_host functions, raised by synchronize
         dev._adopt(self)
+
+    def _hold(self):
+        h = _Owned._hold(self)
+        if h.gen != h.forks[0]:
+            raise _forked_error(self._kind)
+        return h
+
+    def _ptr(self):
+        return self._hold().ptr
 
     @property
     def native(self):
@@ -1010,17 +1046,24 @@ def launch_host(stream, fn):
         raise TypeError("launch_host: stream must be a mapping.Stream (with no stream, call fn() yourself), got %s"
                         % type(stream).__name__)
     errors = stream._errors
+    h = stream._hold()
+    ptr = h.ptr
 
     def run():
         outer = _core.host_fn_flag(True)  # family locks wait at most 1 s on this thread
+        outer_stream = getattr(_host_fn, "stream", None)
+        _host_fn.stream = ptr  # Event.synchronize refuses to wait for this stream
         try:
             fn()
         except BaseException as e:  # noqa: B902 - raised by synchronize
             errors.append(e)
         finally:
+            _host_fn.stream = outer_stream
             _core.host_fn_flag(outer)
-    h = stream._hold()
     _core.launch_host(h.ptr, run)
+
+
+_host_fn = _threading.local()  # .stream: the stream whose launch_host function this thread is running
 
 
 def import_stream(queue, device=None):
@@ -1045,10 +1088,15 @@ class Event(_Owned):
         self.device = stream.device
         sh = stream._hold()
         self._h = _Handle(_core.event_record(sh.ptr), _core.event_destroy, stream.device._h, 3)
+        self._stream_ptr = sh.ptr
         self.device._adopt(self)
 
     def synchronize(self):
         h = self._hold()
+        if getattr(_host_fn, "stream", None) == self._stream_ptr and not _core.event_query(h.ptr):
+            # a launch_host function waiting for later work of its own stream waited for itself for good
+            raise _ERR["ERR_BUSY"]("Event.synchronize: called from a launch_host function running on the event's "
+                                   "own stream, before the event: it would wait for itself", -18)
         _core.event_sync(h.ptr)
 
     def query(self):
@@ -1117,9 +1165,10 @@ class Mirror(_Owned):
     @property
     def array(self):
         """The host side as a numpy array (no sync: see cpu() and sync_to_cpu)."""
-        self._ptr()
+        h = self._hold()
         if self._cpu is None:
-            mem = _core.HostMemory(self._addr, self.nbytes, self._h)
+            addr, size = _core.mirror_parts(h.ptr)[:2]  # the C sizes: nbytes is a plain attribute
+            mem = _core.HostMemory(addr, size, h)
             self._cpu = _np.frombuffer(mem, dtype=self.dtype).reshape(self.shape)
         return self._cpu
 
@@ -1199,9 +1248,11 @@ class Mirror(_Owned):
         sh = _stream_hold(stream, self.device)
         with self._lock:
             h = self._hold()
-            _core.mirror_sync(_sp(sh), h.ptr, side)
+            if sh is None:
+                _core.mirror_sync(None, h.ptr, side)
+            else:
+                _core.queued(sh.ptr, (h,), False, _core.mirror_sync, sh.ptr, h.ptr, side)
         if sh is not None:
-            _keep_for(stream, self.device, h)
             self._gpu._stream = _stream_ref(stream)
 
     def sync_to_gpu(self, stream=None):
@@ -1276,9 +1327,7 @@ class Mirror(_Owned):
         def leave():
             with self._lock:
                 h = self._hold()
-                _core.mirror_release_gpu(_sp(sh), h.ptr)
-            if sh is not None:
-                _keep_for(stream, self.device, h)
+                _queue(sh, (h,), _core.mirror_release_gpu, _sp(sh), h.ptr)
         return _Access(enter, leave)
 
     def close(self):
@@ -1453,9 +1502,10 @@ class MultiMirror(_Owned):
     @property
     def array(self):
         """The host array as numpy (no sync)."""
-        self._ptr()
+        h = self._hold()
         if self._cpu is None:
-            mem = _core.HostMemory(self._addr, self.nbytes, self._h)
+            addr, size, _ = _core.multimirror_parts(h.ptr, 0)  # the C sizes: nbytes is a plain attribute
+            mem = _core.HostMemory(addr, size, h)
             self._cpu = _np.frombuffer(mem, dtype=self.dtype).reshape(self.shape)
         return self._cpu
 
@@ -1474,9 +1524,7 @@ class MultiMirror(_Owned):
         sh = None if i < 0 else _stream_hold(stream, self.devices[i])
         with self._lock:
             h = self._hold()
-            _core.multimirror_sync(_sp(sh), h.ptr, i)
-        if sh is not None:
-            _keep_for(stream, self.devices[i], h)
+            _queue(sh, (h,), _core.multimirror_sync, _sp(sh), h.ptr, i)
 
     def stale_bytes(self, side):
         i = self._side(side, "stale_bytes")
@@ -1529,11 +1577,15 @@ class Batch(_Owned):
         if p.nbytes:
             with self._lock:
                 h, gh = self._hold(), gpu._hold()
+                # the record first: an exception from a signal handler (Ctrl-C) just
+                # after the add must not leave the C batch with a host buffer nothing holds
+                keep = self._keep
+                keep.append((p, gh, gpu))
                 try:
                     _core.batch_add(h.ptr, to_gpu, gh.ptr, offset, p)
                 except Error as e:
+                    keep.pop()
                     raise _retag(e, "%s(offset=%d)" % (call, offset)) from None
-                self._keep.append((p, gh, gpu))
 
     def add_to_gpu(self, cpu_data, gpu, offset=0):
         """Records a copy of cpu_data to gpu at offset for the next flush
@@ -1571,12 +1623,10 @@ class Batch(_Owned):
         with self._lock:
             h = self._hold()
             keep = self._keep
-            try:
-                _core.batch_flush(_sp(sh), h.ptr)
-            finally:
-                # what a flush on a stream queued is held until the stream passes it
-                if sh is not None and keep:
-                    _keep_for(stream, self.device, *[(p, g) for p, g, _ in keep])
+            # what a flush on a stream queued is held until the stream passes it
+            # (also when it failed: some copies may be queued)
+            _queue(sh if keep else None, tuple((p, g) for p, g, _ in keep), _core.batch_flush, _sp(sh), h.ptr,
+                   always=True)
             # done: the batch is empty. A failed flush leaves the copies not
             # done queued in the C batch: their records stay (all of them: which
             # were done is not said), for a retry, clear() or close().
@@ -1656,6 +1706,8 @@ class Pipeline(_Owned):
             self._running += 1  # first: a close() from now on (a step, another thread) defers the destroy
             try:
                 h = self._hold()
+                if h.gen != h.forks[0]:
+                    raise _forked_error(self._kind)
                 _core.pipeline_run(h.ptr, src, dst, call)
             finally:
                 self._running -= 1

@@ -521,6 +521,31 @@ static void keep_done(void *user)
     }
 }
 
+/* Holds obj until stream s reaches this point; 0, or -1 with the error set
+ * (*st the status, MAPPING_OK for a Python error). */
+static int keep_record(mapping_stream *s, PyObject *obj, mapping_status *st)
+{
+    *st = MAPPING_OK;
+    drain_done();
+    done_node *n = PyMem_RawMalloc(sizeof *n);
+    if (!n) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    n->next = NULL;
+    n->obj = Py_NewRef(obj);
+    Py_BEGIN_ALLOW_THREADS /* a full queue waits for its thread, which may want the GIL */
+    *st = mapping_launch_host(s, keep_done, n);
+    Py_END_ALLOW_THREADS
+    if (*st != MAPPING_OK) {
+        Py_DECREF(n->obj);
+        PyMem_RawFree(n);
+        raise_status(*st);
+        return -1;
+    }
+    return 0;
+}
+
 /* [stream, obj] */
 static PyObject *core_keep_until(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -529,28 +554,79 @@ static PyObject *core_keep_until(PyObject *self, PyObject *const *args, Py_ssize
     mapping_stream *s = PTR(0);
     if (PyErr_Occurred())
         return NULL;
-    drain_done();
-    done_node *n = PyMem_RawMalloc(sizeof *n);
-    if (!n)
-        return PyErr_NoMemory();
-    n->next = NULL;
-    n->obj = Py_NewRef(args[1]);
     mapping_status st;
-    Py_BEGIN_ALLOW_THREADS /* a full queue waits for its thread, which may want the GIL */
-    st = mapping_launch_host(s, keep_done, n);
-    Py_END_ALLOW_THREADS
-    if (st != MAPPING_OK) {
-        Py_DECREF(n->obj);
-        PyMem_RawFree(n);
-        return raise_status(st);
-    }
+    if (keep_record(s, args[1], &st) < 0)
+        return NULL;
     Py_RETURN_NONE;
+}
+
+/* queued(stream, keep, always, fn, *args): fn(*args), a _core call that
+ * queues work on stream, then the record holding `keep` (what that work
+ * uses) until the stream has passed it, in one C call: no Python code runs
+ * between them, so a signal handler's exception (Ctrl-C's
+ * KeyboardInterrupt) can no longer come after the work was queued and
+ * before its record, which let a host buffer be freed or resized under its
+ * queued copy. always: the record also when fn failed (a failed batch flush
+ * may have queued some of its copies). Without a record (the stream's queue
+ * refused it) the stream is waited for, then the error raised. */
+static PyObject *core_queued(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs < 4) {
+        PyErr_Format(PyExc_TypeError, "queued expected at least 4 arguments, got %zd", nargs);
+        return NULL;
+    }
+    mapping_stream *s = PTR(0);
+    int always = PyObject_IsTrue(args[2]);
+    if (always < 0 || PyErr_Occurred())
+        return NULL;
+    PyObject *r = PyObject_Vectorcall(args[3], args + 4, (size_t)(nargs - 4), NULL);
+    if (!r && !always)
+        return NULL;
+    PyObject *type = NULL, *value = NULL, *tb = NULL;
+    if (!r)
+        PyErr_Fetch(&type, &value, &tb);
+    mapping_status st;
+    if (keep_record(s, args[1], &st) < 0) { /* wait for what was queued: then nothing needs the record */
+        Py_BEGIN_ALLOW_THREADS
+        st = mapping_stream_synchronize(s);
+        Py_END_ALLOW_THREADS
+        (void)st;
+        drain_done();
+        if (r) {
+            Py_DECREF(r);
+            return NULL;
+        }
+        PyErr_Clear(); /* fn's error is the one to raise */
+    }
+    if (!r) {
+        PyErr_Restore(type, value, tb);
+        return NULL;
+    }
+    return r;
 }
 
 static PyObject *core_drain(PyObject *self, PyObject *unused)
 {
     (void)self;
     (void)unused;
+    drain_done();
+    Py_RETURN_NONE;
+}
+
+/* In a child after os.fork() (mapping/__init__.py registers it): the done
+ * list's lock may have been held by a library thread of the parent, which
+ * the child does not have; a new lock, and the records inherited are
+ * dropped (work queued in the parent never runs here). */
+static PyObject *core_after_fork_child(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    PyThread_type_lock lock = PyThread_allocate_lock();
+    if (!lock)
+        return PyErr_NoMemory();
+    done_lock = lock; /* the old one is left as it is: it may be held */
+    drain_scheduled = 0;
     drain_done();
     Py_RETURN_NONE;
 }
@@ -686,6 +762,17 @@ static int host_memory_init(host_memory *self, PyObject *args, PyObject *kw)
     int readonly = 0;
     if (!PyArg_ParseTuple(args, "OnO|p", &addr, &n, &owner, &readonly))
         return -1;
+    /* Once only: a second __init__ (reachable from any array of it as
+     * a.base.base.obj) would drop the owner, freeing the memory under the
+     * views already made. */
+    if (self->owner) {
+        PyErr_SetString(PyExc_TypeError, "HostMemory is initialized once");
+        return -1;
+    }
+    if (n < 0) {
+        PyErr_SetString(PyExc_ValueError, "HostMemory: nbytes must be >= 0");
+        return -1;
+    }
     self->addr = PyLong_AsVoidPtr(addr);
     if (PyErr_Occurred())
         return -1;
@@ -1225,16 +1312,19 @@ static void dl_capsule_destructor(PyObject *capsule)
     }
 }
 
-/* to_dlpack(address, device_type, device_id, shape tuple, (code, bits), owner, versioned):
+/* to_dlpack(address, device_type, device_id, shape tuple, (code, bits), owner, versioned, buffer):
  * versioned (the consumer asked for max_version >= 1.0): a writable
- * "dltensor_versioned"; else the legacy "dltensor". */
+ * "dltensor_versioned"; else the legacy "dltensor". buffer: the C buffer
+ * the address is in (None: an empty one); the shape must fit in it
+ * (mapping_buffer_size), whatever the Python object's shape, dtype and
+ * nbytes attributes were set to: a consumer reads and writes all of it. */
 static PyObject *core_to_dlpack(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *addr, *shape, *owner;
+    PyObject *addr, *shape, *owner, *buffer = Py_None;
     int dtype, did, code, bits, versioned = 0;
-    if (!PyArg_ParseTuple(args, "OiiO!(ii)O|p", &addr, &dtype, &did, &PyTuple_Type, &shape, &code, &bits, &owner,
-                          &versioned))
+    if (!PyArg_ParseTuple(args, "OiiO!(ii)O|pO", &addr, &dtype, &did, &PyTuple_Type, &shape, &code, &bits, &owner,
+                          &versioned, &buffer))
         return NULL;
     Py_ssize_t ndim = PyTuple_GET_SIZE(shape);
     if (ndim > 32) {
@@ -1245,12 +1335,32 @@ static PyObject *core_to_dlpack(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "to_dlpack: bad dtype");
         return NULL;
     }
+    size_t room = 0;
+    if (buffer != Py_None) {
+        mapping_buffer *b = as_ptr(buffer);
+        if (PyErr_Occurred())
+            return NULL;
+        mapping_clear_last_error();
+        room = mapping_buffer_size(b);
+        if (mapping_last_error() != MAPPING_OK)
+            return raise_status(mapping_last_error());
+    }
     dl_export *e = PyMem_RawCalloc(1, sizeof *e);
     if (!e)
         return PyErr_NoMemory();
-    for (Py_ssize_t i = 0; i < ndim; i++)
+    size_t need = (size_t)bits / 8;
+    int too_big = 0;
+    for (Py_ssize_t i = 0; i < ndim; i++) {
         e->shape[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
+        if (e->shape[i] < 0 || (need && (uint64_t)e->shape[i] > SIZE_MAX / need))
+            too_big = 1;
+        else
+            need *= (size_t)e->shape[i];
+    }
     void *data = PyErr_Occurred() ? NULL : PyLong_AsVoidPtr(addr);
+    if (!PyErr_Occurred() && (too_big || need > room || bits % 8))
+        PyErr_Format(PyExc_BufferError, "__dlpack__: shape %S of %d-bit items does not fit in the buffer's %zu bytes",
+                     shape, bits, room);
     if (PyErr_Occurred()) {
         PyMem_RawFree(e);
         return NULL;
@@ -1286,31 +1396,65 @@ static void dl_import_release(void *user)
     }
 }
 
-/* import_dlpack(dev, capsule) -> (buffer, device_type, device_id, shape, (code, bits), nbytes):
- * consumes the capsule; the buffer's release calls the producer's deleter. */
+/* import_dlpack(dev, capsule, device_type, device_id) -> (buffer, device_type, device_id, shape,
+ * (code, bits), nbytes): consumes the capsule, whose tensor must be on DLPack
+ * device (device_type, device_id) (device_id -1: any), the one the caller
+ * chose `dev` for: __dlpack_device__ is only the producer's word, and a
+ * cl_mem or CUDA pointer taken as host memory was read and written as such;
+ * the buffer's release calls the producer's deleter. */
 static PyObject *core_import_dlpack(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    NEED(2);
+    NEED(4);
     mapping_device *dev = PTR(0);
+    long want_type = PyLong_AsLong(args[2]), want_id = PyLong_AsLong(args[3]);
     if (PyErr_Occurred())
         return NULL;
     dl_managed *m = PyCapsule_GetPointer(args[1], "dltensor");
     if (!m)
         return NULL;
     dl_tensor *t = &m->dl_tensor;
-    if (t->dtype.lanes != 1 || t->dtype.bits % 8 || t->ndim < 0 || t->ndim > 32) {
+    if (t->device.device_type != want_type || (want_id >= 0 && t->device.device_id != want_id)) {
+        PyObject *key = PyLong_FromLong(MAPPING_ERR_DEVICE_MISMATCH);
+        PyObject *cls = key && error_classes ? PyDict_GetItemWithError(error_classes, key) : NULL;
+        Py_XDECREF(key);
+        if (PyErr_Occurred())
+            return NULL;
+        PyObject *e = PyObject_CallFunction(cls ? cls : PyExc_ValueError, "Ni",
+                                            PyUnicode_FromFormat("from_dlpack: the tensor is on DLPack device (%d, "
+                                                                 "%d), not the (%ld, %ld) its __dlpack_device__ "
+                                                                 "said", (int)t->device.device_type,
+                                                                 (int)t->device.device_id, want_type, want_id),
+                                            (int)MAPPING_ERR_DEVICE_MISMATCH);
+        if (e) {
+            PyErr_SetObject((PyObject *)Py_TYPE(e), e);
+            Py_DECREF(e);
+        }
+        return NULL;
+    }
+    if (t->dtype.lanes != 1 || t->dtype.bits % 8 || t->ndim < 0 || t->ndim > 32 || (t->ndim > 0 && !t->shape)) {
         PyErr_SetString(PyExc_ValueError, "from_dlpack: only plain dtypes of whole bytes, up to 32 dimensions");
         return NULL;
     }
     size_t item = t->dtype.bits / 8, n = item;
     int64_t expect = 1;
     for (int i = t->ndim - 1; i >= 0; i--) {
+        if (t->shape[i] < 0) {
+            PyErr_SetString(PyExc_ValueError, "from_dlpack: a negative dimension");
+            return NULL;
+        }
         if (t->strides && t->shape[i] > 1 && t->strides[i] != expect) {
             PyErr_SetString(PyExc_ValueError, "from_dlpack: the tensor is not C-contiguous");
             return NULL;
         }
-        expect *= t->shape[i];
+        if (n && (size_t)t->shape[i] > SIZE_MAX / n) {
+            PyErr_SetString(PyExc_ValueError, "from_dlpack: the tensor's size overflows");
+            return NULL;
+        }
+        if (t->shape[i] && expect > INT64_MAX / t->shape[i])
+            expect = INT64_MAX; /* only compared with strides of larger dimensions: any mismatch is one */
+        else
+            expect *= t->shape[i];
         n *= (size_t)t->shape[i];
     }
     PyObject *shape = PyTuple_New(t->ndim);
@@ -1800,7 +1944,8 @@ static PyMethodDef core_methods[] = {
     FAST(pipeline_create, NULL), FAST(pipeline_run, NULL),
     VAR(to_dlpack, NULL), FAST(import_dlpack, NULL), FAST(bench_copies, NULL), FAST(pin, NULL), FAST(mirror_sharded, NULL), FAST(multimirror_create, NULL), FAST(multimirror_parts, NULL),
     FAST(multimirror_stale, NULL),
-    FAST(keep_until, NULL), NONE_(drain, NULL), FAST(launch_host, NULL), ONE(host_fn_flag, NULL),
+    FAST(keep_until, NULL), FAST(queued, NULL), NONE_(drain, NULL), NONE_(after_fork_child, NULL),
+    FAST(launch_host, NULL), ONE(host_fn_flag, NULL),
     {"_text", (PyCFunction)core_text, METH_O, "bytes from a driver as str (undecodable bytes replaced)"}, {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef core_module = {PyModuleDef_HEAD_INIT, "mapping._core",

@@ -64,6 +64,25 @@ mapping_status mapping__mirror_track_begin(const char *fn, mirror_state *st)
                              "%s: MAPPING_MIRROR_TRACK_WRITES: a page of [%p, +%zu) is tracked already "
                              "by another mirror",
                              fn, (void *)st->cpu, st->size);
+    if (rc == -ENOSPC)
+        return mapping__fail(MAPPING_ERR_UNSUPPORTED,
+                             "%s: MAPPING_MIRROR_TRACK_WRITES: %d tracked mirrors exist already, as many as mprotect "
+                             "tracking watches at once (destroy one first, or MAPPING_TRACK=uffd, Linux >= 6.7)",
+                             fn, (int)MAPPING_OS_MPROT_SLOTS);
+    if (rc == -EFAULT)
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT,
+                             "%s: MAPPING_MIRROR_TRACK_WRITES: a page of [%p, +%zu) is not mapped", fn,
+                             (void *)st->cpu, st->size);
+    if (rc == -EACCES)
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT,
+                             "%s: MAPPING_MIRROR_TRACK_WRITES: a page of [%p, +%zu) is not readable and writable "
+                             "(PROT_READ | PROT_WRITE): a sync to the CPU could not write it",
+                             fn, (void *)st->cpu, st->size);
+    if (rc == -ENOEXEC)
+        return mapping__fail(MAPPING_ERR_UNSUPPORTED,
+                             "%s: MAPPING_MIRROR_TRACK_WRITES: [%p, +%zu) is executable in part, which mprotect "
+                             "tracking cannot keep (wrap the parts separately, or MAPPING_TRACK=uffd)",
+                             fn, (void *)st->cpu, st->size);
     if (rc == -EOPNOTSUPP)
         return mapping__fail(MAPPING_ERR_UNSUPPORTED,
                              "%s: MAPPING_MIRROR_TRACK_WRITES: [%p, +%zu) has pages larger than %zu bytes (hugetlbfs), "

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "os/fault_count.h"
 #include "os/fault_log.h"
 #include "os/os.h"
 #include "os/write_track.h"
@@ -41,6 +42,8 @@ static bool     event_on;      /* the event is enabled */
 static bool     skip_next;     /* enabled after the last snapshot: the next interval is a gap */
 static bool     last_valid;    /* last_faults belongs to a consistent snapshot on the logging thread */
 static uint64_t last_faults;
+static uint64_t last_entries;  /* mapping_os_fault_entries at the last consistent snapshot */
+static bool     last_entries_valid;
 static uint64_t drains, gap_drain;
 static uint64_t log_length;
 static uintptr_t log_pages[LOG_CAP];
@@ -202,18 +205,27 @@ static bool process_faults(uint64_t *out)
 
 /* One drain (under `lock`): the samples since the last one go to the log,
  * and the interval is a gap unless it provably holds every fault. Returns
- * whether *faults_out holds the process's fault count. */
-static bool drain(uint64_t scan_ns, uint64_t *faults_out)
+ * whether *faults_out holds a fault stamp: the process's fault count, plus
+ * the faults every thread began (mapping_os_fault_entries) when
+ * *every_thread says they are counted. Equal stamps mean that no fault
+ * completed, and with *every_thread that none began either: no page became
+ * writable, even in another thread's fault still in flight. */
+static bool drain(uint64_t scan_ns, uint64_t *faults_out, bool *every_thread)
 {
     drains++;
     bool complete = false, counted = false;
+    uint64_t entries = 0;
+    *every_thread = false;
     if (!opened_here()) {
         counted = process_faults(faults_out);
+        *every_thread = counted && mapping_os_fault_entries(&entries);
+        *faults_out += entries;
     } else {
         uint64_t tail = ring->data_tail;
         uint64_t h1 = __atomic_load_n(&ring->data_head, __ATOMIC_ACQUIRE);
         struct rusage r;
         int rc = logging_thread ? getrusage(RUSAGE_SELF, &r) : -1;
+        bool have_entries = rc == 0 && mapping_os_fault_entries(&entries);
         uint64_t h2 = __atomic_load_n(&ring->data_head, __ATOMIC_ACQUIRE);
         bool missing = false;
         uint64_t samples = read_records(tail, h2, &missing);
@@ -221,8 +233,16 @@ static bool drain(uint64_t scan_ns, uint64_t *faults_out)
         bool consistent = rc == 0 && h1 == h2;
         uint64_t faults = rc == 0 ? (uint64_t)r.ru_minflt + (uint64_t)r.ru_majflt : 0;
         counted = rc == 0 || process_faults(&faults);
-        *faults_out = faults;
-        complete = consistent && last_valid && event_on && !skip_next && !missing && faults - last_faults == samples;
+        *every_thread = have_entries;
+        *faults_out = faults + (have_entries ? entries : 0);
+        /* Another thread's fault in flight has begun (counted in entries)
+         * but not completed (not in getrusage, nor sampled): without the
+         * entries, the counts could agree while its page is writable. */
+        bool entries_agree = !have_entries || (last_entries_valid && entries - last_entries == samples);
+        complete = consistent && last_valid && event_on && !skip_next && !missing && faults - last_faults == samples &&
+                   entries_agree;
+        last_entries = entries;
+        last_entries_valid = consistent && have_entries;
         skip_next = false;
         if (consistent && last_valid) { /* log the next interval when its faults cost less than a walk */
             bool want = !scan_ns || (faults - last_faults) * SAMPLE_NS <= scan_ns;
@@ -252,8 +272,9 @@ bool mapping_os_fault_log_available(const char **why)
 void mapping_os_fault_log_mark(mapping_os_fault_pos *now)
 {
     uint64_t faults;
+    bool every_thread;
     pthread_mutex_lock(&lock);
-    drain(0, &faults);
+    drain(0, &faults, &every_thread);
     *now = (mapping_os_fault_pos){.drain = drains, .length = log_length};
     pthread_mutex_unlock(&lock);
 }
@@ -265,12 +286,13 @@ static int compare_pages(const void *a, const void *b)
 }
 
 long mapping_os_fault_log_pages(const mapping_os_fault_pos *since, uintptr_t lo, uintptr_t hi, uintptr_t *pages,
-                                size_t cap, uint64_t scan_ns, mapping_os_fault_pos *now, uint64_t *faults)
+                                size_t cap, uint64_t scan_ns, mapping_os_fault_pos *now, uint64_t *faults,
+                                bool *every_thread)
 {
     long n = -1;
     uint64_t count = 0;
     pthread_mutex_lock(&lock);
-    *faults = drain(scan_ns, &count) ? count : UINT64_MAX;
+    *faults = drain(scan_ns, &count, every_thread) ? count : UINT64_MAX;
     *now = (mapping_os_fault_pos){.drain = drains, .length = log_length};
     if (since->drain && since->drain >= gap_drain && log_length - since->length <= LOG_CAP) {
         n = 0;
@@ -315,11 +337,13 @@ void mapping_os_fault_log_mark(mapping_os_fault_pos *now)
     *now = (mapping_os_fault_pos){0, 0};
 }
 long mapping_os_fault_log_pages(const mapping_os_fault_pos *since, uintptr_t lo, uintptr_t hi, uintptr_t *pages,
-                                size_t cap, uint64_t scan_ns, mapping_os_fault_pos *now, uint64_t *faults)
+                                size_t cap, uint64_t scan_ns, mapping_os_fault_pos *now, uint64_t *faults,
+                                bool *every_thread)
 {
     (void)since, (void)lo, (void)hi, (void)pages, (void)cap, (void)scan_ns;
     *now = (mapping_os_fault_pos){0, 0};
     *faults = UINT64_MAX;
+    *every_thread = false;
     return -1;
 }
 #endif

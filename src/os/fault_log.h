@@ -56,9 +56,17 @@ void mapping_os_fault_log_mark(mapping_os_fault_pos *now);
  * whole range. Either way *now is the point to store for the next query,
  * taken before the caller's scan. `scan_ns`: what a walk of the range costs
  * (0: not known), to decide whether logging the next interval pays.
- * *faults: the process's minor + major fault count read at the drain
- * (getrusage; UINT64_MAX if unknown), for the clean-sync shortcut. */
+ * *faults: a fault stamp read at the drain, for the clean-sync shortcut
+ * (UINT64_MAX if unknown): the process's minor + major fault count
+ * (getrusage, counted at a fault's end), plus, when *every_thread, the
+ * faults every thread began (fault_count.h). Equal stamps: no fault ended
+ * in between, and with *every_thread none began either (so none is in
+ * flight in another thread). Without *every_thread the log is trusted only
+ * as far as the caller knows no other thread can fault (the log itself
+ * then also needs the entries: an interval is complete only when they
+ * grew by its sample count too). */
 long mapping_os_fault_log_pages(const mapping_os_fault_pos *since, uintptr_t lo, uintptr_t hi, uintptr_t *pages,
-                                size_t cap, uint64_t scan_ns, mapping_os_fault_pos *now, uint64_t *faults);
+                                size_t cap, uint64_t scan_ns, mapping_os_fault_pos *now, uint64_t *faults,
+                                bool *every_thread);
 
 #endif

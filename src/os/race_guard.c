@@ -216,6 +216,15 @@ mapping_race_guard *mapping__race_guard_begin(const void *ptr, size_t bytes, int
     if (!bytes || (lo < hi && mapping_os_track_kind_get() == MAPPING_OS_TRACK_MPROTECT &&
                    mapping_os_track_overlaps(lo, hi)))
         return NULL;
+    /* Only plain read-write memory is protected: the guard's end makes its
+     * pages read-write again, which would make read-only memory (a const
+     * table uploaded) writable, or drop PROT_EXEC (a JIT buffer). */
+    int exec = 0;
+    if (lo < hi) {
+        int rc = mapping_os_range_protection(lo, hi, &exec);
+        if ((rc != 0 && rc != -ENOENT) || exec != 0)
+            lo = hi; /* not checked: an open record */
+    }
     if (lo >= hi) /* no whole page: nothing to protect, but the copy is recorded (open) for the overlap test below */
         lo = hi = olo;
     pthread_mutex_lock(&guards_lock);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include "os/os.h"
 #include "os/fault_log.h"
 #include "os/write_track.h"
@@ -31,7 +32,13 @@ static void choose(void)
         chosen_reason = "none: MAPPING_TRACK is not auto, uffd, mprotect or none";
         return;
     }
-    if (want_uffd && mapping__uffd_probe(&uffd_why) == 0) {
+    int uffd_rc = want_uffd ? mapping__uffd_probe(&uffd_why) : -ENOSYS;
+    char uffd_buf[160];
+    if (want_uffd && uffd_rc != 0 && uffd_rc != -ENOSYS) { /* why the kernel refused: EMFILE, EPERM (seccomp), ... */
+        snprintf(uffd_buf, sizeof uffd_buf, "%s (%s)", uffd_why, strerror(-uffd_rc));
+        uffd_why = uffd_buf;
+    }
+    if (want_uffd && uffd_rc == 0) {
         const char *log_why = "";
         chosen = MAPPING_OS_TRACK_UFFD;
         char streams[96];
@@ -194,6 +201,48 @@ bool mapping_os_track_overlaps(uintptr_t lo, uintptr_t hi)
     return found;
 }
 
+/* mapping_os_range_protection: a read of /proc/self/maps (write_track.h). */
+int mapping_os_range_protection(uintptr_t lo, uintptr_t hi, int *exec)
+{
+    *exec = 0;
+    FILE *f = fopen("/proc/self/maps", "re");
+    if (!f)
+        return -ENOENT;
+    char line[512];
+    uintptr_t at = lo; /* [lo, at) is checked */
+    int rc = 0, n_exec = 0, n_plain = 0;
+    bool line_start = true;
+    while (at < hi && fgets(line, sizeof line, f)) {
+        bool whole = strchr(line, '\n') != NULL, first = line_start;
+        line_start = whole; /* a path longer than the buffer: its rest is not a line of its own */
+        unsigned long a, b;
+        char perms[5];
+        if (!first || sscanf(line, "%lx-%lx %4s", &a, &b, perms) != 3)
+            continue;
+        if (b <= at)
+            continue;
+        if (a > at) {
+            rc = -EFAULT; /* a hole */
+            break;
+        }
+        if (perms[0] != 'r' || perms[1] != 'w') {
+            rc = -EACCES;
+            break;
+        }
+        if (perms[2] == 'x')
+            n_exec++;
+        else
+            n_plain++;
+        at = b;
+    }
+    fclose(f);
+    if (rc == 0 && at < hi)
+        rc = -EFAULT; /* past the last mapping */
+    if (rc == 0)
+        *exec = n_exec && n_plain ? -1 : n_exec ? PROT_EXEC : 0;
+    return rc;
+}
+
 int mapping_os_track_begin(void *addr, size_t bytes, mapping_os_track **out)
 {
     *out = NULL;
@@ -228,6 +277,22 @@ int mapping_os_track_begin(void *addr, size_t bytes, mapping_os_track **out)
     atomic_init(&t->refs, 1);
     pthread_mutex_lock(&regions_lock);
     int rc = regions_add(t);
+    if (rc == 0) {
+        /* Only memory the library may write (a sync to the CPU does), and
+         * whose protection mprotect tracking puts back as it was: read-write,
+         * and executable throughout or nowhere. Looked at once the pages are
+         * known to be nobody else's (mprotect tracking of another region
+         * makes its pages read-only: that is -EBUSY, above). */
+        int exec = 0;
+        rc = mapping_os_range_protection(t->lo, t->hi, &exec);
+        if (rc == 0 && exec < 0 && kind == MAPPING_OS_TRACK_MPROTECT)
+            rc = -ENOEXEC;
+        if (rc == -ENOENT)
+            rc = 0; /* no /proc: taken as read-write, as it must be */
+        t->prot_exec = exec > 0 ? exec : 0;
+        if (rc)
+            regions_remove(t);
+    }
     if (rc == 0) {
         rc = kind == MAPPING_OS_TRACK_UFFD ? mapping__uffd_begin(t) : mapping__mprot_begin(t);
         if (rc)

@@ -73,11 +73,24 @@ typedef struct mapping_os_track mapping_os_track;
 /* Called with each run of written pages [lo, hi) (addresses, page-aligned). */
 typedef void (*mapping_os_track_fn)(void *user, uintptr_t lo, uintptr_t hi);
 
+/* How [lo, hi) (page-aligned) is mapped, from /proc/self/maps: 0 when
+ * every page of it is mapped readable and writable, with *exec = PROT_EXEC
+ * when all of it is executable too, 0 when none is, -1 when part is;
+ * -EFAULT when a page is not mapped; -EACCES when one is not readable and
+ * writable (PROT_READ memory, a const array, a PROT_NONE guard page);
+ * -ENOENT when the file cannot be read (no /proc). The memory's own
+ * protection, which the mprotect users (tracking, the race checker) must
+ * put back as it was. Thread-safe; not async-signal-safe (stdio). */
+int mapping_os_range_protection(uintptr_t lo, uintptr_t hi, int *exec);
+
 /* Does a tracked region meet [lo, hi)? Thread-safe. */
 bool mapping_os_track_overlaps(uintptr_t lo, uintptr_t hi);
 /* Starts tracking [addr, addr + bytes) (widened to pages): nothing counts
  * as written yet. 0, or -errno: -ENOSYS when no mechanism is available,
- * -EBUSY when a page is tracked already, -ENOMEM. */
+ * -EBUSY when a page is tracked already, -ENOMEM, -ENOSPC (mprotect) when
+ * MAPPING_OS_MPROT_SLOTS regions are tracked already, -EFAULT when a page is
+ * not mapped, -EACCES when one is not readable and writable, -ENOEXEC
+ * (mprotect) when part of the range is executable and part not. */
 int  mapping_os_track_begin(void *addr, size_t bytes, mapping_os_track **out);
 /* Stops tracking: the pages are writable again. NULL: no-op. The region's
  * memory is freed at the last drop (held references keep it). */
@@ -88,10 +101,11 @@ void mapping_os_track_hold(mapping_os_track *t);
 void mapping_os_track_drop(mapping_os_track *t);
 /* Reports the pages written since the last collect (or begin, clear) and
  * protects them again. 0 or -errno (nothing reported is lost: the pages
- * stay counted as written). uffd: when the process has taken no page fault
- * since the last scan began, no page can have become writable, and the
- * scan is skipped; when the fault log (fault_log.h) holds every fault since
- * then, only the pages it names are scanned ($MAPPING_TRACK_SCAN=changed
+ * stay counted as written). uffd: when the process has a single thread
+ * and has taken no page fault since the last scan began, no page can have
+ * become writable, and the scan is skipped; when the fault log
+ * (fault_log.h) holds every fault since then, only the pages it names are
+ * scanned (with more threads, a walk: write_track_uffd.c, sole_thread) ($MAPPING_TRACK_SCAN=changed
  * keeps the first, =always neither): a write made by another process
  * (process_vm_writev, a shared mapping) counts in that process and is seen
  * at the next walk this process has a reason to make. upload: the collect
@@ -122,6 +136,7 @@ struct mapping_os_track {
     bool                  ended; /* under lock */
     uintptr_t             lo, hi; /* page-aligned */
     int                   slot;   /* mprotect: index in its table */
+    int                   prot_exec; /* PROT_EXEC if the memory was executable (kept by mprotect), else 0 */
     /* uffd: the process's page-fault count taken just before the last
      * complete scan (faults_valid), see mapping__uffd_collect. */
     uint64_t              faults_seen;
@@ -152,6 +167,8 @@ void mapping__uffd_end(mapping_os_track *t);
 int  mapping__uffd_collect(mapping_os_track *t, mapping_os_track_fn fn, void *user, bool upload);
 void mapping__uffd_protect(mapping_os_track *t, uintptr_t lo, uintptr_t hi);
 
+/* mprotect: how many regions may be tracked at once (begin: -ENOSPC beyond). */
+enum { MAPPING_OS_MPROT_SLOTS = 256 };
 int  mapping__mprot_probe(const char **why);
 int  mapping__mprot_begin(mapping_os_track *t);
 void mapping__mprot_end(mapping_os_track *t);

@@ -15,6 +15,9 @@
  * takes the bits (exchange with 0) before it protects again. Either way a
  * page ends up protected with its bit clear, or writable with its bit set
  * (a write that lands between is copied by the sync that collected it).
+ * A collect first waits for the handlers that may have opened pages
+ * before it to set their bits (wait_for_openers): a write through a page
+ * another thread's fault opened, made before the sync, is in it.
  * Removing a region waits until no handler is running (an entry count),
  * so its bitmap is never freed under a handler.
  */
@@ -29,25 +32,51 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/mman.h>
 #include "os/os.h"
 #include "os/signal_chain.h"
 #include "os/write_track.h"
 
-enum { MPROT_SLOTS = 256 };
+enum { MPROT_SLOTS = MAPPING_OS_MPROT_SLOTS };
 
 typedef struct mprot_slot {
     _Atomic uintptr_t lo, hi;           /* hi == 0: free (published last, cleared first) */
     _Atomic(_Atomic uint64_t *) bits;   /* one bit per page */
     _Atomic size_t dirty;               /* a hint: 0 means no bit was set since the last collect */
+    _Atomic int    exec;                /* PROT_EXEC when the memory is executable (kept), else 0 */
+    /* Handlers between making pages writable and setting their bits, by
+     * the parity of `epoch` they entered at (see wait_for_openers). */
+    _Atomic unsigned epoch;
+    _Atomic unsigned opening[2];
 } mprot_slot;
 
 static mprot_slot        slots[MPROT_SLOTS];
+
+/* A region's protections, tracked (read-only) and written (read-write):
+ * executable memory stays executable (write_track.c refuses a region that
+ * is executable only in part, and one that was not read-write). */
+#define RO(t) (PROT_READ | (t)->prot_exec)
+#define RW(t) (PROT_READ | PROT_WRITE | (t)->prot_exec)
 static _Atomic int       in_handler;
 static struct sigaction  previous;
 static pthread_once_t    install_once = PTHREAD_ONCE_INIT;
 static int               install_rc;
 static size_t            page_size;
+/* Tests only ($MAPPING_TRACK_TEST_OPEN_DELAY_US, read at install): the
+ * handler waits this long between opening pages and setting their bits,
+ * so that a test can sync inside that window every time. */
+static uint64_t          open_delay_ns;
+
+static void open_delay(void)
+{
+    struct timespec t0, t;
+    if (!open_delay_ns || clock_gettime(CLOCK_MONOTONIC, &t0) != 0)
+        return;
+    do
+        clock_gettime(CLOCK_MONOTONIC, &t);
+    while ((uint64_t)(t.tv_sec - t0.tv_sec) * 1000000000u + (uint64_t)t.tv_nsec - (uint64_t)t0.tv_nsec < open_delay_ns);
+}
 
 /* Sequential writes (a memset, a read(2) into the array) would fault once
  * per page. When the pages just below the faulting one were written since
@@ -82,6 +111,42 @@ static size_t widened_run(_Atomic uint64_t *bits, uintptr_t lo, size_t p, size_t
     return run < pages - p ? run : pages - p;
 }
 
+/* A handler makes pages writable before it sets their bits (so a collect
+ * between never protects a page whose bit it then leaves set, or the other
+ * way round). But once a page is writable, another thread may write it
+ * without a fault and then (through a lock, a flag) have a sync run; that
+ * sync must carry the write, so its collect waits until every handler that
+ * may have opened pages has set their bits. Handlers count themselves in
+ * by the parity of the slot's epoch; a collect moves the epoch on, then
+ * waits for the handlers counted at the old parity only: new ones count
+ * at the new parity, so a stream of faults cannot keep a collect waiting.
+ * A handler that sees the epoch move while it counts itself in counts
+ * again at the new parity (the collect may not have seen it). */
+static unsigned opener_enter(mprot_slot *s)
+{
+    for (;;) {
+        unsigned e = atomic_load(&s->epoch) & 1;
+        atomic_fetch_add(&s->opening[e], 1);
+        if ((atomic_load(&s->epoch) & 1) == e)
+            return e;
+        atomic_fetch_sub(&s->opening[e], 1);
+    }
+}
+
+static void opener_leave(mprot_slot *s, unsigned e)
+{
+    atomic_fetch_sub_explicit(&s->opening[e], 1, memory_order_release);
+}
+
+static void wait_for_openers(mprot_slot *s)
+{
+    unsigned e = atomic_fetch_add(&s->epoch, 1) & 1;
+    while (atomic_load(&s->opening[e]))
+        sched_yield();
+}
+
+static bool open_pages(mprot_slot *s, uintptr_t addr, uintptr_t lo, uintptr_t hi);
+
 static bool handle(uintptr_t addr)
 {
     for (int i = 0; i < MPROT_SLOTS; i++) {
@@ -91,29 +156,41 @@ static bool handle(uintptr_t addr)
         uintptr_t lo = atomic_load_explicit(&slots[i].lo, memory_order_relaxed);
         if (addr < lo)
             continue;
-        _Atomic uint64_t *bits = atomic_load_explicit(&slots[i].bits, memory_order_relaxed);
-        size_t p = (addr - lo) / page_size, run = widened_run(bits, lo, p, (hi - lo) / page_size);
-        uintptr_t page = lo + p * page_size;
-        if (run > 1 && mprotect((void *)page, run * page_size, PROT_READ | PROT_WRITE) != 0)
-            run = 1;
-        if (run == 1 && mprotect((void *)page, page_size, PROT_READ | PROT_WRITE) != 0) {
-            /* Out of mappings (vm.max_map_count: each protected island is
-             * one): the whole region becomes writable and counts as written. */
-            if (mprotect((void *)lo, hi - lo, PROT_READ | PROT_WRITE) != 0)
-                return false;
-            for (size_t w = 0, words = ((hi - lo) / page_size + 63) / 64; w < words; w++)
-                atomic_store_explicit(&bits[w], ~(uint64_t)0, memory_order_release);
-        }
-        for (size_t q = p, end = p + run; q < end;) { /* the run's bits, a word at a time */
-            size_t n = 64 - q % 64 < end - q ? 64 - q % 64 : end - q;
-            uint64_t mask = (n == 64 ? ~(uint64_t)0 : (((uint64_t)1 << n) - 1)) << (q % 64);
-            atomic_fetch_or_explicit(&bits[q / 64], mask, memory_order_release);
-            q += n;
-        }
-        atomic_fetch_add_explicit(&slots[i].dirty, 1, memory_order_release);
-        return true;
+        unsigned e = opener_enter(&slots[i]);
+        bool ok = open_pages(&slots[i], addr, lo, hi);
+        opener_leave(&slots[i], e);
+        return ok;
     }
     return false;
+}
+
+/* The fault at addr, in the slot's region [lo, hi): opens its page (or a
+ * run, widened_run), then sets their bits. */
+static bool open_pages(mprot_slot *s, uintptr_t addr, uintptr_t lo, uintptr_t hi)
+{
+    _Atomic uint64_t *bits = atomic_load_explicit(&s->bits, memory_order_relaxed);
+    int rw = PROT_READ | PROT_WRITE | atomic_load_explicit(&s->exec, memory_order_relaxed);
+    size_t p = (addr - lo) / page_size, run = widened_run(bits, lo, p, (hi - lo) / page_size);
+    uintptr_t page = lo + p * page_size;
+    if (run > 1 && mprotect((void *)page, run * page_size, rw) != 0)
+        run = 1;
+    if (run == 1 && mprotect((void *)page, page_size, rw) != 0) {
+        /* Out of mappings (vm.max_map_count: each protected island is
+         * one): the whole region becomes writable and counts as written. */
+        if (mprotect((void *)lo, hi - lo, rw) != 0)
+            return false;
+        for (size_t w = 0, words = ((hi - lo) / page_size + 63) / 64; w < words; w++)
+            atomic_store_explicit(&bits[w], ~(uint64_t)0, memory_order_release);
+    }
+    open_delay();
+    for (size_t q = p, end = p + run; q < end;) { /* the run's bits, a word at a time */
+        size_t n = 64 - q % 64 < end - q ? 64 - q % 64 : end - q;
+        uint64_t mask = (n == 64 ? ~(uint64_t)0 : (((uint64_t)1 << n) - 1)) << (q % 64);
+        atomic_fetch_or_explicit(&bits[q / 64], mask, memory_order_release);
+        q += n;
+    }
+    atomic_fetch_add_explicit(&s->dirty, 1, memory_order_release);
+    return true;
 }
 
 /* Regions ended lately. A write can fault on a page of a region that is
@@ -167,10 +244,36 @@ static void on_segv(int sig, siginfo_t *info, void *ctx)
         mapping_os_sigsegv_chain(&previous, on_segv, sig, info, ctx);
 }
 
+/* fork(): a thread inside the handler does not exist in the child, but
+ * its counts do (in_handler, a slot's openers): the child's end and
+ * collect would wait for it forever. And the pages it had made writable
+ * may lack their bits. So the child starts with no handler running, and a
+ * region that had one opening pages counts as written in full (reported
+ * at the child's next collect, and protected again). */
+static void after_fork_child(void)
+{
+    for (int i = 0; i < MPROT_SLOTS; i++) {
+        mprot_slot *s = &slots[i];
+        uintptr_t lo = atomic_load(&s->lo), hi = atomic_load(&s->hi);
+        _Atomic uint64_t *bits = atomic_load(&s->bits);
+        if (hi && bits && (atomic_load(&s->opening[0]) || atomic_load(&s->opening[1]))) {
+            for (size_t w = 0, words = ((hi - lo) / page_size + 63) / 64; w < words; w++)
+                atomic_store(&bits[w], ~(uint64_t)0);
+            atomic_fetch_add(&s->dirty, 1);
+        }
+        atomic_store(&s->opening[0], 0);
+        atomic_store(&s->opening[1], 0);
+    }
+    atomic_store(&in_handler, 0);
+}
+
 static void install(void)
 {
     page_size = mapping_os_page_size();
-    install_rc = mapping_os_sigsegv_install(on_segv, &previous);
+    const char *delay = getenv("MAPPING_TRACK_TEST_OPEN_DELAY_US");
+    open_delay_ns = delay ? strtoull(delay, NULL, 10) * 1000u : 0;
+    install_rc = pthread_atfork(NULL, NULL, after_fork_child) != 0 ? -ENOMEM
+                                                                     : mapping_os_sigsegv_install(on_segv, &previous);
 }
 
 int mapping__mprot_probe(const char **why)
@@ -197,17 +300,18 @@ int mapping__mprot_begin(mapping_os_track *t)
     mprot_slot *s = &slots[free_slot];
     atomic_store_explicit(&s->bits, bits, memory_order_relaxed);
     atomic_store_explicit(&s->dirty, 0, memory_order_relaxed);
+    atomic_store_explicit(&s->exec, t->prot_exec, memory_order_relaxed);
     atomic_store_explicit(&s->lo, t->lo, memory_order_relaxed);
     atomic_store_explicit(&s->hi, t->hi, memory_order_release);
     int rc = 0;
-    if (mprotect((void *)t->lo, t->hi - t->lo, PROT_READ) != 0)
+    if (mprotect((void *)t->lo, t->hi - t->lo, RO(t)) != 0)
         rc = -errno;
-    else if (mprotect((void *)t->lo, page_size, PROT_READ | PROT_WRITE) != 0)
+    else if (mprotect((void *)t->lo, page_size, RW(t)) != 0)
         rc = errno == EINVAL ? -EOPNOTSUPP : -errno; /* a page larger than the base page (hugetlbfs) */
-    else if (mprotect((void *)t->lo, page_size, PROT_READ) != 0)
+    else if (mprotect((void *)t->lo, page_size, RO(t)) != 0)
         rc = -errno;
     if (rc) {
-        mprotect((void *)t->lo, t->hi - t->lo, PROT_READ | PROT_WRITE);
+        mprotect((void *)t->lo, t->hi - t->lo, RW(t));
         atomic_store_explicit(&s->hi, 0, memory_order_release);
         while (atomic_load_explicit(&in_handler, memory_order_acquire))
             sched_yield();
@@ -222,7 +326,7 @@ int mapping__mprot_begin(mapping_os_track *t)
 void mapping__mprot_end(mapping_os_track *t)
 {
     mprot_slot *s = &slots[t->slot];
-    mprotect((void *)t->lo, t->hi - t->lo, PROT_READ | PROT_WRITE);
+    mprotect((void *)t->lo, t->hi - t->lo, RW(t));
     remember_ended(t->lo, t->hi); /* before the slot goes: a handler finds one or the other */
     atomic_store_explicit(&s->hi, 0, memory_order_release);
     while (atomic_load_explicit(&in_handler, memory_order_acquire))
@@ -238,8 +342,8 @@ static void report_run(const mapping_os_track *t, mprot_slot *s, _Atomic uint64_
                        mapping_os_track_fn fn, void *user)
 {
     uintptr_t a = t->lo + p * page_size, b = t->lo + e * page_size;
-    if (mprotect((void *)a, b - a, PROT_READ) != 0) {
-        mprotect((void *)a, b - a, PROT_READ | PROT_WRITE); /* a part may have been protected */
+    if (mprotect((void *)a, b - a, RO(t)) != 0) {
+        mprotect((void *)a, b - a, RW(t)); /* a part may have been protected */
         for (size_t q = p; q < e; q++)
             atomic_fetch_or_explicit(&bits[q / 64], (uint64_t)1 << (q % 64), memory_order_release);
         atomic_fetch_add_explicit(&s->dirty, 1, memory_order_release);
@@ -250,6 +354,7 @@ static void report_run(const mapping_os_track *t, mprot_slot *s, _Atomic uint64_
 int mapping__mprot_collect(mapping_os_track *t, mapping_os_track_fn fn, void *user)
 {
     mprot_slot *s = &slots[t->slot];
+    wait_for_openers(s); /* pages opened before this call have their bits */
     if (!atomic_exchange_explicit(&s->dirty, 0, memory_order_acq_rel))
         return 0; /* the clean case: O(1) */
     _Atomic uint64_t *bits = atomic_load_explicit(&s->bits, memory_order_relaxed);
@@ -283,8 +388,8 @@ void mapping__mprot_clear(mapping_os_track *t, uintptr_t lo, uintptr_t hi)
 {
     mprot_slot *s = &slots[t->slot];
     _Atomic uint64_t *bits = atomic_load_explicit(&s->bits, memory_order_relaxed);
-    if (mprotect((void *)lo, hi - lo, PROT_READ) != 0) {
-        mprotect((void *)lo, hi - lo, PROT_READ | PROT_WRITE); /* stays writable and counted written */
+    if (mprotect((void *)lo, hi - lo, RO(t)) != 0) {
+        mprotect((void *)lo, hi - lo, RW(t)); /* stays writable and counted written */
         return;
     }
     for (size_t p = (lo - t->lo) / page_size, e = (hi - t->lo) / page_size; p < e; p++)
@@ -295,7 +400,7 @@ void mapping__mprot_release(mapping_os_track *t, uintptr_t lo, uintptr_t hi)
 {
     mprot_slot *s = &slots[t->slot];
     _Atomic uint64_t *bits = atomic_load_explicit(&s->bits, memory_order_relaxed);
-    if (mprotect((void *)lo, hi - lo, PROT_READ | PROT_WRITE) != 0)
+    if (mprotect((void *)lo, hi - lo, RW(t)) != 0)
         return;
     for (size_t p = (lo - t->lo) / page_size, e = (hi - t->lo) / page_size; p < e; p++)
         atomic_fetch_or_explicit(&bits[p / 64], (uint64_t)1 << (p % 64), memory_order_release);

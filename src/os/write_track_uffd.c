@@ -32,12 +32,14 @@
 #endif
 #include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <string.h>
 #include <unistd.h>
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
+#include "os/fault_count.h"
 #include "os/os.h"
 #include "os/write_track.h"
 
@@ -303,6 +305,54 @@ static bool use_shortcut(void)
     return use;
 }
 
+/* The shortcut above, and the fault log's list of faulted pages, rest on
+ * the fault being counted (and sampled) before a write through the page it
+ * opened can happen-before a sync. That holds for the thread that faulted
+ * (it counts its fault before it returns to its write), not for another:
+ * the kernel makes the page writable, then counts the fault
+ * (mm_account_fault, after handle_mm_fault's work), and in between another
+ * thread may write the page without a fault of its own and have a sync
+ * run, whose collect then sees the old count (or a log without the page)
+ * and skips the page: the sync carries stale data (the next one sends
+ * it). So both are trusted only when a fault in flight cannot be missed:
+ * where every thread's faults are counted as they begin (fault_count.h:
+ * perf, kernel-mode faults included), or while the process has a single
+ * thread, the collecting one. Finding that out reads /proc/self/stat
+ * (~2-3 us, against ~0.6 us for the shortcut alone). Elsewhere a process
+ * with several threads walks at every sync. */
+static bool sole_thread(void)
+{
+    char buf[1024];
+    /* Kept open (a pread costs half an open, read and close), and opened
+     * again after a fork: the inherited one reads the parent's. Under
+     * fds_lock, which no fork finds held by a collect (the fork handlers
+     * wait for every region's lock, write_track.c). */
+    static int      stat_fd = -1;
+    static unsigned stat_generation;
+    pthread_mutex_lock(&fds_lock);
+    unsigned g = generation;
+    if (stat_fd >= 0 && stat_generation != g) {
+        close(stat_fd);
+        stat_fd = -1;
+    }
+    if (stat_fd < 0) {
+        stat_fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+        stat_generation = g;
+    }
+    ssize_t len = stat_fd >= 0 ? pread(stat_fd, buf, sizeof buf - 1, 0) : -1;
+    pthread_mutex_unlock(&fds_lock);
+    long threads = 0;
+    if (len > 0) {
+        buf[len] = 0;
+        char *at = strrchr(buf, ')'); /* after the command name, which may hold spaces */
+        for (int field = 2; at && field < 20; field++) /* num_threads is field 20 */
+            at = strchr(at + 1, ' ');
+        if (at)
+            threads = strtol(at + 1, NULL, 10);
+    }
+    return threads == 1;
+}
+
 /* Reports and protects again the written pages of [lo, hi). */
 static int scan(uintptr_t lo, uintptr_t hi, mapping_os_track_fn fn, void *user)
 {
@@ -559,8 +609,17 @@ int mapping__uffd_collect(mapping_os_track *t, mapping_os_track_fn fn, void *use
     uintptr_t pages[FAULTED_MAX];
     mapping_os_fault_pos now;
     uint64_t faults;
-    long n = mapping_os_fault_log_pages(&t->fault_pos, t->lo, t->hi, pages, FAULTED_MAX, t->walk_ns, &now, &faults);
-    bool counted = faults != UINT64_MAX && use_shortcut();
+    /* Where every thread's faults are counted as they begin, the stamp
+     * sees a fault in flight; elsewhere only a process with one thread
+     * (asked before the stamp is read) has none. */
+    bool entries = mapping_os_fault_entries_available();
+    bool sole = !entries && sole_thread(), every_thread;
+    long n = mapping_os_fault_log_pages(&t->fault_pos, t->lo, t->hi, pages, FAULTED_MAX, t->walk_ns, &now, &faults,
+                                        &every_thread);
+    bool trusted = use_shortcut() && (every_thread || sole);
+    bool counted = faults != UINT64_MAX && trusted;
+    if (!trusted)
+        n = -1; /* the log may lack a fault in flight: walk */
     bool no_fault = counted && t->faults_valid && faults == t->faults_seen;
     int rc = report_open_runs(t, no_fault, upload, fn, user);
     if (rc)

@@ -4,6 +4,7 @@
  */
 #include "testing/test_hooks.h"
 #include "coherence/mirror_internal.h"
+#include "os/fault_count.h"
 #include "os/fault_log.h"
 #include "os/os.h"
 
@@ -58,6 +59,16 @@ bool mapping__test_device_can_diff(const mapping_device *dev)
 bool mapping__test_fault_log(const char **why)
 {
     return mapping_os_fault_log_available(why);
+}
+
+bool mapping__test_fault_entries(void)
+{
+    return mapping_os_fault_entries_available();
+}
+
+bool mapping__test_fault_entries_count(uint64_t *out)
+{
+    return mapping_os_fault_entries(out);
 }
 
 int mapping__test_copy_threads(void)

@@ -52,6 +52,11 @@ bool mapping__test_device_can_diff(const mapping_device *dev);
 /* Whether write tracking's fault log runs here, and if not why
  * (os/fault_log.h). */
 bool mapping__test_fault_log(const char **why);
+/* Whether every thread's page faults are counted as they begin
+ * (os/fault_count.h), which lets the fault log be trusted with threads. */
+bool mapping__test_fault_entries(void);
+/* The count itself (false when not available). */
+bool mapping__test_fault_entries_count(uint64_t *out);
 /* The copy threads in force (os/copy_pool.c: mapping_open sets the count
  * from $MAPPING_COPY_THREADS). */
 int mapping__test_copy_threads(void);

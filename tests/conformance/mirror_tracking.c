@@ -15,6 +15,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <stdbool.h>
 #include <unistd.h>
 #include "harness.h"
@@ -1283,5 +1284,375 @@ TEST(tracked_sync_counts_the_pages_found_and_the_walks)
     char json[2048];
     CHECK_OK(mapping_device_stats_json(dev, json, sizeof json, NULL));
     CHECK(strstr(json, "\"tracked_pages\":4") != NULL);
+    mapping_mirror_destroy(m);
+}
+
+/* ---- the memory's own protection ---- */
+
+/* The permissions ("rw-p", ...) /proc/self/maps gives the page at p, or
+ * "" where it is not mapped. */
+static const char *maps_perms(const void *p, char out[5])
+{
+    out[0] = 0;
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f)
+        return out;
+    char line[512];
+    unsigned long a, b;
+    char perms[5];
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "%lx-%lx %4s", &a, &b, perms) == 3 && (uintptr_t)p >= a && (uintptr_t)p < b) {
+            memcpy(out, perms, 5);
+            break;
+        }
+    fclose(f);
+    return out;
+}
+
+/* Whether the kernel may write the byte at p (read(2) from a pipe into it;
+ * EFAULT where the page is not writable), without a signal. */
+static bool kernel_can_write(unsigned char *p)
+{
+    int fd[2];
+    CHECK(pipe(fd) == 0);
+    CHECK(write(fd[1], "x", 1) == 1);
+    ssize_t got = read(fd[0], p, 1);
+    int err = errno;
+    close(fd[0]);
+    close(fd[1]);
+    CHECK(got == 1 || err == EFAULT);
+    return got == 1;
+}
+
+static void check_wrap_refused(mapping_device *dev, void *p, size_t n, const char *why)
+{
+    mapping_mirror *m = NULL;
+    CHECK_REFUSED(mapping_mirror_wrap(dev, p, n, MAPPING_MIRROR_TRACK_WRITES, &m), MAPPING_ERR_INVALID_ARGUMENT);
+    CHECK(m == NULL);
+    if (!strstr(mapping_last_error_message(), why))
+        test_fail(__FILE__, __LINE__, "message \"%s\" does not say \"%s\"", mapping_last_error_message(), why);
+}
+
+static const unsigned char constant_table[3 * 65536] = {1, 2, 3};
+
+/* A tracked wrap takes only memory a sync to the CPU can write: read-only
+ * memory (PROT_READ, a const array), a PROT_NONE page inside the range,
+ * pages not mapped are refused, and keep their protection (mprotect
+ * tracking used to make them read-write when the mirror ended, or at once
+ * when it failed). Executable read-write memory stays executable. */
+TEST(tracked_wrap_refuses_memory_it_could_not_write_and_keeps_its_protection)
+{
+    need_tracking();
+    mapping_device *dev = test_device();
+    size_t pg = page(), n = 4 * pg;
+    char perms[5];
+
+    unsigned char *ro = mmap(NULL, n, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(ro != MAP_FAILED);
+    check_wrap_refused(dev, ro, n, "not readable and writable");
+    CHECK(!kernel_can_write(ro + pg));
+    CHECK(strcmp(maps_perms(ro, perms), "r--p") == 0);
+
+    const unsigned char *table = (const unsigned char *)(((uintptr_t)constant_table + pg - 1) & ~(uintptr_t)(pg - 1));
+    check_wrap_refused(dev, (void *)(uintptr_t)table, pg, "not readable and writable");
+    CHECK(maps_perms(table, perms)[1] == '-');
+
+    unsigned char *guarded = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(guarded != MAP_FAILED);
+    CHECK(mprotect(guarded + 2 * pg, pg, PROT_NONE) == 0);
+    check_wrap_refused(dev, guarded, n, "not readable and writable");
+    CHECK(strcmp(maps_perms(guarded + 2 * pg, perms), "---p") == 0);
+    CHECK(strcmp(maps_perms(guarded, perms), "rw-p") == 0);
+    guarded[0] = 1; /* still writable, and no handler in the way */
+
+    CHECK(munmap(guarded + 2 * pg, pg) == 0);
+    check_wrap_refused(dev, guarded, n, "not mapped");
+    CHECK(strcmp(maps_perms(guarded + 3 * pg, perms), "rw-p") == 0);
+
+    /* Read-write and executable: tracked, and executable again after. */
+    unsigned char *rwx = mmap(NULL, n, PROT_READ | PROT_WRITE | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (rwx != MAP_FAILED) {
+        mapping_mirror *m = NULL;
+        CHECK_OK(mapping_mirror_wrap(dev, rwx, n, MAPPING_MIRROR_TRACK_WRITES, &m));
+        CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+        CHECK(maps_perms(rwx + pg, perms)[2] == 'x'); /* while tracked too */
+        rwx[pg + 9] = 0x77;
+        CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+        unsigned char got = 0;
+        CHECK_OK(mapping_sync_to_cpu_range(NULL, mapping_mirror_gpu(m), mapping_mirror_gpu_offset(m) + pg + 9, &got, 1));
+        CHECK(got == 0x77);
+        mapping_mirror_destroy(m);
+        CHECK(strcmp(maps_perms(rwx + pg, perms), "rwxp") == 0);
+        /* Executable in part: mprotect tracking could not keep both. */
+        CHECK(mprotect(rwx, pg, PROT_READ | PROT_WRITE) == 0);
+        m = NULL;
+        mapping_status st = mapping_mirror_wrap(dev, rwx, n, MAPPING_MIRROR_TRACK_WRITES, &m);
+        if (mapping_write_tracking(NULL) == MAPPING_TRACK_MPROTECT) {
+            CHECK(st == MAPPING_ERR_UNSUPPORTED && m == NULL);
+            CHECK(strstr(mapping_last_error_message(), "executable") != NULL);
+        } else {
+            CHECK(st == MAPPING_OK);
+            mapping_mirror_destroy(m);
+        }
+        CHECK(strcmp(maps_perms(rwx, perms), "rw-p") == 0 && strcmp(maps_perms(rwx + pg, perms), "rwxp") == 0);
+        munmap(rwx, n);
+    }
+    munmap(ro, n);
+    munmap(guarded, 2 * pg);
+}
+
+/* ---- a write through a page another thread's fault opened ---- */
+
+/* Thread A writes page 0's first byte (its fault opens the page); this
+ * thread waits until the kernel can write the page's second byte (pread(2)
+ * from a file: EFAULT while protected, no signal), which it then does
+ * without a fault, and syncs at once. The sync must carry that byte: A's
+ * fault opened the page before this thread's write, which comes before the
+ * sync. mprotect: the handler made the page writable before it set the
+ * page's bit, and a collect between saw no bit. uffd: the kernel counts a
+ * fault after it made the page writable, and a collect between saw the old
+ * count (and a fault log without the page), and skipped the scan. */
+enum { OPENED_ROUNDS = 10000 };
+static unsigned char *opened_page;
+static atomic_int opened_go, opened_done;
+
+static void *write_on_go(void *arg)
+{
+    (void)arg;
+    for (int seen = 0;;) {
+        int g;
+        while ((g = atomic_load(&opened_go)) == seen)
+            ;
+        if (g < 0)
+            return NULL;
+        seen = g;
+        ((volatile unsigned char *)opened_page)[0] = (unsigned char)g;
+        atomic_store(&opened_done, g);
+    }
+}
+
+TEST(tracked_write_through_a_page_another_threads_fault_opened_is_in_the_next_sync)
+{
+    need_tracking();
+#if defined(__SANITIZE_THREAD__)
+    test_skip("ThreadSanitizer: the writer races the sync on purpose");
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+    test_skip("ThreadSanitizer: the writer races the sync on purpose");
+#endif
+#endif
+    /* mprotect: the handler waits 1 ms between opening the page and
+     * setting its bit (a test knob read when the handler is installed, at
+     * the first tracked mirror), so every round syncs inside that window.
+     * uffd has no such knob: the kernel's window is short, and many rounds
+     * catch it now and then. */
+    bool delayed = mapping_write_tracking(NULL) == MAPPING_TRACK_MPROTECT;
+    if (delayed)
+        setenv("MAPPING_TRACK_TEST_OPEN_DELAY_US", "1000", 1);
+    int max_rounds = delayed ? 200 : OPENED_ROUNDS;
+    mapping_device *dev = test_device();
+    size_t pg = page();
+    opened_page = mmap(NULL, pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(opened_page != MAP_FAILED);
+    mapping_mirror *m = NULL;
+    CHECK_OK(mapping_mirror_wrap(dev, opened_page, pg, MAPPING_MIRROR_TRACK_WRITES, &m));
+    FILE *values = tmpfile(); /* byte v at offset v: pread, a tight loop */
+    CHECK(values != NULL);
+    for (int v = 0; v < 256; v++)
+        CHECK(fputc(v, values) == v);
+    CHECK(fflush(values) == 0);
+    int fd = fileno(values);
+    atomic_store(&opened_go, 0);
+    atomic_store(&opened_done, 0);
+    pthread_t writer;
+    CHECK(pthread_create(&writer, NULL, write_on_go, NULL) == 0);
+    int stale = 0, rounds = 0;
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 1; i <= max_rounds; i++, rounds++) {
+        CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m)); /* the page is protected again */
+        unsigned char v = (unsigned char)(i * 7 + 1), got[2];
+        atomic_store(&opened_go, i);
+        while (pread(fd, opened_page + 1, 1, v) != 1)
+            CHECK(errno == EFAULT);
+        CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+        CHECK_OK(mapping_sync_to_cpu_range(NULL, mapping_mirror_gpu(m), mapping_mirror_gpu_offset(m), got, 2));
+        stale += got[1] != v;
+        while (atomic_load(&opened_done) != i)
+            ;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if ((now.tv_sec - t0.tv_sec) * 1000000000L + (now.tv_nsec - t0.tv_nsec) >= 1500000000L)
+            break;
+    }
+    atomic_store(&opened_go, -1);
+    CHECK(pthread_join(writer, NULL) == 0);
+    if (stale)
+        test_fail(__FILE__, __LINE__, "%d of %d syncs missed a write made before them", stale, rounds);
+    fclose(values);
+    mapping_mirror_destroy(m);
+    munmap(opened_page, pg);
+}
+
+/* More tracked mirrors than mprotect tracking watches at once: the one too
+ * many is refused with a message that says so (it used to read "no write
+ * tracking (...; No space left on device)"), and once one is destroyed
+ * there is room again. uffd has no such limit. */
+TEST(tracked_mirrors_beyond_the_mprotect_table_are_refused_with_a_clear_message)
+{
+    need_tracking();
+    mapping_device *dev = test_device();
+    enum { MANY = 300 };
+    mapping_mirror **m = calloc(MANY, sizeof *m);
+    CHECK(m != NULL);
+    int made = 0;
+    mapping_status st = MAPPING_OK;
+    while (made < MANY && (st = mapping_mirror_create(dev, page(), MAPPING_MIRROR_TRACK_WRITES, &m[made])) == MAPPING_OK)
+        made++;
+    if (mapping_write_tracking(NULL) == MAPPING_TRACK_MPROTECT) {
+        CHECK(made == 256 && st == MAPPING_ERR_UNSUPPORTED && m[made] == NULL);
+        CHECK(mapping_last_error() == MAPPING_ERR_UNSUPPORTED);
+        CHECK(strstr(mapping_last_error_message(), "256 tracked mirrors exist already") != NULL);
+        mapping_mirror_destroy(m[7]);
+        CHECK_OK(mapping_mirror_create(dev, page(), MAPPING_MIRROR_TRACK_WRITES, &m[7]));
+        ((unsigned char *)mapping_mirror_cpu(m[7]))[3] = 0x42;
+        CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m[7]));
+        unsigned char got = 0;
+        CHECK_OK(mapping_sync_to_cpu_range(NULL, mapping_mirror_gpu(m[7]), mapping_mirror_gpu_offset(m[7]) + 3, &got, 1));
+        CHECK(got == 0x42);
+    } else {
+        CHECK(made == MANY);
+    }
+    for (int i = 0; i < made; i++)
+        mapping_mirror_destroy(m[i]);
+    free(m);
+}
+
+/* In a child: the mechanism's description, chosen with every descriptor
+ * taken (exhaust) or not, written to fd. */
+static void describe_in_a_child(int fd, bool exhaust)
+{
+    if (exhaust) {
+        struct rlimit r = {64, 64};
+        setrlimit(RLIMIT_NOFILE, &r);
+        while (dup(0) >= 0 || errno == EINTR)
+            ;
+    }
+    const char *d = mapping_write_tracking_description();
+    ssize_t rc = write(fd, d, strlen(d));
+    (void)rc;
+    _exit(0);
+}
+
+static void child_description(bool exhaust, char *out, size_t cap)
+{
+    int p[2];
+    CHECK(pipe(p) == 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        close(p[0]);
+        describe_in_a_child(p[1], exhaust);
+    }
+    close(p[1]);
+    size_t n = 0;
+    for (ssize_t k; n + 1 < cap && (k = read(p[0], out + n, cap - 1 - n)) > 0;)
+        n += (size_t)k;
+    out[n] = 0;
+    close(p[0]);
+    int status;
+    CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status));
+}
+
+/* A process out of descriptors when it first tracks cannot open a
+ * userfaultfd: it falls back to mprotect, and the description says why in
+ * the kernel's words (it used to say only "refused"). */
+TEST(tracking_falls_back_to_mprotect_and_says_why_when_descriptors_run_out)
+{
+    const char *env = getenv("MAPPING_TRACK");
+    if (env && *env && strcmp(env, "auto") != 0)
+        test_skip("MAPPING_TRACK=%s: the choice is forced", env);
+    char normal[512], starved[512];
+    child_description(false, normal, sizeof normal);
+    if (strncmp(normal, "uffd", 4) != 0)
+        test_skip("no uffd tracking here: %s", normal);
+    child_description(true, starved, sizeof starved);
+    if (strncmp(starved, "mprotect", 8) != 0 || !strstr(starved, "Too many open files"))
+        test_fail(__FILE__, __LINE__, "out of descriptors, the description is \"%s\"", starved);
+}
+
+/* A fork while another thread is inside the mprotect handler, between
+ * opening a page and recording it (held there 200 ms by the test knob):
+ * in the child that thread does not exist, but its count did, and the
+ * child's first collect waited for it forever. Now the child counts the
+ * region written in full once, and tracks it as before. */
+static unsigned char *held_page;
+
+static void *write_held_page(void *arg)
+{
+    (void)arg;
+    held_page[9] = 0x21; /* faults; the handler holds 200 ms */
+    return NULL;
+}
+
+static int child_after_a_held_handler(mapping_mirror *m)
+{
+    alarm(3); /* a hang ends as SIGALRM */
+    size_t stale = mapping_mirror_stale_bytes(m, MAPPING_GPU);
+    if (stale != mapping_mirror_size(m))
+        return 2;
+    if (mapping_mirror_sync_to_gpu(NULL, m) || mapping_mirror_stale_bytes(m, MAPPING_GPU) != 0)
+        return 3;
+    held_page[17] = 0x55; /* protected again, so seen */
+    if (mapping_mirror_stale_bytes(m, MAPPING_GPU) != page())
+        return 4;
+    return 0;
+}
+
+TEST(tracked_mirror_forked_while_a_thread_is_in_the_handler_works_in_the_child)
+{
+    need_tracking();
+    if (mapping_write_tracking(NULL) != MAPPING_TRACK_MPROTECT)
+        test_skip("the mprotect handler's case; this process tracks with %s", mapping_write_tracking_description());
+    if (strcmp(test_backend(), "host") != 0)
+        test_skip("the child syncs: the host back end only (a driver is not usable after a fork)");
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    test_skip("a fork while another thread runs: not under the sanitizers");
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+    test_skip("a fork while another thread runs: not under the sanitizers");
+#endif
+#endif
+    setenv("MAPPING_TRACK_TEST_OPEN_DELAY_US", "200000", 1); /* read at the first tracked mirror */
+    mapping_device *dev = test_device();
+    size_t n = 8 * page();
+    mapping_mirror *m = synced_tracked_mirror(dev, n);
+    held_page = (unsigned char *)mapping_mirror_cpu(m) + 2 * page();
+    FILE *values = tmpfile();
+    CHECK(values != NULL && fputc(0x11, values) == 0x11 && fflush(values) == 0);
+    pthread_t writer;
+    CHECK(pthread_create(&writer, NULL, write_held_page, NULL) == 0);
+    /* The page is writable once the handler has opened it (pread: EFAULT before). */
+    while (pread(fileno(values), held_page + 1, 1, 0) != 1)
+        CHECK(errno == EFAULT);
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0)
+        _exit(child_after_a_held_handler(m));
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(pthread_join(writer, NULL) == 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        test_fail(__FILE__, __LINE__, "the child: %s %d", WIFEXITED(status) ? "exit status" : "signal",
+                  WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+    /* The parent's watch is whole: both writes made before this sync go up. */
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    unsigned char *got = malloc(n);
+    CHECK(got != NULL);
+    device_bytes(m, got);
+    CHECK(got[2 * page() + 9] == 0x21 && got[2 * page() + 1] == 0x11);
+    free(got);
+    fclose(values);
     mapping_mirror_destroy(m);
 }

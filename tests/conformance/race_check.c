@@ -8,6 +8,7 @@
  */
 #include <signal.h>
 #include <stdatomic.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "harness.h"
@@ -200,4 +201,61 @@ TEST(race_check_device_flag_refuses_unknown_bits_and_bad_devices)
     CHECK(mapping_device_checks(dev) == MAPPING_DEVICE_CHECK_RACES);
     CHECK_OK(mapping_device_set_checks(dev, 0));
     CHECK(mapping_device_checks(dev) == 0);
+}
+
+/* The permissions /proc/self/maps gives the page at p ("" if unmapped). */
+static const char *page_perms(const void *p, char out[5])
+{
+    out[0] = 0;
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f)
+        return out;
+    char line[512], perms[5];
+    unsigned long a, b;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "%lx-%lx %4s", &a, &b, perms) == 3 && (uintptr_t)p >= a && (uintptr_t)p < b) {
+            memcpy(out, perms, 5);
+            break;
+        }
+    fclose(f);
+    return out;
+}
+
+/* An asynchronous upload from read-only memory (a const table) or from
+ * executable memory (a JIT buffer) leaves its protection as it was: the
+ * checker's guard used to end with the pages read-write (the table
+ * writable, the code no longer executable). */
+TEST(race_check_keeps_the_protection_of_read_only_and_executable_sources)
+{
+    setenv("MAPPING_CHECK", "races", 1);
+    mapping_device *dev = test_device();
+    mapping_stream *s;
+    mapping_buffer *buf;
+    CHECK_OK(mapping_stream_create(dev, &s));
+    CHECK_OK(mapping_allocate_gpu(dev, BYTES, &buf));
+    static const int prots[] = {PROT_READ, PROT_READ | PROT_WRITE | PROT_EXEC, PROT_READ | PROT_EXEC};
+    static const char *const perms[] = {"r--p", "rwxp", "r-xp"};
+    unsigned char *back = aligned_alloc(4096, BYTES);
+    CHECK(back != NULL);
+    for (int k = 0; k < 3; k++) {
+        unsigned char *src = mmap(NULL, BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        CHECK(src != MAP_FAILED);
+        memset(src, 0x30 + k, BYTES);
+        if (mprotect(src, BYTES, prots[k]) != 0) {
+            munmap(src, BYTES); /* W^X policies may refuse executable memory */
+            continue;
+        }
+        CHECK_OK(mapping_sync_to_gpu_range(s, src, buf, 0, BYTES));
+        CHECK_OK(mapping_stream_synchronize(s));
+        char now[5];
+        for (size_t at = 0; at < BYTES; at += 4096)
+            if (strcmp(page_perms(src + at, now), perms[k]) != 0)
+                test_fail(__FILE__, __LINE__, "page %zu is %s after the upload, was %s", at / 4096, now, perms[k]);
+        CHECK_OK(mapping_sync_to_cpu_range(NULL, buf, 0, back, BYTES));
+        CHECK_BYTES(back, src, BYTES);
+        munmap(src, BYTES);
+    }
+    free(back);
+    mapping_free_gpu(buf);
+    mapping_stream_destroy(s);
 }

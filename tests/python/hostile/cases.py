@@ -2507,3 +2507,68 @@ def _():
     assert c.device.backend == b.device.backend and (c.get() == np.arange(16)).all()
     c.fill(0)
     assert (b.get() == 0).all()  # the same memory
+
+
+# ---- round 3 (tests/python/test_hostile_round3.py has the tests) ----
+
+@case("life.host_memory_init_again", raises=TYPE)
+def _():
+    a = mapping.allocate_cpu((1 << 16,), np.uint8)
+    a[:] = 3
+    try:
+        a.base.base.obj.__init__(0, 0, None)  # used to drop the owner: the memory was freed under `a`
+    finally:
+        gc.collect()
+        assert (a == 3).all()
+
+
+@case("host_fn.waits_for_a_later_event_of_its_stream", ok_or=(mapping.Error, RuntimeError), backends="host")
+def _():
+    s = mapping.stream()
+    errs = []
+
+    def fn():
+        try:
+            s.record().synchronize()  # behind this function: refused, never a hang
+        except Exception as e:  # noqa: BLE001
+            errs.append(e)
+    mapping.launch_host(s, fn)
+    s.synchronize()
+    assert errs and isinstance(errs[0], mapping.BusyError), errs
+
+
+@case("dlpack.device_lies", raises=(mapping.DeviceMismatchError, TypeError))
+def _():
+    b = mapping.allocate_gpu((16,), np.int32)
+
+    class Liar:
+        def __dlpack__(self, stream=None, **kw):
+            return b.__dlpack__(stream=stream)
+
+        def __dlpack_device__(self):
+            kind, index = b.__dlpack_device__()
+            return (4, 0) if kind == 1 else (1, 0)  # the capsule is elsewhere
+    mapping.from_dlpack(Liar(), device=mapping.open("host") if b.device.backend != "host" else None)
+
+
+@case("life.fork_child_exits_with_open_streams", ok=True)
+def _():
+    s = mapping.stream()
+    mapping.sync_to_gpu(np.zeros(1 << 16, np.uint8), mapping.allocate_gpu(1 << 16), stream=s)
+    s.synchronize()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            s.close()
+            gc.collect()  # destroying the parent's stream hung the child
+        finally:
+            os._exit(0)
+    for _ in range(3000):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert status == 0, status
+            return
+        threading.Event().wait(0.01)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    raise AssertionError("the forked child hung")
