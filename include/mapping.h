@@ -109,6 +109,10 @@
  * - A mirror and a batch are not internally locked: one thread at a time per
  *   mirror (or per mirror family: a parent and its views) and per batch.
  * - mapping_open / mapping_close of different devices may run concurrently.
+ * - fork(): a child has none of its parent's threads. On the host back end a
+ *   stream made before the fork (and an event it had not reached) is refused
+ *   in the child with MAPPING_ERR_INVALID_HANDLE, naming fork(); destroying
+ *   it, or closing the device, returns at once. Make new streams there.
  */
 #ifndef MAPPING_H
 #define MAPPING_H
@@ -438,7 +442,9 @@ MAPPING_API mapping_status mapping_event_record(mapping_stream *stream, mapping_
 /* Later work on `stream` waits until `event` has completed (the event may
  * belong to another stream of the same device). Does not block the caller. */
 MAPPING_API mapping_status mapping_stream_wait_event(mapping_stream *stream, mapping_event *event);
-/* Blocks until the event has completed. */
+/* Blocks until the event has completed. MAPPING_ERR_BUSY, without waiting,
+ * from a host function running on the event's own stream when the event is
+ * not complete (recorded after the function: it would wait for itself). */
 MAPPING_API mapping_status mapping_event_synchronize(mapping_event *event);
 /* MAPPING_OK if the event has completed, MAPPING_ERR_NOT_READY if not. */
 MAPPING_API mapping_status mapping_event_query(const mapping_event *event);

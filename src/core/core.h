@@ -121,6 +121,7 @@ struct mapping_buffer {
 struct mapping_event {
     mapping_device   *dev;
     void             *state;
+    const void       *stream_state; /* the stream it was recorded on (its back-end state) */
     mapping_list_node node;
 };
 

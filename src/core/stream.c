@@ -85,6 +85,7 @@ mapping_status mapping__event_record(mapping_stream *stream, mapping_event **out
         return st;
     }
     ev->dev = dev;
+    ev->stream_state = stream->state;
     mapping__list_add(dev, &dev->events, &ev->node);
     *out = ev;
     return MAPPING_OK;
@@ -178,8 +179,20 @@ mapping_status mapping_stream_wait_event(mapping_stream *stream, mapping_event *
 
 mapping_status mapping_event_synchronize(mapping_event *event)
 {
-    mapping_status st = mapping__check_event("mapping_event_synchronize", "event", event);
-    return st ? st : mapping__event_synchronize(event);
+    static const char fn[] = "mapping_event_synchronize";
+    mapping_status st = mapping__check_event(fn, "event", event);
+    if (st)
+        return st;
+    /* From a host function on the event's own stream, an event recorded
+     * after the function is not complete and never will be while it runs
+     * (one recorded before it is complete: stream order). */
+    const void *worker = mapping_os_worker_stream();
+    if (worker && worker == event->stream_state && mapping__event_query(event) != MAPPING_OK)
+        return mapping__fail(MAPPING_ERR_BUSY,
+                             "%s: called from a host function running on the stream the event was recorded on, "
+                             "before the event: it would wait for itself",
+                             fn);
+    return mapping__event_synchronize(event);
 }
 
 mapping_status mapping_event_query(const mapping_event *event)

@@ -270,8 +270,10 @@ static void after_fork_child(void)
 static void install(void)
 {
     page_size = mapping_os_page_size();
-    const char *delay = getenv("MAPPING_TRACK_TEST_OPEN_DELAY_US");
-    open_delay_ns = delay ? strtoull(delay, NULL, 10) * 1000u : 0;
+    const char *delay = getenv("MAPPING_TRACK_TEST_OPEN_DELAY_US"); /* tests only (README) */
+    char *end = NULL;
+    unsigned long long us = delay && *delay >= '0' && *delay <= '9' ? strtoull(delay, &end, 10) : 0;
+    open_delay_ns = end && !*end && us <= 1000000u ? us * 1000u : 0;
     install_rc = pthread_atfork(NULL, NULL, after_fork_child) != 0 ? -ENOMEM
                                                                      : mapping_os_sigsegv_install(on_segv, &previous);
 }

@@ -5,6 +5,7 @@
  * for its own stream, and a step's own error message.
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 #include "harness.h"
@@ -271,4 +272,45 @@ TEST(host_function_waiting_for_its_own_stream_is_refused)
     CHECK_BYTES(back, host, sizeof host);
     mapping_free_gpu(buf);
     mapping_stream_destroy(w.s);
+}
+
+/* ---- a host function that waits for an event of its own stream ---- */
+
+typedef struct event_wait {
+    mapping_event *before;           /* recorded before the function: complete */
+    _Atomic(mapping_event *) after;  /* recorded after it: never complete while it runs */
+    mapping_status before_sync, after_sync;
+} event_wait;
+
+static void wait_for_events_of_own_stream(void *user)
+{
+    event_wait *w = user;
+    w->before_sync = mapping_event_synchronize(w->before);
+    mapping_event *after;
+    while (!(after = atomic_load(&w->after)))
+        ;
+    w->after_sync = mapping_event_synchronize(after); /* hung before */
+}
+
+TEST(host_function_waiting_for_a_later_event_of_its_own_stream_is_refused)
+{
+    mapping_device *dev = test_device();
+    if (strcmp(test_backend(), "cuda") == 0)
+        test_skip("CUDA host functions must not call the library (cuLaunchHostFunc)");
+    mapping_stream *s;
+    CHECK_OK(mapping_stream_create(dev, &s));
+    event_wait w = {.before_sync = MAPPING_OK, .after_sync = MAPPING_OK};
+    atomic_store(&w.after, NULL);
+    CHECK_OK(mapping_event_record(s, &w.before));
+    CHECK_OK(mapping_launch_host(s, wait_for_events_of_own_stream, &w));
+    mapping_event *after;
+    CHECK_OK(mapping_event_record(s, &after));
+    atomic_store(&w.after, after);
+    CHECK_OK(mapping_stream_synchronize(s));
+    CHECK_OK(w.before_sync);
+    CHECK_STATUS(w.after_sync, MAPPING_ERR_BUSY);
+    CHECK_OK(mapping_event_synchronize(after)); /* from outside: it completes */
+    mapping_event_destroy(w.before);
+    mapping_event_destroy(after);
+    mapping_stream_destroy(s);
 }

@@ -13,6 +13,7 @@ struct host_event {
     bool            done;
     uint64_t        time_ns;
     _Atomic int     refs; /* the handle, plus each queued operation that uses it */
+    unsigned        generation; /* forks seen when it was recorded */
 };
 
 typedef struct host_stream {
@@ -25,7 +26,44 @@ typedef struct host_stream {
     bool            running; /* the worker is executing an operation */
     bool            stop;
     mapping_status  first_error;
+    unsigned        generation; /* forks seen when it was made */
 } host_stream;
+
+/* ---- fork(): a child has none of its parent's worker threads ----
+ * A stream (or a not yet completed event) made before the fork would wait
+ * for a thread that does not exist there: it is refused in the child with
+ * a clear status, and destroyed without joining anyone. */
+static _Atomic unsigned fork_generation;
+static pthread_once_t   fork_once = PTHREAD_ONCE_INIT;
+
+static void in_child(void)
+{
+    atomic_fetch_add_explicit(&fork_generation, 1, memory_order_relaxed);
+}
+
+static void watch_forks(void)
+{
+    pthread_atfork(NULL, NULL, in_child);
+}
+
+static unsigned generation_now(void)
+{
+    pthread_once(&fork_once, watch_forks);
+    return atomic_load_explicit(&fork_generation, memory_order_relaxed);
+}
+
+static bool inherited(unsigned generation)
+{
+    return generation != atomic_load_explicit(&fork_generation, memory_order_relaxed);
+}
+
+static mapping_status refuse_inherited(const char *what, const void *p)
+{
+    return mapping__fail(MAPPING_ERR_INVALID_HANDLE,
+                         "host: %s %p was made before fork(): its worker thread is the parent's and does not exist "
+                         "in this child; make a new one here",
+                         what, p);
+}
 
 /* ---- moving the bytes ---- */
 
@@ -206,6 +244,8 @@ mapping_status mapping__host_submit(void *dev_, void *stream_, const host_op *op
         run_op(dev, op);
         return MAPPING_OK;
     }
+    if (inherited(s->generation))
+        return refuse_inherited("stream", s);
     host_op *copy = mapping_os_malloc(sizeof *copy);
     if (!copy)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "host: out of memory queueing an operation");
@@ -256,6 +296,7 @@ mapping_status mapping__host_stream_create(void *dev, void **out)
     if (!s)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "host: out of memory");
     s->dev = dev;
+    s->generation = generation_now();
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->work_cond, NULL);
     pthread_cond_init(&s->idle_cond, NULL);
@@ -275,6 +316,8 @@ mapping_status mapping__host_stream_synchronize(void *dev, void *stream)
 {
     (void)dev;
     host_stream *s = stream;
+    if (inherited(s->generation))
+        return refuse_inherited("stream", s);
     pthread_mutex_lock(&s->lock);
     while (s->head || s->running)
         pthread_cond_wait(&s->idle_cond, &s->lock);
@@ -288,6 +331,10 @@ void mapping__host_stream_destroy(void *dev, void *stream)
 {
     (void)dev;
     host_stream *s = stream;
+    if (inherited(s->generation)) {
+        free(s); /* its thread, and what it had queued, stay the parent's */
+        return;
+    }
     pthread_mutex_lock(&s->lock);
     s->stop = true;
     pthread_cond_signal(&s->work_cond);
@@ -309,6 +356,7 @@ mapping_status mapping__host_event_record(void *dev, void *stream, void **out)
     pthread_mutex_init(&ev->lock, NULL);
     pthread_cond_init(&ev->done_cond, NULL);
     atomic_init(&ev->refs, 2); /* the handle and the queued record */
+    ev->generation = generation_now();
     host_op op = {.kind = HOST_OP_EVENT_RECORD, .event = ev};
     mapping_status st = mapping__host_submit(dev, stream, &op);
     if (st != MAPPING_OK) {
@@ -323,6 +371,8 @@ mapping_status mapping__host_event_record(void *dev, void *stream, void **out)
 mapping_status mapping__host_event_wait(void *dev, void *stream, void *event)
 {
     host_event *ev = event;
+    if (inherited(ev->generation) && !ev->done) /* no other thread here: read without its lock */
+        return refuse_inherited("event", ev);
     atomic_fetch_add(&ev->refs, 1);
     host_op op = {.kind = HOST_OP_EVENT_WAIT, .event = ev};
     mapping_status st = mapping__host_submit(dev, stream, &op);
@@ -334,6 +384,9 @@ mapping_status mapping__host_event_wait(void *dev, void *stream, void *event)
 mapping_status mapping__host_event_synchronize(void *dev, void *event)
 {
     (void)dev;
+    host_event *ev = event;
+    if (inherited(ev->generation) && !ev->done)
+        return refuse_inherited("event", ev);
     event_wait_done(event);
     return MAPPING_OK;
 }
