@@ -1,6 +1,9 @@
 #include <errno.h>
 #include <time.h>
 #include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 #include "harness.h"
 
 typedef struct test_entry {
@@ -178,4 +181,21 @@ int main(int argc, char **argv)
     }
     fprintf(stderr, "usage: %s TEST | --list   (run them all with ctest)\n", argv[0]);
     return 2;
+}
+
+const char *test_page_perms(const void *p, char out[5])
+{
+    out[0] = 0;
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f)
+        return out;
+    char line[512], perms[5];
+    unsigned long a, b;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "%lx-%lx %4s", &a, &b, perms) == 3 && (uintptr_t)p >= a && (uintptr_t)p < b) {
+            memcpy(out, perms, 5);
+            break;
+        }
+    fclose(f);
+    return out;
 }

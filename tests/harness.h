@@ -42,6 +42,9 @@ mapping_device *test_device(void);
 mapping_device *test_device2(void);
 /* The test's back end name. */
 const char *test_backend(void);
+/* The permissions ("rw-p", ...) /proc/self/maps gives the page at p, or
+ * "" where it is not mapped; returns out. */
+const char *test_page_perms(const void *p, char out[5]);
 /* Prints SKIP with the reason and exits 77. */
 void test_skip(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 /* Fails the test. */

@@ -1289,26 +1289,6 @@ TEST(tracked_sync_counts_the_pages_found_and_the_walks)
 
 /* ---- the memory's own protection ---- */
 
-/* The permissions ("rw-p", ...) /proc/self/maps gives the page at p, or
- * "" where it is not mapped. */
-static const char *maps_perms(const void *p, char out[5])
-{
-    out[0] = 0;
-    FILE *f = fopen("/proc/self/maps", "r");
-    if (!f)
-        return out;
-    char line[512];
-    unsigned long a, b;
-    char perms[5];
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "%lx-%lx %4s", &a, &b, perms) == 3 && (uintptr_t)p >= a && (uintptr_t)p < b) {
-            memcpy(out, perms, 5);
-            break;
-        }
-    fclose(f);
-    return out;
-}
-
 /* Whether the kernel may write the byte at p (read(2) from a pipe into it;
  * EFAULT where the page is not writable), without a signal. */
 static bool kernel_can_write(unsigned char *p)
@@ -1351,23 +1331,23 @@ TEST(tracked_wrap_refuses_memory_it_could_not_write_and_keeps_its_protection)
     CHECK(ro != MAP_FAILED);
     check_wrap_refused(dev, ro, n, "not readable and writable");
     CHECK(!kernel_can_write(ro + pg));
-    CHECK(strcmp(maps_perms(ro, perms), "r--p") == 0);
+    CHECK(strcmp(test_page_perms(ro, perms), "r--p") == 0);
 
     const unsigned char *table = (const unsigned char *)(((uintptr_t)constant_table + pg - 1) & ~(uintptr_t)(pg - 1));
     check_wrap_refused(dev, (void *)(uintptr_t)table, pg, "not readable and writable");
-    CHECK(maps_perms(table, perms)[1] == '-');
+    CHECK(test_page_perms(table, perms)[1] == '-');
 
     unsigned char *guarded = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     CHECK(guarded != MAP_FAILED);
     CHECK(mprotect(guarded + 2 * pg, pg, PROT_NONE) == 0);
     check_wrap_refused(dev, guarded, n, "not readable and writable");
-    CHECK(strcmp(maps_perms(guarded + 2 * pg, perms), "---p") == 0);
-    CHECK(strcmp(maps_perms(guarded, perms), "rw-p") == 0);
+    CHECK(strcmp(test_page_perms(guarded + 2 * pg, perms), "---p") == 0);
+    CHECK(strcmp(test_page_perms(guarded, perms), "rw-p") == 0);
     guarded[0] = 1; /* still writable, and no handler in the way */
 
     CHECK(munmap(guarded + 2 * pg, pg) == 0);
     check_wrap_refused(dev, guarded, n, "not mapped");
-    CHECK(strcmp(maps_perms(guarded + 3 * pg, perms), "rw-p") == 0);
+    CHECK(strcmp(test_page_perms(guarded + 3 * pg, perms), "rw-p") == 0);
 
     /* Read-write and executable: tracked, and executable again after. */
     unsigned char *rwx = mmap(NULL, n, PROT_READ | PROT_WRITE | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -1375,14 +1355,14 @@ TEST(tracked_wrap_refuses_memory_it_could_not_write_and_keeps_its_protection)
         mapping_mirror *m = NULL;
         CHECK_OK(mapping_mirror_wrap(dev, rwx, n, MAPPING_MIRROR_TRACK_WRITES, &m));
         CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
-        CHECK(maps_perms(rwx + pg, perms)[2] == 'x'); /* while tracked too */
+        CHECK(test_page_perms(rwx + pg, perms)[2] == 'x'); /* while tracked too */
         rwx[pg + 9] = 0x77;
         CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
         unsigned char got = 0;
         CHECK_OK(mapping_sync_to_cpu_range(NULL, mapping_mirror_gpu(m), mapping_mirror_gpu_offset(m) + pg + 9, &got, 1));
         CHECK(got == 0x77);
         mapping_mirror_destroy(m);
-        CHECK(strcmp(maps_perms(rwx + pg, perms), "rwxp") == 0);
+        CHECK(strcmp(test_page_perms(rwx + pg, perms), "rwxp") == 0);
         /* Executable in part: mprotect tracking could not keep both. */
         CHECK(mprotect(rwx, pg, PROT_READ | PROT_WRITE) == 0);
         m = NULL;
@@ -1394,7 +1374,7 @@ TEST(tracked_wrap_refuses_memory_it_could_not_write_and_keeps_its_protection)
             CHECK(st == MAPPING_OK);
             mapping_mirror_destroy(m);
         }
-        CHECK(strcmp(maps_perms(rwx, perms), "rw-p") == 0 && strcmp(maps_perms(rwx + pg, perms), "rwxp") == 0);
+        CHECK(strcmp(test_page_perms(rwx, perms), "rw-p") == 0 && strcmp(test_page_perms(rwx + pg, perms), "rwxp") == 0);
         munmap(rwx, n);
     }
     munmap(ro, n);

@@ -203,24 +203,6 @@ TEST(race_check_device_flag_refuses_unknown_bits_and_bad_devices)
     CHECK(mapping_device_checks(dev) == 0);
 }
 
-/* The permissions /proc/self/maps gives the page at p ("" if unmapped). */
-static const char *page_perms(const void *p, char out[5])
-{
-    out[0] = 0;
-    FILE *f = fopen("/proc/self/maps", "r");
-    if (!f)
-        return out;
-    char line[512], perms[5];
-    unsigned long a, b;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "%lx-%lx %4s", &a, &b, perms) == 3 && (uintptr_t)p >= a && (uintptr_t)p < b) {
-            memcpy(out, perms, 5);
-            break;
-        }
-    fclose(f);
-    return out;
-}
-
 /* An asynchronous upload from read-only memory (a const table) or from
  * executable memory (a JIT buffer) leaves its protection as it was: the
  * checker's guard used to end with the pages read-write (the table
@@ -249,7 +231,7 @@ TEST(race_check_keeps_the_protection_of_read_only_and_executable_sources)
         CHECK_OK(mapping_stream_synchronize(s));
         char now[5];
         for (size_t at = 0; at < BYTES; at += 4096)
-            if (strcmp(page_perms(src + at, now), perms[k]) != 0)
+            if (strcmp(test_page_perms(src + at, now), perms[k]) != 0)
                 test_fail(__FILE__, __LINE__, "page %zu is %s after the upload, was %s", at / 4096, now, perms[k]);
         CHECK_OK(mapping_sync_to_cpu_range(NULL, buf, 0, back, BYTES));
         CHECK_BYTES(back, src, BYTES);
