@@ -365,9 +365,11 @@ void mapping_os_track_clear(mapping_os_track *t, uintptr_t lo, uintptr_t hi)
     if (!inner_pages(t, &lo, &hi))
         return;
     pthread_mutex_lock(&t->lock);
-    if (!t->ended && t->kind == MAPPING_OS_TRACK_UFFD) /* ended: nothing to forget */
+    if (t->ended) /* nothing to forget */
+        ;
+    else if (t->kind == MAPPING_OS_TRACK_UFFD)
         mapping__uffd_protect(t, lo, hi);
-    else if (!t->ended)
+    else
         mapping__mprot_clear(t, lo, hi);
     pthread_mutex_unlock(&t->lock);
 }

@@ -101,11 +101,12 @@ void mapping_os_track_hold(mapping_os_track *t);
 void mapping_os_track_drop(mapping_os_track *t);
 /* Reports the pages written since the last collect (or begin, clear) and
  * protects them again. 0 or -errno (nothing reported is lost: the pages
- * stay counted as written). uffd: when the process has a single thread
- * and has taken no page fault since the last scan began, no page can have
- * become writable, and the scan is skipped; when the fault log
- * (fault_log.h) holds every fault since then, only the pages it names are
- * scanned (with more threads, a walk: write_track_uffd.c, sole_thread) ($MAPPING_TRACK_SCAN=changed
+ * stay counted as written). uffd: when no page fault began or ended in
+ * the process since the last scan began (fault_count.h counts the ones
+ * that began in every thread; without it, only a process with a single
+ * thread can tell), no page can have become writable, and the scan is
+ * skipped; when the fault log (fault_log.h) holds every fault since then,
+ * only the pages it names are scanned ($MAPPING_TRACK_SCAN=changed
  * keeps the first, =always neither): a write made by another process
  * (process_vm_writev, a shared mapping) counts in that process and is seen
  * at the next walk this process has a reason to make. upload: the collect

@@ -612,11 +612,11 @@ int mapping__uffd_collect(mapping_os_track *t, mapping_os_track_fn fn, void *use
     /* Where every thread's faults are counted as they begin, the stamp
      * sees a fault in flight; elsewhere only a process with one thread
      * (asked before the stamp is read) has none. */
-    bool entries = mapping_os_fault_entries_available();
-    bool sole = !entries && sole_thread(), every_thread;
+    bool shortcut = use_shortcut(), entries = shortcut && mapping_os_fault_entries_available();
+    bool sole = shortcut && !entries && sole_thread(), every_thread;
     long n = mapping_os_fault_log_pages(&t->fault_pos, t->lo, t->hi, pages, FAULTED_MAX, t->walk_ns, &now, &faults,
                                         &every_thread);
-    bool trusted = use_shortcut() && (every_thread || sole);
+    bool trusted = shortcut && (every_thread || sole);
     bool counted = faults != UINT64_MAX && trusted;
     if (!trusted)
         n = -1; /* the log may lack a fault in flight: walk */
