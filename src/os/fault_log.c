@@ -97,7 +97,7 @@ static const char *open_refused(void)
 }
 
 /* Opened by the first thread that drains, which becomes the logging thread
- * (under `lock`, so once). */
+ * (once: pthread_once, before `lock` is taken, set_up_unlocked). */
 static void open_event(void)
 {
     atfork_ok = pthread_atfork(before_fork, after_fork_parent, after_fork_child) == 0;
@@ -260,8 +260,18 @@ static bool drain(uint64_t scan_ns, uint64_t *faults_out, bool *every_thread)
     return counted;
 }
 
+/* Sets up what registers fork handlers (the event, the entry counter)
+ * before `lock` is taken: pthread_atfork waits for a fork in progress in
+ * another thread, whose prepare handler (before_fork) waits for `lock`. */
+static void set_up_unlocked(void)
+{
+    pthread_once(&open_once, open_event);
+    (void)mapping_os_fault_entries_available();
+}
+
 bool mapping_os_fault_log_available(const char **why)
 {
+    set_up_unlocked();
     pthread_mutex_lock(&lock);
     bool ok = opened_here();
     pthread_mutex_unlock(&lock);
@@ -273,6 +283,7 @@ void mapping_os_fault_log_mark(mapping_os_fault_pos *now)
 {
     uint64_t faults;
     bool every_thread;
+    set_up_unlocked();
     pthread_mutex_lock(&lock);
     drain(0, &faults, &every_thread);
     *now = (mapping_os_fault_pos){.drain = drains, .length = log_length};
@@ -291,6 +302,7 @@ long mapping_os_fault_log_pages(const mapping_os_fault_pos *since, uintptr_t lo,
 {
     long n = -1;
     uint64_t count = 0;
+    set_up_unlocked();
     pthread_mutex_lock(&lock);
     *faults = drain(scan_ns, &count, every_thread) ? count : UINT64_MAX;
     *now = (mapping_os_fault_pos){.drain = drains, .length = log_length};
