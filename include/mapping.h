@@ -829,10 +829,15 @@ typedef enum mapping_access {
 MAPPING_API mapping_status mapping_mirror_create(mapping_device *dev, size_t bytes, unsigned flags,
                                                  mapping_mirror **out);
 /* Mirrors the caller's memory cpu_ptr[0, bytes) (not copied, not freed; must
- * outlive the mirror, mapped readable and writable: a sync to the CPU
- * writes it; with MAPPING_MIRROR_TRACK_WRITES that is checked, and memory
- * that is not is refused with MAPPING_ERR_INVALID_ARGUMENT). The GPU side
- * starts stale. flags: 0 or MAPPING_MIRROR_PIN, MAPPING_MIRROR_TRACK_WRITES, MAPPING_MIRROR_DEVICE_DIFF
+ * outlive the mirror and stay mapped readable). Read-only memory (constant
+ * data, a PROT_READ mapping) may be wrapped and uploaded; the first sync
+ * that would copy into the CPU side (mapping_mirror_sync_to_cpu,
+ * mapping_mirror_acquire_cpu with MAPPING_READ) checks that all of it is
+ * writable (Linux: /proc/self/maps, once per mirror) and otherwise fails
+ * with MAPPING_ERR_INVALID_ARGUMENT, copying nothing and leaving the CPU
+ * side stale. With MAPPING_MIRROR_TRACK_WRITES the memory must be readable
+ * and writable when wrapped, else the wrap is refused with
+ * MAPPING_ERR_INVALID_ARGUMENT. The GPU side starts stale. flags: 0 or MAPPING_MIRROR_PIN, MAPPING_MIRROR_TRACK_WRITES, MAPPING_MIRROR_DEVICE_DIFF
  * (MAPPING_MIRROR_UNIFIED is accepted and ignored). */
 MAPPING_API mapping_status mapping_mirror_wrap(mapping_device *dev, void *cpu_ptr, size_t bytes, unsigned flags,
                                                mapping_mirror **out);
@@ -843,6 +848,7 @@ MAPPING_API mapping_status mapping_mirror_wrap(mapping_device *dev, void *cpu_pt
  * mirror; mapping_mirror_gpu is `gpu` and mapping_mirror_gpu_offset includes
  * gpu_offset. The CPU side starts valid and the GPU side stale, or with
  * MAPPING_MIRROR_GPU_VALID the other way round (the device holds the data).
+ * cpu_ptr's memory is checked as for mapping_mirror_wrap.
  * flags: 0, MAPPING_MIRROR_PIN, MAPPING_MIRROR_GPU_VALID, MAPPING_MIRROR_TRACK_WRITES,
  * MAPPING_MIRROR_DEVICE_DIFF. Thread-safe. */
 MAPPING_API mapping_status mapping_mirror_adopt(mapping_device *dev, void *cpu_ptr, mapping_buffer *gpu,

@@ -48,6 +48,7 @@ typedef struct mirror_state {
     bool            unified;  /* cpu is the host address of gpu's unified memory */
     bool            pinned;   /* wrapped memory registered with mapping__host_register */
     bool            borrowed_gpu; /* mapping_mirror_adopt: gpu is the caller's, never freed here */
+    bool            cpu_writable; /* wrapped memory found writable (the first copy into it asks, mirror_sync.c) */
     size_t          gpu_base;     /* byte 0 of the family lies at gpu[gpu_base] (adopt) */
     int             refs;     /* handles of the family */
     bool            busy;     /* a sync is running: re-entry (from the log callback) is refused */

@@ -4,8 +4,10 @@
  * in-flight copies that make the state follow the stream are
  * mirror_inflight.c's.
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include "coherence/mirror_internal.h"
 #include "coherence/mirror_observe.h"
 #include "transfer/transfer.h"
@@ -169,9 +171,35 @@ static mapping_status send_list(mapping_stream *stream, mirror_state *st, int ta
     return send_sorted_list(stream, st, target, list, n, largest, done);
 }
 
+/* Wrapped CPU memory (mapping_mirror_wrap, _adopt) is the caller's, and
+ * may be read-only: a const array, a PROT_READ mapping, a read-only view.
+ * Uploading from it is fine; the first copy into it asks the kernel's list
+ * of mappings whether all of it is writable (once per mirror, ~10-200 us),
+ * so that such memory fails the sync with a status instead of faulting in
+ * the copy. A tracked wrap was asked when its tracking began. */
+static mapping_status check_cpu_writable(mirror_state *st, int target)
+{
+    if (target != MIRROR_CPU || st->owns_cpu || st->unified || st->cpu_writable)
+        return MAPPING_OK;
+    int rc = mapping_os_range_access((uintptr_t)st->cpu, (uintptr_t)st->cpu + st->size, PROT_WRITE, NULL);
+    if (rc == 0 || rc == -ENOENT) { /* no list to ask: taken as writable, as before */
+        st->cpu_writable = true;
+        return MAPPING_OK;
+    }
+    return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT,
+                         "mirror sync to the CPU: the wrapped memory [%p, +%zu) is %s; nothing was copied into it",
+                         (void *)st->cpu, st->size,
+                         rc == -EACCES ? "not writable in part or whole (a read-only mapping or constant data)"
+                                       : "not mapped in part or whole (freed or unmapped since it was wrapped?)");
+}
+
 mapping_status mapping__mirror_copy_ranges(mapping_stream *stream, mirror_state *st, int target,
                                            const mapping_range *ranges, size_t n, size_t *done)
 {
+    *done = 0;
+    mapping_status status = check_cpu_writable(st, target);
+    if (status)
+        return status;
     if (st->unified)
         return mapping__mirror_prefetch(stream, st, target, ranges, n, done);
     mapping_link link = {0, 0};
@@ -179,9 +207,9 @@ mapping_status mapping__mirror_copy_ranges(mapping_stream *stream, mirror_state 
         return send_list(stream, st, target, ranges, n, done);
     for (*done = 0; *done < n; ++*done) {
         const mapping_range *r = &ranges[*done];
-        mapping_status status = target == MIRROR_GPU
-                                    ? mapping__write(stream, st->cpu + r->lo, st->gpu, st->gpu_base + r->lo, r->hi - r->lo)
-                                    : mapping__read(stream, st->gpu, st->gpu_base + r->lo, st->cpu + r->lo, r->hi - r->lo);
+        status = target == MIRROR_GPU
+                     ? mapping__write(stream, st->cpu + r->lo, st->gpu, st->gpu_base + r->lo, r->hi - r->lo)
+                     : mapping__read(stream, st->gpu, st->gpu_base + r->lo, st->cpu + r->lo, r->hi - r->lo);
         if (status != MAPPING_OK)
             return status;
     }
@@ -320,6 +348,9 @@ static mapping_status sync_log_batched(mirror_state *st, int t, mirror_sync_repo
     size_t k = st->log_n;
     mapping_range *list = NULL; /* NULL while the list is the log */
     size_t n = 0, moved = 0, largest = 0;
+    mapping_status status = check_cpu_writable(st, t);
+    if (status)
+        return status;
     for (size_t i = 0, hi; i < k; n++) {
         size_t next = merge_run(st, s, u, k, i, MIRROR_BATCH_MERGE_GAP, &hi);
         if (next != i + 1 && !list) {
@@ -336,7 +367,7 @@ static mapping_status sync_log_batched(mirror_state *st, int t, mirror_sync_repo
     }
     *report = (mirror_sync_report){.stale_ranges = k, .copies = n, .moved = moved};
     size_t done = 0; /* the log is sorted and merged, within the mirror: the list is too */
-    mapping_status status = send_sorted_list(NULL, st, t, list ? list : u, n, largest, &done);
+    status = send_sorted_list(NULL, st, t, list ? list : u, n, largest, &done);
     if (status == MAPPING_OK)
         count_payload(st, t, u, k);
     return status;

@@ -93,6 +93,7 @@ mapping_status mapping__mirror_track_begin(const char *fn, mirror_state *st)
         return mapping__fail(MAPPING_ERR_UNSUPPORTED, "%s: MAPPING_MIRROR_TRACK_WRITES: no write tracking (%s; %s)", fn,
                              mapping_os_track_reason(), strerror(-rc));
     st->track = t;
+    st->cpu_writable = true; /* asked: mapping_os_track_begin refuses memory it could not write */
     return MAPPING_OK;
 }
 

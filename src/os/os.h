@@ -49,6 +49,14 @@ bool  mapping_os_alloc_fault(void);
  * NULL when out of memory. Freed with mapping_os_handle_free (NULL: no-op). */
 void *mapping_os_handle_alloc(size_t bytes);
 void  mapping_os_handle_free(void *ptr);
+/* Whether the process may access all of [lo, hi) with `prot` (PROT_READ
+ * and/or PROT_WRITE), from the kernel's list of its mappings (os/maps.c,
+ * /proc/self/maps; ~10-200 us, by the number of mappings): 0; -EFAULT
+ * where part of it is not mapped; -EACCES where part lacks the access;
+ * -ENOENT when there is no list to read (unknown). *exec (may be NULL):
+ * PROT_EXEC when every mapping in it is executable, -1 when only some are,
+ * else 0. */
+int mapping_os_range_access(uintptr_t lo, uintptr_t hi, int prot, int *exec);
 /* Asks for transparent huge pages on a large region (a hint). */
 void   mapping_os_advise_huge_pages(void *ptr, size_t bytes);
 /* Physical memory in bytes (0 if unknown). */
