@@ -432,8 +432,11 @@ MAPPING_API mapping_status mapping_stream_synchronize(mapping_stream *stream);
  * calls are forbidden (host and OpenCL run fn on a thread of their own,
  * where calls on other streams are fine). On host and OpenCL, fn calling
  * mapping_stream_synchronize or mapping_stream_destroy on its own stream,
- * or mapping_close on its device, gets MAPPING_ERR_BUSY instead of waiting
- * for itself. stream NULL: runs fn now, on this thread. */
+ * mapping_event_synchronize on an event recorded there after fn, a mirror
+ * call that would wait for a copy of that mirror queued there after fn, or
+ * mapping_close on its device, gets MAPPING_ERR_BUSY instead of waiting
+ * for itself (mapping_mirror_destroy, which cannot fail, waits: do not
+ * destroy such a mirror from fn). stream NULL: runs fn now, on this thread. */
 MAPPING_API mapping_status mapping_launch_host(mapping_stream *stream, void (*fn)(void *user), void *user);
 
 /* Creates an event that completes when the stream reaches this point, and

@@ -77,10 +77,13 @@ void mapping__mirror_fold_completed(mirror_state *st)
 
 /* Waits for entry i and folds it (the entry is gone). If the wait fails the
  * entry stays: its work may still run, so later calls stay ordered after it
- * and wait for it again. */
+ * and wait for it again. From a host function on the entry's stream, with
+ * the entry queued after the function, the wait would never end:
+ * MAPPING_ERR_BUSY instead (mapping__event_wait). */
 static mapping_status entry_wait(mirror_state *st, size_t i)
 {
-    mapping_status status = mapping__event_synchronize(st->inflight[i].event);
+    mapping_status status =
+        mapping__event_wait("mirror: waiting for a copy queued on the stream", st->inflight[i].event);
     if (status != MAPPING_OK)
         return status;
     if (!entry_fold(st, i)) {

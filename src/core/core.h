@@ -215,6 +215,11 @@ static inline mapping_status mapping__check_ptr(const char *fn, const char *what
 /* MAPPING_ERR_BUSY when called from a host function running on `stream`
  * (waiting for or destroying it there would deadlock); NULL is fine. */
 mapping_status mapping__check_not_in_host_fn(const char *fn, const mapping_stream *stream);
+/* Waits for the event, or, called from a host function running on the
+ * stream the event was recorded on while the event is not complete (it
+ * was recorded after the function: the wait would never end),
+ * MAPPING_ERR_BUSY without waiting. stream.c. */
+mapping_status mapping__event_wait(const char *fn, mapping_event *event);
 /* stream (may be NULL) and object must be of dev. */
 mapping_status mapping__check_same_device(const char *fn, const mapping_device *dev, const mapping_stream *stream);
 

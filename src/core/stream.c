@@ -181,8 +181,11 @@ mapping_status mapping_event_synchronize(mapping_event *event)
 {
     static const char fn[] = "mapping_event_synchronize";
     mapping_status st = mapping__check_event(fn, "event", event);
-    if (st)
-        return st;
+    return st ? st : mapping__event_wait(fn, event);
+}
+
+mapping_status mapping__event_wait(const char *fn, mapping_event *event)
+{
     /* From a host function on the event's own stream, an event recorded
      * after the function is not complete and never will be while it runs
      * (one recorded before it is complete: stream order). */

@@ -314,3 +314,45 @@ TEST(host_function_waiting_for_a_later_event_of_its_own_stream_is_refused)
     mapping_event_destroy(after);
     mapping_stream_destroy(s);
 }
+
+/* ---- a host function that syncs a mirror whose copy is queued after it ---- */
+
+typedef struct mirror_wait {
+    mapping_mirror *m;
+    test_gate       gate;
+    mapping_status  sync;
+} mirror_wait;
+
+static void sync_mirror_from_host_fn(void *user)
+{
+    mirror_wait *w = user;
+    test_gate_wait(&w->gate); /* until the copy after this function is queued */
+    w->sync = mapping_mirror_sync_to_cpu(NULL, w->m); /* hung before: it waited for that copy */
+}
+
+TEST(host_function_syncing_a_mirror_whose_copy_is_queued_after_it_is_refused)
+{
+    mapping_device *dev = test_device();
+    if (strcmp(test_backend(), "cuda") == 0)
+        test_skip("CUDA host functions must not call the library (cuLaunchHostFunc)");
+    mapping_stream *s;
+    CHECK_OK(mapping_stream_create(dev, &s));
+    mapping_mirror *m = test_synced_mirror(dev, 1 << 16, 0, 5);
+    unsigned char *cpu = mapping_mirror_cpu(m);
+    CHECK_OK(mapping_mirror_mark_gpu_modified(m, 1000, 1000)); /* the function's sync has work */
+    mirror_wait w = {.m = m, .gate = TEST_GATE_INIT, .sync = MAPPING_OK};
+    CHECK_OK(mapping_launch_host(s, sync_mirror_from_host_fn, &w));
+    memset(cpu, 7, 100);
+    CHECK_OK(mapping_mirror_mark_cpu_modified(m, 0, 100));
+    CHECK_OK(mapping_mirror_sync_to_gpu(s, m)); /* queued after the function */
+    test_gate_open(&w.gate);
+    CHECK_OK(mapping_stream_synchronize(s));
+    CHECK_STATUS(w.sync, MAPPING_ERR_BUSY);
+    /* Refused, not half done: from outside, the same sync works. */
+    CHECK(mapping_mirror_stale_bytes(m, MAPPING_CPU) == 1000);
+    CHECK_OK(mapping_mirror_sync_to_cpu(NULL, m));
+    CHECK(mapping_mirror_stale_bytes(m, MAPPING_CPU) == 0 && mapping_mirror_stale_bytes(m, MAPPING_GPU) == 0);
+    test_check_mirror_sides_equal(m);
+    mapping_mirror_destroy(m);
+    mapping_stream_destroy(s);
+}
