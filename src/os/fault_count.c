@@ -27,10 +27,20 @@ static pid_t          tids[MAX_THREADS];
 static int            n_fds;
 static bool           ready;
 static _Atomic bool   forked; /* a child's copies of the descriptors count its parent */
+static bool           atfork_ok;
 
 static void after_fork_child(void)
 {
     forked = true;
+}
+
+/* Registered when the library is loaded: glibc (2.36 and later) leaves a
+ * handler that another thread registers during a fork out of that fork, so
+ * a child forked while the first thread to track set this up would not be
+ * marked forked, and would read its parent's counts as its own. */
+__attribute__((constructor)) static void register_fork_handler(void)
+{
+    atfork_ok = pthread_atfork(NULL, NULL, after_fork_child) == 0;
 }
 
 /* A counting event on thread `tid`, inherited by the threads it makes;
@@ -97,7 +107,7 @@ static int attach_pass(void)
 static void set_up(void)
 {
     const char *v = getenv("MAPPING_TRACK_FAULT_ENTRIES"); /* off: as where perf refuses (tests) */
-    if ((v && !strcmp(v, "off")) || pthread_atfork(NULL, NULL, after_fork_child) != 0)
+    if ((v && !strcmp(v, "off")) || !atfork_ok)
         return;
     int rc = 1;
     for (int pass = 0; pass < MAX_PASSES && rc == 1; pass++)

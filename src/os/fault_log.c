@@ -54,8 +54,9 @@ static bool wanted(void)
 }
 
 /* fork(): the lock is held across it, so a child never inherits it taken
- * by a thread that does not exist there; the child shares the parent's
- * ring (a MAP_SHARED mapping of the parent's event), so it never reads it. */
+ * by a thread that does not exist there; the child has no mapping of the
+ * parent's ring (the kernel does not copy it), and the event counts the
+ * parent's thread, so it never reads it. */
 static bool forked;
 static bool atfork_ok;
 
@@ -73,6 +74,22 @@ static void after_fork_child(void)
 {
     forked = true;
     pthread_mutex_unlock(&lock);
+}
+
+/* Registered when the library is loaded, not by the first thread that uses
+ * the log: glibc (2.36 and later) runs a fork's prepare handlers without
+ * its atfork lock, and a handler registered meanwhile by another thread is
+ * left out of that fork: neither its prepare nor its child handler runs. A
+ * fork in progress as the first tracked mirror began then made a child that
+ * started with `lock` held by a thread it does not have (its first tracked
+ * mirror waited forever), or with `forked` unset (it read a ring it has no
+ * mapping of). At load, no thread of the program can be inside the library.
+ * Priority 201, before write_track.c's (202): prepare handlers run
+ * last-registered first, so the tracker's locks are taken before this one,
+ * the order every other path takes them in. */
+__attribute__((constructor(201))) static void register_fork_handlers(void)
+{
+    atfork_ok = pthread_atfork(before_fork, after_fork_parent, after_fork_child) == 0;
 }
 
 static void fill_attr(struct perf_event_attr *a)
@@ -100,7 +117,6 @@ static const char *open_refused(void)
  * (once: pthread_once, before `lock` is taken, set_up_unlocked). */
 static void open_event(void)
 {
-    atfork_ok = pthread_atfork(before_fork, after_fork_parent, after_fork_child) == 0;
     if (!wanted()) {
         why_not = "MAPPING_TRACK_SCAN is not faulted";
         return;
@@ -260,9 +276,8 @@ static bool drain(uint64_t scan_ns, uint64_t *faults_out, bool *every_thread)
     return counted;
 }
 
-/* Sets up what registers fork handlers (the event, the entry counter)
- * before `lock` is taken: pthread_atfork waits for a fork in progress in
- * another thread, whose prepare handler (before_fork) waits for `lock`. */
+/* Sets up the event and the entry counter before `lock` is taken (they
+ * open perf events and list the threads: no reason to hold it meanwhile). */
 static void set_up_unlocked(void)
 {
     pthread_once(&open_once, open_event);

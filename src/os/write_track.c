@@ -158,8 +158,7 @@ static void regions_remove(mapping_os_track *t)
  * region's, the order every other path takes them in (begin and end take
  * the registry's, then the fault log's; a collect its region's, then the
  * fault log's). The fault log's own handlers must run after these, so they
- * are registered first (mapping_os_track_begin). */
-static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+ * are registered before them (constructor priorities, fault_log.c). */
 static bool           fork_handlers_ok;
 
 static void before_fork(void)
@@ -186,7 +185,16 @@ static void after_fork(void)
     pthread_mutex_unlock(&regions_lock);
 }
 
-static void fork_handlers_install(void)
+/* Registered when the library is loaded, not at the first tracked mirror:
+ * glibc (2.36 and later) runs a fork's prepare handlers without its atfork
+ * lock, and a handler that another thread registers meanwhile is left out
+ * of that fork (neither its prepare nor its child handler runs). Registered
+ * by the first begin, which takes regions_lock right after, they let a fork
+ * in progress in another thread make a child that started with the lock
+ * held by a thread it does not have: its first tracked mirror waited
+ * forever (seen in CI as a child's SIGALRM). At load, no thread of the
+ * program can be inside the library. */
+__attribute__((constructor(202))) static void fork_handlers_install(void)
 {
     fork_handlers_ok = pthread_atfork(before_fork, after_fork, after_fork) == 0;
 }
@@ -262,13 +270,11 @@ int mapping_os_track_begin(void *addr, size_t bytes, mapping_os_track **out)
         return -EINVAL;
     }
     if (kind == MAPPING_OS_TRACK_UFFD) {
-        /* The fault log's fork handlers first (it registers them when it
-         * opens): prepare handlers run last-registered first, so ours take
-         * the registry's and the regions' locks before it takes its own. */
+        /* The fault log's event opened (by the first thread that tracks)
+         * before regions_lock is taken, not inside it (register_region). */
         const char *why;
         (void)mapping_os_fault_log_available(&why);
     }
-    pthread_once(&fork_once, fork_handlers_install);
     if (!fork_handlers_ok) {
         free(t);
         return -ENOMEM;

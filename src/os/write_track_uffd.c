@@ -126,10 +126,20 @@ static int open_fds(int *uffd_out, int *pagemap_out, const char **why)
 static _Atomic unsigned generation; /* forks seen in this process's line */
 static unsigned         fds_generation;
 static pthread_mutex_t  fds_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool             atfork_ok;
 
 static void after_fork_child(void)
 {
     generation++;
+}
+
+/* Registered when the library is loaded: glibc (2.36 and later) leaves a
+ * handler that another thread registers during a fork out of that fork, and
+ * a child that missed it would use its parent's descriptors (register and
+ * protect ranges of the parent's memory). */
+__attribute__((constructor)) static void register_fork_handler(void)
+{
+    atfork_ok = pthread_atfork(NULL, NULL, after_fork_child) == 0;
 }
 
 static bool own_fds(void)
@@ -156,7 +166,7 @@ static bool own_fds(void)
 static void probe(void)
 {
     probe_rc = open_fds(&uffd, &pagemap, &probe_why);
-    if (probe_rc == 0 && pthread_atfork(NULL, NULL, after_fork_child) != 0) {
+    if (probe_rc == 0 && !atfork_ok) {
         close(uffd);
         close(pagemap);
         uffd = pagemap = -1;
