@@ -94,8 +94,6 @@ static handle_table *table_new(size_t slots)
 /* fork(): a child of a multi-threaded program must not inherit a set's
  * lock taken by a thread it does not have (its first create or destroy
  * would wait forever). The sets are never locked together elsewhere. */
-static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
-
 static void sets_lock_all(void)
 {
     for (int k = 0; k < MAPPING_HANDLE_KINDS; k++)
@@ -108,7 +106,16 @@ static void sets_unlock_all(void)
         pthread_mutex_unlock(&sets[k].lock);
 }
 
-static void fork_handlers_install(void)
+/*
+ * Registered when the library loads, not on first use: glibc (2.36 and
+ * later) runs a fork's prepare handlers without its atfork lock, and a
+ * handler another thread registers meanwhile is left out of that fork
+ * (neither prepare nor child handler runs; os/write_track.c).
+ * Leaf locks (nothing else is taken under them): priority 150, registered
+ * before the write-tracking handlers (201, 202), so their prepare runs
+ * after theirs.
+ */
+__attribute__((constructor(150))) static void fork_handlers_install(void)
 {
     (void)pthread_atfork(sets_lock_all, sets_unlock_all, sets_unlock_all); /* without: as before */
 }
@@ -117,7 +124,6 @@ mapping_status mapping__handle_add(mapping_handle_kind kind, const void *handle)
 {
     handle_set *s = &sets[kind];
     mapping_status st = MAPPING_OK;
-    pthread_once(&fork_once, fork_handlers_install);
     pthread_mutex_lock(&s->lock);
     handle_table *t = atomic_load_explicit(&s->table, memory_order_relaxed);
     if (!t || (s->live + 1) * 2 > t->mask + 1) {

@@ -57,7 +57,6 @@ static int             helpers;        /* helper threads running (helper_ids[0..
 static int             stopping;       /* the library is going: helpers return, none is made */
 static _Atomic int     wanted = -1;    /* helpers to have (-1: not set yet); read without the lock */
 static int             start_failed;   /* pthread_create failed once: no more tries */
-static pthread_once_t  atfork_once = PTHREAD_ONCE_INIT;
 
 /* The job's part i. */
 static void copy_part(copy_job *j, int i)
@@ -132,7 +131,13 @@ static void in_child(void)
     start_failed = 0;
 }
 
-static void register_atfork(void)
+/*
+ * Registered when the library loads, not on first use: glibc (2.36 and
+ * later) runs a fork's prepare handlers without its atfork lock, and a
+ * handler another thread registers meanwhile is left out of that fork
+ * (neither prepare nor child handler runs; os/write_track.c).
+ */
+__attribute__((constructor)) static void register_atfork(void)
 {
     pthread_atfork(NULL, NULL, in_child);
 }
@@ -185,7 +190,6 @@ static void start_helpers(int want)
 {
     if (helpers >= want || start_failed || stopping)
         return;
-    pthread_once(&atfork_once, register_atfork);
     /* Signals a program directs at the process go to its own threads, not
      * these; faults (a tracked page, a bad pointer) are delivered to the
      * thread that caused them whatever its mask. */

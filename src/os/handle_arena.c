@@ -109,8 +109,6 @@ static void chunk_release(char *c)
 
 /* fork(): the lock is held across it, so a child never inherits it taken
  * by a thread that does not exist there. */
-static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
-
 static void lock_for_fork(void)
 {
     pthread_mutex_lock(&lock);
@@ -121,7 +119,16 @@ static void unlock_after_fork(void)
     pthread_mutex_unlock(&lock);
 }
 
-static void fork_handlers_install(void)
+/*
+ * Registered when the library loads, not on first use: glibc (2.36 and
+ * later) runs a fork's prepare handlers without its atfork lock, and a
+ * handler another thread registers meanwhile is left out of that fork
+ * (neither prepare nor child handler runs; os/write_track.c).
+ * A leaf lock (nothing else is taken under it): priority 150, registered
+ * before the write-tracking handlers (201, 202), so its prepare runs after
+ * theirs.
+ */
+__attribute__((constructor(150))) static void fork_handlers_install(void)
 {
     (void)pthread_atfork(lock_for_fork, unlock_after_fork, unlock_after_fork); /* without: as before */
 }
@@ -131,7 +138,6 @@ void *mapping_os_handle_alloc(size_t bytes)
     size_t need = (bytes + GRANULE - 1) / GRANULE * GRANULE;
     if (bytes == 0 || need > CHUNK - GRANULE || mapping_os_alloc_fault())
         return NULL;
-    pthread_once(&fork_once, fork_handlers_install);
     pthread_mutex_lock(&lock);
     if (!current || carved + need > CHUNK) {
         char *full = current;

@@ -593,6 +593,16 @@ static void unlock_in_child(void)
 static void register_stop_at_exit(void)
 {
     atexit(stop_at_exit);
+}
+
+/* Registered when the library loads, not at the first trace: glibc (2.36
+ * and later) runs a fork's prepare handlers without its atfork lock, and a
+ * handler another thread registers meanwhile is left out of that fork
+ * (os/write_track.c). A leaf lock (nothing else is taken under it):
+ * priority 150, before the write-tracking handlers (201, 202), so its
+ * prepare runs after theirs. */
+__attribute__((constructor(150))) static void register_fork_handlers(void)
+{
     (void)pthread_atfork(lock_for_fork, unlock_in_parent, unlock_in_child); /* without: trace.owner still guards */
 }
 

@@ -34,21 +34,25 @@ typedef struct host_stream {
  * for a thread that does not exist there: it is refused in the child with
  * a clear status, and destroyed without joining anyone. */
 static _Atomic unsigned fork_generation;
-static pthread_once_t   fork_once = PTHREAD_ONCE_INIT;
 
 static void in_child(void)
 {
     atomic_fetch_add_explicit(&fork_generation, 1, memory_order_relaxed);
 }
 
-static void watch_forks(void)
+/*
+ * Registered when the library loads, not on first use: glibc (2.36 and
+ * later) runs a fork's prepare handlers without its atfork lock, and a
+ * handler another thread registers meanwhile is left out of that fork
+ * (neither prepare nor child handler runs; os/write_track.c).
+ */
+__attribute__((constructor)) static void watch_forks(void)
 {
     pthread_atfork(NULL, NULL, in_child);
 }
 
 static unsigned generation_now(void)
 {
-    pthread_once(&fork_once, watch_forks);
     return atomic_load_explicit(&fork_generation, memory_order_relaxed);
 }
 
