@@ -79,8 +79,11 @@ static pthread_mutex_t           guards_lock = PTHREAD_MUTEX_INITIALIZER;
  * a fault on an open guard's pages then retries rather than going on. */
 static _Atomic int               in_transition;
 static pthread_once_t            install_once = PTHREAD_ONCE_INIT;
-static struct sigaction          previous;
+static mapping_os_sigchain       chain;
 static int                       installed;
+static size_t                    guard_page; /* the base page, for the handler */
+/* The 2 MiB chunks a guard ever protected: where a late fault may come from. */
+static mapping_os_fault_history  history;
 
 /* ---- the report (async-signal-safe formatting) ---- */
 
@@ -144,6 +147,7 @@ static void report(const struct mapping_race_guard *g, uintptr_t addr, void *ctx
 
 static void on_segv(int sig, siginfo_t *info, void *ctx)
 {
+    int saved_errno = errno; /* mprotect below may set it; the program's must stay */
     uintptr_t addr = info ? (uintptr_t)info->si_addr : 0;
     bool open_slot = false, opened = false;
     if (info && info->si_code == SEGV_ACCERR) {
@@ -180,14 +184,29 @@ static void on_segv(int sig, siginfo_t *info, void *ctx)
             abort();
         }
     }
-    if (opened || (open_slot && atomic_load_explicit(&in_transition, memory_order_acquire)))
+    bool again = opened || (open_slot && atomic_load_explicit(&in_transition, memory_order_acquire));
+    /* A late fault: the access faulted on a guard's protection, which was
+     * lifted (the copy started or completed, the guard's slot open or free
+     * again) before this handler ran, on a thread preempted in between.
+     * Its race can no longer be told (the guard may be gone), but it is
+     * not the program's fault to pass on (that killed the process with a
+     * plain SIGSEGV, or went to the program's handler): run it again when
+     * it would pass now. Only on an open guard's pages or near pages a
+     * guard once protected, so that other faults go on as without the
+     * library. */
+    if (!again && info && info->si_code == SEGV_ACCERR &&
+        (open_slot || mapping_os_fault_history_has(&history, addr)))
+        again = mapping_os_fault_passes_now(info, ctx, guard_page);
+    errno = saved_errno;
+    if (again)
         return; /* try the access again */
-    mapping_os_sigsegv_chain(&previous, on_segv, sig, info, ctx);
+    mapping_os_sigsegv_chain(&chain, sig, info, ctx);
 }
 
 static void install(void)
 {
-    installed = mapping_os_sigsegv_install(on_segv, &previous) == 0;
+    guard_page = mapping_os_page_size();
+    installed = mapping_os_sigsegv_install(&chain, on_segv) == 0;
 }
 
 /* Recomputes the protection of [lo, hi) from every guard on it. Under guards_lock. */
@@ -202,6 +221,48 @@ static void protect_pages(uintptr_t lo, uintptr_t hi)
             uintptr_t a = g->lo > lo ? g->lo : lo, b = g->hi < hi ? g->hi : hi;
             mprotect((void *)a, b - a, want == SLOT_NOACCESS ? PROT_NONE : PROT_READ);
         }
+}
+
+/* fork(): guards_lock is held across it, so a child never inherits it
+ * taken by a thread it does not have (its first checked copy waited
+ * forever), nor a change of protection half made (in_transition). The
+ * child has none of its parent's queued copies, nor the threads that run
+ * them: their guards would never end there, and the child's own accesses
+ * to that memory were reported as races with copies it does not have. So
+ * the child lifts them all (guards protect only memory that was read-write,
+ * as their end does), and forgets what the forking thread had opened. */
+static void before_fork(void)
+{
+    pthread_mutex_lock(&guards_lock);
+}
+
+static void after_fork_parent(void)
+{
+    pthread_mutex_unlock(&guards_lock);
+}
+
+static void after_fork_child(void)
+{
+    for (int i = 0; i < GUARD_SLOTS; i++) {
+        struct mapping_race_guard *g = &guards[i];
+        if (atomic_load_explicit(&g->state, memory_order_relaxed) == SLOT_FREE)
+            continue;
+        if (g->lo < g->hi)
+            mprotect((void *)g->lo, g->hi - g->lo, PROT_READ | PROT_WRITE);
+        atomic_store_explicit(&g->state, SLOT_FREE, memory_order_release);
+    }
+    n_opened = 0;
+    pthread_mutex_unlock(&guards_lock);
+}
+
+/* Registered when the library is loaded, not at the first checked copy:
+ * glibc (2.36 and later) runs a fork's prepare handlers without its atfork
+ * lock, and leaves a handler that another thread registers meanwhile out of
+ * that fork (write_track.c). Without them (pthread_atfork failed), as
+ * before: no check is given up for it. */
+__attribute__((constructor)) static void register_fork_handlers(void)
+{
+    (void)pthread_atfork(before_fork, after_fork_parent, after_fork_child);
 }
 
 mapping_race_guard *mapping__race_guard_begin(const void *ptr, size_t bytes, int op, const void *stream)
@@ -256,8 +317,10 @@ mapping_race_guard *mapping__race_guard_begin(const void *ptr, size_t bytes, int
         g->stream = stream;
         atomic_store_explicit(&g->state, overlap ? SLOT_OPEN : op == MAPPING_RACE_H2D ? SLOT_READONLY : SLOT_NOACCESS,
                               memory_order_release);
-        if (!overlap)
+        if (!overlap) {
+            mapping_os_fault_history_add(&history, lo, hi);
             protect_pages(lo, hi);
+        }
     }
     atomic_fetch_sub(&in_transition, 1);
     pthread_mutex_unlock(&guards_lock);

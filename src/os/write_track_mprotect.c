@@ -7,8 +7,12 @@
  * with release stores, read with acquire loads), makes the page writable
  * (a run of pages after a sequential streak: widened_run), then sets their
  * bits in the region's bitmap and bumps the region's dirty count. Everything in the handler is async-signal-safe: atomics and
- * mprotect(2), no allocation, no lock. A fault outside every region goes to
- * the handler installed before ours (or to the default action).
+ * mprotect(2), no allocation, no lock; errno is kept. A fault outside every
+ * region goes on as the kernel would have delivered it without the library
+ * (signal_chain.h: to the handler installed before ours, with its mask and
+ * flags, or the default action), except a late one: a write that faulted
+ * on a region that ended before the handler ran (ended_lately, and
+ * mapping_os_fault_passes_now) is run again.
  *
  * Orders that keep a page's bit and its protection consistent when a write
  * races a collect: the handler unprotects before it sets the bit; collect
@@ -59,7 +63,10 @@ static mprot_slot        slots[MPROT_SLOTS];
 #define RO(t) (PROT_READ | (t)->prot_exec)
 #define RW(t) (PROT_READ | PROT_WRITE | (t)->prot_exec)
 static _Atomic int       in_handler;
-static struct sigaction  previous;
+static mapping_os_sigchain chain;
+/* The 2 MiB chunks any region ever covered: where a late fault may come
+ * from (on_segv). */
+static mapping_os_fault_history history;
 static pthread_once_t    install_once = PTHREAD_ONCE_INIT;
 static int               install_rc;
 static size_t            page_size;
@@ -200,7 +207,10 @@ static bool open_pages(mprot_slot *s, uintptr_t addr, uintptr_t lo, uintptr_t hi
  * lately is retried (the handler returns, the write runs again) instead of
  * going to the program's handler, at most RETRIES times per record, so a
  * genuine crash there (the program protected the memory itself since) is
- * still passed on after a few microseconds. */
+ * still passed on after a few microseconds. The records are a ring: a
+ * thread preempted between its fault and the handler for longer than it
+ * takes ENDED_RECORDS regions to end finds none; on_segv then asks whether
+ * the write would pass now (mapping_os_fault_passes_now). */
 enum { ENDED_RECORDS = 16, RETRIES = 1024 };
 
 typedef struct ended_record {
@@ -235,13 +245,26 @@ static bool ended_lately(uintptr_t addr)
 static void on_segv(int sig, siginfo_t *info, void *ctx)
 {
     int saved = errno;
-    atomic_fetch_add_explicit(&in_handler, 1, memory_order_acq_rel);
-    bool ours = info && info->si_code == SEGV_ACCERR &&
-                (handle((uintptr_t)info->si_addr) || ended_lately((uintptr_t)info->si_addr));
+    /* Counted in before looking at the slots, and ordered before those
+     * loads (a store-load pair with end's: both sides need a full fence,
+     * release/acquire lets each miss the other's store): either end sees
+     * this count and waits before freeing the bits, or this handler sees
+     * the slot empty (and the ended record). */
+    atomic_fetch_add_explicit(&in_handler, 1, memory_order_seq_cst);
+    atomic_thread_fence(memory_order_seq_cst);
+    bool accerr = info && info->si_code == SEGV_ACCERR;
+    bool ours = accerr && (handle((uintptr_t)info->si_addr) || ended_lately((uintptr_t)info->si_addr));
     atomic_fetch_sub_explicit(&in_handler, 1, memory_order_acq_rel);
+    /* A late fault the ended records no longer hold (a thread preempted
+     * between its fault and this handler while more regions ended than
+     * they keep): the region ended, its pages are writable, and the write
+     * passes if run again. Only near memory ever tracked, so that other
+     * faults reach the program's handler as without the library. */
+    if (!ours && accerr && mapping_os_fault_history_has(&history, (uintptr_t)info->si_addr))
+        ours = mapping_os_fault_passes_now(info, ctx, page_size);
     errno = saved;
     if (!ours)
-        mapping_os_sigsegv_chain(&previous, on_segv, sig, info, ctx);
+        mapping_os_sigsegv_chain(&chain, sig, info, ctx);
 }
 
 /* fork(): a thread inside the handler does not exist in the child, but
@@ -267,6 +290,15 @@ static void after_fork_child(void)
     atomic_store(&in_handler, 0);
 }
 
+/* Registered when the library loads, not at the first tracked mirror:
+ * glibc (2.36 and later) leaves a handler another thread registers during
+ * a fork out of that fork (write_track.c). */
+static bool atfork_ok;
+__attribute__((constructor)) static void register_fork_handler(void)
+{
+    atfork_ok = pthread_atfork(NULL, NULL, after_fork_child) == 0;
+}
+
 static void install(void)
 {
     page_size = mapping_os_page_size();
@@ -274,8 +306,7 @@ static void install(void)
     char *end = NULL;
     unsigned long long us = delay && *delay >= '0' && *delay <= '9' ? strtoull(delay, &end, 10) : 0;
     open_delay_ns = end && !*end && us <= 1000000u ? us * 1000u : 0;
-    install_rc = pthread_atfork(NULL, NULL, after_fork_child) != 0 ? -ENOMEM
-                                                                     : mapping_os_sigsegv_install(on_segv, &previous);
+    install_rc = !atfork_ok ? -ENOMEM : mapping_os_sigsegv_install(&chain, on_segv);
 }
 
 int mapping__mprot_probe(const char **why)
@@ -300,6 +331,7 @@ int mapping__mprot_begin(mapping_os_track *t)
     if (!bits)
         return -ENOMEM;
     mprot_slot *s = &slots[free_slot];
+    mapping_os_fault_history_add(&history, t->lo, t->hi);
     atomic_store_explicit(&s->bits, bits, memory_order_relaxed);
     atomic_store_explicit(&s->dirty, 0, memory_order_relaxed);
     atomic_store_explicit(&s->exec, t->prot_exec, memory_order_relaxed);
@@ -314,8 +346,9 @@ int mapping__mprot_begin(mapping_os_track *t)
         rc = -errno;
     if (rc) {
         mprotect((void *)t->lo, t->hi - t->lo, RW(t));
-        atomic_store_explicit(&s->hi, 0, memory_order_release);
-        while (atomic_load_explicit(&in_handler, memory_order_acquire))
+        atomic_store_explicit(&s->hi, 0, memory_order_seq_cst);
+        atomic_thread_fence(memory_order_seq_cst); /* see on_segv */
+        while (atomic_load_explicit(&in_handler, memory_order_seq_cst))
             sched_yield();
         atomic_store(&s->bits, NULL);
         free(bits);
@@ -330,8 +363,13 @@ void mapping__mprot_end(mapping_os_track *t)
     mprot_slot *s = &slots[t->slot];
     mprotect((void *)t->lo, t->hi - t->lo, RW(t));
     remember_ended(t->lo, t->hi); /* before the slot goes: a handler finds one or the other */
-    atomic_store_explicit(&s->hi, 0, memory_order_release);
-    while (atomic_load_explicit(&in_handler, memory_order_acquire))
+    atomic_store_explicit(&s->hi, 0, memory_order_seq_cst);
+    /* A store then a load: without a full fence the load may pass the
+     * store (x86's store buffer), so that this sees no handler while a
+     * handler that just counted itself in still sees the slot, and opens
+     * pages with bits freed below (see on_segv). */
+    atomic_thread_fence(memory_order_seq_cst);
+    while (atomic_load_explicit(&in_handler, memory_order_seq_cst))
         sched_yield();
     _Atomic uint64_t *bits = atomic_exchange(&s->bits, NULL);
     free((void *)bits);
