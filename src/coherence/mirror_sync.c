@@ -200,6 +200,15 @@ mapping_status mapping__mirror_copy_ranges(mapping_stream *stream, mirror_state 
     mapping_status status = check_cpu_writable(st, target);
     if (status)
         return status;
+    /* A blocking copy into a tracked CPU side under mprotect: its pages are
+     * made writable first (and count as written, as the faults would have
+     * counted them; the whole pages are forgotten once it is done,
+     * mapping__mirror_track_copied). Else the copy faults page by page,
+     * and on a thread that blocks SIGSEGV (the caller's, or a driver's
+     * thread made by it) the kernel kills the process instead. */
+    if (!stream && st->track && target == MIRROR_CPU)
+        for (size_t i = 0; i < n; i++)
+            mapping__mirror_track_marked(st, ranges[i].lo, ranges[i].hi);
     if (st->unified)
         return mapping__mirror_prefetch(stream, st, target, ranges, n, done);
     mapping_link link = {0, 0};

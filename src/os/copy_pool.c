@@ -28,7 +28,6 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -191,15 +190,8 @@ static void start_helpers(int want)
     if (helpers >= want || start_failed || stopping)
         return;
     /* Signals a program directs at the process go to its own threads, not
-     * these; faults (a tracked page, a bad pointer) are delivered to the
-     * thread that caused them whatever its mask. */
-    sigset_t all, old;
-    sigfillset(&all);
-    sigdelset(&all, SIGSEGV);
-    sigdelset(&all, SIGBUS);
-    sigdelset(&all, SIGFPE);
-    sigdelset(&all, SIGILL);
-    pthread_sigmask(SIG_BLOCK, &all, &old);
+     * these; faults (a tracked page) reach the library's handlers
+     * (mapping_os_thread_create). */
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     size_t stack = (size_t)256 << 10; /* a memcpy needs little; sanitizers' runtimes want some */
@@ -207,14 +199,13 @@ static void start_helpers(int want)
         stack = (size_t)PTHREAD_STACK_MIN;
     pthread_attr_setstacksize(&attr, stack);
     while (helpers < want) {
-        if (pthread_create(&helper_ids[helpers], &attr, helper_main, NULL) != 0) {
+        if (mapping_os_thread_create(&helper_ids[helpers], &attr, helper_main, NULL) != 0) {
             start_failed = 1; /* the copies go on with the helpers there are */
             break;
         }
         helpers++;
     }
     pthread_attr_destroy(&attr);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
 void mapping_os_copy_parallel(void *dst, const void *src, size_t bytes)

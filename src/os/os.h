@@ -95,6 +95,14 @@ void *mapping_os_dlsym(void *lib, const char *name);
  * (os/worker.c). */
 void        mapping_os_set_worker_stream(const void *stream_state);
 const void *mapping_os_worker_stream(void);
+/* pthread_create for the library's own threads (stream workers, copy
+ * helpers): every asynchronous signal is blocked in the new thread (they
+ * go to the program's threads), and the fault signals (SIGSEGV, SIGBUS,
+ * SIGFPE, SIGILL) are not, whatever the creating thread blocks: a write
+ * of the library's into a page that write tracking or the race checker
+ * protects must reach their handler (with SIGSEGV blocked, the kernel
+ * kills the process instead). os/worker.c. */
+int mapping_os_thread_create(pthread_t *thread, const pthread_attr_t *attr, void *(*fn)(void *), void *arg);
 
 /* Link values, os/link.c. Bandwidth in bytes per second: 0 (default) or
  * 1e3..1e15; latency in seconds: 0..1; both finite. NULL when valid, else a

@@ -1163,3 +1163,53 @@ TEST(race_check_late_fault_after_the_copy_completed_is_not_passed_on)
     mapping_stream_destroy(s);
     munmap(host, n);
 }
+
+/* ---- the library's own writes from a thread that blocks SIGSEGV ---- */
+
+/* In a child whose main thread blocks SIGSEGV before it opens the device
+ * (so every thread the library makes is made by it): a tracked mirror's
+ * device side changes, and syncs to the CPU copy into the protected
+ * pages, blocking (on this thread) and on a stream (on the stream's
+ * thread), 8 MiB each so that copy helper threads share the copy. The
+ * library's own writes must not fault there: the kernel would kill the
+ * process. 0, or 3..6 naming the step that failed. */
+static int library_writes_with_sigsegv_blocked(void)
+{
+    sigset_t segv;
+    sigemptyset(&segv);
+    sigaddset(&segv, SIGSEGV);
+    pthread_sigmask(SIG_BLOCK, &segv, NULL);
+    setenv("MAPPING_COPY_THREADS", "2", 1);
+    size_t bytes = (size_t)8 << 20;
+    mapping_device_desc desc = {.backend = "host"};
+    mapping_device *dev;
+    mapping_mirror *m;
+    mapping_stream *s;
+    unsigned char *fresh = malloc(bytes);
+    if (!fresh || mapping_open(&desc, &dev) || mapping_stream_create(dev, &s) ||
+        mapping_mirror_create(dev, bytes, MAPPING_MIRROR_TRACK_WRITES, &m) || mapping_mirror_sync_to_gpu(NULL, m))
+        return 3;
+    unsigned char *cpu = mapping_mirror_cpu(m);
+    for (int round = 0; round < 2; round++) {
+        memset(fresh, 0x40 + round, bytes);
+        if (mapping_sync_to_gpu_range(NULL, fresh, mapping_mirror_gpu(m), mapping_mirror_gpu_offset(m), bytes) ||
+            mapping_mirror_mark_gpu_modified(m, 0, bytes))
+            return 4;
+        if (round == 0 ? mapping_mirror_sync_to_cpu(NULL, m)
+                       : mapping_mirror_sync_to_cpu(s, m) || mapping_stream_synchronize(s))
+            return 5;
+        if (memcmp(cpu, fresh, bytes) != 0)
+            return 6;
+    }
+    /* The library's writes are not the program's: nothing to send back. */
+    if (mapping_mirror_stale_bytes(m, MAPPING_GPU) != 0)
+        return 7;
+    return 0;
+}
+
+
+TEST(tracked_mprotect_library_writes_on_threads_made_by_a_thread_blocking_sigsegv_do_not_kill)
+{
+    use_mprotect();
+    check_exited_0(in_child(library_writes_with_sigsegv_blocked));
+}

@@ -75,7 +75,7 @@ static void run_split(const host_diff_job *job)
         part[i] = (host_diff_job){job->mem + lo * MAPPING_DIFF_BLOCK, job->shadow + lo * MAPPING_DIFF_BLOCK,
                                   job->flags + lo, hi > lo ? hi - lo : 0};
         if (i > 0)
-            started[i] = pthread_create(&thread[i], NULL, run_part, &part[i]) == 0;
+            started[i] = mapping_os_thread_create(&thread[i], NULL, run_part, &part[i]) == 0;
     }
     for (size_t i = 0; i < parts; i++)
         if (!started[i])

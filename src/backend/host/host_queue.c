@@ -304,7 +304,7 @@ mapping_status mapping__host_stream_create(void *dev, void **out)
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->work_cond, NULL);
     pthread_cond_init(&s->idle_cond, NULL);
-    int err = pthread_create(&s->thread, NULL, stream_worker, s);
+    int err = mapping_os_thread_create(&s->thread, NULL, stream_worker, s);
     if (err) {
         pthread_mutex_destroy(&s->lock);
         pthread_cond_destroy(&s->work_cond);

@@ -285,7 +285,7 @@ mapping_status mapping__opencl_launch_host(void *dev, void *stream, void (*fn)(v
      * and jobs in the same order. */
     pthread_mutex_lock(&s->lock);
     if (!s->worker_started) {
-        if (pthread_create(&s->worker, NULL, host_worker, s) != 0) {
+        if (mapping_os_thread_create(&s->worker, NULL, host_worker, s) != 0) {
             st = mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "opencl: cannot start the host-function thread");
             goto fail;
         }
