@@ -209,46 +209,10 @@ bool mapping_os_track_overlaps(uintptr_t lo, uintptr_t hi)
     return found;
 }
 
-/* mapping_os_range_protection: a read of /proc/self/maps (write_track.h). */
+/* mapping_os_range_protection: read-write throughout (write_track.h). */
 int mapping_os_range_protection(uintptr_t lo, uintptr_t hi, int *exec)
 {
-    *exec = 0;
-    FILE *f = fopen("/proc/self/maps", "re");
-    if (!f)
-        return -ENOENT;
-    char line[512];
-    uintptr_t at = lo; /* [lo, at) is checked */
-    int rc = 0, n_exec = 0, n_plain = 0;
-    bool line_start = true;
-    while (at < hi && fgets(line, sizeof line, f)) {
-        bool whole = strchr(line, '\n') != NULL, first = line_start;
-        line_start = whole; /* a path longer than the buffer: its rest is not a line of its own */
-        unsigned long a, b;
-        char perms[5];
-        if (!first || sscanf(line, "%lx-%lx %4s", &a, &b, perms) != 3)
-            continue;
-        if (b <= at)
-            continue;
-        if (a > at) {
-            rc = -EFAULT; /* a hole */
-            break;
-        }
-        if (perms[0] != 'r' || perms[1] != 'w') {
-            rc = -EACCES;
-            break;
-        }
-        if (perms[2] == 'x')
-            n_exec++;
-        else
-            n_plain++;
-        at = b;
-    }
-    fclose(f);
-    if (rc == 0 && at < hi)
-        rc = -EFAULT; /* past the last mapping */
-    if (rc == 0)
-        *exec = n_exec && n_plain ? -1 : n_exec ? PROT_EXEC : 0;
-    return rc;
+    return mapping_os_range_access(lo, hi, PROT_READ | PROT_WRITE, exec);
 }
 
 int mapping_os_track_begin(void *addr, size_t bytes, mapping_os_track **out)

@@ -80,7 +80,7 @@ typedef void (*mapping_os_track_fn)(void *user, uintptr_t lo, uintptr_t hi);
  * writable (PROT_READ memory, a const array, a PROT_NONE guard page);
  * -ENOENT when the file cannot be read (no /proc). The memory's own
  * protection, which the mprotect users (tracking, the race checker) must
- * put back as it was. Thread-safe; not async-signal-safe (stdio). */
+ * put back as it was. Thread-safe; not async-signal-safe. mapping_os_range_access (os.h). */
 int mapping_os_range_protection(uintptr_t lo, uintptr_t hi, int *exec);
 
 /* Does a tracked region meet [lo, hi)? Thread-safe. */
