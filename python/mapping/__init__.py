@@ -12,11 +12,13 @@ The seed's syntax::
 The default device follows $MAPPING_BACKEND / $MAPPING_DEVICE (mapping.open()
 picks one explicitly). docs/python.md has the whole API.
 """
+import atexit as _atexit
 import warnings as _warnings
 import collections
 import operator as _operator
 import os as _os
 import re as _re
+import sys as _sys
 import threading as _threading
 import weakref
 
@@ -47,8 +49,11 @@ _fork_generation = [0]
 
 
 def _after_fork_in_child():
+    global _registry_lock
     _fork_generation[0] += 1
     _core.after_fork_child()
+    # another thread of the parent may have held it (opening a device): that thread is not in the child
+    _registry_lock = _threading.RLock()
 
 
 if hasattr(_os, "register_at_fork"):
@@ -130,6 +135,19 @@ class _Handle:
         if self.users > 0:  # a handle that uses it is finalized later (GC order)
             self.deferred = True
             return
+        if self.in_host_fn():
+            # Let go of on a launch_host function's thread: destroyed later on another
+            # thread (the library refuses to destroy a stream, a device or a pipeline
+            # from a function on its own stream, which would wait for itself: they
+            # leaked, a thread each; on CUDA such a function must not call the driver).
+            self.defer(self.later(self))
+            return
+        if self.finalizing() and self.host_fns_pending():
+            # Interpreter exit with launch_host functions still queued: they can no
+            # longer take the GIL (their thread exits or blocks), so a destroy that
+            # waits for their stream never returned. Left to the process's end.
+            self.ptr = None
+            return
         if self.children:
             for child in sorted(list(self.children), key=lambda h: h.rank):
                 child.users = 0
@@ -152,7 +170,30 @@ class _Handle:
         self.release()
 
 
+class _Later:
+    """A handle let go of on a launch_host function's thread, released when
+    this is dropped: by the done list (_core.defer), on a Python thread that
+    runs no such function (else it is handed over again)."""
+
+    __slots__ = ("h",)
+
+    def __init__(self, h):
+        self.h = h
+
+    def __del__(self):
+        h, self.h = self.h, None
+        if h is not None:
+            h.release()
+
+
+# Class attributes, not globals: finalizers read them at interpreter exit,
+# after this module's globals are gone.
 _Handle.forks = _fork_generation
+_Handle.in_host_fn = _core.in_host_fn
+_Handle.defer = _core.defer
+_Handle.later = _Later
+_Handle.finalizing = _sys.is_finalizing
+_Handle.host_fns_pending = _core.host_fns_pending
 
 
 def _closed_error(kind):
@@ -296,7 +337,13 @@ def _shape_dtype(shape, dtype, call="allocate"):
             return dims, _np.dtype(_np.uint8), False
     else:
         raise TypeError("%s: expected a byte count or a shape (tuple of ints), got %s" % (call, type(shape).__name__))
-    return dims, _dtype(_np.float64 if dtype is None else dtype, call), True
+    dt = _dtype(_np.float64 if dtype is None else dtype, call)
+    if dt.subdtype is not None:
+        # as numpy: np.empty((4,), ("f4", (3,))) is a (4, 3) float32 array (the
+        # sub-array dtype kept made .get() and a mirror's .array raise)
+        dt, sub = dt.subdtype
+        dims = dims + sub
+    return dims, dt, True
 
 
 _C_NAME = _re.compile(r"^mapping_\w+: ")
@@ -522,6 +569,9 @@ class Buffer(_Owned):
         self.nbytes = nbytes
         self.dtype = _np.dtype(_np.uint8 if dtype is None else dtype)
         self.shape = (nbytes // self.dtype.itemsize,) if shape is None else tuple(shape)
+        if self.dtype.subdtype is not None:  # as numpy: the sub-array's dimensions join the shape
+            self.dtype, sub = self.dtype.subdtype
+            self.shape += sub
         # typed: made with a dtype, so a copy from an array of another dtype is refused
         self._typed = dtype is not None if typed is None else typed
         self._stream = None  # weakref to the last stream that queued work on it (the CUDA array interface)
@@ -565,7 +615,7 @@ class Buffer(_Owned):
         dt = self.dtype if dtype is None else _dtype(dtype, "Buffer.view")
         if shape is None:
             shape = (self.nbytes // dt.itemsize,)
-        shape, _, _ = _shape_dtype(tuple(shape) if isinstance(shape, (tuple, list)) else shape, dt, "Buffer.view")
+        shape, dt, _ = _shape_dtype(tuple(shape) if isinstance(shape, (tuple, list)) else shape, dt, "Buffer.view")
         if _nbytes_of(shape, dt) != self.nbytes:
             raise _ERR["ERR_INVALID_ARGUMENT"]("view: %s of %s is not %d bytes" % (shape, dt, self.nbytes), -2)
         return Buffer(self.device, None, self.nbytes, shape, dt, owned=False, handle=self._h,
@@ -662,6 +712,8 @@ class _HostBlock:
     __slots__ = ("dev", "addr", "gen", "__weakref__")
     _free = staticmethod(_core.free_cpu)
     forks = _fork_generation
+    in_host_fn = staticmethod(_core.in_host_fn)
+    defer = staticmethod(_core.defer)
 
     def __init__(self, dev_handle, addr):
         self.dev = dev_handle
@@ -669,6 +721,13 @@ class _HostBlock:
         self.gen = self.forks[0]
 
     def __del__(self):
+        if self.addr and self.in_host_fn():
+            # dropped on a launch_host function's thread (on CUDA such a function must not
+            # call the driver): freed later on another thread, as _Handle.release does
+            later = _HostBlock(self.dev, self.addr)
+            self.addr = None
+            self.defer(later)
+            return
         if self.addr and self.dev is not None and self.dev.ptr and self.gen == self.forks[0]:
             try:
                 self._free(self.dev.ptr, self.addr)
@@ -1048,6 +1107,7 @@ def launch_host(stream, fn):
     errors = stream._errors
     h = stream._hold()
     ptr = h.ptr
+    _host_fn_streams.add(h)
 
     def run():
         outer = _core.host_fn_flag(True)  # family locks wait at most 1 s on this thread
@@ -1064,6 +1124,53 @@ def launch_host(stream, fn):
 
 
 _host_fn = _threading.local()  # .stream: the stream whose launch_host function this thread is running
+_host_fn_streams = weakref.WeakSet()  # handles of the streams launch_host was given
+
+
+def _finish_host_functions_at_exit():
+    """atexit: waits for the streams that have launch_host functions still
+    queued, so they run while the interpreter can still run them (after this,
+    at its finalization, a stream's thread can no longer take the GIL: a
+    destroy waiting for such a stream hung the exit). A few rounds, as a
+    function may queue another; what is still queued after them is left to the
+    process's end (see _Handle.release)."""
+    for _ in range(4):
+        if not _core.host_fns_pending():
+            return
+        for h in list(_host_fn_streams):
+            if h.ptr is not None and h.gen == h.forks[0]:
+                try:
+                    _core.stream_sync(h.ptr)
+                except Exception:  # its errors are no longer anyone's to raise
+                    pass
+
+
+_atexit.register(_finish_host_functions_at_exit)
+
+
+# A device keeps the Stream of each pyopencl.CommandQueue it was given (the
+# next call on that queue finds it again, without a new import, and without
+# the wait for the queue that destroying the import makes). Past this many, the
+# ones whose pyopencl queue nothing else holds are let go: a program that
+# made a queue per task kept every one, and its OpenCL queue, for good.
+_IMPORTED_QUEUES_KEPT = 16
+
+
+def _forget_abandoned_queues(cache):
+    """Drops the cache's Streams whose pyopencl queue no one but that Stream
+    holds (a Stream a caller still holds stays valid: only the cache lets go).
+    The reference count that means "no one else" is measured the same way on
+    a probe, so it holds on any Python version."""
+    probe = (object(),)  # as a Stream's handle holds its queue: in its keep tuple
+    p = probe[0]
+    alone = _sys.getrefcount(p)
+    del p
+    for key, s in list(cache.items()):
+        h = s._h
+        q = h.keep[0] if h is not None and h.keep else None
+        if q is None or _sys.getrefcount(q) <= alone:
+            del cache[key]
+        del q
 
 
 def import_stream(queue, device=None):
@@ -1075,6 +1182,8 @@ def import_stream(queue, device=None):
         s = dev._imported_queues.get(key)
         if s is None or s.closed:
             s = Stream(dev, _core.import_stream(dev._ptr(), key), _keep=queue)
+            if len(dev._imported_queues) >= _IMPORTED_QUEUES_KEPT:
+                _forget_abandoned_queues(dev._imported_queues)
             dev._imported_queues[key] = s
         return s
     dev = _dev(device)
@@ -1293,7 +1402,9 @@ class Mirror(_Owned):
 
     def cpu(self, access="rw"):
         """with m.cpu("rw") as a: ... syncs before a read ("r"), marks after a
-        write ("w"; "w" alone discards: nothing is copied). a is the numpy view."""
+        write ("w"; "w" alone discards: nothing is copied), at the block's end
+        too, so writes after a sync made inside the block are sent. a is the
+        numpy view."""
         if not isinstance(access, str) or access not in _ACCESS:
             raise _ERR["ERR_INVALID_ARGUMENT"]("access must be 'r', 'w' or 'rw'", -2)
 
@@ -1306,12 +1417,24 @@ class Mirror(_Owned):
                 arr = arr.view()
                 arr.flags.writeable = False
             return arr
-        return _Access(enter)
+
+        def leave():
+            # Marks after, as documented: the C acquire marks at the start, and a
+            # sync to the GPU inside the block (a helper called there, or another
+            # thread: the block holds no lock) took that mark, so the writes that
+            # came after it were never sent (silently stale on the device).
+            with self._lock:
+                h = self._h
+                if h is None or h.ptr is None:  # closed inside the block: nothing to mark
+                    return
+                _core.mirror_mark(h.ptr, 1, 0, _core.mirror_parts(h.ptr)[1])
+        return _Access(enter, leave if _ACCESS[access] & 2 else None)
 
     def gpu(self, access="rw", stream=None):
         """with m.gpu("rw", stream) as buf: launch your work on buf at
         m.gpu_offset (on `stream`, or the device's own queue when None); on
-        exit it is released, so later calls order themselves after it."""
+        exit it is marked (for "w" / "rw") and released, so later calls order
+        themselves after it."""
         if not isinstance(access, str) or access not in _ACCESS:
             raise _ERR["ERR_INVALID_ARGUMENT"]("access must be 'r', 'w' or 'rw'", -2)
         sh = _stream_hold(stream, self.device)
@@ -1327,6 +1450,10 @@ class Mirror(_Owned):
         def leave():
             with self._lock:
                 h = self._hold()
+                if _ACCESS[access] & 2:
+                    # marks after, as cpu() does: a sync to the CPU inside the block
+                    # (before the work was queued) took the mark made at the start
+                    _core.mirror_mark(h.ptr, 2, 0, _core.mirror_parts(h.ptr)[1])
                 _queue(sh, (h,), _core.mirror_release_gpu, _sp(sh), h.ptr)
         return _Access(enter, leave)
 
@@ -1666,6 +1793,8 @@ class Pipeline(_Owned):
         self.device = dev
         chunk_bytes = _size(chunk_bytes, "pipeline: chunk_bytes")
         depth = _size(depth, "pipeline: depth")
+        if depth > 1024:  # ValueError, as documented (a C long overflow raised OverflowError)
+            raise ValueError("pipeline: depth=%d is outside 0..1024" % depth)
         element_bytes = _size(element_bytes, "pipeline: element_bytes")
         ptr, self.chunk_bytes, self.depth, self.element_bytes = _core.pipeline_create(
             dev._ptr(), chunk_bytes, depth, element_bytes)
@@ -1695,7 +1824,8 @@ class Pipeline(_Owned):
     def run(self, src, dst, step):
         """step(stream, chunk) enqueues the work for one Chunk on stream (read
         chunk.input at input_offset, write chunk.output at output_offset).
-        dst None: nothing is downloaded. Blocking."""
+        dst None: nothing is downloaded; dst may be src itself (in place),
+        never other memory overlapping it (InvalidArgumentError). Blocking."""
         if not callable(step):
             raise TypeError("step must be callable")
 

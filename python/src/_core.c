@@ -618,6 +618,10 @@ static PyObject *core_drain(PyObject *self, PyObject *unused)
  * list's lock may have been held by a library thread of the parent, which
  * the child does not have; a new lock, and the records inherited are
  * dropped (work queued in the parent never runs here). */
+static long          host_fns_pending; /* launch_host functions queued, not yet run (changed with the GIL) */
+static unsigned long fork_generation;  /* os.fork() children this process is (after_fork_child) */
+static _Thread_local int in_host_fn;   /* this thread is running a launch_host function */
+
 static PyObject *core_after_fork_child(PyObject *self, PyObject *unused)
 {
     (void)self;
@@ -627,6 +631,8 @@ static PyObject *core_after_fork_child(PyObject *self, PyObject *unused)
         return PyErr_NoMemory();
     done_lock = lock; /* the old one is left as it is: it may be held */
     drain_scheduled = 0;
+    host_fns_pending = 0; /* the parent's queued functions never run here */
+    fork_generation++;    /* family locks held by the parent's other threads are renewed (fl_after_fork) */
     drain_done();
     Py_RETURN_NONE;
 }
@@ -638,10 +644,14 @@ static void host_call(void *user)
 {
     done_node *n = user;
     PyGILState_STATE g = PyGILState_Ensure();
+    int was = in_host_fn;
+    in_host_fn = 1; /* what fn lets go of is destroyed later, elsewhere (mapping._Handle.release) */
     PyObject *r = PyObject_CallNoArgs(n->obj);
     if (!r)
         PyErr_WriteUnraisable(n->obj);
     Py_XDECREF(r);
+    in_host_fn = was;
+    host_fns_pending--;
     PyGILState_Release(g);
     keep_done(n);
 }
@@ -663,15 +673,56 @@ static PyObject *core_launch_host(PyObject *self, PyObject *const *args, Py_ssiz
     n->next = NULL;
     n->obj = Py_NewRef(args[1]);
     mapping_status st;
+    host_fns_pending++; /* before: the stream may run it before mapping_launch_host returns */
     Py_BEGIN_ALLOW_THREADS
     st = mapping_launch_host(s, host_call, n);
     Py_END_ALLOW_THREADS
     if (st != MAPPING_OK) {
+        host_fns_pending--;
         Py_DECREF(n->obj);
         PyMem_RawFree(n);
         return raise_status(st);
     }
     drain_done();
+    Py_RETURN_NONE;
+}
+
+/* How many launch_host functions are queued and have not run yet: at
+ * interpreter exit such a function can no longer take the GIL (its thread
+ * exits or blocks for good), so nothing may wait for its stream then
+ * (mapping._Handle.release, mapping._finish_host_functions_at_exit). */
+static PyObject *core_host_fns_pending(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    return PyLong_FromLong(host_fns_pending);
+}
+
+/* True on a thread running a launch_host function (the library's stream
+ * thread, or a driver's): a C object let go of there is destroyed later on
+ * another thread (defer), as destroying a stream, a device or a pipeline
+ * from a function on its own stream is refused by the library (it would
+ * wait for itself) and on CUDA a host function must not call the driver. */
+static PyObject *core_in_host_fn(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    return PyBool_FromLong(in_host_fn);
+}
+
+/* defer(obj): drops obj later, with the GIL, through the done list (a
+ * pending call on the main thread, or the next keep_until / stream sync /
+ * drain()): mapping._Handle.release hands over what a launch_host function
+ * let go of. */
+static PyObject *core_defer(PyObject *self, PyObject *obj)
+{
+    (void)self;
+    done_node *n = PyMem_RawMalloc(sizeof *n);
+    if (!n)
+        return PyErr_NoMemory();
+    n->next = NULL;
+    n->obj = Py_NewRef(obj);
+    keep_done(n);
     Py_RETURN_NONE;
 }
 
@@ -1212,6 +1263,30 @@ static PyObject *core_pipeline_run(PyObject *self, PyObject *const *args, Py_ssi
         PyBuffer_Release(&src);
         PyBuffer_Release(&dst);
         PyErr_Format(PyExc_ValueError, "dst has %zd bytes, src %zd: they must be the same size", dst.len, src.len);
+        return NULL;
+    }
+    /* A dst that overlaps src other than exactly (in place): the chunks are
+     * read from src as the run goes, so a chunk's output could overwrite
+     * the input of a later one before it was read, silently, and with
+     * depth > 1 in no fixed order (p.run(a[:-k], a[k:], step)). */
+    if (has_dst && src.len > 0 && dst.buf != src.buf && (char *)dst.buf < (char *)src.buf + src.len &&
+        (char *)src.buf < (char *)dst.buf + dst.len) {
+        PyBuffer_Release(&src);
+        PyBuffer_Release(&dst);
+        PyObject *key = PyLong_FromLong(MAPPING_ERR_INVALID_ARGUMENT);
+        PyObject *cls = key && error_classes ? PyDict_GetItemWithError(error_classes, key) : NULL;
+        Py_XDECREF(key);
+        if (PyErr_Occurred())
+            return NULL;
+        PyObject *e = PyObject_CallFunction(cls ? cls : PyExc_ValueError, "si",
+                                            "Pipeline.run: dst overlaps src without being the same memory (in "
+                                            "place): a chunk's output would overwrite input not read yet; "
+                                            "pass the same array, or a copy of src",
+                                            (int)MAPPING_ERR_INVALID_ARGUMENT);
+        if (e) {
+            PyErr_SetObject((PyObject *)Py_TYPE(e), e);
+            Py_DECREF(e);
+        }
         return NULL;
     }
     pipeline_call call = {args[3]};
@@ -1765,14 +1840,13 @@ enum { HOST_FN_WAIT_US = 1000000 };
 
 typedef struct {
     PyObject_HEAD
-    PyThread_type_lock lock;
+    PyThread_type_lock lock;  /* never NULL: made by fl_new */
     unsigned long      owner;
     long               count;
     int                pending;
     PyObject          *busy;
+    unsigned long      gen;   /* fork_generation when last used */
 } family_lock;
-
-static _Thread_local int in_host_fn;
 
 static PyObject *core_host_fn_flag(PyObject *self, PyObject *arg)
 {
@@ -1785,6 +1859,24 @@ static PyObject *core_host_fn_flag(PyObject *self, PyObject *arg)
     return PyBool_FromLong(was);
 }
 
+/* The lock is made here, not in __init__: an object made with
+ * FamilyLock.__new__ alone (type(m._lock).__new__(...)) had none, and its
+ * first `with` dereferenced NULL. */
+static PyObject *fl_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    (void)args;
+    (void)kw;
+    family_lock *self = (family_lock *)type->tp_alloc(type, 0);
+    if (!self)
+        return NULL;
+    self->gen = fork_generation;
+    if (!(self->lock = PyThread_allocate_lock())) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    return (PyObject *)self;
+}
+
 static int fl_init(family_lock *self, PyObject *args, PyObject *kw)
 {
     PyObject *busy;
@@ -1794,18 +1886,37 @@ static int fl_init(family_lock *self, PyObject *args, PyObject *kw)
     }
     if (!PyArg_ParseTuple(args, "O:FamilyLock", &busy))
         return -1;
-    if (!self->lock && !(self->lock = PyThread_allocate_lock())) {
-        PyErr_NoMemory();
-        return -1;
-    }
     Py_INCREF(busy);
     Py_XSETREF(self->busy, busy);
     return 0;
 }
 
+/* In a child after os.fork() the forking thread is the only one: a lock a
+ * thread of the parent held (or was taking, its count not yet set) would
+ * never be given back, and the child's next call on the family waited for
+ * it for good. Unless the forking thread itself holds it, the lock is
+ * replaced by a new, free one (the old one is left: it may be held). */
+static int fl_after_fork(family_lock *self)
+{
+    if (self->gen == fork_generation)
+        return 0;
+    if (!(self->count > 0 && self->owner == PyThread_get_thread_ident())) {
+        PyThread_type_lock lock = PyThread_allocate_lock();
+        if (!lock) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        self->lock = lock;
+        self->count = 0;
+        self->owner = 0;
+    }
+    self->gen = fork_generation;
+    return 0;
+}
+
 static void fl_dealloc(family_lock *self)
 {
-    if (self->lock) {
+    if (self->lock && self->gen == fork_generation) { /* else: possibly held by a thread the child lacks */
         if (self->count)
             PyThread_release_lock(self->lock);
         PyThread_free_lock(self->lock);
@@ -1814,9 +1925,11 @@ static void fl_dealloc(family_lock *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* 1 taken, 0 not (timeout, or not free and !wait). */
+/* 1 taken, 0 not (timeout, or not free and !wait), -1 an error (set). */
 static int fl_take(family_lock *self, int wait, PY_TIMEOUT_T timeout_us)
 {
+    if (fl_after_fork(self) < 0)
+        return -1;
     unsigned long me = PyThread_get_thread_ident();
     if (self->count > 0 && self->owner == me) {
         self->count++;
@@ -1851,7 +1964,10 @@ static int fl_give(family_lock *self)
 static PyObject *fl_reap(family_lock *self, PyObject *unused)
 {
     (void)unused;
-    if (!self->pending || !fl_take(self, 0, 0))
+    int took = self->pending ? fl_take(self, 0, 0) : 0;
+    if (took < 0)
+        return NULL;
+    if (!took)
         Py_RETURN_NONE; /* nothing left, or another thread holds it: it reaps when it lets go */
     PyObject *r = PyObject_CallMethod((PyObject *)self, "_reap_locked", NULL);
     if (fl_give(self) < 0) {
@@ -1864,9 +1980,12 @@ static PyObject *fl_reap(family_lock *self, PyObject *unused)
 static PyObject *fl_enter(family_lock *self, PyObject *unused)
 {
     (void)unused;
-    if (!fl_take(self, 1, in_host_fn ? (PY_TIMEOUT_T)HOST_FN_WAIT_US : (PY_TIMEOUT_T)-1)) {
+    int took = fl_take(self, 1, in_host_fn ? (PY_TIMEOUT_T)HOST_FN_WAIT_US : (PY_TIMEOUT_T)-1);
+    if (took < 0)
+        return NULL;
+    if (!took) {
         PyObject *kind = PyObject_GetAttrString((PyObject *)self, "kind");
-        PyObject *e = kind ? PyObject_CallFunction(self->busy, "Ni",
+        PyObject *e = kind ? PyObject_CallFunction(self->busy ? self->busy : PyExc_RuntimeError, "Ni",
                                                    PyUnicode_FromFormat("this %S is in use by another thread (called "
                                                                         "from a launch_host function, which that "
                                                                         "thread may be waiting for)", kind),
@@ -1900,12 +2019,16 @@ static PyObject *fl_exit(family_lock *self, PyObject *args)
 static PyObject *fl_owned(family_lock *self, PyObject *unused)
 {
     (void)unused;
+    if (fl_after_fork(self) < 0)
+        return NULL;
     return PyBool_FromLong(self->count > 0 && self->owner == PyThread_get_thread_ident());
 }
 
 static PyObject *fl_locked(family_lock *self, PyObject *unused)
 {
     (void)unused;
+    if (fl_after_fork(self) < 0)
+        return NULL;
     return PyBool_FromLong(self->count > 0);
 }
 
@@ -1922,7 +2045,7 @@ static PyTypeObject family_lock_type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "mapping._core.FamilyLock",
     .tp_basicsize = sizeof(family_lock),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
-    .tp_new = PyType_GenericNew,
+    .tp_new = fl_new,
     .tp_init = (initproc)fl_init,
     .tp_dealloc = (destructor)fl_dealloc,
     .tp_methods = fl_methods,
@@ -1945,7 +2068,8 @@ static PyMethodDef core_methods[] = {
     VAR(to_dlpack, NULL), FAST(import_dlpack, NULL), FAST(bench_copies, NULL), FAST(pin, NULL), FAST(mirror_sharded, NULL), FAST(multimirror_create, NULL), FAST(multimirror_parts, NULL),
     FAST(multimirror_stale, NULL),
     FAST(keep_until, NULL), FAST(queued, NULL), NONE_(drain, NULL), NONE_(after_fork_child, NULL),
-    FAST(launch_host, NULL), ONE(host_fn_flag, NULL),
+    FAST(launch_host, NULL), ONE(host_fn_flag, NULL), NONE_(host_fns_pending, NULL), NONE_(in_host_fn, NULL),
+    ONE(defer, NULL),
     {"_text", (PyCFunction)core_text, METH_O, "bytes from a driver as str (undecodable bytes replaced)"}, {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef core_module = {PyModuleDef_HEAD_INIT, "mapping._core",

@@ -2572,3 +2572,100 @@ def _():
     os.kill(pid, 9)
     os.waitpid(pid, 0)
     raise AssertionError("the forked child hung")
+
+
+# ===========================================================================
+# round 4 (tests/python/test_hostile_round4.py runs these through run.py)
+# ===========================================================================
+
+@case("gc.exit_with_a_queued_host_function", ok=True, backends="host")
+def _():
+    # Left for interpreter exit: a launch_host function queued behind a copy. At
+    # finalization the stream's destroy waited for it, and its thread could no
+    # longer take the GIL: the exit hung (HANG after the case returned).
+    import functools
+    g = sys.modules[__name__].__dict__
+    g["_q_s"] = s = mapping.stream()
+    g["_q_b"] = b = mapping.allocate_gpu(64 * MiB)
+    mapping.sync_to_gpu(np.ones(64 * MiB, np.uint8), b, stream=s)
+    mapping.launch_host(s, functools.partial(os.write, 2, b"queued function ran\n"))
+
+
+@case("misc.family_lock_without_init", ok=True)
+def _():
+    # FamilyLock.__new__ alone (type(m._lock).__new__) left its lock NULL: SIGSEGV at `with`
+    m = mapping.mirror(64)
+    for cls in (type(m._lock), mapping._core.FamilyLock):
+        lock = cls.__new__(cls)
+        with lock:
+            assert lock.locked()
+        lock.pending = 1
+        attempt((AttributeError,), lock.reap)
+
+
+@case("life.fork_child_with_a_family_lock_a_parent_thread_held", ok=True, backends="host")
+def _():
+    # the child's next call on the family waited for a thread it does not have
+    m = mir()
+    held, release = threading.Event(), threading.Event()
+
+    def holder():
+        with m._lock:
+            held.set()
+            release.wait(30)
+    t = threading.Thread(target=holder)
+    t.start()
+    assert held.wait(10)
+    try:
+        pid = os.fork()
+        if pid == 0:
+            code = 3
+            try:
+                m.mark_cpu_modified()
+                m.sync_to_gpu()
+                code = 0
+            finally:
+                os._exit(code)
+    finally:
+        release.set()
+        t.join()
+    for _ in range(3000):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert status == 0, status
+            return
+        threading.Event().wait(0.01)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    raise AssertionError("the forked child hung")
+
+
+@case("host_fn.drops_its_own_stream_and_device", ok=True, backends="host")
+def _():
+    # a stream (or its device) whose last reference goes inside a function on
+    # that stream: the library refuses the destroy there, so it leaked (a thread each)
+    before = len(os.listdir("/proc/self/task"))
+    for _ in range(20):
+        d = mapping.open("host")
+        s = d.stream()
+        holder = [s, d, d.allocate_gpu(4096)]
+        ran = threading.Event()
+
+        def fn(holder=holder, ran=ran):
+            holder.clear()
+            ran.set()
+        mapping.launch_host(s, fn)
+        del s, d
+        assert ran.wait(10)
+        mapping._core.drain()
+    assert len(os.listdir("/proc/self/task")) <= before + 2
+
+
+@case("misc.pipeline_dst_overlapping_src", raises=mapping.InvalidArgumentError, msg=("overlaps",))
+def _():
+    # the chunks' output overwrote input not read yet: silently wrong data
+    a = (np.arange(16 * 4096) // 4096).astype(np.uint8)
+
+    def step(s, c):
+        mapping.copy_gpu(c.input, c.output, c.nbytes, c.input_offset, c.output_offset, stream=s)
+    mapping.pipeline(chunk_bytes=4096, depth=2).run(a[:-4096], a[4096:], step)
