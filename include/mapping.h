@@ -1222,6 +1222,7 @@ MAPPING_API mapping_status mapping_pipeline_get_desc(const mapping_pipeline *p, 
 
 /* Runs cpu_src[0, bytes) through `step` chunk by chunk and downloads each
  * chunk's output into cpu_dst at the same offset (cpu_dst may equal cpu_src;
+ * any other overlap of the two is refused with MAPPING_ERR_INVALID_ARGUMENT;
  * NULL = no download, for steps that keep their results on the device).
  * Blocking: returns when every chunk is done. On failure returns the first
  * error (of the step, a transfer, or queued work; a step's own error is

@@ -275,6 +275,18 @@ mapping_status mapping_pipeline_run(mapping_pipeline *p, const void *cpu_src, vo
     if (bytes % p->desc.element_bytes)
         return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: bytes %zu is not a multiple of element_bytes %zu", fn,
                              bytes, p->desc.element_bytes);
+    /* In place (cpu_dst == cpu_src) is safe: a chunk is read before its
+     * output lands at the same offset. Any other overlap is not: a chunk's
+     * output would land where a later chunk is still to be read (or an
+     * earlier one's input was), with a result that depends on the depth. */
+    uintptr_t s0 = (uintptr_t)cpu_src, d0 = (uintptr_t)cpu_dst;
+    if (cpu_dst && d0 != s0 && (uintptr_t)(bytes - 1) > UINTPTR_MAX - (s0 > d0 ? s0 : d0))
+        return mapping__fail(MAPPING_ERR_OUT_OF_RANGE, "%s: cpu_src or cpu_dst + %zu bytes wraps around", fn, bytes);
+    if (cpu_dst && d0 != s0 && d0 < s0 + bytes && s0 < d0 + bytes)
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT,
+                             "%s: cpu_dst %p overlaps cpu_src %p (%zu bytes) without being it: only in place "
+                             "(cpu_dst == cpu_src) or disjoint arrays are allowed",
+                             fn, cpu_dst, cpu_src, bytes);
     mapping_device *dev = p->dev;
     bool src_locked = mapping__host_registry_find(&dev->host_blocks, cpu_src, bytes, &(mapping_host_ref){0});
     bool dst_locked = cpu_dst && mapping__host_registry_find(&dev->host_blocks, cpu_dst, bytes, &(mapping_host_ref){0});

@@ -356,3 +356,35 @@ TEST(host_function_syncing_a_mirror_whose_copy_is_queued_after_it_is_refused)
     mapping_mirror_destroy(m);
     mapping_stream_destroy(s);
 }
+
+/* ---- a pipeline whose output overlaps its input ---- */
+
+static mapping_status keep_step(mapping_stream *s, const mapping_pipeline_chunk *chunk, void *user)
+{
+    (void)user;
+    return mapping_copy_gpu(s, chunk->input, chunk->input_offset, chunk->output, chunk->output_offset,
+                            chunk->bytes); /* the output is the input */
+}
+
+TEST(pipeline_refuses_a_cpu_dst_that_overlaps_cpu_src_unless_in_place)
+{
+    mapping_device *dev = test_device();
+    enum { N = 64 * 1024 };
+    static unsigned char a[2 * N], before[2 * N];
+    test_pattern(a, sizeof a, 9);
+    memcpy(before, a, sizeof a);
+    mapping_pipeline *p;
+    mapping_pipeline_desc desc = {.chunk_bytes = 4096, .depth = 2};
+    CHECK_OK(mapping_pipeline_create(dev, &desc, &p));
+    CHECK_REFUSED(mapping_pipeline_run(p, a, a + 4096, N, keep_step, NULL), MAPPING_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(mapping_last_error_message(), "overlaps") != NULL);
+    CHECK_REFUSED(mapping_pipeline_run(p, a + 4096, a, N, keep_step, NULL), MAPPING_ERR_INVALID_ARGUMENT);
+    CHECK_REFUSED(mapping_pipeline_run(p, a, a + N - 1, N, keep_step, NULL), MAPPING_ERR_INVALID_ARGUMENT);
+    CHECK_BYTES(a, before, sizeof a); /* nothing was read or written */
+    /* In place, and disjoint (touching), are fine: the bytes come back as they were. */
+    CHECK_OK(mapping_pipeline_run(p, a, a, N, keep_step, NULL));
+    CHECK_OK(mapping_pipeline_run(p, a, a + N, N, keep_step, NULL));
+    CHECK_BYTES(a + N, before, N);
+    CHECK_BYTES(a, before, N);
+    mapping_pipeline_destroy(p);
+}
