@@ -64,6 +64,12 @@ mapping_status mapping__mirror_track_begin(const char *fn, mirror_state *st)
                              "%s: MAPPING_MIRROR_TRACK_WRITES: a page of [%p, +%zu) is tracked already "
                              "by another mirror",
                              fn, (void *)st->cpu, st->size);
+    if (rc == -EEXIST) /* uffd: the kernel's EBUSY for a page another userfaultfd watches */
+        return mapping__fail(MAPPING_ERR_UNSUPPORTED,
+                             "%s: MAPPING_MIRROR_TRACK_WRITES: a page of [%p, +%zu) is registered with another "
+                             "userfaultfd (the program's or another library's), and a page takes one: unregister it "
+                             "first, or MAPPING_TRACK=mprotect",
+                             fn, (void *)st->cpu, st->size);
     if (rc == -ENOSPC)
         return mapping__fail(MAPPING_ERR_UNSUPPORTED,
                              "%s: MAPPING_MIRROR_TRACK_WRITES: %d tracked mirrors exist already, as many as mprotect "
@@ -184,6 +190,18 @@ mapping_status mapping__mirror_track_collect_pages(const char *fn, mirror_state 
             status = mark_valid_part(fn, st, c.v[i].lo, c.v[i].hi);
     }
     free(c.v);
+    /* uffd: the program unmapped the array (munmap, mremap, a MAP_FIXED
+     * mapping over it): -EFAULT where nothing is mapped now (the sync's
+     * copy would crash on the hole), -EPERM where other memory is
+     * (PAGEMAP_SCAN refuses memory no userfaultfd watches: its writes
+     * cannot be found). Say so at every sync, instead of a lack of memory
+     * or a crash. */
+    if (status == MAPPING_OK && (rc == -EPERM || rc == -EFAULT) && st->track->kind == MAPPING_OS_TRACK_UFFD)
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT,
+                             "%s: MAPPING_MIRROR_TRACK_WRITES: the memory at [%p, +%zu) is no longer the one the mirror "
+                             "tracks (unmapped or moved by munmap, mremap or a MAP_FIXED mapping while the mirror "
+                             "lives): its writes cannot be found; destroy the mirror",
+                             fn, (void *)st->cpu, st->size);
     if (status == MAPPING_OK && (rc || c.oom))
         status = mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: write tracking could not list the written pages "
                                                                "(%s)", fn, rc ? strerror(-rc) : "out of memory");

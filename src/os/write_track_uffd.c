@@ -38,6 +38,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include "os/fault_count.h"
 #include "os/os.h"
@@ -246,7 +247,11 @@ static int register_region(mapping_os_track *t)
     mapping_os_fault_log_mark(&t->fault_pos); /* before the protection: a later fault is in the log */
     struct uffdio_register reg = {.range = {t->lo, t->hi - t->lo}, .mode = UFFDIO_REGISTER_MODE_WP};
     if (ioctl(uffd, UFFDIO_REGISTER, &reg) != 0)
-        return -errno;
+        /* EBUSY: a page is registered with another userfaultfd (the
+         * program's own, or another library's; a page takes one). Our own
+         * regions never share a page (write_track.c refuses that first),
+         * so -EEXIST tells the caller it is not another mirror. */
+        return errno == EBUSY ? -EEXIST : -errno;
     struct uffdio_writeprotect wp = {.range = {t->lo, t->hi - t->lo}, .mode = UFFDIO_WRITEPROTECT_MODE_WP};
     if (ioctl(uffd, UFFDIO_WRITEPROTECT, &wp) != 0) {
         int rc = -errno;
@@ -616,6 +621,15 @@ int mapping__uffd_collect(mapping_os_track *t, mapping_os_track_fn fn, void *use
 {
     if (!its_own(t, fn, user))
         return 0;
+    /* The program may have unmapped the array while the mirror lives
+     * (munmap, an mremap that moved or shrank it): the kernel watches
+     * nothing there, and the sync's copy would fault on the hole.
+     * msync(MS_ASYNC) writes nothing back (Linux >= 2.6.19) and fails with
+     * ENOMEM where a page of the range is not mapped: a walk of the
+     * range's VMAs, ~0.15 us. (Other memory mapped there instead is found
+     * by the scan: PAGEMAP_SCAN refuses it with EPERM.) */
+    if (msync((void *)t->lo, t->hi - t->lo, MS_ASYNC) != 0 && errno == ENOMEM)
+        return -EFAULT;
     uintptr_t pages[FAULTED_MAX];
     mapping_os_fault_pos now;
     uint64_t faults;
