@@ -1265,30 +1265,8 @@ static PyObject *core_pipeline_run(PyObject *self, PyObject *const *args, Py_ssi
         PyErr_Format(PyExc_ValueError, "dst has %zd bytes, src %zd: they must be the same size", dst.len, src.len);
         return NULL;
     }
-    /* A dst that overlaps src other than exactly (in place): the chunks are
-     * read from src as the run goes, so a chunk's output could overwrite
-     * the input of a later one before it was read, silently, and with
-     * depth > 1 in no fixed order (p.run(a[:-k], a[k:], step)). */
-    if (has_dst && src.len > 0 && dst.buf != src.buf && (char *)dst.buf < (char *)src.buf + src.len &&
-        (char *)src.buf < (char *)dst.buf + dst.len) {
-        PyBuffer_Release(&src);
-        PyBuffer_Release(&dst);
-        PyObject *key = PyLong_FromLong(MAPPING_ERR_INVALID_ARGUMENT);
-        PyObject *cls = key && error_classes ? PyDict_GetItemWithError(error_classes, key) : NULL;
-        Py_XDECREF(key);
-        if (PyErr_Occurred())
-            return NULL;
-        PyObject *e = PyObject_CallFunction(cls ? cls : PyExc_ValueError, "si",
-                                            "Pipeline.run: dst overlaps src without being the same memory (in "
-                                            "place): a chunk's output would overwrite input not read yet; "
-                                            "pass the same array, or a copy of src",
-                                            (int)MAPPING_ERR_INVALID_ARGUMENT);
-        if (e) {
-            PyErr_SetObject((PyObject *)Py_TYPE(e), e);
-            Py_DECREF(e);
-        }
-        return NULL;
-    }
+    /* A dst that overlaps src other than exactly (in place) is refused by
+     * mapping_pipeline_run itself (INVALID_ARGUMENT, raised below). */
     pipeline_call call = {args[3]};
     mapping_status st = MAPPING_OK;
     if (src.len > 0) {
