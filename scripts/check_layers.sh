@@ -19,12 +19,13 @@ fail() { echo "layering: $*"; bad=1; }
 # 1. includes: layer -> the src/ folders it may include
 declare -A may=(
   [os]="os"
+  [track]="os track"
   [backend]="os backend"
-  [core]="os backend core"
+  [core]="os track backend core"
   [observe]="os backend core observe"
-  [transfer]="os backend core transfer"
-  [coherence]="os backend core transfer coherence"
-  [testing]="os backend core transfer coherence observe testing"
+  [transfer]="os track backend core transfer"
+  [coherence]="os track backend core transfer coherence"
+  [testing]="os track backend core transfer coherence observe testing"
 )
 for layer in "${!may[@]}"; do
   [ -d "src/$layer" ] || continue
@@ -69,11 +70,16 @@ for layer in transfer coherence; do
   while IFS= read -r hit; do
     name=$(grep -oE '\bmapping_[a-z][a-z0-9_]*\(' <<<"${hit#*:*:}" | head -1)
     for call in $(grep -oE '\bmapping_[a-z][a-z0-9_]*\(' <<<"${hit#*:*:}"); do
-      case "$call" in mapping_os_*) continue;; esac # the os layer's helpers (os/os.h)
+      case "$call" in mapping_os_*|mapping_track_*) continue;; esac # the os and track layers' functions
       grep -qxF "$call" <<<"$own" || fail "${hit%%:*}: calls ${call%(} (a public function of another layer; call its mapping__ twin)"
     done
   done < <(grep -nE '\bmapping_[a-z][a-z0-9_]*\(' src/$layer/*.c | grep -vE '^[^:]+:[0-9]+:[a-z]')
 done
+
+# The prefix mapping_track_ belongs to the track layer: no public function has it.
+while IFS= read -r hit; do
+  fail "include/mapping.h declares $hit: the prefix mapping_track_ is the track layer's (src/track/)"
+done < <(grep -oE '\bmapping_track_[a-z0-9_]+\(' include/mapping.h)
 
 # 5. the library allocates through os/os.h (mapping_os_malloc, ...; src/mpi, a separate
 #    library on the public API only, excepted), so the

@@ -8,7 +8,7 @@
  * write to a page that has no mark. Kept beside the mirror state, in a
  * table of its own, so the mirror code carries only the hook calls.
  *
- * Where the process tracks writes with userfaultfd (os/write_track.h; not
+ * Where the process tracks writes with userfaultfd (track/write_track.h; not
  * with mprotect, which would make system calls writing the memory fail),
  * the family's CPU side is also watched: the pages written since their last
  * hash are the evidence, and only those are hashed again at a check. A
@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "coherence/mirror_observe.h"
-#include "os/write_track.h"
+#include "track/write_track.h"
 
 enum { CHECK_PAGE = 4096 };
 
@@ -32,7 +32,7 @@ typedef struct family_hashes {
     size_t              pages;
     uint64_t           *hash;
     unsigned char      *known; /* 1: hash[p] is the page's content at the last sync */
-    mapping_os_track   *watch;   /* uffd: the CPU side's writes; NULL: hash every page */
+    mapping_track_region   *watch;   /* uffd: the CPU side's writes; NULL: hash every page */
     unsigned char      *written; /* watch: 1 if the page was written since it was hashed */
 } family_hashes;
 
@@ -45,7 +45,7 @@ _Atomic int mapping__mirror_check_mode;
 static void read_environment(void)
 {
     /* A comma-separated list: "unmarked" is this check; "races" is
-     * os/race_guard.c's; anything else is refused (mode 3). */
+     * track/race_guard.c's; anything else is refused (mode 3). */
     const char *v = getenv("MAPPING_CHECK");
     int mode = 1;
     for (const char *p = v; p && *p;) {
@@ -108,9 +108,9 @@ static family_hashes *entry_of(const mirror_state *st)
     /* The watch starts before the first hashes are taken: a write between
      * the two is seen. Without it (no uffd, memory shared with another
      * tracked region, out of memory) every page is hashed. */
-    if (!st->track && mapping_os_track_kind_get() == MAPPING_OS_TRACK_UFFD &&
+    if (!st->track && mapping_track_kind_get() == MAPPING_TRACK_KIND_UFFD &&
         (e.written = mapping_os_calloc(pages ? pages : 1, 1)) != NULL &&
-        mapping_os_track_begin(st->cpu, st->size, &e.watch) != 0) {
+        mapping_track_begin(st->cpu, st->size, &e.watch) != 0) {
         free(e.written);
         e.written = NULL;
         e.watch = NULL;
@@ -155,8 +155,8 @@ static void on_watched_write(void *user, uintptr_t plo, uintptr_t phi)
 static void collect_watch(mirror_state *st, family_hashes *e)
 {
     watch_pass w = {e, (uintptr_t)st->cpu, st->size};
-    if (e->watch && mapping_os_track_collect(e->watch, on_watched_write, &w, false) != 0) {
-        mapping_os_track_end(e->watch);
+    if (e->watch && mapping_track_collect(e->watch, on_watched_write, &w, false) != 0) {
+        mapping_track_end(e->watch);
         e->watch = NULL;
         free(e->written);
         e->written = NULL;
@@ -223,7 +223,7 @@ void mapping__mirror_check_forget(const mirror_state *st)
     pthread_mutex_lock(&table_lock);
     for (size_t i = 0; i < table_count; i++)
         if (table[i].st == st) {
-            mapping_os_track_end(table[i].watch);
+            mapping_track_end(table[i].watch);
             free(table[i].written);
             free(table[i].hash);
             free(table[i].known);

@@ -72,7 +72,7 @@ typedef struct mirror_state {
 
     /* MAPPING_MIRROR_TRACK_WRITES: the CPU side's pages under watch
      * (mirror_track.c); NULL when not tracked. */
-    struct mapping_os_track *track;
+    struct mapping_track_region *track;
 
     /* MAPPING_MIRROR_DEVICE_DIFF (mirror_diff.c): a device-side shadow of
      * the content both sides agreed on, over diff_known; made on first need. */

@@ -1,6 +1,6 @@
 /*
  * Write-tracking mirrors (MAPPING_MIRROR_TRACK_WRITES): the CPU side's
- * pages are watched by the OS layer (os/write_track.h), and before every
+ * pages are watched by the OS layer (track/write_track.h), and before every
  * sync (and stale count) the pages written since the last look become CPU
  * marks. The rest of the mirror code sees only marks.
  *
@@ -23,16 +23,16 @@
 #include <string.h>
 #include "coherence/mirror_internal.h"
 #include "os/os.h"
-#include "os/write_track.h"
+#include "track/write_track.h"
 
 mapping_track_mechanism mapping_write_tracking(size_t *granularity)
 {
     if (granularity)
         *granularity = mapping_os_page_size();
-    switch (mapping_os_track_kind_get()) {
-    case MAPPING_OS_TRACK_UFFD:
+    switch (mapping_track_kind_get()) {
+    case MAPPING_TRACK_KIND_UFFD:
         return MAPPING_TRACK_UFFD;
-    case MAPPING_OS_TRACK_MPROTECT:
+    case MAPPING_TRACK_KIND_MPROTECT:
         return MAPPING_TRACK_MPROTECT;
     default:
         return MAPPING_TRACK_NONE;
@@ -41,22 +41,22 @@ mapping_track_mechanism mapping_write_tracking(size_t *granularity)
 
 const char *mapping_write_tracking_description(void)
 {
-    return mapping_os_track_reason();
+    return mapping_track_reason();
 }
 
 mapping_status mapping__mirror_track_begin(const char *fn, mirror_state *st)
 {
-    if (mapping_os_track_scan_mode() == MAPPING_OS_SCAN_BAD)
+    if (mapping_track_scan_mode() == MAPPING_TRACK_SCAN_BAD)
         return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT,
                              "%s: MAPPING_TRACK_SCAN=\"%s\" is not faulted, changed or always", fn,
                              getenv("MAPPING_TRACK_SCAN"));
     size_t open_min;
-    if (mapping_os_track_streams(&open_min) != 0)
+    if (mapping_track_streams(&open_min) != 0)
         return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT,
-                             "%s: MAPPING_TRACK_STREAMS=\"%s\" is not " MAPPING_OS_TRACK_STREAMS_VALUES,
+                             "%s: MAPPING_TRACK_STREAMS=\"%s\" is not " MAPPING_TRACK_STREAMS_VALUES,
                              fn, getenv("MAPPING_TRACK_STREAMS"));
-    mapping_os_track *t = NULL;
-    int rc = mapping_os_track_begin(st->cpu, st->size, &t);
+    mapping_track_region *t = NULL;
+    int rc = mapping_track_begin(st->cpu, st->size, &t);
     if (rc == -ENOMEM)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory for write tracking", fn);
     if (rc == -EBUSY)
@@ -74,7 +74,7 @@ mapping_status mapping__mirror_track_begin(const char *fn, mirror_state *st)
         return mapping__fail(MAPPING_ERR_UNSUPPORTED,
                              "%s: MAPPING_MIRROR_TRACK_WRITES: %d tracked mirrors exist already, as many as mprotect "
                              "tracking watches at once (destroy one first, or MAPPING_TRACK=uffd, Linux >= 6.7)",
-                             fn, (int)MAPPING_OS_MPROT_SLOTS);
+                             fn, (int)MAPPING_TRACK_MPROT_SLOTS);
     if (rc == -EFAULT)
         return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT,
                              "%s: MAPPING_MIRROR_TRACK_WRITES: a page of [%p, +%zu) is not mapped", fn,
@@ -97,15 +97,15 @@ mapping_status mapping__mirror_track_begin(const char *fn, mirror_state *st)
                              fn, (void *)st->cpu, st->size, mapping_os_page_size());
     if (rc)
         return mapping__fail(MAPPING_ERR_UNSUPPORTED, "%s: MAPPING_MIRROR_TRACK_WRITES: no write tracking (%s; %s)", fn,
-                             mapping_os_track_reason(), strerror(-rc));
+                             mapping_track_reason(), strerror(-rc));
     st->track = t;
-    st->cpu_writable = true; /* asked: mapping_os_track_begin refuses memory it could not write */
+    st->cpu_writable = true; /* asked: mapping_track_begin refuses memory it could not write */
     return MAPPING_OK;
 }
 
 void mapping__mirror_track_end(mirror_state *st)
 {
-    mapping_os_track_end(st->track);
+    mapping_track_end(st->track);
     st->track = NULL;
 }
 
@@ -169,7 +169,7 @@ mapping_status mapping__mirror_track_collect_pages(const char *fn, mirror_state 
 {
     collected c = {.base = (uintptr_t)st->cpu, .size = st->size};
     uint64_t walks = st->track->walks;
-    int rc = mapping_os_track_collect(st->track, on_written, &c, upload);
+    int rc = mapping_track_collect(st->track, on_written, &c, upload);
     if (c.pages)
         mapping__count(&st->dev->counters.tracked_pages, c.pages);
     if (st->track->walks != walks)
@@ -196,7 +196,7 @@ mapping_status mapping__mirror_track_collect_pages(const char *fn, mirror_state 
      * (PAGEMAP_SCAN refuses memory no userfaultfd watches: its writes
      * cannot be found). Say so at every sync, instead of a lack of memory
      * or a crash. */
-    if (status == MAPPING_OK && (rc == -EPERM || rc == -EFAULT) && st->track->kind == MAPPING_OS_TRACK_UFFD)
+    if (status == MAPPING_OK && (rc == -EPERM || rc == -EFAULT) && st->track->kind == MAPPING_TRACK_KIND_UFFD)
         return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT,
                              "%s: MAPPING_MIRROR_TRACK_WRITES: the memory at [%p, +%zu) is no longer the one the mirror "
                              "tracks (unmapped or moved by munmap, mremap or a MAP_FIXED mapping while the mirror "
@@ -212,13 +212,13 @@ void mapping__mirror_track_copied(mirror_state *st, const mapping_range *v, size
 {
     uintptr_t base = (uintptr_t)st->cpu;
     for (size_t i = 0; i < n; i++)
-        mapping_os_track_clear(st->track, base + v[i].lo, base + v[i].hi);
+        mapping_track_clear(st->track, base + v[i].lo, base + v[i].hi);
 }
 
 /* A clear queued on a stream: the runs of whole pages to forget. The region
  * is held, so the job may run after the mirror is gone (it does nothing then). */
 typedef struct track_clear_job {
-    mapping_os_track *track;
+    mapping_track_region *track;
     size_t            n;
     mapping_range     pages[]; /* addresses, page-aligned */
 } track_clear_job;
@@ -227,8 +227,8 @@ static void run_clear_job(void *user)
 {
     track_clear_job *job = user;
     for (size_t i = 0; i < job->n; i++)
-        mapping_os_track_clear(job->track, job->pages[i].lo, job->pages[i].hi);
-    mapping_os_track_drop(job->track);
+        mapping_track_clear(job->track, job->pages[i].lo, job->pages[i].hi);
+    mapping_track_drop(job->track);
     free(job);
 }
 
@@ -258,10 +258,10 @@ mapping_status mapping__mirror_track_copied_on(mapping_stream *stream, mirror_st
         if (whole_pages(st, &v[i], &pages))
             job->pages[job->n++] = pages;
     job->track = st->track;
-    mapping_os_track_hold(job->track);
+    mapping_track_hold(job->track);
     mapping_status status = mapping__launch_host_internal(stream, run_clear_job, job);
     if (status != MAPPING_OK) {
-        mapping_os_track_drop(job->track);
+        mapping_track_drop(job->track);
         free(job);
     }
     return status;
@@ -270,5 +270,5 @@ mapping_status mapping__mirror_track_copied_on(mapping_stream *stream, mirror_st
 void mapping__mirror_track_marked(mirror_state *st, size_t lo, size_t hi)
 {
     uintptr_t base = (uintptr_t)st->cpu;
-    mapping_os_track_release(st->track, base + lo, base + hi);
+    mapping_track_release(st->track, base + lo, base + hi);
 }

@@ -14,7 +14,7 @@
 #include <string.h>
 #include "coherence/span_set.h"
 #include "core/ops.h"
-#include "os/write_track.h"
+#include "track/write_track.h"
 
 enum { MAX_SIDES = MAPPING_MULTIMIRROR_MAX_DEVICES + 1 };
 
@@ -36,8 +36,8 @@ struct mapping_multimirror {
     size_t n_queued, cap_queued;
     /* Direct peer links, measured on first need; 0 bandwidth: not yet. */
     mapping_link peer[MAPPING_MULTIMIRROR_MAX_DEVICES][MAPPING_MULTIMIRROR_MAX_DEVICES];
-    /* mapping_multimirror_track_writes: the CPU pages under watch (os/write_track.h). */
-    mapping_os_track *track;
+    /* mapping_multimirror_track_writes: the CPU pages under watch (track/write_track.h). */
+    mapping_track_region *track;
 };
 
 static mapping_status check_handle(const char *fn, const mapping_multimirror *m)
@@ -107,7 +107,7 @@ static void release(mapping_multimirror *m)
     }
     m->n_queued = 0;
     free(m->queued);
-    mapping_os_track_end(m->track); /* before the memory goes */
+    mapping_track_end(m->track); /* before the memory goes */
     for (int j = 0; j < m->count; j++)
         if (alive[j])
             mapping__free_gpu(m->buf[j]);
@@ -343,7 +343,7 @@ static mapping_status collect_writes(const char *fn, mapping_multimirror *m, boo
     if (!m->track)
         return MAPPING_OK;
     written_pages w = {m, fn, MAPPING_OK};
-    int rc = mapping_os_track_collect(m->track, on_written_page, &w, upload);
+    int rc = mapping_track_collect(m->track, on_written_page, &w, upload);
     if (w.st == MAPPING_OK && rc)
         w.st = mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: write tracking could not list the written pages", fn);
     return w.st;
@@ -357,15 +357,15 @@ mapping_status mapping_multimirror_track_writes(mapping_multimirror *m)
         return st;
     if (m->track)
         return MAPPING_OK;
-    int rc = mapping_os_track_begin(m->cpu, m->size, &m->track);
+    int rc = mapping_track_begin(m->cpu, m->size, &m->track);
     if (rc == -ENOMEM)
         return oom(fn);
     if (rc == -EINVAL)
         return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: MAPPING_TRACK_STREAMS=\"%s\" is not "
-                             MAPPING_OS_TRACK_STREAMS_VALUES, fn, getenv("MAPPING_TRACK_STREAMS"));
+                             MAPPING_TRACK_STREAMS_VALUES, fn, getenv("MAPPING_TRACK_STREAMS"));
     if (rc)
         return mapping__fail(MAPPING_ERR_UNSUPPORTED, "%s: no write tracking for [%p, +%zu) (%s)", fn, (void *)m->cpu,
-                             m->size, rc == -EBUSY ? "its pages are tracked already" : mapping_os_track_reason());
+                             m->size, rc == -EBUSY ? "its pages are tracked already" : mapping_track_reason());
     return MAPPING_OK;
 }
 
@@ -533,7 +533,7 @@ static mapping_status sync_side(const char *fn, mapping_multimirror *m, mapping_
             if (!mapping__span_set_remove(stale, spans[k].start, spans[k].end))
                 job.st = oom(fn);
             else if (target == 0 && m->track) /* blocking: the copy's writes, not the program's */
-                mapping_os_track_clear(m->track, (uintptr_t)m->cpu + spans[k].start, (uintptr_t)m->cpu + spans[k].end);
+                mapping_track_clear(m->track, (uintptr_t)m->cpu + spans[k].start, (uintptr_t)m->cpu + spans[k].end);
         }
     }
     free(spans);

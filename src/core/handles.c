@@ -110,7 +110,7 @@ static void sets_unlock_all(void)
  * Registered when the library loads, not on first use: glibc (2.36 and
  * later) runs a fork's prepare handlers without its atfork lock, and a
  * handler another thread registers meanwhile is left out of that fork
- * (neither prepare nor child handler runs; os/write_track.c).
+ * (neither prepare nor child handler runs; track/write_track.c).
  * Leaf locks (nothing else is taken under them): priority 150, registered
  * before the write-tracking handlers (201, 202), so their prepare runs
  * after theirs.

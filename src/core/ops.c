@@ -6,7 +6,7 @@
 #include "core/ops.h"
 #include "core/trace_hooks.h"
 #include "os/os.h"
-#include "os/race_guard.h"
+#include "track/race_guard.h"
 
 /* Blocking transfers at least this large are timed for the statistics;
  * reading the clock twice costs more than a small copy does. */
@@ -20,7 +20,7 @@ mapping_status mapping__launch_host_internal(mapping_stream *stream, void (*fn)(
     return stream->dev->be->launch_host(stream->dev->state, stream->state, fn, user);
 }
 
-/* MAPPING_CHECK=races (os/race_guard.h): after an async copy was queued (or
+/* MAPPING_CHECK=races (track/race_guard.h): after an async copy was queued (or
  * failed to be), the guard's protection goes when the stream gets there.
  * mapping__launch_host_internal: no fault injection, no trace event, so
  * the check changes nothing else a run does. */

@@ -134,7 +134,7 @@ static void in_child(void)
  * Registered when the library loads, not on first use: glibc (2.36 and
  * later) runs a fork's prepare handlers without its atfork lock, and a
  * handler another thread registers meanwhile is left out of that fork
- * (neither prepare nor child handler runs; os/write_track.c).
+ * (neither prepare nor child handler runs; track/write_track.c).
  */
 __attribute__((constructor)) static void register_atfork(void)
 {

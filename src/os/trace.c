@@ -598,7 +598,7 @@ static void register_stop_at_exit(void)
 /* Registered when the library loads, not at the first trace: glibc (2.36
  * and later) runs a fork's prepare handlers without its atfork lock, and a
  * handler another thread registers meanwhile is left out of that fork
- * (os/write_track.c). A leaf lock (nothing else is taken under it):
+ * (track/write_track.c). A leaf lock (nothing else is taken under it):
  * priority 150, before the write-tracking handlers (201, 202), so its
  * prepare runs after theirs. */
 __attribute__((constructor(150))) static void register_fork_handlers(void)

@@ -6,7 +6,7 @@
 #include <stdbool.h>
 #include "os/os.h"
 
-/* Initial-exec: MAPPING_CHECK=races' signal handler reads it (os/race_guard.c). */
+/* Initial-exec: MAPPING_CHECK=races' signal handler reads it (track/race_guard.c). */
 static _Thread_local __attribute__((tls_model("initial-exec"))) const void *worker_of;
 
 void mapping_os_set_worker_stream(const void *stream_state)

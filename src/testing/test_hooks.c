@@ -4,8 +4,8 @@
  */
 #include "testing/test_hooks.h"
 #include "coherence/mirror_internal.h"
-#include "os/fault_count.h"
-#include "os/fault_log.h"
+#include "track/fault_count.h"
+#include "track/fault_log.h"
 #include "os/os.h"
 
 static int side_index(mapping_side side)
@@ -58,17 +58,17 @@ bool mapping__test_device_can_diff(const mapping_device *dev)
 
 bool mapping__test_fault_log(const char **why)
 {
-    return mapping_os_fault_log_available(why);
+    return mapping_track_fault_log_available(why);
 }
 
 bool mapping__test_fault_entries(void)
 {
-    return mapping_os_fault_entries_available();
+    return mapping_track_fault_entries_available();
 }
 
 bool mapping__test_fault_entries_count(uint64_t *out)
 {
-    return mapping_os_fault_entries(out);
+    return mapping_track_fault_entries(out);
 }
 
 int mapping__test_copy_threads(void)

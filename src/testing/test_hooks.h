@@ -50,10 +50,10 @@ size_t mapping__test_mirror_diff_known(const mapping_mirror *m);
 /* Whether the device's back end has a compare kernel (mapping_backend.diff_blocks). */
 bool mapping__test_device_can_diff(const mapping_device *dev);
 /* Whether write tracking's fault log runs here, and if not why
- * (os/fault_log.h). */
+ * (track/fault_log.h). */
 bool mapping__test_fault_log(const char **why);
 /* Whether every thread's page faults are counted as they begin
- * (os/fault_count.h), which lets the fault log be trusted with threads. */
+ * (track/fault_count.h), which lets the fault log be trusted with threads. */
 bool mapping__test_fault_entries(void);
 /* The count itself (false when not available). */
 bool mapping__test_fault_entries_count(uint64_t *out);

@@ -1,5 +1,5 @@
 /*
- * Write tracking with uffd and the fault log (os/fault_log.h): a sync after
+ * Write tracking with uffd and the fault log (track/fault_log.h): a sync after
  * a few faults of the syncing thread scans only the faulted pages; a write
  * the log cannot vouch for (another thread's, the kernel's in read(2), more
  * pages than the log keeps) makes the sync walk the whole mirror, and every
@@ -211,7 +211,7 @@ TEST(tracked_sync_with_the_fault_log_keeps_two_mirrors_apart)
     mapping_mirror_destroy(b);
 }
 
-/* The fault entry counter (os/fault_count.h) counts the faults of threads
+/* The fault entry counter (track/fault_count.h) counts the faults of threads
  * made after it was set up (inherited) and of threads that existed before
  * (one event each): what lets a sync trust "no fault since the last one"
  * while other threads may be inside a fault. */

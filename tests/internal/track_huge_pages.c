@@ -2,7 +2,7 @@
  * Write tracking with mprotect on memory backed by transparent huge pages:
  * a streaming write opens runs that end on huge-page boundaries, so past
  * the first few pages it splits no huge page, and protecting them again at
- * the sync keeps them whole (os/write_track_mprotect.c). Run with
+ * the sync keeps them whole (track/write_track_mprotect.c). Run with
  * MAPPING_TRACK=mprotect (tests/CMakeLists.txt); skipped where the mirror
  * gets no huge pages.
  */

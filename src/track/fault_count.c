@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "os/fault_count.h"
+#include "track/fault_count.h"
 
 #if defined(__linux__)
 #include <linux/perf_event.h>
@@ -121,13 +121,13 @@ static void set_up(void)
     n_fds = 0;
 }
 
-bool mapping_os_fault_entries_available(void)
+bool mapping_track_fault_entries_available(void)
 {
     pthread_once(&once, set_up);
     return ready && !forked;
 }
 
-bool mapping_os_fault_entries(uint64_t *out)
+bool mapping_track_fault_entries(uint64_t *out)
 {
     pthread_once(&once, set_up);
     if (!ready || forked)
@@ -149,12 +149,12 @@ bool mapping_os_fault_entries(uint64_t *out)
 
 #else /* no perf events */
 
-bool mapping_os_fault_entries_available(void)
+bool mapping_track_fault_entries_available(void)
 {
     return false;
 }
 
-bool mapping_os_fault_entries(uint64_t *out)
+bool mapping_track_fault_entries(uint64_t *out)
 {
     (void)out;
     return false;

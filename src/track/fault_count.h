@@ -31,9 +31,9 @@
 /* The number of page faults every thread of the process began, kernel-mode
  * ones included, since the counter was set up (on the first call). False
  * when it is not available here (see above): *out is then untouched. */
-bool mapping_os_fault_entries(uint64_t *out);
-/* Whether mapping_os_fault_entries counts here (sets it up on the first
+bool mapping_track_fault_entries(uint64_t *out);
+/* Whether mapping_track_fault_entries counts here (sets it up on the first
  * call); a read can still fail later. */
-bool mapping_os_fault_entries_available(void);
+bool mapping_track_fault_entries_available(void);
 
 #endif

@@ -10,11 +10,11 @@
 #include <string.h>
 #include <sys/mman.h>
 #include "os/os.h"
-#include "os/fault_log.h"
-#include "os/write_track.h"
+#include "track/fault_log.h"
+#include "track/write_track.h"
 
 static pthread_once_t        choose_once = PTHREAD_ONCE_INIT;
-static mapping_os_track_kind chosen;
+static mapping_track_kind chosen;
 static const char           *chosen_reason = "";
 static char                  reason_buf[384];
 
@@ -40,10 +40,10 @@ static void choose(void)
     }
     if (want_uffd && uffd_rc == 0) {
         const char *log_why = "";
-        chosen = MAPPING_OS_TRACK_UFFD;
+        chosen = MAPPING_TRACK_KIND_UFFD;
         char streams[96];
         size_t open_min = 0;
-        if (mapping_os_track_streams(&open_min) != 0)
+        if (mapping_track_streams(&open_min) != 0)
             snprintf(streams, sizeof streams, "MAPPING_TRACK_STREAMS is not valid");
         else if (open_min)
             snprintf(streams, sizeof streams, "repeated streams of %zu %s or more stay open",
@@ -51,7 +51,7 @@ static void choose(void)
                      open_min % ((size_t)1 << 20) ? "KiB" : "MiB");
         else
             snprintf(streams, sizeof streams, "no stream stays open (MAPPING_TRACK_STREAMS=off)");
-        if (mapping_os_fault_log_probe(&log_why))
+        if (mapping_track_fault_log_probe(&log_why))
             snprintf(reason_buf, sizeof reason_buf,
                      "uffd: userfaultfd async write-protect + PAGEMAP_SCAN, of the faulted pages (perf fault log); %s",
                      streams);
@@ -63,7 +63,7 @@ static void choose(void)
         return;
     }
     if (want_mprot && (env && strcmp(env, "uffd") == 0 ? false : mapping__mprot_probe(&mprot_why) == 0)) {
-        chosen = MAPPING_OS_TRACK_MPROTECT;
+        chosen = MAPPING_TRACK_KIND_MPROTECT;
         snprintf(reason_buf, sizeof reason_buf, "mprotect: SIGSEGV handler%s%s", want_uffd ? "; uffd: " : "",
                  want_uffd ? uffd_why : "");
         chosen_reason = reason_buf;
@@ -73,16 +73,16 @@ static void choose(void)
     chosen_reason = reason_buf;
 }
 
-mapping_os_scan_mode mapping_os_track_scan_mode(void)
+mapping_track_scan_kind mapping_track_scan_mode(void)
 {
     const char *v = getenv("MAPPING_TRACK_SCAN");
-    return !v || !*v || strcmp(v, "faulted") == 0 ? MAPPING_OS_SCAN_FAULTED
-           : strcmp(v, "changed") == 0          ? MAPPING_OS_SCAN_CHANGED
-           : strcmp(v, "always") == 0           ? MAPPING_OS_SCAN_ALWAYS
-                                                : MAPPING_OS_SCAN_BAD;
+    return !v || !*v || strcmp(v, "faulted") == 0 ? MAPPING_TRACK_SCAN_FAULTED
+           : strcmp(v, "changed") == 0          ? MAPPING_TRACK_SCAN_CHANGED
+           : strcmp(v, "always") == 0           ? MAPPING_TRACK_SCAN_ALWAYS
+                                                : MAPPING_TRACK_SCAN_BAD;
 }
 
-int mapping_os_track_streams(size_t *open_min)
+int mapping_track_streams(size_t *open_min)
 {
     const char *v = getenv("MAPPING_TRACK_STREAMS");
     *open_min = (size_t)8 << 20;
@@ -104,13 +104,13 @@ int mapping_os_track_streams(size_t *open_min)
     return 0;
 }
 
-mapping_os_track_kind mapping_os_track_kind_get(void)
+mapping_track_kind mapping_track_kind_get(void)
 {
     pthread_once(&choose_once, choose);
     return chosen;
 }
 
-const char *mapping_os_track_reason(void)
+const char *mapping_track_reason(void)
 {
     pthread_once(&choose_once, choose);
     return chosen_reason;
@@ -119,17 +119,17 @@ const char *mapping_os_track_reason(void)
 /* Every tracked region, to refuse a second one on the same page (two
  * regions sharing a page would take each other's writes). */
 static pthread_mutex_t   regions_lock = PTHREAD_MUTEX_INITIALIZER;
-static mapping_os_track **regions;
+static mapping_track_region **regions;
 static size_t             n_regions, cap_regions;
 
-static int regions_add(mapping_os_track *t)
+static int regions_add(mapping_track_region *t)
 {
     for (size_t i = 0; i < n_regions; i++)
         if (regions[i]->lo < t->hi && t->lo < regions[i]->hi)
             return -EBUSY;
     if (n_regions == cap_regions) {
         size_t cap = cap_regions ? 2 * cap_regions : 16;
-        mapping_os_track **v = mapping_os_realloc(regions, cap * sizeof *v);
+        mapping_track_region **v = mapping_os_realloc(regions, cap * sizeof *v);
         if (!v)
             return -ENOMEM;
         regions = v;
@@ -139,7 +139,7 @@ static int regions_add(mapping_os_track *t)
     return 0;
 }
 
-static void regions_remove(mapping_os_track *t)
+static void regions_remove(mapping_track_region *t)
 {
     for (size_t i = 0; i < n_regions; i++)
         if (regions[i] == t) {
@@ -169,7 +169,7 @@ static void before_fork(void)
      * checker such as ThreadSanitizer's would report it). */
     uintptr_t last = 0;
     for (size_t k = 0; k < n_regions; k++) {
-        mapping_os_track *next = NULL;
+        mapping_track_region *next = NULL;
         for (size_t i = 0; i < n_regions; i++)
             if ((uintptr_t)regions[i] > last && (!next || (uintptr_t)regions[i] < (uintptr_t)next))
                 next = regions[i];
@@ -199,7 +199,7 @@ __attribute__((constructor(202))) static void fork_handlers_install(void)
     fork_handlers_ok = pthread_atfork(before_fork, after_fork, after_fork) == 0;
 }
 
-bool mapping_os_track_overlaps(uintptr_t lo, uintptr_t hi)
+bool mapping_track_overlaps(uintptr_t lo, uintptr_t hi)
 {
     bool found = false;
     pthread_mutex_lock(&regions_lock);
@@ -209,35 +209,35 @@ bool mapping_os_track_overlaps(uintptr_t lo, uintptr_t hi)
     return found;
 }
 
-/* mapping_os_range_protection: read-write throughout (write_track.h). */
-int mapping_os_range_protection(uintptr_t lo, uintptr_t hi, int *exec)
+/* mapping_track_range_protection: read-write throughout (write_track.h). */
+int mapping_track_range_protection(uintptr_t lo, uintptr_t hi, int *exec)
 {
     return mapping_os_range_access(lo, hi, PROT_READ | PROT_WRITE, exec);
 }
 
-int mapping_os_track_begin(void *addr, size_t bytes, mapping_os_track **out)
+int mapping_track_begin(void *addr, size_t bytes, mapping_track_region **out)
 {
     *out = NULL;
-    mapping_os_track_kind kind = mapping_os_track_kind_get();
-    if (kind == MAPPING_OS_TRACK_NONE)
+    mapping_track_kind kind = mapping_track_kind_get();
+    if (kind == MAPPING_TRACK_KIND_NONE)
         return -ENOSYS;
     uintptr_t page = mapping_os_page_size(), a = (uintptr_t)addr;
     if (!bytes || a + bytes < a || a + bytes > UINTPTR_MAX - page)
         return -EINVAL;
-    mapping_os_track *t = mapping_os_calloc(1, sizeof *t);
+    mapping_track_region *t = mapping_os_calloc(1, sizeof *t);
     if (!t)
         return -ENOMEM;
-    *t = (mapping_os_track){
+    *t = (mapping_track_region){
         .kind = kind, .lo = a & ~(page - 1), .hi = (a + bytes + page - 1) & ~(page - 1), .slot = -1};
-    if (mapping_os_track_streams(&t->open_min) != 0) {
+    if (mapping_track_streams(&t->open_min) != 0) {
         free(t);
         return -EINVAL;
     }
-    if (kind == MAPPING_OS_TRACK_UFFD) {
+    if (kind == MAPPING_TRACK_KIND_UFFD) {
         /* The fault log's event opened (by the first thread that tracks)
          * before regions_lock is taken, not inside it (register_region). */
         const char *why;
-        (void)mapping_os_fault_log_available(&why);
+        (void)mapping_track_fault_log_available(&why);
     }
     if (!fork_handlers_ok) {
         free(t);
@@ -254,8 +254,8 @@ int mapping_os_track_begin(void *addr, size_t bytes, mapping_os_track **out)
          * known to be nobody else's (mprotect tracking of another region
          * makes its pages read-only: that is -EBUSY, above). */
         int exec = 0;
-        rc = mapping_os_range_protection(t->lo, t->hi, &exec);
-        if (rc == 0 && exec < 0 && kind == MAPPING_OS_TRACK_MPROTECT)
+        rc = mapping_track_range_protection(t->lo, t->hi, &exec);
+        if (rc == 0 && exec < 0 && kind == MAPPING_TRACK_KIND_MPROTECT)
             rc = -ENOEXEC;
         if (rc == -ENOENT)
             rc = 0; /* no /proc: taken as read-write, as it must be */
@@ -264,7 +264,7 @@ int mapping_os_track_begin(void *addr, size_t bytes, mapping_os_track **out)
             regions_remove(t);
     }
     if (rc == 0) {
-        rc = kind == MAPPING_OS_TRACK_UFFD ? mapping__uffd_begin(t) : mapping__mprot_begin(t);
+        rc = kind == MAPPING_TRACK_KIND_UFFD ? mapping__uffd_begin(t) : mapping__mprot_begin(t);
         if (rc)
             regions_remove(t);
     }
@@ -278,13 +278,13 @@ int mapping_os_track_begin(void *addr, size_t bytes, mapping_os_track **out)
     return 0;
 }
 
-void mapping_os_track_end(mapping_os_track *t)
+void mapping_track_end(mapping_track_region *t)
 {
     if (!t)
         return;
     pthread_mutex_lock(&regions_lock);
     pthread_mutex_lock(&t->lock);
-    if (t->kind == MAPPING_OS_TRACK_UFFD)
+    if (t->kind == MAPPING_TRACK_KIND_UFFD)
         mapping__uffd_end(t);
     else
         mapping__mprot_end(t);
@@ -292,15 +292,15 @@ void mapping_os_track_end(mapping_os_track *t)
     regions_remove(t);
     pthread_mutex_unlock(&t->lock);
     pthread_mutex_unlock(&regions_lock);
-    mapping_os_track_drop(t);
+    mapping_track_drop(t);
 }
 
-void mapping_os_track_hold(mapping_os_track *t)
+void mapping_track_hold(mapping_track_region *t)
 {
     atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
 }
 
-void mapping_os_track_drop(mapping_os_track *t)
+void mapping_track_drop(mapping_track_region *t)
 {
     if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1)
         return;
@@ -308,18 +308,18 @@ void mapping_os_track_drop(mapping_os_track *t)
     free(t);
 }
 
-int mapping_os_track_collect(mapping_os_track *t, mapping_os_track_fn fn, void *user, bool upload)
+int mapping_track_collect(mapping_track_region *t, mapping_track_fn fn, void *user, bool upload)
 {
     pthread_mutex_lock(&t->lock);
     int rc = t->ended                         ? 0
-             : t->kind == MAPPING_OS_TRACK_UFFD ? mapping__uffd_collect(t, fn, user, upload)
+             : t->kind == MAPPING_TRACK_KIND_UFFD ? mapping__uffd_collect(t, fn, user, upload)
                                                 : mapping__mprot_collect(t, fn, user);
     pthread_mutex_unlock(&t->lock);
     return rc;
 }
 
 /* The pages wholly inside [lo, hi), within the region; false if none. */
-static bool inner_pages(const mapping_os_track *t, uintptr_t *lo, uintptr_t *hi)
+static bool inner_pages(const mapping_track_region *t, uintptr_t *lo, uintptr_t *hi)
 {
     uintptr_t page = mapping_os_page_size();
     uintptr_t a = (*lo + page - 1) & ~(page - 1), b = *hi & ~(page - 1);
@@ -330,23 +330,23 @@ static bool inner_pages(const mapping_os_track *t, uintptr_t *lo, uintptr_t *hi)
     return a < b;
 }
 
-void mapping_os_track_clear(mapping_os_track *t, uintptr_t lo, uintptr_t hi)
+void mapping_track_clear(mapping_track_region *t, uintptr_t lo, uintptr_t hi)
 {
     if (!inner_pages(t, &lo, &hi))
         return;
     pthread_mutex_lock(&t->lock);
     if (t->ended) /* nothing to forget */
         ;
-    else if (t->kind == MAPPING_OS_TRACK_UFFD)
+    else if (t->kind == MAPPING_TRACK_KIND_UFFD)
         mapping__uffd_protect(t, lo, hi);
     else
         mapping__mprot_clear(t, lo, hi);
     pthread_mutex_unlock(&t->lock);
 }
 
-void mapping_os_track_release(mapping_os_track *t, uintptr_t lo, uintptr_t hi)
+void mapping_track_release(mapping_track_region *t, uintptr_t lo, uintptr_t hi)
 {
-    if (t->kind != MAPPING_OS_TRACK_MPROTECT)
+    if (t->kind != MAPPING_TRACK_KIND_MPROTECT)
         return;
     uintptr_t page = mapping_os_page_size();
     lo &= ~(page - 1);

@@ -2,7 +2,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "os/signal_chain.h"
+#include "track/signal_chain.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -62,7 +62,7 @@ static void asynchronous_signals(sigset_t *set)
  * counts it holds, which a sync and a mirror's end wait on, were never
  * given back: they waited forever); such a signal waits until ours
  * returns. The previous handler runs with its own mask, not this one
- * (mapping_os_sigsegv_chain). */
+ * (mapping_track_sigsegv_chain). */
 static void fill_ours(struct sigaction *sa, void (*ours)(int, siginfo_t *, void *), const struct sigaction *previous)
 {
     memset(sa, 0, sizeof *sa);
@@ -100,19 +100,19 @@ static bool is_library_handler(const struct sigaction *sa)
 
 /* ---- the previous handler, read and written by handlers on any thread ---- */
 
-static void load_copy(mapping_os_sigchain *c, unsigned which, struct sigaction *out)
+static void load_copy(mapping_track_sigchain *c, unsigned which, struct sigaction *out)
 {
-    unsigned long w[MAPPING_OS_SIGACTION_WORDS];
-    for (size_t i = 0; i < MAPPING_OS_SIGACTION_WORDS; i++)
+    unsigned long w[MAPPING_TRACK_SIGACTION_WORDS];
+    for (size_t i = 0; i < MAPPING_TRACK_SIGACTION_WORDS; i++)
         w[i] = atomic_load_explicit(&c->previous[which][i], memory_order_relaxed);
     memcpy(out, w, sizeof *out);
 }
 
-static void store_copy(mapping_os_sigchain *c, unsigned which, const struct sigaction *in)
+static void store_copy(mapping_track_sigchain *c, unsigned which, const struct sigaction *in)
 {
-    unsigned long w[MAPPING_OS_SIGACTION_WORDS] = {0};
+    unsigned long w[MAPPING_TRACK_SIGACTION_WORDS] = {0};
     memcpy(w, in, sizeof *in);
-    for (size_t i = 0; i < MAPPING_OS_SIGACTION_WORDS; i++)
+    for (size_t i = 0; i < MAPPING_TRACK_SIGACTION_WORDS; i++)
         atomic_store_explicit(&c->previous[which][i], w[i], memory_order_relaxed);
 }
 
@@ -120,7 +120,7 @@ static void store_copy(mapping_os_sigchain *c, unsigned which, const struct siga
  * copy that is not current; the copy read is only rewritten by the writer
  * of the version after next, so it was whole if `state` did not get past
  * the next version's publication meanwhile (else read again). */
-static unsigned read_previous(mapping_os_sigchain *c, struct sigaction *out)
+static unsigned read_previous(mapping_track_sigchain *c, struct sigaction *out)
 {
     for (;;) {
         unsigned s = atomic_load_explicit(&c->state, memory_order_acquire);
@@ -134,7 +134,7 @@ static unsigned read_previous(mapping_os_sigchain *c, struct sigaction *out)
 
 /* Makes *sa the previous handler (the next version) if no other writer is
  * at it and, unless `any`, the version is still `expect`. */
-static bool write_previous(mapping_os_sigchain *c, unsigned expect, bool any, const struct sigaction *sa)
+static bool write_previous(mapping_track_sigchain *c, unsigned expect, bool any, const struct sigaction *sa)
 {
     unsigned s = atomic_load_explicit(&c->state, memory_order_relaxed);
     if ((s & 1) || (!any && s >> 1 != expect))
@@ -153,7 +153,7 @@ static bool write_previous(mapping_os_sigchain *c, unsigned expect, bool any, co
  * a while rather than wait forever. */
 enum { WRITE_TRIES = 1000 };
 
-int mapping_os_sigsegv_install(mapping_os_sigchain *c, void (*ours)(int, siginfo_t *, void *))
+int mapping_track_sigsegv_install(mapping_track_sigchain *c, void (*ours)(int, siginfo_t *, void *))
 {
     /* The handler there now is recorded before ours goes in: sigaction
      * swaps the handlers, then copies the old one out, and a fault on
@@ -212,7 +212,7 @@ static void die_by_default(int sig, siginfo_t *info)
  * that chained down to it (ours above that one would make them call each
  * other without end). A default or ignored action put there is left: the
  * fault is to be fatal. */
-static void put_back(mapping_os_sigchain *c, int sig, const struct sigaction *top)
+static void put_back(mapping_track_sigchain *c, int sig, const struct sigaction *top)
 {
     struct sigaction now;
     if (no_handler(top) || sigaction(sig, NULL, &now) != 0 || same_handler(&now, top) || no_handler(&now) ||
@@ -228,7 +228,7 @@ static void put_back(mapping_os_sigchain *c, int sig, const struct sigaction *to
         sched_yield();
 }
 
-void mapping_os_sigsegv_chain(mapping_os_sigchain *c, int sig, siginfo_t *info, void *ctx)
+void mapping_track_sigsegv_chain(mapping_track_sigchain *c, int sig, siginfo_t *info, void *ctx)
 {
     int saved_errno = errno;
     struct sigaction top, call;
@@ -314,7 +314,7 @@ static bool passes_left(uintptr_t page)
     return atomic_fetch_add(&pass_count, 1) < PASSES_MAX;
 }
 
-bool mapping_os_fault_passes_now(const siginfo_t *info, void *ctx, size_t page)
+bool mapping_track_fault_passes_now(const siginfo_t *info, void *ctx, size_t page)
 {
 #if defined(__x86_64__) && defined(REG_ERR) && defined(MADV_POPULATE_WRITE) && defined(MADV_POPULATE_READ)
     enum { PF_WRITE = 1 << 1, PF_INSTR = 1 << 4 }; /* x86 page-fault error code bits */
@@ -349,7 +349,7 @@ static size_t history_bit(uintptr_t chunk)
     return (size_t)(((uint64_t)chunk * 0x9E3779B97F4A7C15ull) >> 52); /* 12 bits: 0 .. 4095 */
 }
 
-void mapping_os_fault_history_add(mapping_os_fault_history *h, uintptr_t lo, uintptr_t hi)
+void mapping_track_fault_history_add(mapping_track_fault_history *h, uintptr_t lo, uintptr_t hi)
 {
     if (hi <= lo)
         return;
@@ -367,7 +367,7 @@ void mapping_os_fault_history_add(mapping_os_fault_history *h, uintptr_t lo, uin
     }
 }
 
-bool mapping_os_fault_history_has(const mapping_os_fault_history *h, uintptr_t addr)
+bool mapping_track_fault_history_has(const mapping_track_fault_history *h, uintptr_t addr)
 {
     size_t bit = history_bit(addr >> CHUNK_SHIFT);
     return (atomic_load(&h->bits[bit / 64]) >> (bit % 64)) & 1;

@@ -40,9 +40,9 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
-#include "os/fault_count.h"
+#include "track/fault_count.h"
 #include "os/os.h"
-#include "os/write_track.h"
+#include "track/write_track.h"
 
 #if defined(__linux__) && defined(SYS_userfaultfd)
 #include <linux/fs.h>
@@ -196,7 +196,7 @@ enum { SAMPLES_MAX = 1024 };
 
 /* The stride of a run [lo, hi)'s samples: open_min / 4, or the power of
  * two that keeps them to SAMPLES_MAX. */
-static uintptr_t sample_stride(const mapping_os_track *t, uintptr_t lo, uintptr_t hi)
+static uintptr_t sample_stride(const mapping_track_region *t, uintptr_t lo, uintptr_t hi)
 {
     uintptr_t stride = t->open_min / 4;
     while ((hi - lo) / stride > SAMPLES_MAX)
@@ -206,14 +206,14 @@ static uintptr_t sample_stride(const mapping_os_track *t, uintptr_t lo, uintptr_
 
 /* The first sample page of run r at or after lo: samples sit at the
  * multiples of its stride. */
-static uintptr_t first_sample(const mapping_os_open_run *r, uintptr_t lo)
+static uintptr_t first_sample(const mapping_track_open_run *r, uintptr_t lo)
 {
     return (lo + r->stride - 1) & ~(r->stride - 1);
 }
 
 /* Protects run r's sample pages in [lo, hi). One that stays writable (a
  * failed call) reads as written: its run stays open, which is safe. */
-static void protect_samples(const mapping_os_open_run *r, uintptr_t lo, uintptr_t hi)
+static void protect_samples(const mapping_track_open_run *r, uintptr_t lo, uintptr_t hi)
 {
     uintptr_t page = mapping_os_page_size();
     for (uintptr_t s = first_sample(r, lo); s < hi; s += r->stride)
@@ -223,13 +223,13 @@ static void protect_samples(const mapping_os_open_run *r, uintptr_t lo, uintptr_
 /* Clear (the library's own writes): [lo, hi) is protected again, except
  * the open runs in it, which are reported at every collect anyway (their
  * samples are protected, so the library's writes do not keep them open). */
-void mapping__uffd_protect(mapping_os_track *t, uintptr_t lo, uintptr_t hi)
+void mapping__uffd_protect(mapping_track_region *t, uintptr_t lo, uintptr_t hi)
 {
     if (!own_fds() || t->generation != fds_generation)
         return; /* registered before a fork: the next collect reports it all */
     uintptr_t at = lo;
     for (int i = 0; i < t->n_open && at < hi; i++) {
-        const mapping_os_open_run *r = &t->open[i];
+        const mapping_track_open_run *r = &t->open[i];
         if (r->hi <= at || r->lo >= hi)
             continue;
         if (r->lo > at)
@@ -242,9 +242,9 @@ void mapping__uffd_protect(mapping_os_track *t, uintptr_t lo, uintptr_t hi)
         (void)write_protect(at, hi, true);
 }
 
-static int register_region(mapping_os_track *t)
+static int register_region(mapping_track_region *t)
 {
-    mapping_os_fault_log_mark(&t->fault_pos); /* before the protection: a later fault is in the log */
+    mapping_track_fault_log_mark(&t->fault_pos); /* before the protection: a later fault is in the log */
     struct uffdio_register reg = {.range = {t->lo, t->hi - t->lo}, .mode = UFFDIO_REGISTER_MODE_WP};
     if (ioctl(uffd, UFFDIO_REGISTER, &reg) != 0)
         /* EBUSY: a page is registered with another userfaultfd (the
@@ -266,14 +266,14 @@ static int register_region(mapping_os_track *t)
     return 0;
 }
 
-int mapping__uffd_begin(mapping_os_track *t)
+int mapping__uffd_begin(mapping_track_region *t)
 {
     if (!own_fds())
         return -ENOSYS;
     return register_region(t);
 }
 
-void mapping__uffd_end(mapping_os_track *t)
+void mapping__uffd_end(mapping_track_region *t)
 {
     if (!own_fds() || t->generation != fds_generation)
         return; /* the parent's registration: not this process's to undo */
@@ -289,7 +289,7 @@ void mapping__uffd_end(mapping_os_track *t)
 /* A region registered before a fork, in the child: nothing of it is
  * watched here, so all of it counts written once, and it is registered in
  * the child's own userfaultfd for the next syncs. */
-static bool its_own(mapping_os_track *t, mapping_os_track_fn fn, void *user)
+static bool its_own(mapping_track_region *t, mapping_track_fn fn, void *user)
 {
     if (own_fds() && t->generation == fds_generation)
         return true;
@@ -316,7 +316,7 @@ static bool use_shortcut(void)
 {
     static _Atomic int use = -1;
     if (use < 0)
-        use = mapping_os_track_scan_mode() != MAPPING_OS_SCAN_ALWAYS;
+        use = mapping_track_scan_mode() != MAPPING_TRACK_SCAN_ALWAYS;
     return use;
 }
 
@@ -369,7 +369,7 @@ static bool sole_thread(void)
 }
 
 /* Reports and protects again the written pages of [lo, hi). */
-static int scan(uintptr_t lo, uintptr_t hi, mapping_os_track_fn fn, void *user)
+static int scan(uintptr_t lo, uintptr_t hi, mapping_track_fn fn, void *user)
 {
     struct page_region vec[SCAN_VEC];
     uint64_t start = lo;
@@ -402,7 +402,7 @@ enum { FAULTED_MAX = 512, RUN_NS = 1000 };
  * or needed (a faulted page inside a hugetlbfs page: the kernel write-
  * protects and unprotects those whole, so only a walk of the region, whose
  * ends are aligned to them, finds and protects them again). */
-static int scan_faulted(const uintptr_t *pages, long n, uint64_t walk_ns, mapping_os_track_fn fn, void *user)
+static int scan_faulted(const uintptr_t *pages, long n, uint64_t walk_ns, mapping_track_fn fn, void *user)
 {
     uintptr_t page = mapping_os_page_size();
     long runs = 0;
@@ -426,7 +426,7 @@ static int scan_faulted(const uintptr_t *pages, long n, uint64_t walk_ns, mappin
 
 /* How many of the run's sample pages there are, and (look) how many were
  * written; those are protected again. */
-static int samples_written(const mapping_os_open_run *r, bool look, size_t *written, size_t *total)
+static int samples_written(const mapping_track_open_run *r, bool look, size_t *written, size_t *total)
 {
     uintptr_t page = mapping_os_page_size();
     *written = *total = 0;
@@ -459,13 +459,13 @@ static int samples_written(const mapping_os_open_run *r, bool look, size_t *writ
  * one stays writable until then, so each counts once); with no fault in
  * the process since the last look, none (protected) can have been
  * written: no look needed. */
-static int report_open_runs(mapping_os_track *t, bool no_fault, bool upload, mapping_os_track_fn fn, void *user)
+static int report_open_runs(mapping_track_region *t, bool no_fault, bool upload, mapping_track_fn fn, void *user)
 {
     if (!no_fault)
         t->samples_maybe_written = true;
     bool look = upload && t->samples_maybe_written;
     for (int i = 0; i < t->n_open;) {
-        mapping_os_open_run *r = &t->open[i];
+        mapping_track_open_run *r = &t->open[i];
         bool closing = false;
         if (upload) {
             size_t written, total;
@@ -494,7 +494,7 @@ static int report_open_runs(mapping_os_track *t, bool no_fault, bool upload, map
 
 /* Drops the faulted pages inside open runs (their samples: looked at by
  * report_open_runs); returns how many are left. */
-static long outside_open(const mapping_os_track *t, uintptr_t *pages, long n)
+static long outside_open(const mapping_track_region *t, uintptr_t *pages, long n)
 {
     long k = 0;
     for (long i = 0; i < n; i++) {
@@ -508,7 +508,7 @@ static long outside_open(const mapping_os_track *t, uintptr_t *pages, long n)
 }
 
 /* A walk of [t->lo, t->hi) around the open runs. */
-static int walk_outside_open(const mapping_os_track *t, mapping_os_track_fn fn, void *user)
+static int walk_outside_open(const mapping_track_region *t, mapping_track_fn fn, void *user)
 {
     uintptr_t at = t->lo;
     for (int i = 0; i <= t->n_open; i++) {
@@ -527,18 +527,18 @@ static int walk_outside_open(const mapping_os_track *t, mapping_os_track_fn fn, 
 /* Passes the scan's runs on, and keeps the long ones (adjacent runs
  * joined) as runs to open. */
 typedef struct opener {
-    mapping_os_track_fn fn;
+    mapping_track_fn fn;
     void               *user;
     size_t              open_min;
     bool                found; /* a written page */
     uintptr_t           lo, hi; /* the run growing */
-    uintptr_t           cand_lo[MAPPING_OS_TRACK_OPEN_MAX], cand_hi[MAPPING_OS_TRACK_OPEN_MAX];
+    uintptr_t           cand_lo[MAPPING_TRACK_OPEN_MAX], cand_hi[MAPPING_TRACK_OPEN_MAX];
     int                 n;
 } opener;
 
 static void opener_keep(opener *o)
 {
-    if (o->open_min && o->hi - o->lo >= o->open_min && o->n < MAPPING_OS_TRACK_OPEN_MAX) {
+    if (o->open_min && o->hi - o->lo >= o->open_min && o->n < MAPPING_TRACK_OPEN_MAX) {
         o->cand_lo[o->n] = o->lo;
         o->cand_hi[o->n++] = o->hi;
     }
@@ -564,14 +564,14 @@ static void opener_run(void *user, uintptr_t lo, uintptr_t hi)
  * (reported at every collect: nothing written there can be missed). Where
  * joining changes the samples' stride, the whole joined run is lifted and
  * its samples protected anew. */
-static void open_run(mapping_os_track *t, uintptr_t lo, uintptr_t hi, bool upload)
+static void open_run(mapping_track_region *t, uintptr_t lo, uintptr_t hi, bool upload)
 {
-    if (t->n_open == MAPPING_OS_TRACK_OPEN_MAX)
+    if (t->n_open == MAPPING_TRACK_OPEN_MAX)
         return;
     int first = 0;
     while (first < t->n_open && t->open[first].hi < lo)
         first++;
-    mapping_os_open_run run = {.lo = lo, .hi = hi, .fresh = !upload}; /* opened before an upload: judged after the next */
+    mapping_track_open_run run = {.lo = lo, .hi = hi, .fresh = !upload}; /* opened before an upload: judged after the next */
     int last = first; /* open[first, last) touch it (the scan skipped them: no overlap) */
     for (; last < t->n_open && t->open[last].lo <= run.hi; last++) {
         run.lo = t->open[last].lo < run.lo ? t->open[last].lo : run.lo;
@@ -594,10 +594,10 @@ static void open_run(mapping_os_track *t, uintptr_t lo, uintptr_t hi, bool uploa
  * long run of the last such collect by open_min or more opens; the others
  * are remembered for the next. (A fill written once, then scattered
  * writes, opens nothing.) */
-static void open_repeated(mapping_os_track *t, const opener *o, bool upload)
+static void open_repeated(mapping_track_region *t, const opener *o, bool upload)
 {
     int kept = 0;
-    uintptr_t keep_lo[MAPPING_OS_TRACK_OPEN_MAX], keep_hi[MAPPING_OS_TRACK_OPEN_MAX];
+    uintptr_t keep_lo[MAPPING_TRACK_OPEN_MAX], keep_hi[MAPPING_TRACK_OPEN_MAX];
     for (int i = 0; i < o->n; i++) {
         bool again = false;
         for (int j = 0; j < t->n_streamed && !again; j++) {
@@ -617,7 +617,7 @@ static void open_repeated(mapping_os_track *t, const opener *o, bool upload)
     t->n_streamed = kept;
 }
 
-int mapping__uffd_collect(mapping_os_track *t, mapping_os_track_fn fn, void *user, bool upload)
+int mapping__uffd_collect(mapping_track_region *t, mapping_track_fn fn, void *user, bool upload)
 {
     if (!its_own(t, fn, user))
         return 0;
@@ -631,14 +631,14 @@ int mapping__uffd_collect(mapping_os_track *t, mapping_os_track_fn fn, void *use
     if (msync((void *)t->lo, t->hi - t->lo, MS_ASYNC) != 0 && errno == ENOMEM)
         return -EFAULT;
     uintptr_t pages[FAULTED_MAX];
-    mapping_os_fault_pos now;
+    mapping_track_fault_pos now;
     uint64_t faults;
     /* Where every thread's faults are counted as they begin, the stamp
      * sees a fault in flight; elsewhere only a process with one thread
      * (asked before the stamp is read) has none. */
-    bool shortcut = use_shortcut(), entries = shortcut && mapping_os_fault_entries_available();
+    bool shortcut = use_shortcut(), entries = shortcut && mapping_track_fault_entries_available();
     bool sole = shortcut && !entries && sole_thread(), every_thread;
-    long n = mapping_os_fault_log_pages(&t->fault_pos, t->lo, t->hi, pages, FAULTED_MAX, t->walk_ns, &now, &faults,
+    long n = mapping_track_fault_log_pages(&t->fault_pos, t->lo, t->hi, pages, FAULTED_MAX, t->walk_ns, &now, &faults,
                                         &every_thread);
     bool trusted = shortcut && (every_thread || sole);
     bool counted = faults != UINT64_MAX && trusted;
@@ -681,21 +681,21 @@ int mapping__uffd_probe(const char **why)
     *why = "no userfaultfd on this system";
     return -ENOSYS;
 }
-int mapping__uffd_begin(mapping_os_track *t)
+int mapping__uffd_begin(mapping_track_region *t)
 {
     (void)t;
     return -ENOSYS;
 }
-void mapping__uffd_end(mapping_os_track *t)
+void mapping__uffd_end(mapping_track_region *t)
 {
     (void)t;
 }
-int mapping__uffd_collect(mapping_os_track *t, mapping_os_track_fn fn, void *user, bool upload)
+int mapping__uffd_collect(mapping_track_region *t, mapping_track_fn fn, void *user, bool upload)
 {
     (void)t, (void)fn, (void)user, (void)upload;
     return -ENOSYS;
 }
-void mapping__uffd_protect(mapping_os_track *t, uintptr_t lo, uintptr_t hi)
+void mapping__uffd_protect(mapping_track_region *t, uintptr_t lo, uintptr_t hi)
 {
     (void)t, (void)lo, (void)hi;
 }

@@ -12,7 +12,7 @@
  * (signal_chain.h: to the handler installed before ours, with its mask and
  * flags, or the default action), except a late one: a write that faulted
  * on a region that ended before the handler ran (ended_lately, and
- * mapping_os_fault_passes_now) is run again.
+ * mapping_track_fault_passes_now) is run again.
  *
  * Orders that keep a page's bit and its protection consistent when a write
  * races a collect: the handler unprotects before it sets the bit; collect
@@ -39,10 +39,10 @@
 #include <time.h>
 #include <sys/mman.h>
 #include "os/os.h"
-#include "os/signal_chain.h"
-#include "os/write_track.h"
+#include "track/signal_chain.h"
+#include "track/write_track.h"
 
-enum { MPROT_SLOTS = MAPPING_OS_MPROT_SLOTS };
+enum { MPROT_SLOTS = MAPPING_TRACK_MPROT_SLOTS };
 
 typedef struct mprot_slot {
     _Atomic uintptr_t lo, hi;           /* hi == 0: free (published last, cleared first) */
@@ -63,10 +63,10 @@ static mprot_slot        slots[MPROT_SLOTS];
 #define RO(t) (PROT_READ | (t)->prot_exec)
 #define RW(t) (PROT_READ | PROT_WRITE | (t)->prot_exec)
 static _Atomic int       in_handler;
-static mapping_os_sigchain chain;
+static mapping_track_sigchain chain;
 /* The 2 MiB chunks any region ever covered: where a late fault may come
  * from (on_segv). */
-static mapping_os_fault_history history;
+static mapping_track_fault_history history;
 static pthread_once_t    install_once = PTHREAD_ONCE_INIT;
 static int               install_rc;
 static size_t            page_size;
@@ -210,7 +210,7 @@ static bool open_pages(mprot_slot *s, uintptr_t addr, uintptr_t lo, uintptr_t hi
  * still passed on after a few microseconds. The records are a ring: a
  * thread preempted between its fault and the handler for longer than it
  * takes ENDED_RECORDS regions to end finds none; on_segv then asks whether
- * the write would pass now (mapping_os_fault_passes_now). */
+ * the write would pass now (mapping_track_fault_passes_now). */
 enum { ENDED_RECORDS = 16, RETRIES = 1024 };
 
 typedef struct ended_record {
@@ -260,11 +260,11 @@ static void on_segv(int sig, siginfo_t *info, void *ctx)
      * they keep): the region ended, its pages are writable, and the write
      * passes if run again. Only near memory ever tracked, so that other
      * faults reach the program's handler as without the library. */
-    if (!ours && accerr && mapping_os_fault_history_has(&history, (uintptr_t)info->si_addr))
-        ours = mapping_os_fault_passes_now(info, ctx, page_size);
+    if (!ours && accerr && mapping_track_fault_history_has(&history, (uintptr_t)info->si_addr))
+        ours = mapping_track_fault_passes_now(info, ctx, page_size);
     errno = saved;
     if (!ours)
-        mapping_os_sigsegv_chain(&chain, sig, info, ctx);
+        mapping_track_sigsegv_chain(&chain, sig, info, ctx);
 }
 
 /* fork(): a thread inside the handler does not exist in the child, but
@@ -306,7 +306,7 @@ static void install(void)
     char *end = NULL;
     unsigned long long us = delay && *delay >= '0' && *delay <= '9' ? strtoull(delay, &end, 10) : 0;
     open_delay_ns = end && !*end && us <= 1000000u ? us * 1000u : 0;
-    install_rc = !atfork_ok ? -ENOMEM : mapping_os_sigsegv_install(&chain, on_segv);
+    install_rc = !atfork_ok ? -ENOMEM : mapping_track_sigsegv_install(&chain, on_segv);
 }
 
 int mapping__mprot_probe(const char **why)
@@ -315,7 +315,7 @@ int mapping__mprot_probe(const char **why)
     return 0; /* installed on first use: a process that never tracks keeps its handlers untouched */
 }
 
-int mapping__mprot_begin(mapping_os_track *t)
+int mapping__mprot_begin(mapping_track_region *t)
 {
     pthread_once(&install_once, install);
     if (install_rc)
@@ -331,7 +331,7 @@ int mapping__mprot_begin(mapping_os_track *t)
     if (!bits)
         return -ENOMEM;
     mprot_slot *s = &slots[free_slot];
-    mapping_os_fault_history_add(&history, t->lo, t->hi);
+    mapping_track_fault_history_add(&history, t->lo, t->hi);
     atomic_store_explicit(&s->bits, bits, memory_order_relaxed);
     atomic_store_explicit(&s->dirty, 0, memory_order_relaxed);
     atomic_store_explicit(&s->exec, t->prot_exec, memory_order_relaxed);
@@ -358,7 +358,7 @@ int mapping__mprot_begin(mapping_os_track *t)
     return 0;
 }
 
-void mapping__mprot_end(mapping_os_track *t)
+void mapping__mprot_end(mapping_track_region *t)
 {
     mprot_slot *s = &slots[t->slot];
     mprotect((void *)t->lo, t->hi - t->lo, RW(t));
@@ -378,8 +378,8 @@ void mapping__mprot_end(mapping_os_track *t)
 /* Protects pages [p, e) of the region again and reports them written. If
  * they cannot be protected (out of mappings), they stay writable and
  * counted written: reported again at the next collect, never lost. */
-static void report_run(const mapping_os_track *t, mprot_slot *s, _Atomic uint64_t *bits, size_t p, size_t e,
-                       mapping_os_track_fn fn, void *user)
+static void report_run(const mapping_track_region *t, mprot_slot *s, _Atomic uint64_t *bits, size_t p, size_t e,
+                       mapping_track_fn fn, void *user)
 {
     uintptr_t a = t->lo + p * page_size, b = t->lo + e * page_size;
     if (mprotect((void *)a, b - a, RO(t)) != 0) {
@@ -391,7 +391,7 @@ static void report_run(const mapping_os_track *t, mprot_slot *s, _Atomic uint64_
     fn(user, a, b);
 }
 
-int mapping__mprot_collect(mapping_os_track *t, mapping_os_track_fn fn, void *user)
+int mapping__mprot_collect(mapping_track_region *t, mapping_track_fn fn, void *user)
 {
     mprot_slot *s = &slots[t->slot];
     wait_for_openers(s); /* pages opened before this call have their bits */
@@ -424,7 +424,7 @@ int mapping__mprot_collect(mapping_os_track *t, mapping_os_track_fn fn, void *us
     return 0;
 }
 
-void mapping__mprot_clear(mapping_os_track *t, uintptr_t lo, uintptr_t hi)
+void mapping__mprot_clear(mapping_track_region *t, uintptr_t lo, uintptr_t hi)
 {
     mprot_slot *s = &slots[t->slot];
     _Atomic uint64_t *bits = atomic_load_explicit(&s->bits, memory_order_relaxed);
@@ -436,7 +436,7 @@ void mapping__mprot_clear(mapping_os_track *t, uintptr_t lo, uintptr_t hi)
         atomic_fetch_and_explicit(&bits[p / 64], ~((uint64_t)1 << (p % 64)), memory_order_acq_rel);
 }
 
-void mapping__mprot_release(mapping_os_track *t, uintptr_t lo, uintptr_t hi)
+void mapping__mprot_release(mapping_track_region *t, uintptr_t lo, uintptr_t hi)
 {
     mprot_slot *s = &slots[t->slot];
     _Atomic uint64_t *bits = atomic_load_explicit(&s->bits, memory_order_relaxed);

@@ -25,9 +25,9 @@
 #include <ucontext.h>
 #include <unistd.h>
 #include "os/os.h"
-#include "os/signal_chain.h"
-#include "os/race_guard.h"
-#include "os/write_track.h"
+#include "track/signal_chain.h"
+#include "track/race_guard.h"
+#include "track/write_track.h"
 
 _Atomic int mapping__race_mode;
 
@@ -79,11 +79,11 @@ static pthread_mutex_t           guards_lock = PTHREAD_MUTEX_INITIALIZER;
  * a fault on an open guard's pages then retries rather than going on. */
 static _Atomic int               in_transition;
 static pthread_once_t            install_once = PTHREAD_ONCE_INIT;
-static mapping_os_sigchain       chain;
+static mapping_track_sigchain       chain;
 static int                       installed;
 static size_t                    guard_page; /* the base page, for the handler */
 /* The 2 MiB chunks a guard ever protected: where a late fault may come from. */
-static mapping_os_fault_history  history;
+static mapping_track_fault_history  history;
 
 /* ---- the report (async-signal-safe formatting) ---- */
 
@@ -195,18 +195,18 @@ static void on_segv(int sig, siginfo_t *info, void *ctx)
      * guard once protected, so that other faults go on as without the
      * library. */
     if (!again && info && info->si_code == SEGV_ACCERR &&
-        (open_slot || mapping_os_fault_history_has(&history, addr)))
-        again = mapping_os_fault_passes_now(info, ctx, guard_page);
+        (open_slot || mapping_track_fault_history_has(&history, addr)))
+        again = mapping_track_fault_passes_now(info, ctx, guard_page);
     errno = saved_errno;
     if (again)
         return; /* try the access again */
-    mapping_os_sigsegv_chain(&chain, sig, info, ctx);
+    mapping_track_sigsegv_chain(&chain, sig, info, ctx);
 }
 
 static void install(void)
 {
     guard_page = mapping_os_page_size();
-    installed = mapping_os_sigsegv_install(&chain, on_segv) == 0;
+    installed = mapping_track_sigsegv_install(&chain, on_segv) == 0;
 }
 
 /* Recomputes the protection of [lo, hi) from every guard on it. Under guards_lock. */
@@ -274,15 +274,15 @@ mapping_race_guard *mapping__race_guard_begin(const void *ptr, size_t bytes, int
     uintptr_t lo = (p + page - 1) & ~(page - 1), hi = (p + bytes) & ~(page - 1);
     uintptr_t olo = p & ~(page - 1), ohi = (p + bytes + page - 1) & ~(page - 1);
     /* Pages watched by mprotect write tracking keep their own protection. */
-    if (!bytes || (lo < hi && mapping_os_track_kind_get() == MAPPING_OS_TRACK_MPROTECT &&
-                   mapping_os_track_overlaps(lo, hi)))
+    if (!bytes || (lo < hi && mapping_track_kind_get() == MAPPING_TRACK_KIND_MPROTECT &&
+                   mapping_track_overlaps(lo, hi)))
         return NULL;
     /* Only plain read-write memory is protected: the guard's end makes its
      * pages read-write again, which would make read-only memory (a const
      * table uploaded) writable, or drop PROT_EXEC (a JIT buffer). */
     int exec = 0;
     if (lo < hi) {
-        int rc = mapping_os_range_protection(lo, hi, &exec);
+        int rc = mapping_track_range_protection(lo, hi, &exec);
         if ((rc != 0 && rc != -ENOENT) || exec != 0)
             lo = hi; /* not checked: an open record */
     }
@@ -318,7 +318,7 @@ mapping_race_guard *mapping__race_guard_begin(const void *ptr, size_t bytes, int
         atomic_store_explicit(&g->state, overlap ? SLOT_OPEN : op == MAPPING_RACE_H2D ? SLOT_READONLY : SLOT_NOACCESS,
                               memory_order_release);
         if (!overlap) {
-            mapping_os_fault_history_add(&history, lo, hi);
+            mapping_track_fault_history_add(&history, lo, hi);
             protect_pages(lo, hi);
         }
     }

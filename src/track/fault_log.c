@@ -12,10 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "os/fault_count.h"
-#include "os/fault_log.h"
+#include "track/fault_count.h"
+#include "track/fault_log.h"
 #include "os/os.h"
-#include "os/write_track.h"
+#include "track/write_track.h"
 
 #if defined(__linux__)
 #include <linux/perf_event.h>
@@ -42,7 +42,7 @@ static bool     event_on;      /* the event is enabled */
 static bool     skip_next;     /* enabled after the last snapshot: the next interval is a gap */
 static bool     last_valid;    /* last_faults belongs to a consistent snapshot on the logging thread */
 static uint64_t last_faults;
-static uint64_t last_entries;  /* mapping_os_fault_entries at the last consistent snapshot */
+static uint64_t last_entries;  /* mapping_track_fault_entries at the last consistent snapshot */
 static bool     last_entries_valid;
 static uint64_t drains, gap_drain;
 static uint64_t log_length;
@@ -50,7 +50,7 @@ static uintptr_t log_pages[LOG_CAP];
 
 static bool wanted(void)
 {
-    return mapping_os_track_scan_mode() == MAPPING_OS_SCAN_FAULTED;
+    return mapping_track_scan_mode() == MAPPING_TRACK_SCAN_FAULTED;
 }
 
 /* fork(): the lock is held across it, so a child never inherits it taken
@@ -149,7 +149,7 @@ static void open_event(void)
     why_not = "";
 }
 
-bool mapping_os_fault_log_probe(const char **why)
+bool mapping_track_fault_log_probe(const char **why)
 {
     if (!wanted()) {
         *why = "MAPPING_TRACK_SCAN is not faulted";
@@ -222,7 +222,7 @@ static bool process_faults(uint64_t *out)
 /* One drain (under `lock`): the samples since the last one go to the log,
  * and the interval is a gap unless it provably holds every fault. Returns
  * whether *faults_out holds a fault stamp: the process's fault count, plus
- * the faults every thread began (mapping_os_fault_entries) when
+ * the faults every thread began (mapping_track_fault_entries) when
  * *every_thread says they are counted. Equal stamps mean that no fault
  * completed, and with *every_thread that none began either: no page became
  * writable, even in another thread's fault still in flight. */
@@ -234,14 +234,14 @@ static bool drain(uint64_t scan_ns, uint64_t *faults_out, bool *every_thread)
     *every_thread = false;
     if (!opened_here()) {
         counted = process_faults(faults_out);
-        *every_thread = counted && mapping_os_fault_entries(&entries);
+        *every_thread = counted && mapping_track_fault_entries(&entries);
         *faults_out += entries;
     } else {
         uint64_t tail = ring->data_tail;
         uint64_t h1 = __atomic_load_n(&ring->data_head, __ATOMIC_ACQUIRE);
         struct rusage r;
         int rc = logging_thread ? getrusage(RUSAGE_SELF, &r) : -1;
-        bool have_entries = rc == 0 && mapping_os_fault_entries(&entries);
+        bool have_entries = rc == 0 && mapping_track_fault_entries(&entries);
         uint64_t h2 = __atomic_load_n(&ring->data_head, __ATOMIC_ACQUIRE);
         bool missing = false;
         uint64_t samples = read_records(tail, h2, &missing);
@@ -281,10 +281,10 @@ static bool drain(uint64_t scan_ns, uint64_t *faults_out, bool *every_thread)
 static void set_up_unlocked(void)
 {
     pthread_once(&open_once, open_event);
-    (void)mapping_os_fault_entries_available();
+    (void)mapping_track_fault_entries_available();
 }
 
-bool mapping_os_fault_log_available(const char **why)
+bool mapping_track_fault_log_available(const char **why)
 {
     set_up_unlocked();
     pthread_mutex_lock(&lock);
@@ -294,14 +294,14 @@ bool mapping_os_fault_log_available(const char **why)
     return ok;
 }
 
-void mapping_os_fault_log_mark(mapping_os_fault_pos *now)
+void mapping_track_fault_log_mark(mapping_track_fault_pos *now)
 {
     uint64_t faults;
     bool every_thread;
     set_up_unlocked();
     pthread_mutex_lock(&lock);
     drain(0, &faults, &every_thread);
-    *now = (mapping_os_fault_pos){.drain = drains, .length = log_length};
+    *now = (mapping_track_fault_pos){.drain = drains, .length = log_length};
     pthread_mutex_unlock(&lock);
 }
 
@@ -311,8 +311,8 @@ static int compare_pages(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-long mapping_os_fault_log_pages(const mapping_os_fault_pos *since, uintptr_t lo, uintptr_t hi, uintptr_t *pages,
-                                size_t cap, uint64_t scan_ns, mapping_os_fault_pos *now, uint64_t *faults,
+long mapping_track_fault_log_pages(const mapping_track_fault_pos *since, uintptr_t lo, uintptr_t hi, uintptr_t *pages,
+                                size_t cap, uint64_t scan_ns, mapping_track_fault_pos *now, uint64_t *faults,
                                 bool *every_thread)
 {
     long n = -1;
@@ -320,7 +320,7 @@ long mapping_os_fault_log_pages(const mapping_os_fault_pos *since, uintptr_t lo,
     set_up_unlocked();
     pthread_mutex_lock(&lock);
     *faults = drain(scan_ns, &count, every_thread) ? count : UINT64_MAX;
-    *now = (mapping_os_fault_pos){.drain = drains, .length = log_length};
+    *now = (mapping_track_fault_pos){.drain = drains, .length = log_length};
     if (since->drain && since->drain >= gap_drain && log_length - since->length <= LOG_CAP) {
         n = 0;
         for (uint64_t i = since->length; i < log_length; i++) {
@@ -349,26 +349,26 @@ long mapping_os_fault_log_pages(const mapping_os_fault_pos *since, uintptr_t lo,
 
 #else /* no perf events: every scan walks */
 
-bool mapping_os_fault_log_probe(const char **why)
+bool mapping_track_fault_log_probe(const char **why)
 {
     *why = "no perf events on this system";
     return false;
 }
-bool mapping_os_fault_log_available(const char **why)
+bool mapping_track_fault_log_available(const char **why)
 {
     *why = "no perf events on this system";
     return false;
 }
-void mapping_os_fault_log_mark(mapping_os_fault_pos *now)
+void mapping_track_fault_log_mark(mapping_track_fault_pos *now)
 {
-    *now = (mapping_os_fault_pos){0, 0};
+    *now = (mapping_track_fault_pos){0, 0};
 }
-long mapping_os_fault_log_pages(const mapping_os_fault_pos *since, uintptr_t lo, uintptr_t hi, uintptr_t *pages,
-                                size_t cap, uint64_t scan_ns, mapping_os_fault_pos *now, uint64_t *faults,
+long mapping_track_fault_log_pages(const mapping_track_fault_pos *since, uintptr_t lo, uintptr_t hi, uintptr_t *pages,
+                                size_t cap, uint64_t scan_ns, mapping_track_fault_pos *now, uint64_t *faults,
                                 bool *every_thread)
 {
     (void)since, (void)lo, (void)hi, (void)pages, (void)cap, (void)scan_ns;
-    *now = (mapping_os_fault_pos){0, 0};
+    *now = (mapping_track_fault_pos){0, 0};
     *faults = UINT64_MAX;
     *every_thread = false;
     return -1;

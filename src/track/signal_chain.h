@@ -8,8 +8,8 @@
  * (sigaction, pthread_sigmask, madvise, tgkill), atomics, no lock, no
  * allocation, no stdio; errno is left as it was found.
  */
-#ifndef MAPPING_OS_SIGNAL_CHAIN_H
-#define MAPPING_OS_SIGNAL_CHAIN_H
+#ifndef MAPPING_TRACK_SIGNAL_CHAIN_H
+#define MAPPING_TRACK_SIGNAL_CHAIN_H
 
 #include <signal.h>
 #include <stdatomic.h>
@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum { MAPPING_OS_SIGACTION_WORDS = (sizeof(struct sigaction) + sizeof(unsigned long) - 1) / sizeof(unsigned long) };
+enum { MAPPING_TRACK_SIGACTION_WORDS = (sizeof(struct sigaction) + sizeof(unsigned long) - 1) / sizeof(unsigned long) };
 
 /* One library handler's place in the chain: the handler, and the one
  * installed before it. Handlers on any thread read (and rarely replace)
@@ -25,11 +25,11 @@ enum { MAPPING_OS_SIGACTION_WORDS = (sizeof(struct sigaction) + sizeof(unsigned 
  * by `state` (a version, times 2, plus 1 while a writer fills the other
  * copy), so a reader never waits and never sees a half-written one.
  * Zero-initialised (static storage) before install. */
-typedef struct mapping_os_sigchain {
+typedef struct mapping_track_sigchain {
     void (*ours)(int, siginfo_t *, void *);
     _Atomic unsigned      state;
-    _Atomic unsigned long previous[2][MAPPING_OS_SIGACTION_WORDS];
-} mapping_os_sigchain;
+    _Atomic unsigned long previous[2][MAPPING_TRACK_SIGACTION_WORDS];
+} mapping_track_sigchain;
 
 /* Installs `ours` for SIGSEGV (SA_SIGINFO | SA_NODEFER, with the previous
  * handler's SA_ONSTACK and SA_RESTART: where the kernel runs it, on which
@@ -38,7 +38,7 @@ typedef struct mapping_os_sigchain {
  * library loaded for good (RTLD_NODELETE): a dlclose must not leave the
  * handler pointing at unmapped code. 0 or -errno. Not async-signal-safe;
  * once per chain. */
-int mapping_os_sigsegv_install(mapping_os_sigchain *chain, void (*ours)(int, siginfo_t *, void *));
+int mapping_track_sigsegv_install(mapping_track_sigchain *chain, void (*ours)(int, siginfo_t *, void *));
 
 /* For a SIGSEGV that is not ours: does what the kernel would have done
  * without our handler.
@@ -60,7 +60,7 @@ int mapping_os_sigsegv_install(mapping_os_sigchain *chain, void (*ours)(int, sig
  *   Nothing else is ever installed by this, so a handler installed above
  *   ours that chains to it is never put below ours (they would call each
  *   other without end). */
-void mapping_os_sigsegv_chain(mapping_os_sigchain *chain, int sig, siginfo_t *info, void *ctx);
+void mapping_track_sigsegv_chain(mapping_track_sigchain *chain, int sig, siginfo_t *info, void *ctx);
 
 /* Whether the access that raised this SEGV_ACCERR fault would pass if run
  * again now: on x86-64, a data read or write (the page-fault error code in
@@ -71,19 +71,19 @@ void mapping_os_sigsegv_chain(mapping_os_sigchain *chain, int sig, siginfo_t *in
  * cannot tell (other architectures, an older kernel, an instruction
  * fetch) and after many passes for one page in a short time (something
  * protects it again each time: not a loop). page: the base page size. */
-bool mapping_os_fault_passes_now(const siginfo_t *info, void *ctx, size_t page);
+bool mapping_track_fault_passes_now(const siginfo_t *info, void *ctx, size_t page);
 
 /* Where one of our handlers protected pages at some time: a set of 2 MiB
  * chunks (hashed, 4096 bits: a false hit costs one madvise). A late fault
- * is only taken for ours (mapping_os_fault_passes_now) inside it, so that
+ * is only taken for ours (mapping_track_fault_passes_now) inside it, so that
  * a fault far from our memory goes to the program's handler exactly as
  * without the library, even one whose cause another thread removed
  * meanwhile. Zero-initialised; add is not async-signal-safe-critical (it
  * only sets bits), has is. */
-typedef struct mapping_os_fault_history {
+typedef struct mapping_track_fault_history {
     _Atomic uint64_t bits[64];
-} mapping_os_fault_history;
-void mapping_os_fault_history_add(mapping_os_fault_history *h, uintptr_t lo, uintptr_t hi);
-bool mapping_os_fault_history_has(const mapping_os_fault_history *h, uintptr_t addr);
+} mapping_track_fault_history;
+void mapping_track_fault_history_add(mapping_track_fault_history *h, uintptr_t lo, uintptr_t hi);
+bool mapping_track_fault_history_has(const mapping_track_fault_history *h, uintptr_t addr);
 
 #endif

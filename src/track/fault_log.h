@@ -33,22 +33,22 @@
 #include <stdint.h>
 
 /* A point in the log: the drain it was taken at, and the log's length then. */
-typedef struct mapping_os_fault_pos {
+typedef struct mapping_track_fault_pos {
     uint64_t drain, length;
-} mapping_os_fault_pos;
+} mapping_track_fault_pos;
 
 /* Whether the process could log faults (a trial event, opened and closed;
  * the calling thread does not become the logging thread): false with *why
  * set when not. */
-bool mapping_os_fault_log_probe(const char **why);
+bool mapping_track_fault_log_probe(const char **why);
 /* Whether the process logs faults (opens the event on the first call of
  * any function here): false with *why set when not. */
-bool mapping_os_fault_log_available(const char **why);
+bool mapping_track_fault_log_available(const char **why);
 
 /* Drains the ring and returns the point now, for a region whose scan
  * starts after this call: the next query from that point finds the faults
  * taken after it. */
-void mapping_os_fault_log_mark(mapping_os_fault_pos *now);
+void mapping_track_fault_log_mark(mapping_track_fault_pos *now);
 
 /* Drains the ring; when every fault since `since` is in the log and at most
  * `cap` distinct pages of [lo, hi) (page-aligned) were faulted on, writes
@@ -65,8 +65,8 @@ void mapping_os_fault_log_mark(mapping_os_fault_pos *now);
  * as far as the caller knows no other thread can fault (the log itself
  * then also needs the entries: an interval is complete only when they
  * grew by its sample count too). */
-long mapping_os_fault_log_pages(const mapping_os_fault_pos *since, uintptr_t lo, uintptr_t hi, uintptr_t *pages,
-                                size_t cap, uint64_t scan_ns, mapping_os_fault_pos *now, uint64_t *faults,
+long mapping_track_fault_log_pages(const mapping_track_fault_pos *since, uintptr_t lo, uintptr_t hi, uintptr_t *pages,
+                                size_t cap, uint64_t scan_ns, mapping_track_fault_pos *now, uint64_t *faults,
                                 bool *every_thread);
 
 #endif
