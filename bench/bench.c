@@ -288,6 +288,8 @@ int bench_sizes(const bench_ctx *ctx, size_t start, size_t end, double factor, s
 
 void bench_note(bench_ctx *ctx, const char *fmt, ...)
 {
+    if (!ctx->explain)
+        return;
     char line[512];
     va_list ap;
     va_start(ap, fmt);
@@ -299,19 +301,21 @@ void bench_note(bench_ctx *ctx, const char *fmt, ...)
 static char figures_json[16384];
 static size_t figures_len;
 
-void bench_figure_sized(bench_ctx *ctx, const char *id, double value, const char *unit, const char *what, size_t size,
-                        size_t full)
+static void figure(bench_ctx *ctx, const char *id, double value, const char *unit, const char *what, size_t size,
+                   size_t full, const char *na_why)
 {
     char key[128]; /* ids are short constants; one longer than this would be cut */
-    char verdict[256];
+    char verdict[384];
     bench_target t;
     bench_target_parse(what, &t);
     bench_target_scale(&t, size, full);
+    t.na_why = na_why;
     bench_target_status s = bench_target_check(&t, value);
     bench_target_describe(&t, s, value, unit, verdict, sizeof verdict);
     char desc[256]; /* the description without its "(target ...)" */
     snprintf(desc, sizeof desc, "%.*s%s", (int)t.desc_len, what, t.found ? t.rest : "");
-    fprintf(ctx->out, "  => %-44s %12.4g %s%s%s\n", desc, value, unit, *verdict ? "   " : "", verdict);
+    if (*verdict || ctx->explain) /* without --explain: one line per target (or noise) */
+        fprintf(ctx->out, "  => %-44s %12.4g %s%s%s\n", desc, value, unit, *verdict ? "   " : "", verdict);
     mapping_json_string(key, sizeof key, id);
     bench_targets_record(key, value, &t, s);
     if (figures_len < sizeof figures_json - 256)
@@ -320,9 +324,21 @@ void bench_figure_sized(bench_ctx *ctx, const char *id, double value, const char
                                         isfinite(value) ? value : 0.0);
 }
 
+void bench_figure_sized(bench_ctx *ctx, const char *id, double value, const char *unit, const char *what, size_t size,
+                        size_t full)
+{
+    figure(ctx, id, value, unit, what, size, full, NULL);
+}
+
 void bench_figure(bench_ctx *ctx, const char *id, double value, const char *unit, const char *what)
 {
-    bench_figure_sized(ctx, id, value, unit, what, 0, 0);
+    figure(ctx, id, value, unit, what, 0, 0, NULL);
+}
+
+void bench_figure_na(bench_ctx *ctx, const char *id, double value, const char *unit, const char *what,
+                     const char *why)
+{
+    figure(ctx, id, value, unit, what, 0, 0, why);
 }
 
 const char *bench_size_name(size_t bytes, char *buf, size_t len)
@@ -427,7 +443,7 @@ static void report_end(bench_ctx *ctx)
     char targets[12288];
     bench_targets_json(targets, sizeof targets);
     json_append(ctx, "],\"figures\":{%.*s}%s}", (int)figures_len, figures_json, targets);
-    bench_targets_summary(ctx->out, ctx->strict);
+    bench_targets_summary(ctx->out, ctx->strict, ctx->explain);
     if (ctx->json && ctx->json_buf)
         printf("%s\n", ctx->json_buf);
     free(ctx->json_buf);

@@ -21,6 +21,7 @@ typedef struct bench_ctx {
     mapping_device_info info;
     int                 quick; /* fewer sizes and runs */
     int                 strict; /* --strict: a missed target fails the run (BENCH_EXIT_STRICT) */
+    int                 explain; /* --explain: the notes under each table and every headline figure */
     int                 runs;  /* runs per figure; the median is reported */
     int                 json;
     FILE               *out;   /* text output (stdout; stderr when --json) */
@@ -113,13 +114,20 @@ void bench_progress(bench_ctx *ctx, const char *fmt, ...) __attribute__((format(
 /* The sizes of a sweep: --sizes, else start..end times factor. Returns the
  * count (at most max); the last size is end. */
 int  bench_sizes(const bench_ctx *ctx, size_t start, size_t end, double factor, size_t *sizes, int max);
-/* A line of text under a table (JSON: a note). */
+/* A line of text under a table, explaining it: printed with --explain only. */
 void bench_note(bench_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* A headline figure: printed and kept in JSON "figures". A target stated in
- * `what`, "(target <= 2)", is checked and shown as information ("target
+/* A headline figure: kept in JSON "figures". A target stated in `what`,
+ * "(target <= 2)", is checked and shown as information, one line ("target
  * <= 2x: met" / "not met"; JSON "targets"); a value below zero or NaN is
- * reported as noise, never as met (targets.c). */
+ * reported as noise, never as met (targets.c). A figure without a target
+ * (and not noise) is printed with --explain only. */
 void bench_figure(bench_ctx *ctx, const char *id, double value, const char *unit, const char *what);
+/* A figure whose target does not apply to this device (the device diff's
+ * `auto` declines on a device whose memory is the CPU's, by design): shown
+ * as "target <= 0.02: n/a (why)", recorded as "n/a" in JSON, never counted
+ * as a miss (nor by --strict). */
+void bench_figure_na(bench_ctx *ctx, const char *id, double value, const char *unit, const char *what,
+                     const char *why);
 /* The same, for a target that grows with the size of the run (a ratio
  * against a copy of the whole buffer) and is stated for `full` bytes: on a
  * run of `size` bytes (--quick shrinks them) it is scaled by size / full,

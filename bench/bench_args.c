@@ -12,12 +12,14 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: mapping bench [--backend NAME] [--device N] [--quick] [--runs N] [--only S,S]\n"
                "                     [--sizes START,END,FACTOR] [--direction h2d,d2h,d2d,bidir] [--json | --csv]\n"
-               "                     [--strict]\n"
+               "                     [--strict] [--explain]\n"
                "  --sizes     the bandwidth sweep, in bytes (K, M, G: KiB, MiB, GiB), e.g. 4K,256M,4\n"
                "  --runs      runs per figure, 1 to 64 (the median is reported, with min and max)\n"
                "  --json      the report as JSON on stdout (scripts/plot_bench.py plots it); --csv: CSV\n"
                "  --strict    a figure that misses its target (or reads as noise) fails the run (for CI);\n"
                "              without it, targets are information\n"
+               "  --explain   the notes that explain each table, and every headline figure (without it:\n"
+               "              the tables and one line per target: met, not met, or n/a and why)\n"
                "exit status: 0 done, 1 a section failed, 2 bad arguments (or a bad MAPPING_* setting),\n"
                "             %d --strict and a target missed, %d the back end is not available here\n"
                "sections:\n",
@@ -177,7 +179,7 @@ static const char *unknown_section(const char *only)
 
 int bench_parse_args(int argc, char **argv, bench_args *args, bench_ctx *ctx)
 {
-    enum { OPT_SIZES = 256, OPT_DIRECTION, OPT_CSV, OPT_VERSION, OPT_STRICT };
+    enum { OPT_SIZES = 256, OPT_DIRECTION, OPT_CSV, OPT_VERSION, OPT_STRICT, OPT_EXPLAIN };
     static const struct option options[] = {
         {"backend", required_argument, NULL, 'b'}, {"device", required_argument, NULL, 'd'},
         {"runs", required_argument, NULL, 'r'},    {"only", required_argument, NULL, 'o'},
@@ -185,7 +187,7 @@ int bench_parse_args(int argc, char **argv, bench_args *args, bench_ctx *ctx)
         {"csv", no_argument, NULL, OPT_CSV},       {"sizes", required_argument, NULL, OPT_SIZES},
         {"direction", required_argument, NULL, OPT_DIRECTION},
         {"version", no_argument, NULL, OPT_VERSION}, {"help", no_argument, NULL, 'h'},
-        {"strict", no_argument, NULL, OPT_STRICT},
+        {"strict", no_argument, NULL, OPT_STRICT}, {"explain", no_argument, NULL, OPT_EXPLAIN},
         {NULL, 0, NULL, 0}};
     long v;
     const char *bad;
@@ -215,6 +217,7 @@ int bench_parse_args(int argc, char **argv, bench_args *args, bench_ctx *ctx)
         case 'j': ctx->json = 1; break;
         case OPT_CSV: ctx->csv = 1; break;
         case OPT_STRICT: ctx->strict = 1; break;
+        case OPT_EXPLAIN: ctx->explain = 1; break;
         case OPT_SIZES:
             if ((bad_sizes = parse_sizes(a, ctx)) == -2)
                 return bad_argument("--sizes %s: the factor does not grow START by a byte per step (use at least "

@@ -1,7 +1,8 @@
 /*
  * The targets of `mapping bench` figures, as information: "target <= 2x:
- * met" or "not met" beside the figure, a count at the end, and the exit
- * status only with --strict. A target is a goal for a full-size run on a
+ * met", "not met", or "n/a (why)" where the target does not apply to the
+ * device (bench_figure_na), beside the figure, a count at the end, and the
+ * exit status only with --strict (which n/a never fails). A target is a goal for a full-size run on a
  * quiet machine; a first run on a laptop that misses one has not failed.
  * A reading that cannot be (a cost below zero: the noise of a difference of
  * two timings) is reported as noise and never passes.
@@ -11,6 +12,7 @@
 #include <string.h>
 #include "bench.h"
 #include "targets.h"
+#include "os/json.h"
 
 void bench_target_parse(const char *what, bench_target *t)
 {
@@ -52,6 +54,8 @@ void bench_target_scale(bench_target *t, size_t size, size_t full)
 
 bench_target_status bench_target_check(const bench_target *t, double value)
 {
+    if (t->found && t->na_why)
+        return BENCH_TARGET_NA;
     if (isnan(value) || value < 0)
         return BENCH_TARGET_NOISE;
     if (!t->found)
@@ -90,6 +94,7 @@ void bench_target_describe(const bench_target *t, bench_target_status s, double 
     case BENCH_TARGET_NONE: snprintf(buf, len, "%s", ""); break;
     case BENCH_TARGET_MET: snprintf(buf, len, "target %s%s: met", target, scaled); break;
     case BENCH_TARGET_MISSED: snprintf(buf, len, "target %s%s: not met", target, scaled); break;
+    case BENCH_TARGET_NA: snprintf(buf, len, "target %s%s: n/a (%s)", target, scaled, t->na_why); break;
     case BENCH_TARGET_NOISE:
         if (t->found)
             snprintf(buf, len, "noise: %s (target %s%s not checked; rerun, or give more --runs)", why, target,
@@ -102,7 +107,7 @@ void bench_target_describe(const bench_target *t, bench_target_status s, double 
 
 static char targets_json[8192], missed_json[4096];
 static size_t targets_len, missed_len;
-static int counts[4];    /* of figures with a target, by status */
+static int counts[5];    /* of figures with a target, by status */
 static int other_noise;  /* figures without a target read as noise */
 
 void bench_targets_reset(void)
@@ -119,7 +124,7 @@ void bench_targets_record(const char *json_key, double value, const bench_target
         return;
     }
     counts[s]++;
-    static const char *const names[] = {"none", "met", "missed", "noise"};
+    static const char *const names[] = {"none", "met", "missed", "noise", "n/a"};
     char target[64], v[32];
     snprintf(target, sizeof target, "%s %.6g", t->op, t->value);
     if (isfinite(value))
@@ -134,6 +139,12 @@ void bench_targets_record(const char *json_key, double value, const bench_target
             targets_len += (size_t)snprintf(targets_json + targets_len, sizeof targets_json - targets_len,
                                             ",\"stated\":%.6g,\"full_bytes\":%zu,\"bytes\":%zu", t->stated, t->full,
                                             t->size);
+        if (s == BENCH_TARGET_NA && targets_len < sizeof targets_json - 256) {
+            char why[200];
+            mapping_json_string(why, sizeof why, t->na_why);
+            targets_len += (size_t)snprintf(targets_json + targets_len, sizeof targets_json - targets_len,
+                                            ",\"why\":%s", why);
+        }
         targets_len += (size_t)snprintf(targets_json + targets_len, sizeof targets_json - targets_len, "}");
     }
     if (s == BENCH_TARGET_MISSED && missed_len < sizeof missed_json - 256)
@@ -154,19 +165,24 @@ int bench_targets_failed(void)
     return counts[BENCH_TARGET_MISSED] + counts[BENCH_TARGET_NOISE];
 }
 
-void bench_targets_summary(FILE *out, int strict)
+void bench_targets_summary(FILE *out, int strict, int explain)
 {
     int met = counts[BENCH_TARGET_MET], missed = counts[BENCH_TARGET_MISSED], noise = counts[BENCH_TARGET_NOISE];
-    if (!met && !missed && !noise && !other_noise)
+    int na = counts[BENCH_TARGET_NA];
+    if (!met && !missed && !noise && !na && !other_noise)
         return;
     fprintf(out, "\nTargets: %d met, %d not met", met, missed);
+    if (na)
+        fprintf(out, ", %d n/a (not for this device)", na);
     if (noise)
         fprintf(out, ", %d not checked (noise)", noise);
     if (other_noise)
         fprintf(out, "; %d other reading(s) noise", other_noise);
     if (strict)
         fprintf(out, " (--strict: %s)\n", missed || noise ? "the run fails" : "the run passes");
-    else
+    else if (explain)
         fprintf(out, ". Targets are goals for a full run on a quiet machine, shown as information; "
                      "--strict makes a miss fail the run.\n");
+    else
+        fprintf(out, " (information: --strict makes a miss fail; --explain says more)\n");
 }

@@ -1,17 +1,26 @@
 #!/usr/bin/env python3
 """Checks the README and man page tables that can be checked against the code.
 
-1. Environment variables: every MAPPING_* variable the code reads (src/,
-   tools/, bench/) has a row in README's table of accepted values
-   ("| variable | accepted |"), and every variable there is read somewhere.
-   A read is getenv("MAPPING_X"), or a call of a function that passes its
-   parameter to getenv (found in the code, e.g. env_or_null("MAPPING_X")).
+1. Environment variables: the settings table (src/os/settings.c, the rules
+   every open checks), the table of docs/environment.md ("| variable |
+   accepted |") and the code name the same variables: every MAPPING_*
+   variable the code reads (src/, tools/, bench/) is a row of the settings
+   table, every row there is read somewhere and has a row in the docs, and
+   every row of the docs is in the settings table. Each word a row accepts
+   (its `words`) is in the docs row's "accepted" cell, in backquotes. A read
+   is getenv("MAPPING_X"), or a call of a function that passes its parameter
+   to getenv (found in the code, e.g. env_or_null("MAPPING_X")).
 2. Layout: every path in README's layout table ("| folder | what it holds |")
    exists, and every top-level folder and every folder of src/ is in it.
 3. The man page's --csv columns are the header bench/bench.c writes.
 4. File tables ("| file | job |" in docs/*.md): every file named exists (a
    bare name is looked up under src/), and every file of a src/ folder the
    table describes is in it.
+5. README's lists against the tree: its table of bench sections ("| section
+   | measures |") names every section bench/*.c registers (BENCH_SECTION)
+   and no other; the layout table's examples/ row names every examples/*.c,
+   and its docs/ row links every docs/*.md and names the man page, and each
+   file they name exists.
 
 Usage: check_docs.py [SOURCE_DIR] (default: this script's repository).
 Exit status 0 when everything matches, 1 with one line per mismatch.
@@ -100,21 +109,59 @@ def variables_read():
     return found
 
 
-def check_environment(readme):
+SETTINGS = 'src/os/settings.c'
+ENV_DOC = 'docs/environment.md'
+
+
+def settings_table():
+    """{variable: (kind, [accepted words])} from the rows of SETTINGS:
+    {"MAPPING_X", S(KIND), "w1,w2" or NULL, ...}."""
+    rows = {}
+    row = re.compile(r'^\s*\{\s*"(MAPPING_[A-Z0-9_]+)",\s*S\((\w+)\),\s*(NULL|"[^"]*")', re.M)
+    for var, kind, words in row.findall(strip_comments(read(SETTINGS))):
+        rows[var] = (kind, words.strip('"').split(',') if words != 'NULL' else [])
+    if not rows:
+        problems.append(f'{SETTINGS}: no rows found ({{"MAPPING_X", S(KIND), ...}})')
+    return rows
+
+
+def documented_variables():
+    """{variable: its 'accepted' cell} of ENV_DOC's table."""
+    tables = all_tables(read(ENV_DOC), '| variable | accepted |')
+    if not tables:
+        problems.append(f'{ENV_DOC}: no table with the header "| variable | accepted |"')
+        return {}
     documented = {}
-    for cells in table_rows(readme, '| variable | accepted |'):
+    for cells in tables[0]:
         for var in re.findall(r'`(MAPPING_[A-Z0-9_]+)`', cells[0]):
-            documented[var] = True
+            if var in documented:
+                problems.append(f'{ENV_DOC}: {var} has two rows')
+            documented[var] = cells[1] if len(cells) > 1 else ''
+    return documented
+
+
+def check_environment():
+    table = settings_table()
+    documented = documented_variables()
     read_vars = variables_read()
     for var, where in sorted(read_vars.items()):
-        if var not in documented:
-            problems.append(f'README.md: {var} is read ({where}) but has no row in the table of accepted values '
-                            '("| variable | accepted |")')
-    for var in sorted(documented):
+        if var not in table:
+            problems.append(f'{SETTINGS}: {var} is read ({where}) but is not a row of the settings table')
+    for var, (kind, words) in sorted(table.items()):
         if var not in read_vars:
-            problems.append(f'README.md: {var} has a row in the table of accepted values, but nothing in '
+            problems.append(f'{SETTINGS}: {var} is a row of the settings table, but nothing in '
                             f'{", ".join(d + "/" for d in CODE_DIRS)} reads it')
-    return len(read_vars)
+        if var not in documented:
+            problems.append(f'{ENV_DOC}: {var} is a row of the settings table ({SETTINGS}) but has no row in the '
+                            'table "| variable | accepted |"')
+            continue
+        for word in words:
+            if f'`{word}`' not in documented[var]:
+                problems.append(f'{ENV_DOC}: the row of {var} does not list `{word}` as accepted ({SETTINGS} does)')
+    for var in sorted(documented):
+        if var not in table:
+            problems.append(f'{ENV_DOC}: {var} has a row, but the settings table ({SETTINGS}) has none')
+    return len(table)
 
 
 # ---- 2. layout ----
@@ -215,6 +262,50 @@ def check_file_tables():
     return checked
 
 
+# ---- 5. README's lists ----
+
+def bench_sections():
+    names = set()
+    for name in sorted(os.listdir(os.path.join(ROOT, 'bench'))):
+        if name.endswith('.c'):
+            names.update(re.findall(r'^BENCH_SECTION\(\w+,\s*\d+,\s*"([^"]+)"', read('bench/' + name), flags=re.M))
+    return names
+
+
+def layout_row(readme, folder):
+    for cells in table_rows(readme, '| folder | what it holds |'):
+        if f'`{folder}`' in cells[0]:
+            return ' | '.join(cells[1:])
+    problems.append(f'README.md: the layout table has no row for `{folder}`')
+    return ''
+
+
+def check_readme_lists(readme):
+    listed = {c[0].strip('`') for c in table_rows(readme, '| section | measures |')}
+    sections = bench_sections()
+    for s in sorted(sections - listed):
+        problems.append(f'README.md: bench section `{s}` (bench/) is not in the table "| section | measures |"')
+    for s in sorted(listed - sections):
+        problems.append(f'README.md: the table of bench sections lists `{s}`, which no bench/*.c registers')
+    row = layout_row(readme, 'examples/')
+    named = set(re.findall(r'`([\w.-]+\.c)`', row))
+    present = {n for n in os.listdir(os.path.join(ROOT, 'examples')) if n.endswith('.c')}
+    for n in sorted(present - named):
+        problems.append(f'README.md: the layout row of examples/ does not name `{n}`')
+    for n in sorted(named - present):
+        problems.append(f'README.md: the layout row of examples/ names `{n}`, which is not in examples/')
+    row = layout_row(readme, 'docs/')
+    linked = set(re.findall(r'\(docs/([\w.-]+\.md)\)', row))
+    present = {n for n in os.listdir(os.path.join(ROOT, 'docs')) if n.endswith('.md')}
+    for n in sorted(present - linked):
+        problems.append(f'README.md: the layout row of docs/ does not link docs/{n}')
+    for n in sorted(linked - present):
+        problems.append(f'README.md: the layout row of docs/ links docs/{n}, which does not exist')
+    if 'mapping.1' not in row:
+        problems.append('README.md: the layout row of docs/ does not name the man page `mapping.1`')
+    return len(sections) + len(named) + len(linked)
+
+
 def check_guides_are_not_lab_notes():
     """The guides are how-tos: project history (issue numbers, sessions) lives
     in BENCHMARKS-archive.md and the issue tracker, not in README.md or docs/."""
@@ -233,18 +324,20 @@ def check_guides_are_not_lab_notes():
 
 def main():
     readme = read('README.md')
-    n_vars = check_environment(readme)
+    n_vars = check_environment()
     n_paths = check_layout(readme)
     check_csv()
     n_files = check_file_tables()
     n_guides = check_guides_are_not_lab_notes()
+    n_lists = check_readme_lists(readme)
     for p in problems:
         print(p)
     if problems:
         print(f'check_docs: {len(problems)} mismatch(es) between the docs and the code')
         return 1
     print(f'check_docs: {n_vars} environment variables, {n_paths} layout paths, {n_files} files of docs/ file '
-          f'tables and the CSV columns match the code; {n_guides} guides carry no project history')
+          f'tables, {n_lists} bench sections, examples and docs pages of README\'s lists and the CSV columns '
+          f'match the code; {n_guides} guides carry no project history')
     return 0
 
 

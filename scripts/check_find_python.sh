@@ -3,7 +3,9 @@
 # interpreters: it picks the first Python that has numpy, pytest and headers
 # even when python3 on PATH lacks them; it skips an interpreter seen under
 # another name; $PYTHON is the only one tried; and when none fits it exits 1
-# naming each one it tried, what each lacks, and PYTHON= / -DPython3_EXECUTABLE.
+# naming each one it tried, what each lacks (or what is really wrong with one
+# that does not run: missing, a pyenv shim of a version not installed, a
+# crash), and PYTHON= / -DPython3_EXECUTABLE.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)
@@ -42,5 +44,18 @@ grep -q "python3.12" "$tmp/err" && fail "with PYTHON set, others were tried: $(c
 run "$tmp/b" "$tmp/a/python3.12" || fail "PYTHON=python3.12 has everything, yet: $(cat "$tmp/err")"
 
 run "$tmp/a" "$tmp/none" && fail "PYTHON names no file, yet it picked $(cat "$tmp/out")"
-grep -q "$tmp/none: does not run as Python 3" "$tmp/err" || fail "a missing PYTHON is not named: $(cat "$tmp/err")"
-echo "find_python.sh: picks a Python with numpy, pytest and headers; names each one tried and how to choose"
+grep -q "$tmp/none: does not exist" "$tmp/err" || fail "a missing PYTHON is not named: $(cat "$tmp/err")"
+
+# A pyenv shim of a version pyenv does not have: it says so, not "not Python 3".
+mkdir -p "$tmp/shims"
+printf '#!/bin/sh\necho "pyenv: python3.8: command not found" >&2\nexit 127\n' >"$tmp/shims/python3.8"
+chmod +x "$tmp/shims/python3.8"
+run "$tmp/a" "$tmp/shims/python3.8" && fail "a broken shim was picked"
+grep -q "python3.8: a pyenv shim for a Python that pyenv does not provide here (pyenv: python3.8: command not found" \
+    "$tmp/err" || fail "a broken pyenv shim is not named as such: $(cat "$tmp/err")"
+printf '#!/bin/sh\necho "Segmentation fault" >&2\nexit 139\n' >"$tmp/shims/python3"
+chmod +x "$tmp/shims/python3"
+run "$tmp/a" "$tmp/shims/python3" && fail "a crashing interpreter was picked"
+grep -q "python3: fails to start (exit 139: Segmentation fault)" "$tmp/err" ||
+    fail "a crashing interpreter is not named as such: $(cat "$tmp/err")"
+echo "find_python.sh: picks a Python with numpy, pytest and headers; names each one tried, what is wrong with it, and how to choose"

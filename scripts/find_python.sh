@@ -31,14 +31,44 @@ else
     [ -n "$fallback" ] && [ -x "$fallback" ] && candidates+=("$fallback")
 fi
 
+# Why a candidate gave no answer to the probe: what is really wrong with it.
+# A pyenv shim of a version that is not installed or not selected exits 127
+# with "pyenv: python3.8: command not found". (Bash builtins only: the check
+# runs this with nothing else on PATH.)
+why_not() { # PY EXIT_STATUS OUTPUT
+    local first="" l
+    while IFS= read -r l; do
+        [ -n "${l//[[:space:]]/}" ] && { first=${l:0:120}; break; }
+    done <<<"$3"
+    if [ ! -e "$1" ] && ! command -v "$1" >/dev/null 2>&1; then
+        echo "does not exist"
+    elif [ "$2" = 0 ]; then
+        echo "runs, but not as Python 3 (no answer to the probe)"
+    elif [[ "$first" == pyenv:* ]]; then
+        echo "a pyenv shim for a Python that pyenv does not provide here ($first; 'pyenv versions' lists those installed, 'pyenv global' selects them)"
+    else
+        echo "fails to start (exit $2${first:+: $first})"
+    fi
+}
+
 tried=""
 seen=" "
 for py in "${candidates[@]}"; do
-    if ! line=$("$py" -c "$probe" 2>/dev/null) || [ -z "$line" ]; then
-        tried+="  $py: does not run as Python 3"$'\n'
+    out=$("$py" -c "$probe" 2>&1)
+    rc=$?
+    line=""
+    while IFS= read -r l; do # the probe's answer: the line with two tabs (warnings aside)
+        [[ "$l" == *$'\t'*$'\t'* ]] && line=$l
+    done <<<"$out"
+    if [ "$rc" != 0 ] || [ -z "$line" ]; then
+        tried+="  $py: $(why_not "$py" "$rc" "$out")"$'\n'
         continue
     fi
     IFS=$'\t' read -r exe version missing <<<"$line"
+    if [ "${version%%.*}" != 3 ]; then
+        tried+="  $py ($exe): is Python $version, not Python 3"$'\n'
+        continue
+    fi
     case "$seen" in *" $exe "*) continue ;; esac # the same interpreter by another name
     seen+="$exe "
     if [ -z "$missing" ]; then

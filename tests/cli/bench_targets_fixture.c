@@ -27,6 +27,17 @@ BENCH_SECTION(fixture_met, 2, "fixture_met", "figures of known value that all me
     return 0;
 }
 
+/* A target that does not apply to the device (n/a, with why), beside a met
+ * one; a note and a figure without a target, shown with --explain only. */
+BENCH_SECTION(fixture_na, 3, "fixture_na", "a target that does not apply here, a note, a figure without a target")
+{
+    bench_note(ctx, "fixture note: what the table means");
+    bench_figure(ctx, "fixture_headline", 2.0, "x", "fixture headline without a target");
+    bench_figure_na(ctx, "fixture_na", 1.0, "", "fixture fraction (target <= 0.02)", "fixture: declined here by design");
+    bench_figure(ctx, "fixture_na_met", 1.0, "x", "fixture ratio beside it (target <= 2)");
+    return 0;
+}
+
 int main(int argc, char **argv) /* argv[0] stands for "bench" */
 {
     return bench_main(argc, argv);

@@ -59,11 +59,38 @@ if(NOT statuses STREQUAL "met;missed;noise;met" OR NOT scaled STREQUAL ">= 625")
   message(FATAL_ERROR "JSON statuses ${statuses} (want met;missed;noise;met), scaled target '${scaled}'\n${json}")
 endif()
 
-# The real command takes --strict and documents it.
+# A target that does not apply to the device: "n/a (why)", counted apart,
+# never a miss (--strict passes), "n/a" in JSON with why. The default report
+# is the tables and one line per target; --explain adds the notes and the
+# figures without a target.
+bench(out rc ${fixture} --only fixture_na --strict)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "--strict with a target n/a and one met: exit ${rc}, not 0\n${out}")
+endif()
+expect("${out}" "target <= 0.02: n/a (fixture: declined here by design)")
+expect("${out}" "Targets: 1 met, 0 not met, 1 n/a (not for this device) (--strict: the run passes)")
+if(out MATCHES "fixture note|fixture headline")
+  message(FATAL_ERROR "without --explain: no notes, no figure without a target\n${out}")
+endif()
+bench(out rc ${fixture} --only fixture_na --explain)
+expect("${out}" "fixture note: what the table means")
+expect("${out}" "fixture headline without a target")
+expect("${out}" "Targets are goals for a full run on a quiet machine")
+bench(json rc ${fixture} --only fixture_na --json)
+string(JSON s GET "${json}" targets 0 status)
+string(JSON why GET "${json}" targets 0 why)
+string(JSON missed LENGTH "${json}" missed_targets)
+if(NOT s STREQUAL "n/a" OR NOT why STREQUAL "fixture: declined here by design" OR NOT missed EQUAL 0)
+  message(FATAL_ERROR "JSON: status ${s} (want n/a), why '${why}', ${missed} missed\n${json}")
+endif()
+
+# The real command takes --strict and --explain and documents them.
 bench(help rc ${MAPPING} bench --help)
 expect("${help}" "--strict")
+expect("${help}" "--explain")
 bench(out rc ${MAPPING} bench --quick --backend host --only latency --runs 1 --strict)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "mapping bench --strict on a section without targets: exit ${rc}\n${out}")
 endif()
-message(STATUS "targets: information without --strict (exit 0), exit 3 with it; noise and scaling reported")
+message(STATUS "targets: information without --strict (exit 0), exit 3 with it; noise, scaling and n/a reported; "
+               "--explain adds the notes")

@@ -3,7 +3,8 @@
 # - a bad setting is a bad command line (exit 2), never 77 ("skipped": a CI
 #   job would pass): MAPPING_HOST_DEVICES=0 with --backend host (was 77),
 #   MAPPING_DEVICE past the back end's devices (was 77), MAPPING_HOST_LINK=nan
-#   and an uncreatable MAPPING_TRACE (were 1), MAPPING_TRACE_MAX_EVENTS=lots;
+#   and an uncreatable MAPPING_TRACE (were 1), MAPPING_TRACE_MAX_EVENTS=lots,
+#   any value the settings table refuses (MAPPING_TRACK=bogus was accepted);
 #   mapping info still prints its whole report, and exits 2 (was 0);
 # - an option without its value is named as written (--runs, not "-r");
 # - MAPPING_TRACE=/dev/stdout with stdout a file or a pipe: the report, then
@@ -30,6 +31,11 @@ expect_exit(2 "MAPPING_HOST_DEVICES=\"0\"" MAPPING_HOST_DEVICES=0 ${MAPPING} ${q
 expect_exit(2 "MAPPING_HOST_DEVICES=\"x\"" MAPPING_HOST_DEVICES=x MAPPING_BACKEND=host ${MAPPING} ${quick})
 expect_exit(2 "there is no device 5" MAPPING_DEVICE=5 ${MAPPING} ${quick} --backend host)
 expect_exit(2 "MAPPING_HOST_LINK=\"nan\"" MAPPING_HOST_LINK=nan ${MAPPING} ${quick} --backend host)
+# Any variable of the settings table (os/settings.c), even one the back end
+# never reads: the message names it and what it accepts.
+expect_exit(2 "MAPPING_TRACK=\"bogus\" is refused .*accepted: auto, uffd, mprotect or none" MAPPING_TRACK=bogus
+            ${MAPPING} ${quick} --backend host)
+expect_exit(2 "MAPPING_CUDA_SCATTER=\"fast\"" MAPPING_CUDA_SCATTER=fast ${MAPPING} ${quick} --backend host)
 expect_exit(2 "MAPPING_TRACE=/nonexistent-dir/t.json" MAPPING_TRACE=/nonexistent-dir/t.json ${MAPPING} ${quick}
             --backend host)
 expect_exit(2 "MAPPING_TRACE_MAX_EVENTS=\"lots\"" MAPPING_TRACE=${WORK}/t.json MAPPING_TRACE_MAX_EVENTS=lots
@@ -40,7 +46,7 @@ endif()
 # mapping info reports it all, and exits 2 (was 0) when a bad setting keeps
 # the default device from opening.
 foreach(case "MAPPING_HOST_LINK=nan|MAPPING_HOST_LINK" "MAPPING_HOST_DEVICES=0|MAPPING_HOST_DEVICES"
-             "MAPPING_BACKEND=HOST|unknown back end" "MAPPING_DEVICE=5|there is no device 5"
+             "MAPPING_BACKEND=HOST|MAPPING_BACKEND=.HOST. is refused" "MAPPING_DEVICE=5|there is no device 5"
              "MAPPING_TRACE=/nonexistent-dir/t.json|MAPPING_TRACE")
   string(REPLACE "|" ";" case "${case}")
   list(GET case 0 setting)

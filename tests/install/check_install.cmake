@@ -6,7 +6,9 @@
 # mapping's tests. HOW = mpi_pkgconfig / mpi_find_package: the same for
 # libmapping_mpi (tests/install/mpi_app.c: `cc mpi_app.c $(pkg-config
 # --cflags --libs mapping_mpi)`, or find_package(mapping COMPONENTS mpi) and
-# mapping::mapping_mpi), run on 2 ranks with MPIEXEC.
+# mapping::mapping_mpi), run on 2 ranks with MPIEXEC. HOW = readme: the
+# commands of README.md's install section, as written
+# (check_readme_install.cmake).
 file(REMOVE_RECURSE ${WORK_DIR})
 set(prefix ${WORK_DIR}/prefix)
 function(run)
@@ -16,6 +18,11 @@ function(run)
   endif()
   set(last_output "${out}" PARENT_SCOPE)
 endfunction()
+
+if(HOW STREQUAL "readme") # README.md's install section, as written
+  include(${CMAKE_CURRENT_LIST_DIR}/check_readme_install.cmake)
+  return()
+endif()
 
 if(HOW STREQUAL "subdirectory")
   run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/install/subdirectory -B ${WORK_DIR}/parent

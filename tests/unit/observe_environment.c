@@ -1,7 +1,8 @@
 /* MAPPING_TRACE and MAPPING_CHECK are read strictly: a trace file that
- * cannot be created fails mapping_open, and an unknown MAPPING_CHECK fails
- * every mirror sync to the GPU, each with a message naming the variable.
- * (Each is read once per process: each test runs in its own.) */
+ * cannot be created fails mapping_open, and so does an unknown MAPPING_CHECK
+ * (os/settings.c); one set only after the open fails every mirror sync to
+ * the GPU. Each with a message naming the variable. (Each is read once per
+ * process: each test runs in its own.) */
 #include <errno.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -19,12 +20,16 @@ UNIT_TEST(mapping_trace_naming_a_file_that_cannot_be_created_fails_mapping_open)
     CHECK(!mapping_trace_active());
 }
 
-UNIT_TEST(mapping_check_with_an_unknown_value_fails_syncs_to_the_gpu)
+UNIT_TEST(mapping_check_with_an_unknown_value_fails_mapping_open_and_syncs_to_the_gpu)
 {
     setenv("MAPPING_CHECK", "unmarkd", 1);
     mapping_device_desc desc = {.backend = "host"};
-    mapping_device *dev;
+    mapping_device *dev = (mapping_device *)&desc;
+    CHECK_REFUSED(mapping_open(&desc, &dev), MAPPING_ERR_INVALID_ARGUMENT);
+    CHECK(dev == NULL && strstr(mapping_last_error_message(), "MAPPING_CHECK=\"unmarkd\"") != NULL);
+    unsetenv("MAPPING_CHECK");
     CHECK_OK(mapping_open(&desc, &dev));
+    setenv("MAPPING_CHECK", "unmarkd", 1); /* after the open: read at the first sync */
     mapping_mirror *m;
     CHECK_OK(mapping_mirror_create(dev, 4096, 0, &m));
     CHECK_REFUSED(mapping_mirror_sync_to_gpu(NULL, m), MAPPING_ERR_INVALID_ARGUMENT);
