@@ -28,7 +28,7 @@ from . import _core
 from ._errors import *  # noqa: F401,F403  (Error and one subclass per status)
 from ._errors import Error, BY_NAME as _ERR
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 CPU = "cpu"
 GPU = "gpu"
@@ -350,8 +350,15 @@ _C_NAME = _re.compile(r"^mapping_\w+: ")
 
 
 def _retag(e, call):
-    """The same error class with the Python call named first."""
-    msg = "%s: %s" % (call, _C_NAME.sub("", str(e), count=1))
+    """The same error class with the Python call named first (instead of the
+    C function the library's message starts with)."""
+    text = _C_NAME.sub("", str(e), count=1)
+    if text.startswith(call + ":") or text.startswith(call + "("):
+        if text == str(e):
+            return e
+        msg = text
+    else:
+        msg = "%s: %s" % (call, text)
     try:
         new = type(e)(msg, getattr(e, "status", None)) if isinstance(e, Error) else type(e)(msg)
     except Exception:  # pragma: no cover
@@ -1121,10 +1128,23 @@ def launch_host(stream, fn):
             _host_fn.stream = outer_stream
             _core.host_fn_flag(outer)
     _core.launch_host(h.ptr, run)
+    if _exiting[0] and h.destroy is not None and not _core.in_host_fn():
+        # queued by an exit handler after the package's own (one registered
+        # before `import mapping`): run it now, while the interpreter can,
+        # as at finalization the stream's thread no longer calls Python
+        # (fn would never run). Its exception is kept for synchronize().
+        try:
+            _core.stream_sync(ptr)
+        except Error:
+            pass  # the stream's own error: synchronize() raises it
 
 
 _host_fn = _threading.local()  # .stream: the stream whose launch_host function this thread is running
 _host_fn_streams = weakref.WeakSet()  # handles of the streams launch_host was given
+_exiting = [False]  # the package's atexit handler has run: launch_host waits for its function
+# Closes _core's exit gate when the interpreter clears this module at
+# finalization: from then on no stream thread calls Python (_core.c, py_gate).
+_exit_gate = _core.exit_gate()
 
 
 def _finish_host_functions_at_exit():
@@ -1133,7 +1153,10 @@ def _finish_host_functions_at_exit():
     at its finalization, a stream's thread can no longer take the GIL: a
     destroy waiting for such a stream hung the exit). A few rounds, as a
     function may queue another; what is still queued after them is left to the
-    process's end (see _Handle.release)."""
+    process's end (see _Handle.release). Exit handlers that run after this
+    one (registered before `import mapping`) get launch_host functions run
+    at once (launch_host waits for them)."""
+    _exiting[0] = True
     for _ in range(4):
         if not _core.host_fns_pending():
             return
@@ -1228,15 +1251,21 @@ _SIDES = {"cpu": 1, "gpu": 2, CPU: 1, GPU: 2, 1: 1, 2: 2}
 
 
 class _Access:
-    def __init__(self, enter, leave=None):
-        self._enter, self._leave = enter, leave
+    def __init__(self, enter, leave=None, call="Mirror"):
+        self._enter, self._leave, self._call = enter, leave, call
 
     def __enter__(self):
-        return self._enter()
+        try:
+            return self._enter()
+        except Error as e:
+            raise _retag(e, self._call) from None
 
     def __exit__(self, *exc):
         if self._leave is not None:
-            self._leave()
+            try:
+                self._leave()
+            except Error as e:
+                raise _retag(e, self._call) from None
         return False
 
 
@@ -1337,21 +1366,47 @@ class Mirror(_Owned):
         off = sub.__array_interface__["data"][0] - base.__array_interface__["data"][0]
         return (off, sub.nbytes, sub.shape) if sub.size else (0, 0, sub.shape)
 
-    def mark_cpu_modified(self, key=None, *, byte_range=None):
-        """"I wrote these on the CPU": an index or slice of the array (numpy
-        semantics in its shape), byte_range=(offset, nbytes), or nothing for all of it."""
-        off, n, _ = self._range(key, byte_range, "mark_cpu_modified")
-        if n:
-            with self._lock:
-                h = self._hold()
-                _core.mirror_mark(h.ptr, 1, off, n)
+    @staticmethod
+    def _byte_form(key, nbytes, byte_range, call):
+        """0.1.0's byte form mark(offset, nbytes): deprecated, still works (as byte_range)."""
+        _warnings.warn("%s(offset, nbytes) is deprecated: use %s(byte_range=(offset, nbytes))" % (call, call),
+                       DeprecationWarning, stacklevel=3)
+        if byte_range is not None:
+            raise TypeError("%s: pass byte_range=(offset, nbytes) or the deprecated (offset, nbytes), not both"
+                            % call)
+        if key is None or isinstance(key, bool) or not hasattr(key, "__index__"):
+            raise TypeError("%s: the deprecated (offset, nbytes) form takes an int byte offset, got %s"
+                            % (call, type(key).__name__))
+        return None, (key, nbytes)
 
-    def mark_gpu_modified(self, key=None, *, byte_range=None):
-        off, n, _ = self._range(key, byte_range, "mark_gpu_modified")
+    def mark_cpu_modified(self, key=None, nbytes=None, *, byte_range=None):
+        """"I wrote these on the CPU": an index or slice of the array (numpy
+        semantics in its shape), byte_range=(offset, nbytes), or nothing for
+        all of it. mark_cpu_modified(offset, nbytes), the byte form of 0.1.0,
+        still works but is deprecated (DeprecationWarning): use byte_range=."""
+        if nbytes is not None:
+            key, byte_range = self._byte_form(key, nbytes, byte_range, "Mirror.mark_cpu_modified")
+        off, n, _ = self._range(key, byte_range, "Mirror.mark_cpu_modified")
         if n:
-            with self._lock:
-                h = self._hold()
-                _core.mirror_mark(h.ptr, 2, off, n)
+            try:
+                with self._lock:
+                    h = self._hold()
+                    _core.mirror_mark(h.ptr, 1, off, n)
+            except Error as e:
+                raise _retag(e, "Mirror.mark_cpu_modified") from None
+
+    def mark_gpu_modified(self, key=None, nbytes=None, *, byte_range=None):
+        """"The device wrote these": as mark_cpu_modified."""
+        if nbytes is not None:
+            key, byte_range = self._byte_form(key, nbytes, byte_range, "Mirror.mark_gpu_modified")
+        off, n, _ = self._range(key, byte_range, "Mirror.mark_gpu_modified")
+        if n:
+            try:
+                with self._lock:
+                    h = self._hold()
+                    _core.mirror_mark(h.ptr, 2, off, n)
+            except Error as e:
+                raise _retag(e, "Mirror.mark_gpu_modified") from None
 
     def _sync(self, stream, side):
         sh = _stream_hold(stream, self.device)
@@ -1365,40 +1420,55 @@ class Mirror(_Owned):
             self._gpu._stream = _stream_ref(stream)
 
     def sync_to_gpu(self, stream=None):
-        self._sync(stream, 2)
+        try:
+            self._sync(stream, 2)
+        except Error as e:
+            raise _retag(e, "Mirror.sync_to_gpu") from None
 
     def sync_to_cpu(self, stream=None):
-        self._sync(stream, 1)
+        try:
+            self._sync(stream, 1)
+        except Error as e:
+            raise _retag(e, "Mirror.sync_to_cpu") from None
 
     def stale_bytes(self, side="gpu"):
         """Stale bytes of side in this mirror or view; waits for queued
         copies touching it (needs_sync does not)."""
         if not isinstance(side, (str, int)) or isinstance(side, bool) or side not in _SIDES:
-            raise _ERR["ERR_INVALID_ARGUMENT"]("side must be 'cpu' or 'gpu'", -2)
-        with self._lock:
-            h = self._hold()
-            return _core.mirror_stale(h.ptr, _SIDES[side])
+            raise _ERR["ERR_INVALID_ARGUMENT"]("Mirror.stale_bytes: side must be 'cpu' or 'gpu'", -2)
+        try:
+            with self._lock:
+                h = self._hold()
+                return _core.mirror_stale(h.ptr, _SIDES[side])
+        except Error as e:
+            raise _retag(e, "Mirror.stale_bytes") from None
 
     def needs_sync(self, side="gpu"):
         """True if a sync of this mirror or view to side would copy
         something now (Kokkos need_sync_device); never waits: a copy queued
         and not yet complete counts as done (mapping_mirror_needs_sync)."""
         if not isinstance(side, (str, int)) or isinstance(side, bool) or side not in _SIDES:
-            raise _ERR["ERR_INVALID_ARGUMENT"]("side must be 'cpu' or 'gpu'", -2)
-        with self._lock:
-            h = self._hold()
-            return _core.mirror_needs_sync(h.ptr, _SIDES[side])
+            raise _ERR["ERR_INVALID_ARGUMENT"]("Mirror.needs_sync: side must be 'cpu' or 'gpu'", -2)
+        try:
+            with self._lock:
+                h = self._hold()
+                return _core.mirror_needs_sync(h.ptr, _SIDES[side])
+        except Error as e:
+            raise _retag(e, "Mirror.needs_sync") from None
 
     def __getitem__(self, key):
         """A view over a selection in the array's shape (numpy basic
         indexing, one contiguous range), sharing the state."""
         off, n, shape = self._range(key, None, "Mirror[...]")
         if n == 0:
-            raise _ERR["ERR_ZERO_SIZE"]("an empty mirror view", -3)
-        with self._lock:
-            h = self._hold()
-            ptr = _core.mirror_view(h.ptr, off, n)
-            return Mirror(self.device, ptr, shape, self.dtype, keep=(h,), family=self._lock)
+            raise _ERR["ERR_ZERO_SIZE"]("Mirror[...]: an empty mirror view", -3)
+        try:
+            with self._lock:
+                h = self._hold()
+                ptr = _core.mirror_view(h.ptr, off, n)
+                return Mirror(self.device, ptr, shape, self.dtype, keep=(h,), family=self._lock)
+        except Error as e:
+            raise _retag(e, "Mirror[...]") from None
 
     def cpu(self, access="rw"):
         """with m.cpu("rw") as a: ... syncs before a read ("r"), marks after a
@@ -1406,7 +1476,7 @@ class Mirror(_Owned):
         too, so writes after a sync made inside the block are sent. a is the
         numpy view."""
         if not isinstance(access, str) or access not in _ACCESS:
-            raise _ERR["ERR_INVALID_ARGUMENT"]("access must be 'r', 'w' or 'rw'", -2)
+            raise _ERR["ERR_INVALID_ARGUMENT"]("Mirror.cpu: access must be 'r', 'w' or 'rw'", -2)
 
         def enter():
             with self._lock:
@@ -1428,7 +1498,7 @@ class Mirror(_Owned):
                 if h is None or h.ptr is None:  # closed inside the block: nothing to mark
                     return
                 _core.mirror_mark(h.ptr, 1, 0, _core.mirror_parts(h.ptr)[1])
-        return _Access(enter, leave if _ACCESS[access] & 2 else None)
+        return _Access(enter, leave if _ACCESS[access] & 2 else None, "Mirror.cpu")
 
     def gpu(self, access="rw", stream=None):
         """with m.gpu("rw", stream) as buf: launch your work on buf at
@@ -1436,7 +1506,7 @@ class Mirror(_Owned):
         exit it is marked (for "w" / "rw") and released, so later calls order
         themselves after it."""
         if not isinstance(access, str) or access not in _ACCESS:
-            raise _ERR["ERR_INVALID_ARGUMENT"]("access must be 'r', 'w' or 'rw'", -2)
+            raise _ERR["ERR_INVALID_ARGUMENT"]("Mirror.gpu: access must be 'r', 'w' or 'rw'", -2)
         sh = _stream_hold(stream, self.device)
 
         def enter():
@@ -1455,7 +1525,7 @@ class Mirror(_Owned):
                     # (before the work was queued) took the mark made at the start
                     _core.mirror_mark(h.ptr, 2, 0, _core.mirror_parts(h.ptr)[1])
                 _queue(sh, (h,), _core.mirror_release_gpu, _sp(sh), h.ptr)
-        return _Access(enter, leave)
+        return _Access(enter, leave, "Mirror.gpu")
 
     def close(self):
         """Closes it; a call on its family in another thread finishes first
@@ -1507,7 +1577,11 @@ def mirror(shape, dtype=None, unified=False, device=None, track_writes=False, de
     flags = ((_core.MIRROR_UNIFIED if unified else 0) | _track_flag(track_writes, "mirror") |
              _diff_flag(device_diff, "mirror"))
     dh = dev._hold()
-    return Mirror(dev, _core.mirror_create(dh.ptr, n, flags), shape, dtype)
+    try:
+        ptr = _core.mirror_create(dh.ptr, n, flags)
+    except Error as e:
+        raise _retag(e, "mirror") from None
+    return Mirror(dev, ptr, shape, dtype)
 
 
 def _host_array(array, call):
@@ -1530,8 +1604,11 @@ def mirror_wrap(array, pin=False, device=None, track_writes=False, device_diff=F
     if p.nbytes == 0:
         raise _ERR["ERR_ZERO_SIZE"]("a mirror of 0 bytes", -3)
     dh = dev._hold()
-    return Mirror(dev, _core.mirror_wrap(dh.ptr, p, (_core.MIRROR_PIN if pin else 0) | flags), arr.shape,
-                  arr.dtype, keep=(p,))
+    try:
+        ptr = _core.mirror_wrap(dh.ptr, p, (_core.MIRROR_PIN if pin else 0) | flags)
+    except Error as e:
+        raise _retag(e, "mirror_wrap") from None
+    return Mirror(dev, ptr, arr.shape, arr.dtype, keep=(p,))
 
 
 def mirror_adopt(array, gpu, gpu_offset=0, gpu_valid=False, device=None, track_writes=False, device_diff=False):
@@ -1548,7 +1625,10 @@ def mirror_adopt(array, gpu, gpu_offset=0, gpu_valid=False, device=None, track_w
     flags = ((_core.MIRROR_GPU_VALID if gpu_valid else 0) | _track_flag(track_writes, "mirror_adopt") |
              _diff_flag(device_diff, "mirror_adopt"))
     dh, bh = buf.device._hold(), buf._hold()
-    ptr = _core.mirror_adopt(dh.ptr, p, bh.ptr, gpu_offset, flags)
+    try:
+        ptr = _core.mirror_adopt(dh.ptr, p, bh.ptr, gpu_offset, flags)
+    except Error as e:
+        raise _retag(e, "mirror_adopt") from None
     return Mirror(buf.device, ptr, arr.shape, arr.dtype, keep=(p, bh))
 
 
@@ -1638,26 +1718,35 @@ class MultiMirror(_Owned):
 
     def mark_modified(self, side, byte_range=None):
         """side ("cpu" or a device index) wrote byte_range=(offset, nbytes) (default: all)."""
-        i = self._side(side, "mark_modified")
+        i = self._side(side, "MultiMirror.mark_modified")
         off, n = (0, self.nbytes) if byte_range is None else byte_range
-        off, n = _size(off, "mark_modified: offset"), _size(n, "mark_modified: nbytes")
-        with self._lock:
-            h = self._hold()
-            _core.multimirror_mark(h.ptr, i, off, n)
+        off, n = _size(off, "MultiMirror.mark_modified: offset"), _size(n, "MultiMirror.mark_modified: nbytes")
+        try:
+            with self._lock:
+                h = self._hold()
+                _core.multimirror_mark(h.ptr, i, off, n)
+        except Error as e:
+            raise _retag(e, "MultiMirror.mark_modified") from None
 
     def sync(self, side, stream=None):
         """Makes `side` valid: sync("cpu") (blocking) or sync(j, stream) (a stream of device j)."""
-        i = self._side(side, "sync")
-        sh = None if i < 0 else _stream_hold(stream, self.devices[i])
-        with self._lock:
-            h = self._hold()
-            _queue(sh, (h,), _core.multimirror_sync, _sp(sh), h.ptr, i)
+        i = self._side(side, "MultiMirror.sync")
+        try:
+            sh = None if i < 0 else _stream_hold(stream, self.devices[i])
+            with self._lock:
+                h = self._hold()
+                _queue(sh, (h,), _core.multimirror_sync, _sp(sh), h.ptr, i)
+        except Error as e:
+            raise _retag(e, "MultiMirror.sync") from None
 
     def stale_bytes(self, side):
-        i = self._side(side, "stale_bytes")
-        with self._lock:
-            h = self._hold()
-            return _core.multimirror_stale(h.ptr, i)
+        i = self._side(side, "MultiMirror.stale_bytes")
+        try:
+            with self._lock:
+                h = self._hold()
+                return _core.multimirror_stale(h.ptr, i)
+        except Error as e:
+            raise _retag(e, "MultiMirror.stale_bytes") from None
 
     def close(self):
         """Closes it; a call another thread is making finishes first."""
@@ -1746,6 +1835,12 @@ class Batch(_Owned):
             self._keep = []
 
     def flush(self, stream=None):
+        try:
+            self._flush(stream)
+        except Error as e:
+            raise _retag(e, "Batch.flush") from None
+
+    def _flush(self, stream):
         sh = _stream_hold(stream, self.device)
         with self._lock:
             h = self._hold()
@@ -1780,7 +1875,55 @@ def batch(device=None):
     return Batch(device)
 
 
-Chunk = collections.namedtuple("Chunk", "index offset nbytes input input_offset output output_offset")
+class Chunk(collections.namedtuple("Chunk", "index offset nbytes input input_offset output output_offset")):
+    """One chunk of Pipeline.run, given to the step: `index`, `offset` and
+    `nbytes` in the host arrays; `input` / `output`, the pipeline's device
+    chunk buffers (untyped, chunk_bytes long), with the chunk at
+    `input_offset` / `output_offset`. Besides the tuple's fields:
+
+    - `src`: this chunk's input as a Buffer with the source's dtype and shape:
+      (rows, *src.shape[1:]) where the chunk holds whole rows of it, else
+      flat (the dtype's elements, or bytes); `dst` the same for the output
+      (in dst's dtype and shape; the source's when dst is None).
+    - `rows`: slice(first, stop) of the source's rows in this chunk, or None
+      where the chunk does not hold whole rows.
+
+    A pipeline made with element_bytes=a[0].nbytes (or a multiple) always
+    cuts whole rows of a."""
+
+    src = dst = rows = None
+
+
+def _pipeline_layout(obj):
+    """(dtype, shape after the first axis) of a host array given to
+    Pipeline.run, or None (a plain buffer: bytes)."""
+    try:
+        a = obj if isinstance(obj, _np.ndarray) else _np.asarray(memoryview(obj))
+    except (TypeError, ValueError):
+        return None
+    if a.dtype.hasobject or a.dtype.itemsize == 0:
+        return None
+    return a.dtype, (tuple(a.shape[1:]) if a.ndim else None)
+
+
+def _chunk_view(buf, at, offset, nbytes, layout):
+    """(a typed Buffer over nbytes of buf from `at`, the rows it holds)."""
+    if at != 0 or nbytes == 0:  # (the library puts every chunk at 0)
+        return None, None
+    dt, rest = layout if layout is not None else (_np.dtype(_np.uint8), None)
+    item = dt.itemsize
+    row = item
+    for d in rest or ():
+        row *= d
+    rows = None
+    if rest is not None and row and offset % row == 0 and nbytes % row == 0:
+        rows = slice(offset // row, (offset + nbytes) // row)
+        shape = (nbytes // row,) + rest
+    elif offset % item == 0 and nbytes % item == 0:
+        shape = (nbytes // item,)
+    else:
+        dt, shape = _np.dtype(_np.uint8), (nbytes,)
+    return Buffer(buf.device, None, nbytes, shape, dt, owned=False, handle=buf._h, typed=True), rows
 
 
 class Pipeline(_Owned):
@@ -1796,8 +1939,11 @@ class Pipeline(_Owned):
         if depth > 1024:  # ValueError, as documented (a C long overflow raised OverflowError)
             raise ValueError("pipeline: depth=%d is outside 0..1024" % depth)
         element_bytes = _size(element_bytes, "pipeline: element_bytes")
-        ptr, self.chunk_bytes, self.depth, self.element_bytes = _core.pipeline_create(
-            dev._ptr(), chunk_bytes, depth, element_bytes)
+        try:
+            ptr, self.chunk_bytes, self.depth, self.element_bytes = _core.pipeline_create(
+                dev._ptr(), chunk_bytes, depth, element_bytes)
+        except Error as e:
+            raise _retag(e, "pipeline") from None
         self._lock = _Family("pipeline")  # one run at a time (a step on the running thread may enter again)
         self._h = _Handle(ptr, _core.pipeline_destroy, dev._h, 1)
         self._wrappers = {}
@@ -1821,24 +1967,65 @@ class Pipeline(_Owned):
             self._wrappers[("b", ptr)] = b
         return b
 
+    def _host_fn_error(self):
+        """The first exception raised by a launch_host function queued on the
+        pipeline's streams (their Stream wrappers keep them), and forgets the rest."""
+        first = None
+        for key, w in list(self._wrappers.items()):
+            if key[0] == "s" and w._errors:
+                if first is None:
+                    first = w._errors[0]
+                del w._errors[:]
+        return first
+
     def run(self, src, dst, step):
         """step(stream, chunk) enqueues the work for one Chunk on stream (read
-        chunk.input at input_offset, write chunk.output at output_offset).
-        dst None: nothing is downloaded; dst may be src itself (in place),
-        never other memory overlapping it (InvalidArgumentError). Blocking."""
+        chunk.src, write chunk.dst: device Buffers in the arrays' dtypes and
+        shapes; see Chunk). dst None: nothing is downloaded; dst may be src
+        itself (in place), never other memory overlapping it
+        (InvalidArgumentError). Blocking. An exception in the step, or in a
+        function the step queued with launch_host, stops the run and is
+        raised here."""
         if not callable(step):
-            raise TypeError("step must be callable")
+            raise TypeError("Pipeline.run: step must be callable")
+        src_layout = _pipeline_layout(src)
+        dst_layout = src_layout if dst is None else _pipeline_layout(dst)
+        raised = []  # exceptions of the step and of its launch_host functions: raised as they are
 
         def call(sp, index, offset, nbytes, _zero, inp, ioff, out, ooff):
-            step(self._wrap_stream(sp), Chunk(index, offset, nbytes, self._wrap_buffer(inp), ioff,
-                                              self._wrap_buffer(out), ooff))
+            try:
+                e = self._host_fn_error()  # a function of an earlier chunk raised: stop now
+                if e is not None:
+                    raise e
+                ib, ob = self._wrap_buffer(inp), self._wrap_buffer(out)
+                c = Chunk(index, offset, nbytes, ib, ioff, ob, ooff)
+                c.src, c.rows = _chunk_view(ib, ioff, offset, nbytes, src_layout)
+                c.dst = _chunk_view(ob, ooff, offset, nbytes, dst_layout)[0]
+                step(self._wrap_stream(sp), c)
+            except BaseException as e:  # noqa: B902 - raised by run
+                raised.append(e)
+                raise
         with self._lock:
             self._running += 1  # first: a close() from now on (a step, another thread) defers the destroy
             try:
                 h = self._hold()
                 if h.gen != h.forks[0]:
                     raise _forked_error(self._kind)
-                _core.pipeline_run(h.ptr, src, dst, call)
+                self._host_fn_error()  # none left from an earlier run
+                try:
+                    _core.pipeline_run(h.ptr, src, dst, call)
+                except BaseException as e:  # noqa: B902
+                    late = self._host_fn_error()
+                    if raised and e is raised[0]:
+                        raise
+                    if late is not None:  # the run failed after a function raised: that is the cause
+                        raise late
+                    if isinstance(e, (Error, ValueError, TypeError)):
+                        raise _retag(e, "Pipeline.run") from None
+                    raise
+                late = self._host_fn_error()  # the last chunks' functions ran after every step
+                if late is not None:
+                    raise late
             finally:
                 self._running -= 1
                 if not self._running and self._closing is not None:

@@ -126,8 +126,11 @@ class Mirror(_Owned):
     def buffer(self) -> Buffer: ...
     # numpy 2's protocol: copy=True a new array; copy=False never a copy (ValueError if dtype needs one)
     def __array__(self, dtype: DTypeLike = ..., copy: Optional[bool] = ...) -> np.ndarray: ...
-    def mark_cpu_modified(self, key: Any = ..., *, byte_range: Optional[Tuple[int, int]] = ...) -> None: ...
-    def mark_gpu_modified(self, key: Any = ..., *, byte_range: Optional[Tuple[int, int]] = ...) -> None: ...
+    # nbytes: 0.1.0's byte form mark(offset, nbytes), deprecated (DeprecationWarning): use byte_range=
+    def mark_cpu_modified(self, key: Any = ..., nbytes: Optional[int] = ..., *,
+                          byte_range: Optional[Tuple[int, int]] = ...) -> None: ...
+    def mark_gpu_modified(self, key: Any = ..., nbytes: Optional[int] = ..., *,
+                          byte_range: Optional[Tuple[int, int]] = ...) -> None: ...
     def sync_to_gpu(self, stream: StreamLike = ...) -> None: ...
     def sync_to_cpu(self, stream: StreamLike = ...) -> None: ...
     def stale_bytes(self, side: str = ...) -> int: ...
@@ -164,7 +167,7 @@ class Batch(_Owned):
     def flush(self, stream: StreamLike = ...) -> None: ...
     def __enter__(self) -> Batch: ...
 
-class Chunk(NamedTuple):
+class _ChunkFields(NamedTuple):
     index: int
     offset: int
     nbytes: int
@@ -173,6 +176,13 @@ class Chunk(NamedTuple):
     output: Buffer
     output_offset: int
 
+class Chunk(_ChunkFields):
+    # not tuple fields: this chunk's input and output in the arrays' dtypes and
+    # shapes ((rows, *shape[1:]) where the chunk holds whole rows), its rows
+    src: Optional[Buffer]
+    dst: Optional[Buffer]
+    rows: Optional[slice]
+
 class Pipeline(_Owned):
     device: Device
     chunk_bytes: int
@@ -180,7 +190,8 @@ class Pipeline(_Owned):
     element_bytes: int
     def __init__(self, device: Optional[Device] = ..., chunk_bytes: int = ..., depth: int = ...,
                  element_bytes: int = ...) -> None: ...
-    # dst may be src itself (in place), never other memory overlapping it (InvalidArgumentError)
+    # dst may be src itself (in place), never other memory overlapping it (InvalidArgumentError);
+    # an exception of step, or of a launch_host function it queued, stops the run and is raised
     def run(self, src: HostData, dst: Optional[HostData], step: Callable[[Stream, Chunk], Any]) -> None: ...
 
 def open(backend: Optional[str] = ..., device: Optional[int] = ..., context: Any = ..., queue: Any = ...) -> Device: ...

@@ -230,18 +230,35 @@ static PyObject *core_list(PyObject *self, PyObject *unused)
         PyObject *devices = PyList_New(0), *o = PyDict_New();
         if (!devices || !o)
             goto fail_item;
-        if (b[i].available) {
-            mapping_device_info d[16];
-            int n = 0;
-            if (mapping_list_devices(b[i].name, d, 16, &n) == MAPPING_OK)
-                for (int k = 0; k < n && k < 16; k++) {
-                    PyObject *dev = info_dict(&d[k]);
-                    if (!dev || PyList_Append(devices, dev) < 0) {
-                        Py_XDECREF(dev);
-                        goto fail_item;
-                    }
-                    Py_DECREF(dev);
+        if (b[i].available && b[i].device_count > 0) {
+            /* every device (a fixed array of 16 left out the host back end's
+             * 17th to 64th); asked again if the count grew meanwhile */
+            int cap = b[i].device_count, n = 0;
+            mapping_device_info *d = NULL;
+            mapping_status st;
+            for (;;) {
+                mapping_device_info *more = PyMem_Realloc(d, (size_t)cap * sizeof *d);
+                if (!more) {
+                    PyMem_Free(d);
+                    PyErr_NoMemory();
+                    goto fail_item;
                 }
+                d = more;
+                st = mapping_list_devices(b[i].name, d, cap, &n);
+                if (st != MAPPING_OK || n <= cap)
+                    break;
+                cap = n;
+            }
+            for (int k = 0; st == MAPPING_OK && k < n; k++) {
+                PyObject *dev = info_dict(&d[k]);
+                if (!dev || PyList_Append(devices, dev) < 0) {
+                    Py_XDECREF(dev);
+                    PyMem_Free(d);
+                    goto fail_item;
+                }
+                Py_DECREF(dev);
+            }
+            PyMem_Free(d);
         }
         if (put(o, "name", text(b[i].name)) < 0 || put(o, "compiled", PyBool_FromLong(b[i].compiled)) < 0 ||
             put(o, "available", PyBool_FromLong(b[i].available)) < 0 ||
@@ -480,6 +497,75 @@ static PyThread_type_lock done_lock;
 static done_node         *done_head;
 static int                drain_scheduled;
 
+/* ---- the exit gate: calls into Python from threads Python did not make ----
+ * A stream's thread (the host back end's worker, a driver's callback
+ * thread) calls Python in two places: keep_done's Py_AddPendingCall and
+ * host_call's launch_host function. Once the interpreter finalizes, neither
+ * may happen (the interpreter they would touch is being freed: a worker's
+ * Py_AddPendingCall after Py_Finalize crashed the exit of a program whose
+ * exit handler queued work). So each goes through the gate:
+ * py_gate_enter() checks, holding py_gate, that the interpreter is not
+ * finalizing, and the caller keeps py_gate until it has done the part that
+ * touches the interpreter (the pending call; a new thread state). The gate
+ * closes for good when the interpreter starts finalizing (checked at each
+ * entry), or when exit_gate()'s capsule is destroyed (the package's module
+ * is cleared at finalization, before the interpreter is freed): taking
+ * py_gate there waits for an entry that passed the check before
+ * finalization began and has not yet finished with the interpreter. Work
+ * that reaches the gate after that calls no Python: a launch_host function
+ * is not run, and what a record holds is left to the process's end. */
+static PyThread_type_lock  py_gate;
+static int                 py_gate_closed;
+static PyInterpreterState *py_interp; /* the interpreter that imported this module */
+
+static int py_finalizing(void)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return Py_IsFinalizing();
+#else
+    return _Py_IsFinalizing();
+#endif
+}
+
+/* 1: Python may be called, py_gate is held (py_gate_leave); 0: it may not. */
+static int py_gate_enter(void)
+{
+    if (!py_gate)
+        return 0;
+    PyThread_acquire_lock(py_gate, WAIT_LOCK);
+    if (!py_gate_closed && !py_finalizing())
+        return 1;
+    py_gate_closed = 1;
+    PyThread_release_lock(py_gate);
+    return 0;
+}
+
+static void py_gate_leave(void)
+{
+    PyThread_release_lock(py_gate);
+}
+
+static void py_gate_close(PyObject *capsule)
+{
+    (void)capsule;
+    if (!py_gate || !py_finalizing())
+        return; /* dropped before finalization (a reload of the package): the gate stays open */
+    PyThread_acquire_lock(py_gate, WAIT_LOCK); /* waits for an entry still using the interpreter */
+    py_gate_closed = 1;
+    PyThread_release_lock(py_gate);
+}
+
+/* exit_gate(): a capsule that closes the gate when it is destroyed; the
+ * package keeps it in its module globals, which the interpreter clears at
+ * finalization. */
+static PyObject *core_exit_gate(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    static char tag;
+    return PyCapsule_New(&tag, "mapping._core.exit_gate", py_gate_close);
+}
+
 static void drain_done(void)
 {
     if (!done_lock)
@@ -514,7 +600,16 @@ static void keep_done(void *user)
     int schedule = !drain_scheduled;
     drain_scheduled = 1;
     PyThread_release_lock(done_lock);
-    if (schedule && Py_AddPendingCall(drain_pending, NULL) < 0) {
+    if (!schedule)
+        return;
+    /* Through the gate: after finalization the record stays on the list,
+     * never dropped (the process is ending). */
+    int pending = -1;
+    if (py_gate_enter()) {
+        pending = Py_AddPendingCall(drain_pending, NULL);
+        py_gate_leave();
+    }
+    if (pending < 0) {
         PyThread_acquire_lock(done_lock, WAIT_LOCK);
         drain_scheduled = 0; /* the next keep_until or sync drains it */
         PyThread_release_lock(done_lock);
@@ -631,6 +726,9 @@ static PyObject *core_after_fork_child(PyObject *self, PyObject *unused)
         return PyErr_NoMemory();
     done_lock = lock; /* the old one is left as it is: it may be held */
     drain_scheduled = 0;
+    PyThread_type_lock gate = PyThread_allocate_lock();
+    if (gate)
+        py_gate = gate; /* the same for the gate (a stream thread of the parent may have held it) */
     host_fns_pending = 0; /* the parent's queued functions never run here */
     fork_generation++;    /* family locks held by the parent's other threads are renewed (fl_after_fork) */
     drain_done();
@@ -643,7 +741,24 @@ static PyObject *core_after_fork_child(PyObject *self, PyObject *unused)
 static void host_call(void *user)
 {
     done_node *n = user;
-    PyGILState_STATE g = PyGILState_Ensure();
+    /* Through the gate (see py_gate): once the interpreter finalizes, fn is
+     * not run and n is left to the process's end. The thread state is made
+     * inside the gate (it touches the interpreter); taking the GIL after
+     * finalization began ends this thread (CPython's rule), which is safe. */
+    if (!py_gate_enter())
+        return;
+    PyThreadState *ts = NULL;
+    PyGILState_STATE g = PyGILState_UNLOCKED;
+    int own = PyGILState_GetThisThreadState() == NULL; /* a thread Python does not know (a stream's) */
+    if (own && !(ts = PyThreadState_New(py_interp))) {
+        py_gate_leave();
+        return;
+    }
+    py_gate_leave();
+    if (own)
+        PyEval_AcquireThread(ts);
+    else
+        g = PyGILState_Ensure();
     int was = in_host_fn;
     in_host_fn = 1; /* what fn lets go of is destroyed later, elsewhere (mapping._Handle.release) */
     PyObject *r = PyObject_CallNoArgs(n->obj);
@@ -652,7 +767,12 @@ static void host_call(void *user)
     Py_XDECREF(r);
     in_host_fn = was;
     host_fns_pending--;
-    PyGILState_Release(g);
+    if (own) {
+        PyThreadState_Clear(ts);
+        PyThreadState_DeleteCurrent(); /* and gives the GIL back */
+    } else {
+        PyGILState_Release(g);
+    }
     keep_done(n);
 }
 
@@ -1491,12 +1611,15 @@ static PyObject *core_import_dlpack(PyObject *self, PyObject *const *args, Py_ss
     }
     size_t item = t->dtype.bits / 8, n = item;
     int64_t expect = 1;
+    int empty = 0; /* an empty tensor is contiguous whatever its strides (numpy gives (0, 3) strides of 0) */
+    for (int i = 0; i < t->ndim; i++)
+        empty |= t->shape[i] == 0;
     for (int i = t->ndim - 1; i >= 0; i--) {
         if (t->shape[i] < 0) {
             PyErr_SetString(PyExc_ValueError, "from_dlpack: a negative dimension");
             return NULL;
         }
-        if (t->strides && t->shape[i] > 1 && t->strides[i] != expect) {
+        if (t->strides && !empty && t->shape[i] > 1 && t->strides[i] != expect) {
             PyErr_SetString(PyExc_ValueError, "from_dlpack: the tensor is not C-contiguous");
             return NULL;
         }
@@ -1533,10 +1656,11 @@ static PyObject *core_import_dlpack(PyObject *self, PyObject *const *args, Py_ss
         Py_DECREF(shape);
         return NULL;
     }
+    /* read before the deleter below frees the tensor (an empty array's was read after it) */
+    int dev_type = t->device.device_type, dev_id = t->device.device_id, code = t->dtype.code, bits = t->dtype.bits;
     if (n == 0 && m->deleter) /* nothing imported: done with it now */
         m->deleter(m);
-    return Py_BuildValue("(NiiN(ii)n)", from_ptr(buf), t->device.device_type, t->device.device_id, shape,
-                         (int)t->dtype.code, (int)t->dtype.bits, (Py_ssize_t)n);
+    return Py_BuildValue("(NiiN(ii)n)", from_ptr(buf), dev_type, dev_id, shape, code, bits, (Py_ssize_t)n);
 }
 
 /* ---- the C baseline for python/bench.py: bench_copies(buf, obj, iters, to_gpu)
@@ -2047,7 +2171,7 @@ static PyMethodDef core_methods[] = {
     FAST(multimirror_stale, NULL),
     FAST(keep_until, NULL), FAST(queued, NULL), NONE_(drain, NULL), NONE_(after_fork_child, NULL),
     FAST(launch_host, NULL), ONE(host_fn_flag, NULL), NONE_(host_fns_pending, NULL), NONE_(in_host_fn, NULL),
-    ONE(defer, NULL),
+    ONE(defer, NULL), NONE_(exit_gate, NULL),
     {"_text", (PyCFunction)core_text, METH_O, "bytes from a driver as str (undecodable bytes replaced)"}, {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef core_module = {PyModuleDef_HEAD_INIT, "mapping._core",
@@ -2060,6 +2184,9 @@ PyMODINIT_FUNC PyInit__core(void)
         return NULL;
     if (!done_lock && !(done_lock = PyThread_allocate_lock()))
         return PyErr_NoMemory();
+    if (!py_gate && !(py_gate = PyThread_allocate_lock()))
+        return PyErr_NoMemory();
+    py_interp = PyInterpreterState_Get();
     PyObject *m = PyModule_Create(&core_module);
     if (!m)
         return NULL;
