@@ -96,8 +96,9 @@ typedef struct mapping_mpi_darray_info {
  * starts zeroed and valid, the device side stale (as a new mirror). */
 MAPPING_API mapping_status mapping_mpi_darray_create(MPI_Comm comm, const mapping_mpi_darray_desc *desc,
                                                      mapping_mpi_darray **out);
-/* Destroys the array (collective), after its queued copies; closes the device
- * when the array opened it. NULL: no-op (on every rank). */
+/* Destroys the array (collective: a barrier first, none after a failure
+ * notice), after its queued copies; closes the device when the array opened
+ * it. NULL: no-op (on every rank). See also mapping_mpi_darray_destroy_local. */
 MAPPING_API void           mapping_mpi_darray_destroy(mapping_mpi_darray *a);
 MAPPING_API mapping_status mapping_mpi_darray_get_info(const mapping_mpi_darray *a, mapping_mpi_darray_info *out);
 /* The whole local block (halo rows included) as a mirror, and the view of the
@@ -110,7 +111,12 @@ MAPPING_API mapping_device *mapping_mpi_darray_device(mapping_mpi_darray *a);
 /* The halo exchange (collective; see above). stream: of the array's device,
  * where your kernels run (NULL: blocking). Returns when the MPI part is done
  * and the copies to the device are queued on `stream`. A failure on one rank
- * still completes its MPI part, so its neighbours do not wait forever. */
+ * still completes its MPI part, so its neighbours do not wait forever, and
+ * fails the exchange on every rank: the local steps' statuses travel with
+ * the transfers (one MPI_Iallreduce), so every rank returns the failing
+ * rank's status ("failed on rank N" on the others). A failure queueing the
+ * copies to the device, after MPI, is returned by that rank, and by every
+ * rank at the array's next collective call. */
 MAPPING_API mapping_status mapping_mpi_halo_exchange(mapping_stream *stream, mapping_mpi_darray *a);
 
 /* Scatter (collective): root's global array `global` (rows x cols elements;
@@ -131,6 +137,60 @@ MAPPING_API const char *mapping_mpi_last_error_message(void);
 /* 1 if halo exchanges of this array send device memory directly (a
  * CUDA-aware MPI and a CUDA device), else 0. */
 MAPPING_API int mapping_mpi_cuda_aware(const mapping_mpi_darray *a);
+
+/* ---------------------------------------------------------------------------
+ * Statistics and delta halos
+ * ------------------------------------------------------------------------- */
+typedef struct mapping_mpi_darray_stats {
+    uint64_t exchanges;          /* halo exchanges completed on this rank */
+    uint64_t mpi_bytes_sent;     /* bytes this rank's exchanges handed to MPI (delta headers included) */
+    uint64_t mpi_bytes_received; /* bytes its exchanges received */
+    uint64_t delta_bytes_saved;  /* halo bytes a delta exchange did not send: unchanged since the last one */
+} mapping_mpi_darray_stats;
+MAPPING_API mapping_status mapping_mpi_darray_get_stats(const mapping_mpi_darray *a, mapping_mpi_darray_stats *out);
+
+/* Delta halos (collective; on must be the same on every rank, else every
+ * rank fails with MAPPING_ERR_INVALID_ARGUMENT). With on = 1, an exchange
+ * sends only the boundary bytes that changed since the last exchange, in
+ * 64-byte granules found by comparing with a copy of what was last sent
+ * (so no mark is needed beyond the usual ones), as one message per
+ * neighbour: a header with the byte ranges, then their bytes. The receiver
+ * writes those ranges into its halo rows on the host and syncs only them to
+ * the device. The halo rows must not be written between exchanges (they hold
+ * what was received). The first exchange after switching on sends all.
+ * Not with a CUDA-aware exchange (MAPPING_ERR_UNSUPPORTED on every rank). */
+MAPPING_API mapping_status mapping_mpi_darray_set_delta(mapping_mpi_darray *a, int on);
+
+/* ---------------------------------------------------------------------------
+ * A rank that fails: no other rank waits forever
+ * ---------------------------------------------------------------------------
+ * Every wait of a collective call (mapping_mpi_darray_create, _destroy,
+ * _halo_exchange, _scatter, _gather, _set_delta) polls its requests, and
+ * gives up when
+ *   - a failure notice arrived from another rank of the array (that rank
+ *     called mapping_mpi_darray_notify_failure: it raised an exception, was
+ *     interrupted, or gave up itself), or
+ *   - the progress function (mapping_mpi_set_progress) returned non-zero.
+ * The call then returns MAPPING_ERR_NOT_READY; mapping_mpi_darray_peer_failed
+ * says whether a notice came. MPI cannot take back a transfer once posted, so
+ * an array whose wait was given up with transfers in flight is broken: every
+ * later collective call on it returns MAPPING_ERR_BUSY, and destroying it
+ * frees nothing that MPI may still write (its memory is leaked on purpose). */
+typedef int (*mapping_mpi_progress_fn)(void *user);
+/* Process-wide: fn(user) is called on every round of every wait (often:
+ * keep it cheap; it runs on the waiting thread). NULL: none. */
+MAPPING_API void mapping_mpi_set_progress(mapping_mpi_progress_fn fn, void *user);
+/* Tells every other rank of the array that this rank stopped taking part
+ * (non-blocking; once per array; why: up to 255 bytes, may be NULL). */
+MAPPING_API mapping_status mapping_mpi_darray_notify_failure(mapping_mpi_darray *a, const char *why);
+/* 1 if another rank's failure notice arrived (never waits): *rank (may be
+ * NULL) its rank, why (may be NULL) its text; else 0. */
+MAPPING_API int mapping_mpi_darray_peer_failed(mapping_mpi_darray *a, int *rank, char *why, size_t why_size);
+/* Frees this rank's part of the array without communicating: for a caller
+ * whose ranks free their arrays at different times or in different orders
+ * (a garbage collector), and after a failure. No rank may exchange on the
+ * array afterwards. A broken array's memory is leaked, not freed. NULL: no-op. */
+MAPPING_API void mapping_mpi_darray_destroy_local(mapping_mpi_darray *a);
 
 #ifdef __cplusplus
 }

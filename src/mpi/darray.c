@@ -4,6 +4,7 @@
  */
 #include <limits.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "mpi/mpi_internal.h"
@@ -112,6 +113,9 @@ static void release(mapping_mpi_darray *a)
         MPI_Type_free(&a->row_type);
     if (a->comm != MPI_COMM_NULL)
         MPI_Comm_free(&a->comm);
+    if (a->ctl != MPI_COMM_NULL)
+        MPI_Comm_free(&a->ctl);
+    mapping_mpi__delta_free(a);
     free(a->counts);
     free(a->displs);
     free(a);
@@ -136,20 +140,18 @@ static mapping_status check_local(const mapping_mpi_darray_desc *desc, mapping_m
     return MAPPING_OK;
 }
 
-mapping_status mapping_mpi_darray_create(MPI_Comm comm, const mapping_mpi_darray_desc *desc, mapping_mpi_darray **out)
+/* Every rank's sizes compared (max of v and of -v give max and min), then
+ * the checks that need the communicator's size. The same on every rank. */
+static mapping_status check_across(MPI_Comm comm, int size, const mapping_mpi_darray_desc *desc, mapping_status st)
 {
     static const char fn[] = "mapping_mpi_darray_create";
-    if (out)
-        *out = NULL;
-    int size = 0, rank = 0;
-    if (comm == MPI_COMM_NULL || MPI_Comm_size(comm, &size) != MPI_SUCCESS || MPI_Comm_rank(comm, &rank) != MPI_SUCCESS)
-        return mapping_mpi__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: the communicator is not valid", fn);
-    mapping_status st = check_local(desc, out);
-
-    /* Every rank's sizes, compared: max of v and of -v gives max and min. */
     enum { FIELDS = 4 };
     const char *names[FIELDS] = {"rows", "cols", "element_bytes", "halo"};
-    int64_t mine[2 * FIELDS] = {0}, all[2 * FIELDS];
+    int64_t *mine = mapping_mpi__scratch(4 * FIELDS * sizeof *mine), *all = mine + 2 * FIELDS;
+    if (!mine)
+        return mapping_mpi__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
+    for (int i = 0; i < FIELDS; i++) /* neutral: never the max, never the min */
+        mine[i] = mine[FIELDS + i] = INT64_MIN;
     if (st == MAPPING_OK) {
         int64_t v[FIELDS] = {(int64_t)desc->rows, (int64_t)(desc->cols ? desc->cols : 1),
                              (int64_t)desc->element_bytes, (int64_t)desc->halo};
@@ -157,20 +159,28 @@ mapping_status mapping_mpi_darray_create(MPI_Comm comm, const mapping_mpi_darray
             mine[i] = v[i];
             mine[FIELDS + i] = -v[i];
         }
-    } else {
-        for (int i = 0; i < FIELDS; i++) /* neutral: never the max, never the min */
-            mine[i] = mine[FIELDS + i] = INT64_MIN;
     }
-    int err = MPI_Allreduce(mine, all, 2 * FIELDS, MPI_INT64_T, MPI_MAX, comm);
-    if (err != MPI_SUCCESS)
-        return mapping_mpi__fail_mpi(err, "mapping_mpi_darray_create: MPI_Allreduce");
-    if ((st = mapping_mpi__agree(comm, st, fn)) != MAPPING_OK)
+    MPI_Request req;
+    int err = MPI_Iallreduce(mine, all, 2 * FIELDS, MPI_INT64_T, MPI_MAX, comm, &req);
+    if (err == MPI_SUCCESS)
+        err = mapping_mpi__wait(NULL, 1, &req, MPI_STATUSES_IGNORE);
+    if (err != MPI_SUCCESS) {
+        mapping_mpi__done(err, mine);
+        return mapping_mpi__waited(err, "mapping_mpi_darray_create: MPI_Iallreduce");
+    }
+    int differs = -1; /* INT64_MIN: a rank failed its own checks (the agreement below says so) */
+    for (int i = FIELDS - 1; i >= 0; i--)
+        if (all[FIELDS + i] != INT64_MIN && all[i] != -all[FIELDS + i])
+            differs = i;
+    long long lo = differs >= 0 ? -all[FIELDS + differs] : 0, hi = differs >= 0 ? all[differs] : 0;
+    long long here = differs >= 0 ? mine[differs] : 0;
+    mapping_mpi__done(err, mine);
+    if ((st = mapping_mpi__agree(NULL, comm, st, fn)) != MAPPING_OK)
         return st;
-    for (int i = 0; i < FIELDS; i++)
-        if (all[i] != -all[FIELDS + i])
-            return mapping_mpi__fail(MAPPING_ERR_INVALID_ARGUMENT,
-                                     "%s: %s differs across ranks (from %lld to %lld; this rank: %lld)", fn, names[i],
-                                     (long long)-all[FIELDS + i], (long long)all[i], (long long)mine[i]);
+    if (differs >= 0)
+        return mapping_mpi__fail(MAPPING_ERR_INVALID_ARGUMENT,
+                                 "%s: %s differs across ranks (from %lld to %lld; this rank: %lld)", fn, names[differs],
+                                 lo, hi, here);
     if (size < 2)
         return mapping_mpi__fail(MAPPING_ERR_INVALID_ARGUMENT,
                                  "%s: the communicator has one rank; a distributed array needs at least 2 "
@@ -183,57 +193,168 @@ mapping_status mapping_mpi_darray_create(MPI_Comm comm, const mapping_mpi_darray
         return mapping_mpi__fail(MAPPING_ERR_INVALID_ARGUMENT,
                                  "%s: halo of %zu rows is wider than the smallest block (%zu rows of %zu over %d ranks)",
                                  fn, desc->halo, smallest, desc->rows, size);
+    return MAPPING_OK;
+}
 
+static mapping_mpi_darray *new_array(const mapping_mpi_darray_desc *desc, int rank, int size)
+{
     mapping_mpi_darray *a = calloc(1, sizeof *a);
+    if (!a)
+        return NULL;
+    a->comm = a->ctl = MPI_COMM_NULL;
+    a->row_type = MPI_DATATYPE_NULL;
+    a->notice_recv = MPI_REQUEST_NULL;
+    a->notice_from = -1;
+    a->rank = rank;
+    a->size = size;
+    a->rows = desc->rows;
+    a->cols = desc->cols ? desc->cols : 1;
+    a->element_bytes = desc->element_bytes;
+    a->halo = desc->halo;
+    a->row_bytes = a->cols * a->element_bytes;
+    size_t base = a->rows / (size_t)size, extra = a->rows % (size_t)size;
+    a->owned_rows = base + ((size_t)rank < extra);
+    a->first_row = (size_t)rank * base + ((size_t)rank < extra ? (size_t)rank : extra);
+    a->up = rank > 0 ? rank - 1 : MPI_PROC_NULL;
+    a->down = rank + 1 < size ? rank + 1 : MPI_PROC_NULL;
+    return a;
+}
+
+/* The two duplicates of comm (collective: made even where the allocation
+ * failed, then freed). */
+static mapping_status dup_comms(MPI_Comm comm, mapping_mpi_darray *a, mapping_status st)
+{
+    MPI_Comm *dup = mapping_mpi__scratch(2 * sizeof *dup); /* MPI writes them when done */
+    if (!dup)
+        return mapping_mpi__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mapping_mpi_darray_create: out of memory");
+    dup[0] = dup[1] = MPI_COMM_NULL;
+    MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    int err = MPI_Comm_idup(comm, &dup[0], &req[0]);
+    if (err == MPI_SUCCESS)
+        err = MPI_Comm_idup(comm, &dup[1], &req[1]);
+    int waited = mapping_mpi__wait(NULL, 2, req, MPI_STATUSES_IGNORE);
+    if (err == MPI_SUCCESS)
+        err = waited;
+    if (err != MPI_SUCCESS && st == MAPPING_OK)
+        st = mapping_mpi__waited(err, "mapping_mpi_darray_create: MPI_Comm_idup");
+    if (waited != MPI_SUCCESS)
+        return st; /* given up: the duplicates may still come; leaked */
+    for (int i = 0; i < 2; i++) {
+        if (a && dup[i] != MPI_COMM_NULL)
+            MPI_Comm_set_errhandler(dup[i], MPI_ERRORS_RETURN);
+        else if (dup[i] != MPI_COMM_NULL)
+            MPI_Comm_free(&dup[i]);
+    }
+    if (a) {
+        a->comm = dup[0];
+        a->ctl = dup[1];
+    }
+    free(dup);
+    return st;
+}
+
+enum { TAG_NOTICE = 0x6d10 };
+
+mapping_status mapping_mpi_darray_create(MPI_Comm comm, const mapping_mpi_darray_desc *desc, mapping_mpi_darray **out)
+{
+    static const char fn[] = "mapping_mpi_darray_create";
+    if (out)
+        *out = NULL;
+    int size = 0, rank = 0;
+    if (comm == MPI_COMM_NULL || MPI_Comm_size(comm, &size) != MPI_SUCCESS || MPI_Comm_rank(comm, &rank) != MPI_SUCCESS)
+        return mapping_mpi__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: the communicator is not valid", fn);
+    mapping_status st = check_across(comm, size, desc, check_local(desc, out));
+    if (st != MAPPING_OK)
+        return st;
+    mapping_mpi_darray *a = new_array(desc, rank, size);
     st = a ? MAPPING_OK : mapping_mpi__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
-    if (a) {
-        a->comm = MPI_COMM_NULL;
-        a->row_type = MPI_DATATYPE_NULL;
-        a->rank = rank;
-        a->size = size;
-        a->rows = desc->rows;
-        a->cols = desc->cols ? desc->cols : 1;
-        a->element_bytes = desc->element_bytes;
-        a->halo = desc->halo;
-        a->row_bytes = a->cols * a->element_bytes;
-        size_t base = a->rows / (size_t)size, extra = a->rows % (size_t)size;
-        a->owned_rows = base + ((size_t)rank < extra);
-        a->first_row = (size_t)rank * base + ((size_t)rank < extra ? (size_t)rank : extra);
-        a->up = rank > 0 ? rank - 1 : MPI_PROC_NULL;
-        a->down = rank + 1 < size ? rank + 1 : MPI_PROC_NULL;
-    }
-    /* Collective, so every rank makes it even when its allocation failed. */
-    MPI_Comm dup = MPI_COMM_NULL;
-    if ((err = MPI_Comm_dup(comm, &dup)) != MPI_SUCCESS && st == MAPPING_OK)
-        st = mapping_mpi__fail_mpi(err, "mapping_mpi_darray_create: MPI_Comm_dup");
-    if (a) {
-        a->comm = dup;
-        if (dup != MPI_COMM_NULL)
-            MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
-        if (st == MAPPING_OK &&
-            (MPI_Type_contiguous((int)a->row_bytes, MPI_BYTE, &a->row_type) != MPI_SUCCESS ||
-             MPI_Type_commit(&a->row_type) != MPI_SUCCESS))
-            st = mapping_mpi__fail(MAPPING_ERR_DRIVER, "%s: MPI_Type_contiguous failed", fn);
-        if (st == MAPPING_OK)
-            st = build(a, desc);
-    } else if (dup != MPI_COMM_NULL) {
-        MPI_Comm_free(&dup);
-    }
-    if ((st = mapping_mpi__agree(comm, st, fn)) != MAPPING_OK) {
-        if (a)
-            release(a);
+    st = dup_comms(comm, a, st);
+    if (st == MAPPING_OK &&
+        (MPI_Type_contiguous((int)a->row_bytes, MPI_BYTE, &a->row_type) != MPI_SUCCESS ||
+         MPI_Type_commit(&a->row_type) != MPI_SUCCESS))
+        st = mapping_mpi__fail(MAPPING_ERR_DRIVER, "%s: MPI_Type_contiguous failed", fn);
+    if (st == MAPPING_OK)
+        st = build(a, desc);
+    if (st == MAPPING_OK &&
+        MPI_Irecv(a->notice_in, (int)sizeof a->notice_in, MPI_CHAR, MPI_ANY_SOURCE, TAG_NOTICE, a->ctl,
+                  &a->notice_recv) != MPI_SUCCESS)
+        st = mapping_mpi__fail(MAPPING_ERR_DRIVER, "%s: MPI_Irecv of the failure notices failed", fn);
+    if ((st = mapping_mpi__agree(NULL, comm, st, fn)) != MAPPING_OK) {
+        if (a && st != MAPPING_ERR_NOT_READY)
+            mapping_mpi_darray_destroy_local(a); /* given up (NOT_READY): leaked, MPI may still use it */
         return st;
     }
     *out = a;
     return MAPPING_OK;
 }
 
+void mapping_mpi_darray_destroy_local(mapping_mpi_darray *a)
+{
+    if (!a || a->broken)
+        return; /* broken: MPI may still write into it */
+    if (a->notice_recv != MPI_REQUEST_NULL) {
+        MPI_Cancel(&a->notice_recv);
+        MPI_Wait(&a->notice_recv, MPI_STATUS_IGNORE);
+    }
+    if (a->notice_sends) {
+        int flag = 0;
+        MPI_Testall(a->size, a->notice_sends, &flag, MPI_STATUSES_IGNORE);
+        if (!flag) { /* not delivered yet: MPI keeps sending; the text stays */
+            for (int r = 0; r < a->size; r++)
+                if (a->notice_sends[r] != MPI_REQUEST_NULL)
+                    MPI_Request_free(&a->notice_sends[r]);
+            a->notice_out = NULL;
+        }
+        free(a->notice_sends);
+        free(a->notice_out);
+    }
+    release(a);
+}
+
 void mapping_mpi_darray_destroy(mapping_mpi_darray *a)
 {
     if (!a)
         return;
-    MPI_Barrier(a->comm); /* no rank frees while a neighbour may still send to it */
-    release(a);
+    if (!a->broken && a->notice_from < 0 && !a->notice_sends) {
+        /* no rank frees while a neighbour may still send to it */
+        MPI_Request req;
+        if (MPI_Ibarrier(a->comm, &req) == MPI_SUCCESS && mapping_mpi__wait(a, 1, &req, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+            return; /* given up: broken, leaked */
+    }
+    mapping_mpi_darray_destroy_local(a);
+}
+
+mapping_status mapping_mpi_darray_notify_failure(mapping_mpi_darray *a, const char *why)
+{
+    if (!a)
+        return mapping_mpi__fail(MAPPING_ERR_NULL_ARGUMENT, "mapping_mpi_darray_notify_failure: the array is NULL");
+    if (a->notice_sends)
+        return MAPPING_OK; /* once */
+    a->notice_sends = malloc((size_t)a->size * sizeof *a->notice_sends);
+    a->notice_out = calloc(1, sizeof a->notice_in);
+    if (!a->notice_sends || !a->notice_out) {
+        free(a->notice_sends);
+        free(a->notice_out);
+        a->notice_sends = NULL;
+        a->notice_out = NULL;
+        return mapping_mpi__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mapping_mpi_darray_notify_failure: out of memory");
+    }
+    snprintf(a->notice_out, sizeof a->notice_in, "%s", why ? why : "");
+    for (int r = 0; r < a->size; r++) {
+        a->notice_sends[r] = MPI_REQUEST_NULL;
+        if (r != a->rank)
+            MPI_Isend(a->notice_out, (int)sizeof a->notice_in, MPI_CHAR, r, TAG_NOTICE, a->ctl, &a->notice_sends[r]);
+    }
+    return MAPPING_OK;
+}
+
+mapping_status mapping_mpi_darray_get_stats(const mapping_mpi_darray *a, mapping_mpi_darray_stats *out)
+{
+    if (!a || !out)
+        return mapping_mpi__fail(MAPPING_ERR_NULL_ARGUMENT, "mapping_mpi_darray_get_stats: %s is NULL",
+                                 a ? "out" : "the array");
+    *out = a->stats;
+    return MAPPING_OK;
 }
 
 mapping_status mapping_mpi_darray_get_info(const mapping_mpi_darray *a, mapping_mpi_darray_info *out)

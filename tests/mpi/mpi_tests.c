@@ -224,16 +224,97 @@ static void test_bad_input_fails_on_every_rank(void)
     check_failed_everywhere(mapping_mpi_gather(NULL, a, rank == 0 ? NULL : g, 0),
                             rank == 0 ? MAPPING_ERR_NULL_ARGUMENT : MAPPING_ERR_NULL_ARGUMENT, NULL);
     CHECK(mapping_mpi_halo_exchange(NULL, NULL) == MAPPING_ERR_NULL_ARGUMENT);
-    /* A stream of another device: this rank fails, its neighbours do not hang. */
+    /* A stream of another device on rank 0: every rank fails the exchange
+     * with rank 0's status (agreed), and none hangs. */
     mapping_device *other = host_device();
     mapping_stream *wrong;
     CHECK_OK(mapping_stream_create(other, &wrong));
-    mapping_status ex = mapping_mpi_halo_exchange(rank == 0 ? wrong : NULL, a);
-    CHECK(rank == 0 ? ex == MAPPING_ERR_DEVICE_MISMATCH : ex == MAPPING_OK);
+    check_failed_everywhere(mapping_mpi_halo_exchange(rank == 0 ? wrong : NULL, a), MAPPING_ERR_DEVICE_MISMATCH,
+                            rank == 0 ? NULL : "failed on rank 0");
+    CHECK_OK(mapping_mpi_halo_exchange(NULL, a)); /* and the next one works */
     mapping_stream_destroy(wrong);
     mapping_close(other);
     free(g);
     mapping_mpi_darray_destroy(a);
+    mapping_close(dev);
+}
+
+/* Delta halos: after a first full exchange, only the changed granules of
+ * the boundary rows travel; the halos still hold the neighbours' rows. */
+static void delta_exchange(mapping_mpi_darray *a, size_t row_bytes, size_t changed, unsigned char value)
+{
+    mapping_mirror *block = mapping_mpi_darray_mirror(a);
+    mapping_mpi_darray_info info;
+    CHECK_OK(mapping_mpi_darray_get_info(a, &info));
+    unsigned char *cpu = mapping_mirror_cpu(block);
+    size_t first = info.owned_offset, last = first + (info.owned_rows - 1) * row_bytes;
+    memset(cpu + first, value, changed); /* the first and last owned rows' first bytes */
+    memset(cpu + last, value, changed);
+    CHECK_OK(mapping_mirror_mark_cpu_modified(block, first, changed));
+    CHECK_OK(mapping_mirror_mark_cpu_modified(block, last, changed));
+    mapping_mpi_darray_stats before, after;
+    CHECK_OK(mapping_mpi_darray_get_stats(a, &before));
+    CHECK_OK(mapping_mpi_halo_exchange(NULL, a));
+    CHECK_OK(mapping_mpi_darray_get_stats(a, &after));
+    int neighbours = (rank > 0) + (rank + 1 < size);
+    uint64_t sent = after.mpi_bytes_sent - before.mpi_bytes_sent, granules = (changed + 63) / 64 * 64;
+    CHECK(after.exchanges == before.exchanges + 1);
+    CHECK(sent == (uint64_t)neighbours * (8 + 8 + granules)); /* header, one range, its granules */
+    CHECK_OK(mapping_mirror_sync_to_cpu(NULL, block));
+    if (rank > 0) /* the halo above: the upper neighbour's last owned row */
+        CHECK(cpu[0] == value && cpu[changed - 1] == value);
+    if (rank + 1 < size)
+        CHECK(cpu[last + row_bytes] == value);
+}
+
+/* Stops every wait once it has been called this many times. */
+static int progress_calls;
+static int stop_after(void *user)
+{
+    return ++progress_calls > *(int *)user;
+}
+
+static void test_delta_halos_and_failure_notices(void)
+{
+    mapping_device *dev = host_device();
+    mapping_mpi_darray *a;
+    mapping_mpi_darray_desc desc = {.rows = 8 * (size_t)size, .cols = 1024, .element_bytes = 1, .halo = 1, .dev = dev};
+    CHECK_OK(mapping_mpi_darray_create(MPI_COMM_WORLD, &desc, &a));
+    check_failed_everywhere(mapping_mpi_darray_set_delta(a, rank == 1), MAPPING_ERR_INVALID_ARGUMENT,
+                            "on differs across ranks");
+    CHECK_OK(mapping_mpi_darray_set_delta(a, 1));
+    CHECK_OK(mapping_mpi_halo_exchange(NULL, a)); /* the first: all of it */
+    delta_exchange(a, 1024, 100, 0x5a);            /* then 100 bytes: two granules */
+    delta_exchange(a, 1024, 1024, 0x6b);           /* all changed: one range of the whole row */
+    mapping_mpi_darray_stats st;
+    CHECK_OK(mapping_mpi_darray_get_stats(a, &st));
+    CHECK(st.delta_bytes_saved > 0);
+
+    /* Rank 1 stops taking part and says so: the others' exchange gives up. */
+    MPI_Barrier(MPI_COMM_WORLD); /* (every rank's last exchange has completed here) */
+    if (rank == 1) {
+        CHECK_OK(mapping_mpi_darray_notify_failure(a, "rank 1 stops"));
+    } else {
+        CHECK(mapping_mpi_halo_exchange(NULL, a) == MAPPING_ERR_NOT_READY);
+        char why[64];
+        int from = -1;
+        CHECK(mapping_mpi_darray_peer_failed(a, &from, why, sizeof why) == 1 && from == 1);
+        CHECK(strcmp(why, "rank 1 stops") == 0);
+        CHECK(mapping_mpi_halo_exchange(NULL, a) != MAPPING_OK); /* unusable now */
+    }
+    mapping_mpi_darray_destroy(a); /* after a notice: no barrier */
+
+    /* The progress function gives up a wait rank 0 never joins. */
+    CHECK_OK(mapping_mpi_darray_create(MPI_COMM_WORLD, &desc, &a));
+    int limit = 1000;
+    progress_calls = 0;
+    mapping_mpi_set_progress(stop_after, &limit);
+    if (rank != 0)
+        CHECK(mapping_mpi_halo_exchange(NULL, a) == MAPPING_ERR_NOT_READY);
+    mapping_mpi_set_progress(NULL, NULL);
+    CHECK(mapping_mpi_darray_peer_failed(a, NULL, NULL, 0) == 0);
+    mapping_mpi_darray_destroy_local(a); /* rank != 0: broken, leaked */
+    MPI_Barrier(MPI_COMM_WORLD);
     mapping_close(dev);
 }
 
@@ -249,6 +330,7 @@ int main(int argc, char **argv)
         {"scatter_gather_round_trip", test_scatter_gather_round_trip},
         {"halo_exchange_moves_exactly_the_halo_bytes", test_halo_exchange_moves_exactly_the_halo_bytes},
         {"bad_input_fails_on_every_rank", test_bad_input_fails_on_every_rank},
+        {"delta_halos_and_failure_notices", test_delta_halos_and_failure_notices},
     };
     int code = 2;
     if (size < 2 || size > 32) {
