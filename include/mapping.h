@@ -139,12 +139,12 @@ extern "C" {
 #endif
 
 #define MAPPING_VERSION_MAJOR 0
-#define MAPPING_VERSION_MINOR 1
+#define MAPPING_VERSION_MINOR 2
 #define MAPPING_VERSION_PATCH 0
 /* One number for compile-time checks: major * 10000 + minor * 100 + patch,
  * e.g. #if MAPPING_VERSION >= 100 (0.1.0). */
 #define MAPPING_VERSION (MAPPING_VERSION_MAJOR * 10000 + MAPPING_VERSION_MINOR * 100 + MAPPING_VERSION_PATCH)
-MAPPING_API const char *mapping_version(void); /* "0.1.0" */
+MAPPING_API const char *mapping_version(void); /* "0.2.0" */
 
 /* ===========================================================================
  * Status codes
@@ -227,8 +227,11 @@ typedef struct mapping_device_desc {
      * $MAPPING_HOST_LINK ("25e9,5e-6": bytes/s,seconds) when set. Checked
      * on every back end: finite, bandwidth 0 or 1e3..1e15 bytes/s, latency
      * 0..1 s (MAPPING_ERR_INVALID_ARGUMENT otherwise).
-     * Environment variables are parsed strictly, and anything else makes
-     * mapping_open fail with MAPPING_ERR_INVALID_ARGUMENT naming the variable:
+     * Environment variables are parsed strictly: every open (mapping_open,
+     * mapping_open_opencl) checks every MAPPING_* variable that is set, for
+     * any back end, and a value not accepted makes it fail with
+     * MAPPING_ERR_INVALID_ARGUMENT naming the variable and the values it
+     * accepts (docs/environment.md lists them all). For example
      * $MAPPING_DEVICE decimal digits; $MAPPING_HOST_LINK "BANDWIDTH[,LATENCY]"
      * as plain numbers (no units: "25GB/s" is refused), in the ranges above;
      * $MAPPING_HOST_POISON "0" or "1"; $MAPPING_CUDA_SCATTER auto, batch,
@@ -399,6 +402,30 @@ MAPPING_API mapping_status mapping_allocate_cpu(mapping_device *dev, size_t byte
  * (nothing freed, MAPPING_ERR_NOT_OWNED recorded for mapping_last_error()). */
 MAPPING_API void           mapping_free_cpu(mapping_device *dev, void *cpu_ptr);
 
+/* Copies of pageable host memory (malloc, numpy) go through page-locked
+ * staging: two CPU copies, slower than the link on a GPU. Memory page-locked
+ * elsewhere (torch.Tensor.pin_memory, cudaHostAlloc, cudaHostRegister by
+ * another library) is recognised on CUDA and copied directly.
+ * mapping_device_set_host_registration (opt-in; off by default) page-locks
+ * pageable memory in place instead: a copy of at least min_bytes registers
+ * its host range (CUDA: cuMemHostRegister, in chunks of at most 64 MiB cut on
+ * 2 MiB boundaries, on up to 8 threads, halved where the driver refuses a
+ * size) and keeps the registration, so it and later copies of the same
+ * memory are DMAs; registrations beyond cache_bytes are dropped least
+ * recently used first. What cannot be registered (read-only memory, a
+ * locked-memory limit) is staged as before. While the cache holds a range,
+ * it must stay mapped: call mapping_host_registration_forget(dev, ptr,
+ * bytes) before freeing (munmap, free of a large block) memory that was
+ * copied, or turn registration off (0, 0), or close the device. min_bytes
+ * at least a page and cache_bytes >= min_bytes, or both 0 (off: everything
+ * is unregistered); MAPPING_ERR_UNSUPPORTED where the back end cannot
+ * page-lock in place (OpenCL). Thread-safe. */
+MAPPING_API mapping_status mapping_device_set_host_registration(mapping_device *dev, size_t min_bytes,
+                                                                size_t cache_bytes);
+/* Unregisters what the cache holds of [ptr, +bytes) (whole pages); waits for
+ * nothing: the caller has waited for the copies of that memory. */
+MAPPING_API mapping_status mapping_host_registration_forget(mapping_device *dev, const void *ptr, size_t bytes);
+
 /* Whole buffer (mapping_buffer_size(gpu) bytes), blocking. Thread-safe. */
 MAPPING_API mapping_status mapping_sync_to_gpu(const void *cpu_src, mapping_buffer *gpu_dst);
 MAPPING_API mapping_status mapping_sync_to_cpu(const mapping_buffer *gpu_src, void *cpu_dst);
@@ -456,6 +483,36 @@ MAPPING_API mapping_status mapping_event_query(const mapping_event *event);
 MAPPING_API mapping_status mapping_event_elapsed(const mapping_event *start, const mapping_event *end,
                                                  double *seconds);
 MAPPING_API void           mapping_event_destroy(mapping_event *event); /* NULL: no-op */
+
+/* Stream capture (CUDA graphs: cuStreamBeginCapture, torch.cuda.graph). Work
+ * queued on a stream being captured does not run: it becomes graph nodes,
+ * run at each replay. Every call that takes or uses a stream asks the driver
+ * first and either records correct nodes or fails with
+ * MAPPING_ERR_UNSUPPORTED naming the call and the capture, before anything
+ * is queued: the capture is never invalidated behind the caller's back, and
+ * no graph replays the bytes of capture time. On a capturing stream:
+ * - recorded: mapping_sync_to_gpu_range / mapping_sync_to_cpu_range from or
+ *   into page-locked memory (mapping_allocate_cpu, a MAPPING_MIRROR_PIN
+ *   mirror's, memory CUDA or torch pinned) as copy nodes that read or write
+ *   it at each replay; mapping_copy_gpu, mapping_fill_gpu,
+ *   mapping_launch_host (a host node; refused under MAPPING_CHECK=races),
+ *   mapping_event_record (the event marks a point of the graph: it can be
+ *   waited for by streams of the same capture only, and never synchronized,
+ *   queried or timed: UNSUPPORTED), mapping_stream_wait_event on an event of
+ *   the same capture;
+ * - refused: copies of pageable memory (they would be staged now),
+ *   mapping_stream_synchronize, mapping_stream_destroy (nothing destroyed),
+ *   mapping_stream_wait_event on an event outside the capture,
+ *   mapping_copy_peer, mapping_batch_flush (packs host memory now), mirror
+ *   and multimirror syncs and access intents (their bookkeeping would happen
+ *   once, at capture), mapping_device_wait_native.
+ * A blocking call (stream NULL) runs now on the device's native queue (the
+ * legacy stream): it is refused while a stream that synchronizes with that
+ * queue (created without CU_STREAM_NON_BLOCKING) is being captured, and
+ * runs as usual beside captures of non-blocking streams, in any capture
+ * mode (the library makes its driver calls in the relaxed mode). An
+ * invalidated capture is refused until it ends. Back ends without graphs
+ * never refuse. docs/cuda.md lists every call. */
 
 /* ===========================================================================
  * Device-side operations
@@ -621,7 +678,8 @@ MAPPING_API int            mapping_trace_active(void);
  *   first write to a page), elsewhere every page of the synced view (a few
  *   GB/s): for debugging. Writes the kernel makes (read(2)) count as
  *   changes either way. Another value of MAPPING_CHECK
- *   fails every sync to the GPU with MAPPING_ERR_INVALID_ARGUMENT.
+ *   fails mapping_open (set only after the open: every sync to the GPU)
+ *   with MAPPING_ERR_INVALID_ARGUMENT.
  *   Checks combine with commas: MAPPING_CHECK=unmarked,races.
  * - MAPPING_CHECK=races (read once, at the first async copy) protects the
  *   host memory of every asynchronous copy (a non-NULL stream): the source
@@ -1282,13 +1340,29 @@ MAPPING_API mapping_status mapping_import_gpu(mapping_device *dev, void *native,
 
 /* A native queue the caller owns as a stream: an in-order cl_command_queue of
  * the device's context and device (OpenCL; retained), or a CUstream of the
- * primary context (CUDA). The library's work on it is ordered with the
+ * primary context (CUDA; NULL, as CUDA code names the default stream 0:
+ * the legacy default stream, torch.cuda.default_stream().cuda_stream). The
+ * library's work on it is ordered with the
  * caller's kernels on the same queue. mapping_stream_destroy waits for the
  * queue's work and releases only the library's handle. Events recorded on an
  * OpenCL queue made without CL_QUEUE_PROFILING_ENABLE cannot be timed.
  * MAPPING_ERR_UNSUPPORTED on the host back end (its streams are library
  * threads). Thread-safe. */
 MAPPING_API mapping_status mapping_import_stream(mapping_device *dev, void *native_queue, mapping_stream **out);
+
+/* Every stream of the device (those that exist and those made later) waits,
+ * on the device, for the work queued so far on native_queue: a CUstream of
+ * the primary context, or NULL for the device's default native queue (CUDA:
+ * the legacy default stream, which a DLPack producer orders its work before
+ * when the consumer names it). Call it after importing memory that work on
+ * that queue writes (mapping_import_gpu of a DLPack or CUDA array interface
+ * tensor), so that the library's copies on its own (non-blocking) streams
+ * come after it; the host never waits. MAPPING_ERR_UNSUPPORTED while the
+ * queue or a stream of the device is being captured into a CUDA graph, and
+ * for a native_queue on a back end without native queues (host: NULL is
+ * MAPPING_OK, there is nothing to wait for); MAPPING_ERR_NULL_ARGUMENT for
+ * NULL where the back end has no default native queue (OpenCL). Thread-safe. */
+MAPPING_API mapping_status mapping_device_wait_native(mapping_device *dev, void *native_queue);
 
 #ifdef __cplusplus
 }

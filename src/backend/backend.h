@@ -43,6 +43,14 @@ typedef struct mapping_scatter_entry {
 /* The block of mapping_backend.diff_blocks: one flag per this many bytes. */
 enum { MAPPING_DIFF_BLOCK = MAPPING_DIFF_BLOCK_BYTES };
 
+/* A stream's part in a capture into a graph (mapping_backend.stream_capture_status). */
+enum {
+    MAPPING_CAPTURE_NONE = 0,        /* not being captured: work runs as queued */
+    MAPPING_CAPTURE_ACTIVE = 1,      /* being captured: queued work becomes graph nodes, run at each replay */
+    MAPPING_CAPTURE_INVALIDATED = 2, /* its capture failed and awaits its end */
+    MAPPING_CAPTURE_IMPLICIT = 3,    /* (the queue of blocking calls) work there would depend on a capture */
+};
+
 typedef struct mapping_backend {
     const char *name;
 
@@ -178,6 +186,21 @@ typedef struct mapping_backend {
      * stream_synchronize) drops it without destroying the caller's queue. */
     mapping_status (*stream_import)(void *dev, void *native, void **stream);
     void (*stream_unimport)(void *dev, void *stream);
+    /* stream_import takes native == NULL as the device's default native
+     * queue (CUDA: the legacy default stream, which CUDA code names 0). */
+    bool stream_import_default;
+
+    /* ---- Capture into graphs and memory made elsewhere (optional) ---- */
+    /* Whether `stream` (NULL: the queue of blocking calls) is being captured
+     * into a graph (CUDA stream capture): *status is a MAPPING_CAPTURE_*,
+     * *id (may be NULL) the capture's id, unique in the process, 0 when none
+     * or unknown. NULL: the back end has no capture (always NONE). */
+    mapping_status (*stream_capture_status)(void *dev, void *stream, int *status, uint64_t *id);
+    /* Whether [ptr, +bytes) is page-locked host memory the driver knows but
+     * host_alloc / host_register did not make (another library's pinned
+     * memory): write and read then move it directly, without staging, as
+     * they do with `pinned`. The back end may cache what it learns. */
+    bool (*host_locked)(void *dev, const void *ptr, size_t bytes);
 } mapping_backend;
 
 /* Each back end defines `const mapping_backend mapping_backend_<name>`; the

@@ -95,6 +95,17 @@ struct mapping_device {
      * the run using freed streams and buffers). */
     _Atomic int running_pipelines;
 
+    /* mapping_device_set_host_registration (core/host_cache.c): copies of
+     * at least this many bytes of pageable memory register it in place (0:
+     * off), and the cache of those registrations. */
+    _Atomic size_t             host_cache_min;
+    struct mapping_host_cache *host_cache;
+    /* mapping_device_wait_native (core/native_order.c): per native queue,
+     * an event (the back end's) at the end of its work when it was called,
+     * which every stream made from then on waits for; NULL when none.
+     * Under objects_lock. */
+    struct mapping_native_marks *native_marks;
+
     _Atomic int fault_countdown; /* > 0: that many more operations succeed */
     _Atomic int fault_armed;
     _Atomic int fault_any; /* 1: every fallible back-end call counts (mapping__inject_fault_any) */
@@ -123,6 +134,7 @@ struct mapping_event {
     void             *state;
     const void       *stream_state; /* the stream it was recorded on (its back-end state) */
     mapping_list_node node;
+    uint64_t          capture; /* recorded in a capture into a graph: its id (core/capture.c); else 0 */
 };
 
 /* ---- the registry of live handles (src/core/handles.c) ----
@@ -223,6 +235,35 @@ mapping_status mapping__event_wait(const char *fn, mapping_event *event);
 /* stream (may be NULL) and object must be of dev. */
 mapping_status mapping__check_same_device(const char *fn, const mapping_device *dev, const mapping_stream *stream);
 
+/* ---- stream capture into graphs, at the public boundary (core/capture.c) ----
+ * MAPPING_ERR_UNSUPPORTED, recorded under fn, when the call cannot be
+ * captured correctly: a stream that is being captured (or whose capture was
+ * invalidated), or with stream NULL a blocking call whose work would depend
+ * on a capture (the legacy stream while a blocking stream captures).
+ * MAPPING_OK at once where the back end has no capture. */
+mapping_status mapping__stream_refuse_capture(mapping_device *dev, mapping_stream *stream, const char *fn);
+/* The same, saying why the call cannot be captured. */
+mapping_status mapping__stream_refuse_capture_why(mapping_device *dev, mapping_stream *stream, const char *fn,
+                                                  const char *why);
+/* Work queued on the stream that a capture records correctly (a copy
+ * between buffers, a fill, a host function, an event): refused only as
+ * above when not ACTIVE, and a host function under MAPPING_CHECK=races;
+ * *id (may be NULL) the capture's id, 0 when none. */
+mapping_status mapping__capture_check_queued(const char *fn, mapping_device *dev, mapping_stream *stream,
+                                             bool host_function, uint64_t *id);
+/* A copy between a buffer and host memory: on a capturing stream only from
+ * or into page-locked memory (a copy node reads it at each replay); pageable
+ * memory would be staged now. */
+mapping_status mapping__capture_check_copy(const char *fn, mapping_device *dev, mapping_stream *stream,
+                                           const void *host, size_t bytes);
+/* An event recorded in a capture can be neither waited for nor queried
+ * nor timed by the host. */
+mapping_status mapping__capture_check_event(const char *fn, const mapping_event *event);
+/* stream waits for event: in a capture, only for an event of the same
+ * capture; outside one, an event of a capture still going on (the stream
+ * joins it). */
+mapping_status mapping__capture_check_wait(const char *fn, mapping_stream *stream, const mapping_event *event);
+
 /* ---- host memory registry (src/core/host_memory.c) ---- */
 void           mapping__host_registry_init(mapping_host_registry *r);
 void           mapping__host_registry_destroy(mapping_device *dev);
@@ -257,6 +298,31 @@ mapping_status mapping__peer_link_measure(mapping_device *src, mapping_device *d
  * freed by mapping_free_gpu; *host is its CPU address. ---- */
 mapping_status mapping__allocate_unified(const char *fn, mapping_device *dev, size_t bytes, mapping_buffer **out,
                                          void **host);
+
+/* ---- registration of large pageable copies in place (core/host_cache.c) ---- */
+typedef struct mapping_host_cache mapping_host_cache;
+/* Whether a copy of `bytes` bytes of pageable memory of dev should be
+ * registered in place first (mapping_device_set_host_registration). */
+static inline bool mapping__host_cache_wanted(const mapping_device *dev, size_t bytes)
+{
+    size_t min = atomic_load_explicit(&dev->host_cache_min, memory_order_relaxed);
+    return min && bytes >= min;
+}
+/* Registers what [ptr, +bytes) lacks (in parallel chunks, evicting the least
+ * recently used beyond the capacity); false when some of it cannot be (then
+ * the copy is staged as before; nothing is recorded). */
+bool mapping__host_cache_prepare(mapping_device *dev, const void *ptr, size_t bytes);
+/* The registration holding ptr: its reference, and how many of `bytes`
+ * bytes from ptr lie in it; false when none. */
+bool mapping__host_cache_piece(mapping_device *dev, const void *ptr, size_t bytes, mapping_host_ref *ref, size_t *len);
+/* Does the cache hold any of [ptr, +bytes) (registered by it)? */
+bool mapping__host_cache_holds(mapping_device *dev, const void *ptr, size_t bytes);
+/* Unregisters everything (mapping_close). */
+void mapping__host_cache_destroy(mapping_device *dev);
+/* A new stream of dev waits for mapping_device_wait_native's event, if any
+ * (core/native_order.c); the event's release at close. */
+void mapping__native_mark_wait(mapping_device *dev, void *stream_state);
+void mapping__native_mark_destroy(mapping_device *dev);
 
 /* ---- user memory page-locked in place (src/core/host_memory.c), for
  * mapping_mirror_wrap: MAPPING_ERR_UNSUPPORTED (not recorded) when the back

@@ -8,6 +8,7 @@
 #include "core/ops.h"
 #include "core/trace_hooks.h"
 #include "os/os.h"
+#include "os/settings.h"
 
 static const char *env_or_null(const char *name)
 {
@@ -85,7 +86,8 @@ mapping_status mapping_open(const mapping_device_desc *desc, mapping_device **ou
     if ((st = mapping__check_ptr(fn, "out", out)))
         return st;
     *out = NULL;
-    if ((st = mapping__trace_from_environment(fn))) /* $MAPPING_TRACE */
+    if ((st = mapping__settings_check(fn)) || /* every MAPPING_* variable (os/settings.c) */
+        (st = mapping__trace_from_environment(fn))) /* $MAPPING_TRACE */
         return st;
     mapping_device_desc d = desc ? *desc : (mapping_device_desc){0};
     if (!d.backend)
@@ -223,6 +225,8 @@ void mapping_close(mapping_device *dev)
         mapping__free_gpu(b);
     }
     mapping__host_registry_destroy(dev);
+    mapping__host_cache_destroy(dev);
+    mapping__native_mark_destroy(dev);
     probe_free(dev);
     mapping__op_device_close(dev);
     pthread_mutex_destroy(&dev->objects_lock);

@@ -195,15 +195,24 @@ void mapping_free_cpu(mapping_device *dev, void *cpu_ptr)
 /* For mapping_mirror_wrap(MAPPING_MIRROR_PIN) (src/coherence/mirror.c):
  * page-locks user memory in place through the back end's host_register and records it
  * so transfers take the fast path. MAPPING_ERR_UNSUPPORTED (not recorded)
- * when the back end cannot. */
+ * when the back end cannot. Pinning is optional: a driver's refusal (a
+ * locked-memory limit, memory already page-locked) is logged as a warning
+ * and not left as the thread's last error, since the caller goes on and
+ * returns OK. */
 mapping_status mapping__host_register(mapping_device *dev, void *ptr, size_t bytes)
 {
     if (!mapping__can_register_host(dev))
         return MAPPING_ERR_UNSUPPORTED;
     void *cookie = NULL;
+    mapping_error_mark before;
+    mapping__error_mark(&before);
     mapping_status st = mapping__op_host_register(dev, ptr, bytes, &cookie);
-    if (st != MAPPING_OK)
+    if (st != MAPPING_OK) {
+        mapping__log(1, "cannot page-lock %zu bytes at %p in place (%s); its copies are staged", bytes, ptr,
+                     mapping__last_message());
+        mapping__error_forget(&before);
         return st;
+    }
     if ((st = mapping__host_registry_add(&dev->host_blocks, ptr, bytes, cookie, true)) != MAPPING_OK)
         mapping__op_host_unregister(dev, ptr, cookie);
     return st;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include "core/backends.h"
 #include "core/ops.h"
+#include "os/settings.h"
 
 mapping_status mapping_open_opencl(void *cl_context, void *cl_device_id, void *cl_command_queue,
                                    mapping_device **out)
@@ -19,7 +20,8 @@ mapping_status mapping_open_opencl(void *cl_context, void *cl_device_id, void *c
         return st;
     *out = NULL;
     if ((st = mapping__check_ptr(fn, "cl_context", cl_context)) ||
-        (st = mapping__check_ptr(fn, "cl_device_id", cl_device_id)))
+        (st = mapping__check_ptr(fn, "cl_device_id", cl_device_id)) ||
+        (st = mapping__settings_check(fn))) /* every MAPPING_* variable, as mapping_open */
         return st;
     int which = mapping__backend_index("opencl");
     mapping_backend_info binfo;
@@ -69,6 +71,14 @@ mapping_status mapping_import_stream(mapping_device *dev, void *native_queue, ma
     if ((st = mapping__check_device(fn, dev)) || (st = mapping__check_ptr(fn, "out", out)))
         return st;
     *out = NULL;
+    /* NULL (0): the default native queue, where the back end has one (CUDA:
+     * the legacy default stream, torch.cuda.default_stream().cuda_stream). */
+    if (!native_queue && mapping__can_import_default_stream(dev))
+        return mapping__import_stream(dev, NULL, out);
+    if (!native_queue && mapping__can_import_stream(dev))
+        return mapping__fail(MAPPING_ERR_NULL_ARGUMENT,
+                             "%s: native_queue is NULL, and back end %s has no default native queue to take for it", fn,
+                             dev->be->name);
     if ((st = mapping__check_ptr(fn, "native_queue", native_queue)))
         return st;
     return mapping__import_stream(dev, native_queue, out);

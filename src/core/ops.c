@@ -40,6 +40,45 @@ static inline bool race_check(const mapping_device *dev)
     return atomic_load_explicit(&dev->checks, memory_order_relaxed) || mapping__race_check_on();
 }
 
+/* A copy of host memory registered in place (mapping_device_set_host_
+ * registration, core/host_cache.c), one registration (chunk) at a time;
+ * what is not registered (forgotten meanwhile) goes as pageable memory. */
+static mapping_status copy_registered(mapping_stream *stream, void *host, mapping_buffer *buf, size_t offset,
+                                      size_t bytes, bool to_device)
+{
+    mapping_device *dev = buf->dev;
+    uint64_t t0 = !stream && bytes >= TIMED_TRANSFER_MIN ? mapping_os_now_ns() : 0;
+    mapping_trace_span span = mapping__trace_begin();
+    mapping_status st = MAPPING_OK;
+    for (size_t done = 0, len = 0; done < bytes && st == MAPPING_OK; done += len) {
+        mapping_host_ref ref;
+        char *at = (char *)host + done;
+        bool registered = mapping__host_cache_piece(dev, at, bytes - done, &ref, &len);
+        if (!registered)
+            len = bytes - done;
+        const mapping_host_ref *pinned = registered ? &ref : NULL;
+        st = to_device ? dev->be->write(dev->state, mapping__stream_state(stream), at, pinned, buf->mem, offset + done,
+                                        len)
+                       : dev->be->read(dev->state, mapping__stream_state(stream), buf->mem, offset + done, at, pinned,
+                                       len);
+    }
+    mapping__trace_op(&span, to_device ? "write" : "read", to_device ? "h2d" : "d2h", dev, stream, buf, bytes, st);
+    if (st != MAPPING_OK)
+        return st;
+    if (t0)
+        mapping__count(&dev->counters.blocking_ns, mapping_os_now_ns() - t0);
+    mapping__count(to_device ? &dev->counters.h2d_bytes : &dev->counters.d2h_bytes, bytes);
+    mapping__count(to_device ? &dev->counters.h2d_copies : &dev->counters.d2h_copies, 1);
+    return MAPPING_OK;
+}
+
+/* Pageable memory the host-registration cache takes (registering it now). */
+static inline bool registered_copy(mapping_device *dev, const void *host, size_t bytes, bool checked)
+{
+    return !checked && __builtin_expect(mapping__host_cache_wanted(dev, bytes), 0) &&
+           mapping__host_cache_prepare(dev, host, bytes);
+}
+
 /* The write and read bodies, instantiated twice: without the race check
  * (`checked` false: no guard code at all on the common path) and with it,
  * out of line, for a copy on a stream while the check is on. */
@@ -52,6 +91,8 @@ write_body(mapping_stream *stream, const void *src, mapping_buffer *dst, size_t 
         return st;
     mapping_host_ref ref;
     const mapping_host_ref *pinned = mapping__host_registry_find(&dev->host_blocks, src, bytes, &ref) ? &ref : NULL;
+    if (!pinned && registered_copy(dev, src, bytes, checked))
+        return copy_registered(stream, (void *)(uintptr_t)src, dst, dst_offset, bytes, true);
     uint64_t t0 = !stream && bytes >= TIMED_TRANSFER_MIN ? mapping_os_now_ns() : 0;
     mapping_race_guard *guard = NULL; /* MAPPING_CHECK=races: the source is read-only until the copy is done */
     if (checked)
@@ -79,6 +120,8 @@ read_body(mapping_stream *stream, const mapping_buffer *src, size_t src_offset, 
         return st;
     mapping_host_ref ref;
     const mapping_host_ref *pinned = mapping__host_registry_find(&dev->host_blocks, dst, bytes, &ref) ? &ref : NULL;
+    if (!pinned && registered_copy(dev, dst, bytes, checked))
+        return copy_registered(stream, dst, (mapping_buffer *)(uintptr_t)src, src_offset, bytes, false);
     uint64_t t0 = !stream && bytes >= TIMED_TRANSFER_MIN ? mapping_os_now_ns() : 0;
     mapping_race_guard *guard = NULL; /* MAPPING_CHECK=races: the destination is inaccessible until the copy starts */
     if (checked && (guard = mapping__race_guard_begin(dst, bytes, MAPPING_RACE_D2H, stream)) &&
@@ -360,7 +403,9 @@ mapping_status mapping__stream_wait_event(mapping_stream *stream, mapping_event 
 
 mapping_status mapping__event_synchronize(mapping_event *event)
 {
-    mapping_status st = mapping__fault_check_any(event->dev, "event_synchronize");
+    mapping_status st = mapping__capture_check_event("the library's wait for an event", event);
+    if (st == MAPPING_OK)
+        st = mapping__fault_check_any(event->dev, "event_synchronize");
     if (st != MAPPING_OK)
         return st;
     return event->dev->be->event_synchronize(event->dev->state, event->state);
@@ -368,7 +413,9 @@ mapping_status mapping__event_synchronize(mapping_event *event)
 
 mapping_status mapping__event_query(const mapping_event *event)
 {
-    mapping_status st = mapping__fault_check_any(event->dev, "event_query");
+    mapping_status st = mapping__capture_check_event("the library's query of an event", event);
+    if (st == MAPPING_OK)
+        st = mapping__fault_check_any(event->dev, "event_query");
     if (st != MAPPING_OK)
         return st;
     return event->dev->be->event_query(event->dev->state, event->state);
@@ -377,6 +424,33 @@ mapping_status mapping__event_query(const mapping_event *event)
 mapping_status mapping__event_elapsed(const mapping_event *start, const mapping_event *end, double *seconds)
 {
     return start->dev->be->event_elapsed(start->dev->state, start->state, end->state, seconds);
+}
+
+/* ---- stream capture and memory made elsewhere ---- */
+
+mapping_status mapping__op_stream_capture_status(mapping_device *dev, void *stream_state, int *status, uint64_t *id)
+{
+    *status = MAPPING_CAPTURE_NONE;
+    if (id)
+        *id = 0;
+    return dev->be->stream_capture_status ? dev->be->stream_capture_status(dev->state, stream_state, status, id)
+                                          : MAPPING_OK;
+}
+
+mapping_status mapping__stream_capture_status(mapping_device *dev, const mapping_stream *stream, int *status,
+                                              uint64_t *id)
+{
+    return mapping__op_stream_capture_status(dev, mapping__stream_state(stream), status, id);
+}
+
+bool mapping__host_locked_elsewhere(mapping_device *dev, const void *ptr, size_t bytes)
+{
+    return dev->be->host_locked && dev->be->host_locked(dev->state, ptr, bytes);
+}
+
+bool mapping__can_import_default_stream(const mapping_device *dev)
+{
+    return mapping__can_import_stream(dev) && dev->be->stream_import_default;
 }
 
 /* ---- the back-end half of object lifetimes ---- */
@@ -493,6 +567,14 @@ mapping_status mapping__op_event_record(mapping_device *dev, void *stream_state,
     if (st != MAPPING_OK)
         return st;
     return dev->be->event_record(dev->state, stream_state, event_state);
+}
+
+mapping_status mapping__op_event_wait(mapping_device *dev, void *stream_state, void *event_state)
+{
+    mapping_status st = mapping__fault_check_any(dev, "stream_wait_event");
+    if (st != MAPPING_OK)
+        return st;
+    return dev->be->event_wait(dev->state, stream_state, event_state);
 }
 
 void mapping__op_event_destroy(mapping_device *dev, void *event_state)

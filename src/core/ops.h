@@ -104,6 +104,20 @@ mapping_status mapping__event_elapsed(const mapping_event *start, const mapping_
  * mapping__stream_synchronize it once. Never for host functions. */
 mapping_stream *mapping__blocking_stream(mapping_device *dev);
 
+/* ---- stream capture (CUDA graphs) and memory made elsewhere ----
+ * The capture status (MAPPING_CAPTURE_*) of a stream, or with stream NULL of
+ * the device's queue of blocking calls; *id (may be NULL) the capture's id.
+ * NONE where the back end has no capture. core/capture.c turns it into the
+ * public calls' refusals. */
+mapping_status mapping__stream_capture_status(mapping_device *dev, const mapping_stream *stream, int *status,
+                                              uint64_t *id);
+mapping_status mapping__op_stream_capture_status(mapping_device *dev, void *stream_state, int *status, uint64_t *id);
+/* Is [ptr, +bytes) page-locked host memory another library made (the back
+ * end's host_locked)? false where the back end cannot tell. */
+bool           mapping__host_locked_elsewhere(mapping_device *dev, const void *ptr, size_t bytes);
+/* mapping_import_stream(dev, NULL): the back end's default native queue. */
+bool           mapping__can_import_default_stream(const mapping_device *dev);
+
 /* ---- the back-end half of object lifetimes (src/core/ only) ---- */
 mapping_status mapping__op_device_info(const mapping_backend *be, int index, mapping_device_info *info);
 mapping_status mapping__op_device_open(const mapping_backend *be, int index, const mapping_device_desc *desc,
@@ -126,6 +140,8 @@ mapping_status mapping__op_stream_create(mapping_device *dev, void **state);
 void           mapping__op_stream_destroy(mapping_device *dev, void *state);
 mapping_status mapping__op_stream_native(mapping_device *dev, void *state, void **native);
 mapping_status mapping__op_event_record(mapping_device *dev, void *stream_state, void **event_state);
+/* Later work of the stream (a back-end state) waits for the event's. */
+mapping_status mapping__op_event_wait(mapping_device *dev, void *stream_state, void *event_state);
 void           mapping__op_event_destroy(mapping_device *dev, void *event_state);
 /* A blocking device-to-device copy from src_dev's memory to dst_dev's,
  * not counted (for measuring a peer link); only where

@@ -17,7 +17,11 @@ mapping_status mapping_copy_peer(mapping_stream *stream, const mapping_buffer *s
         return mapping__fail(MAPPING_ERR_DEVICE_MISMATCH,
                              "%s: the stream must belong to the destination's device (dst buffer %p); it belongs to %s",
                              fn, (const void *)dst, stream->dev == src->dev ? "the source's device" : "a third device");
-    if ((st = mapping__check_no_overlap(fn, src, src_offset, dst, dst_offset, bytes)))
+    static const char not_captured[] = "closing the source's device could not wait for the graph's replays of the "
+                                       "copy (nor, between back ends, could it be staged at each replay)";
+    if ((st = mapping__check_no_overlap(fn, src, src_offset, dst, dst_offset, bytes)) ||
+        (st = mapping__stream_refuse_capture_why(dst->dev, stream, fn, not_captured)) ||
+        (!stream && src->dev != dst->dev && (st = mapping__stream_refuse_capture_why(src->dev, NULL, fn, not_captured))))
         return st;
     return mapping__copy_peer(stream, src, src_offset, dst, dst_offset, bytes);
 }

@@ -7,21 +7,21 @@
 
 /* ---- internal: validated arguments ---- */
 
-/* A new stream on the back end's new queue, or (native != NULL) on the
- * caller's queue (mapping_import_stream). */
-static mapping_status stream_new(mapping_device *dev, void *native, mapping_stream **out)
+/* A new stream on the back end's new queue, or (imported) on the caller's
+ * queue `native` (mapping_import_stream; NULL: the default native queue). */
+static mapping_status stream_new(mapping_device *dev, bool imported, void *native, mapping_stream **out)
 {
     *out = NULL;
     mapping_stream *s = mapping_os_handle_alloc(sizeof *s); /* see os/handle_arena.c */
     if (!s)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mapping_stream_create: out of memory");
-    s->imported = native != NULL;
+    s->imported = imported;
     s->owner = NULL;
     mapping__fence_init(&s->fences);
-    mapping_status st = native ? mapping__op_stream_import(dev, native, &s->state)
-                               : mapping__op_stream_create(dev, &s->state);
+    mapping_status st = imported ? mapping__op_stream_import(dev, native, &s->state)
+                                 : mapping__op_stream_create(dev, &s->state);
     if (st == MAPPING_OK && mapping__handle_add(MAPPING_HANDLE_STREAM, s) != MAPPING_OK) {
-        if (native)
+        if (imported)
             mapping__op_stream_unimport(dev, s->state);
         else
             mapping__op_stream_destroy(dev, s->state);
@@ -33,13 +33,14 @@ static mapping_status stream_new(mapping_device *dev, void *native, mapping_stre
     }
     s->dev = dev;
     mapping__list_add(dev, &dev->streams, &s->node);
+    mapping__native_mark_wait(dev, s->state); /* after imports ordered on a native queue */
     *out = s;
     return MAPPING_OK;
 }
 
 mapping_status mapping__stream_create(mapping_device *dev, mapping_stream **out)
 {
-    return stream_new(dev, NULL, out);
+    return stream_new(dev, false, NULL, out);
 }
 
 mapping_status mapping__import_stream(mapping_device *dev, void *native, mapping_stream **out)
@@ -48,7 +49,7 @@ mapping_status mapping__import_stream(mapping_device *dev, void *native, mapping
     if (!mapping__can_import_stream(dev))
         return mapping__fail(MAPPING_ERR_UNSUPPORTED, "mapping_import_stream: back end %s has no native queues to import",
                              dev->be->name);
-    return stream_new(dev, native, out);
+    return stream_new(dev, true, native, out);
 }
 
 void mapping__stream_destroy(mapping_stream *stream)
@@ -71,11 +72,15 @@ void mapping__stream_destroy(mapping_stream *stream)
 mapping_status mapping__event_record(mapping_stream *stream, mapping_event **out)
 {
     *out = NULL;
+    uint64_t capture = 0; /* in a capture: the event marks a point of the graph (core/capture.c) */
+    mapping_status st = mapping__capture_check_queued("mapping_event_record", stream->dev, stream, false, &capture);
+    if (st != MAPPING_OK)
+        return st;
     mapping_event *ev = mapping_os_handle_alloc(sizeof *ev);
     if (!ev)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mapping_event_record: out of memory");
     mapping_device *dev = stream->dev;
-    mapping_status st = mapping__op_event_record(dev, stream->state, &ev->state);
+    st = mapping__op_event_record(dev, stream->state, &ev->state);
     if (st == MAPPING_OK && mapping__handle_add(MAPPING_HANDLE_EVENT, ev) != MAPPING_OK) {
         mapping__op_event_destroy(dev, ev->state);
         st = mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mapping_event_record: out of memory");
@@ -86,6 +91,7 @@ mapping_status mapping__event_record(mapping_stream *stream, mapping_event **out
     }
     ev->dev = dev;
     ev->stream_state = stream->state;
+    ev->capture = capture;
     mapping__list_add(dev, &dev->events, &ev->node);
     *out = ev;
     return MAPPING_OK;
@@ -122,6 +128,9 @@ void mapping_stream_destroy(mapping_stream *stream)
                       (void *)stream, stream->owner, stream->owner);
         return;
     }
+    if (mapping__stream_refuse_capture_why(stream->dev, stream, fn,
+                                           "destroying waits for the stream's work; not destroyed") != MAPPING_OK)
+        return;
     mapping__stream_destroy(stream);
 }
 
@@ -130,7 +139,10 @@ mapping_status mapping_stream_synchronize(mapping_stream *stream)
     static const char fn[] = "mapping_stream_synchronize";
     mapping_status st;
     if ((st = mapping__check_ptr(fn, "stream", stream)) || (st = mapping__check_stream(fn, stream)) ||
-        (st = mapping__check_not_in_host_fn(fn, stream)))
+        (st = mapping__check_not_in_host_fn(fn, stream)) ||
+        (st = mapping__stream_refuse_capture_why(stream->dev, stream, fn,
+                                                 "the host cannot wait for a stream whose work is being recorded, "
+                                                 "not run (it would invalidate the capture)")))
         return st;
     return mapping__stream_synchronize(stream);
 }
@@ -150,7 +162,8 @@ mapping_status mapping_launch_host(mapping_stream *stream, void (*fn_)(void *use
 {
     static const char fn[] = "mapping_launch_host";
     mapping_status st;
-    if ((st = mapping__check_stream(fn, stream)) || (st = mapping__check_ptr(fn, "fn", (const void *)(uintptr_t)fn_)))
+    if ((st = mapping__check_stream(fn, stream)) || (st = mapping__check_ptr(fn, "fn", (const void *)(uintptr_t)fn_)) ||
+        (stream && (st = mapping__capture_check_queued(fn, stream->dev, stream, true, NULL))))
         return st;
     return mapping__launch_host(stream, fn_, user);
 }
@@ -174,6 +187,8 @@ mapping_status mapping_stream_wait_event(mapping_stream *stream, mapping_event *
         return st;
     if (event->dev != stream->dev)
         return mapping__fail(MAPPING_ERR_DEVICE_MISMATCH, "%s: the event belongs to another device", fn);
+    if ((st = mapping__capture_check_wait(fn, stream, event)))
+        return st;
     return mapping__stream_wait_event(stream, event);
 }
 
@@ -181,6 +196,8 @@ mapping_status mapping_event_synchronize(mapping_event *event)
 {
     static const char fn[] = "mapping_event_synchronize";
     mapping_status st = mapping__check_event(fn, "event", event);
+    if (st == MAPPING_OK)
+        st = mapping__capture_check_event(fn, event);
     return st ? st : mapping__event_wait(fn, event);
 }
 
@@ -201,6 +218,8 @@ mapping_status mapping__event_wait(const char *fn, mapping_event *event)
 mapping_status mapping_event_query(const mapping_event *event)
 {
     mapping_status st = mapping__check_event("mapping_event_query", "event", event);
+    if (st == MAPPING_OK)
+        st = mapping__capture_check_event("mapping_event_query", event);
     return st ? st : mapping__event_query(event);
 }
 
@@ -213,6 +232,8 @@ mapping_status mapping_event_elapsed(const mapping_event *start, const mapping_e
         return st;
     if (start->dev != end->dev)
         return mapping__fail(MAPPING_ERR_DEVICE_MISMATCH, "%s: the events belong to different devices", fn);
+    if ((st = mapping__capture_check_event(fn, start)) || (st = mapping__capture_check_event(fn, end)))
+        return st;
     return mapping__event_elapsed(start, end, seconds);
 }
 

@@ -9,7 +9,8 @@ static mapping_status write_range(const char *fn, mapping_stream *stream, const 
     if ((st = mapping__check_stream(fn, stream)) || (st = mapping__check_ptr(fn, "cpu_src", cpu_src)) ||
         (st = mapping__check_buffer(fn, "gpu_dst", gpu_dst)) ||
         (st = mapping__check_range(fn, "gpu_dst", gpu_offset, bytes, gpu_dst->size)) ||
-        (st = mapping__check_same_device(fn, gpu_dst->dev, stream)))
+        (st = mapping__check_same_device(fn, gpu_dst->dev, stream)) ||
+        (st = mapping__capture_check_copy(fn, gpu_dst->dev, stream, cpu_src, bytes)))
         return st;
     if ((st = mapping__write(stream, cpu_src, gpu_dst, gpu_offset, bytes)) == MAPPING_OK)
         mapping__count(&gpu_dst->dev->counters.h2d_payload_bytes, bytes);
@@ -23,7 +24,8 @@ static mapping_status read_range(const char *fn, mapping_stream *stream, const m
     if ((st = mapping__check_stream(fn, stream)) || (st = mapping__check_buffer(fn, "gpu_src", gpu_src)) ||
         (st = mapping__check_ptr(fn, "cpu_dst", cpu_dst)) ||
         (st = mapping__check_range(fn, "gpu_src", gpu_offset, bytes, gpu_src->size)) ||
-        (st = mapping__check_same_device(fn, gpu_src->dev, stream)))
+        (st = mapping__check_same_device(fn, gpu_src->dev, stream)) ||
+        (st = mapping__capture_check_copy(fn, gpu_src->dev, stream, cpu_dst, bytes)))
         return st;
     if ((st = mapping__read(stream, gpu_src, gpu_offset, cpu_dst, bytes)) == MAPPING_OK)
         mapping__count(&gpu_src->dev->counters.d2h_payload_bytes, bytes);
@@ -66,7 +68,8 @@ mapping_status mapping_copy_gpu(mapping_stream *stream, const mapping_buffer *sr
     if (src->dev != dst->dev)
         return mapping__fail(MAPPING_ERR_DEVICE_MISMATCH, "%s: src and dst belong to different devices", fn);
     if ((st = mapping__check_same_device(fn, dst->dev, stream)) ||
-        (st = mapping__check_no_overlap(fn, src, src_offset, dst, dst_offset, bytes)))
+        (st = mapping__check_no_overlap(fn, src, src_offset, dst, dst_offset, bytes)) ||
+        (st = mapping__capture_check_queued(fn, dst->dev, stream, false, NULL)))
         return st;
     return mapping__copy(stream, src, src_offset, dst, dst_offset, bytes);
 }
@@ -78,7 +81,8 @@ mapping_status mapping_fill_gpu(mapping_stream *stream, mapping_buffer *dst, siz
     mapping_status st;
     if ((st = mapping__check_stream(fn, stream)) || (st = mapping__check_buffer(fn, "dst", dst)) ||
         (st = mapping__check_range(fn, "dst", offset, bytes, dst->size)) ||
-        (st = mapping__check_same_device(fn, dst->dev, stream)))
+        (st = mapping__check_same_device(fn, dst->dev, stream)) ||
+        (st = mapping__capture_check_queued(fn, dst->dev, stream, false, NULL)))
         return st;
     return mapping__fill(stream, dst, offset, bytes, value);
 }

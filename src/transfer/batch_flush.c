@@ -333,7 +333,11 @@ mapping_status mapping_batch_flush(mapping_stream *stream, mapping_batch *b)
     mapping_status st;
     if ((st = mapping__check_stream(fn, stream)) || (st = mapping__batch_check(fn, b)))
         return st;
-    if ((st = mapping__check_same_device(fn, b->dev, stream)))
+    if ((st = mapping__check_same_device(fn, b->dev, stream)) ||
+        (b->count && (st = mapping__stream_refuse_capture_why(b->dev, stream, fn,
+                                                              "a flush packs the batch's host memory into staging "
+                                                              "now, so every replay would move the bytes of capture "
+                                                              "time"))))
         return st;
     uint64_t to_host = b->payload[0], to_device = b->payload[1];
     if ((st = mapping__batch_flush(stream, b)) == MAPPING_OK) { /* the caller's copies: payload */

@@ -250,6 +250,12 @@ static mapping_status enqueue_chunk(pipeline_slot *s, size_t lap, const mapping_
         return mapping__fail(st, "mapping_pipeline_run: the step returned %s for chunk %zu (offset %zu, %zu bytes): %s",
                              mapping__status_name(st), chunk->index, chunk->offset, chunk->bytes, inner);
     }
+    /* A step that began a capture on the pipeline's stream (CUDA graphs):
+     * the run's own work would be captured, not run. */
+    if ((st = mapping__stream_refuse_capture_why(s->stream->dev, s->stream, "mapping_pipeline_run",
+                                                 "the step left the pipeline's stream capturing; the run copies and "
+                                                 "waits on it")) != MAPPING_OK)
+        return st;
     if (!dst) /* still recorded: the next chunk of this slot and lap reuses copy_in[lap] */
         return mapping__event_record(s->stream, &s->done[lap]);
     char *to = dst_locked ? dst + chunk->offset : s->stage_out;

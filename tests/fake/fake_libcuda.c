@@ -18,16 +18,33 @@
  *   the 10 s of the tests' gates) for a stream whose host function never
  *   returns aborts, naming the call: on a GPU it would hang.
  * - Host functions of all streams run one at a time on one driver thread.
- * - The legacy stream (0) runs asynchronously on its own thread; the blocking
- *   calls behave as documented ("API synchronization behavior"): cuMemcpyHtoD
- *   from pageable memory and cuMemcpyDtoD / cuMemsetD8 return before the
- *   copy is done; an Async copy to or from pageable memory waits for its
- *   stream first.
+ * - The legacy stream (0) of each context runs asynchronously on its own
+ *   thread; the blocking calls behave as documented ("API synchronization
+ *   behavior"): cuMemcpyHtoD from pageable memory and cuMemcpyDtoD /
+ *   cuMemsetD8 return before the copy is done; an Async copy to or from
+ *   pageable memory waits for its stream first. Streams created without
+ *   CU_STREAM_NON_BLOCKING synchronize with the legacy stream both ways
+ *   (work on the legacy stream waits for theirs, theirs for the legacy
+ *   stream's), as on a GPU.
+ * - Flags are checked: cuStreamCreate (0 or NON_BLOCKING), cuEventCreate
+ *   (DEFAULT, BLOCKING_SYNC, DISABLE_TIMING, INTERPROCESS only with
+ *   DISABLE_TIMING; cuEventElapsedTime of an untimed event:
+ *   CUDA_ERROR_INVALID_HANDLE), cuMemHostAlloc and cuMemHostRegister (their
+ *   documented bits only): anything else is CUDA_ERROR_INVALID_VALUE.
  * - cuMemHostRegister of memory that overlaps page-locked memory already
- *   known returns CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED (712).
- * - A device address outside every allocation is an illegal address (700):
- *   the error becomes sticky (every later call returns it, later work and
- *   host functions are skipped) until the primary context resets.
+ *   known returns CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED (712); of memory
+ *   that is not mapped readable, or not writable without
+ *   CU_MEMHOSTREGISTER_READ_ONLY, CUDA_ERROR_INVALID_VALUE;
+ *   FAKE_LIBCUDA_REGISTER_MAX (bytes) refuses larger single registrations
+ *   (CUDA_ERROR_INVALID_VALUE, a per-call limit) and FAKE_LIBCUDA_LOCKED_MAX
+ *   more registered bytes in all (CUDA_ERROR_OUT_OF_MEMORY, as a locked-memory
+ *   limit does). A registration touches every page, as pinning does.
+ * - Copies and memsets whose device range is not inside one allocation are
+ *   refused at the call (CUDA_ERROR_INVALID_VALUE), as the driver checks
+ *   them. A kernel that touches an address outside every allocation is an
+ *   illegal address (700) when it runs: the error becomes sticky (every
+ *   later call returns it, later work and host functions are skipped) until
+ *   the primary context resets.
  * - cuEventElapsedTime on an event never recorded: CUDA_ERROR_INVALID_HANDLE.
  * - The primary context resets when its reference count reaches 0: every
  *   stream, event and allocation of it is gone (what the back end left is
@@ -36,11 +53,51 @@
  *   of them with FAKE_LIBCUDA_MISALIGN_HOST=1), as the driver does not
  *   promise page alignment.
  * - cuGetErrorName is not exported (the back end names errors itself).
- * - Modules load lazily, as with CUDA_MODULE_LOADING=LAZY (the default since
+ * - Modules: cuModuleLoadData(Ex) JIT-compiles only PTX it can read: a
+ *   `.version` the profile's JIT knows (13.0: up to 9.0, 12.8: 8.7, 12.2: 8.2;
+ *   FAKE_LIBCUDA_PTX_ISA_MAX="6.2" lowers it) and a `.target` of at most the
+ *   device's sm_75, with one of the kernels it emulates; else
+ *   CUDA_ERROR_INVALID_PTX (218) or CUDA_ERROR_UNSUPPORTED_PTX_VERSION (222),
+ *   with ptxas' words in the error log buffer (CU_JIT_ERROR_LOG_BUFFER).
+ *   Modules load lazily, as with CUDA_MODULE_LOADING=LAZY (the default since
  *   CUDA 12.2): cuModuleLoadData, and the first launch of a function that
  *   cuFuncLoad did not load, wait for every stream (the driver may
  *   synchronize the context to load), aborting as allocations do when a
  *   stream never finishes. "lazy_loads" counts first launches that loaded.
+ * - Launches are checked against the device's limits: grid x < 2^31, y and
+ *   z <= 65535, block x and y <= 1024, z <= 64, 1024 threads, 48 KiB of
+ *   dynamic shared memory (CUDA_ERROR_INVALID_VALUE).
+ * - Stream capture (CUDA graphs): cuStreamBeginCapture_v2, cuStreamEndCapture,
+ *   cuStreamIsCapturing, cuStreamGetCaptureInfo (and _v2, _v3),
+ *   cuThreadExchangeStreamCaptureMode, cuGraphInstantiateWithFlags,
+ *   cuGraphLaunch, cuGraphDestroy, cuGraphExecDestroy. Work queued on a
+ *   capturing stream becomes the graph's nodes, run in order at each launch;
+ *   events recorded there mark points of the capture, and a stream that waits
+ *   for one joins it (and must be joined back before the end:
+ *   CUDA_ERROR_STREAM_CAPTURE_UNJOINED). What a capture forbids fails and
+ *   invalidates it, as on a GPU: synchronizing or destroying a capturing
+ *   stream, querying or synchronizing an event of an active capture, a
+ *   batch copy, a prefetch or an async copy of pageable memory there
+ *   (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, 900); waiting for an event from
+ *   outside the capture (..._ISOLATION, 905); using the legacy stream while
+ *   a stream that synchronizes with it captures (..._IMPLICIT, 906; the
+ *   query cuStreamIsCapturing of the legacy stream answers 906 and
+ *   invalidates nothing). A potentially unsafe call (an allocation, free or
+ *   registration, a synchronize, an event query, a module load, a blocking
+ *   copy) made while the calling thread captures, or while another thread
+ *   captures in CU_STREAM_CAPTURE_MODE_GLOBAL and this thread's mode is not
+ *   RELAXED, fails with 900 and invalidates that capture.
+ * - Pointers: cuPointerGetAttribute (context, memory type, device ordinal,
+ *   managed, range start and size) and cuMemHostGetFlags know device
+ *   allocations and page-locked memory (allocated or registered); anything
+ *   else is CUDA_ERROR_INVALID_VALUE.
+ * - Devices and contexts: FAKE_LIBCUDA_DEVICES=2 gives a second device with
+ *   its own primary context (its own legacy stream, allocations and sticky
+ *   error); the host-function thread is shared.
+ * - File descriptors, as a real driver holds them: FAKE_LIBCUDA_FDS (default
+ *   80) descriptors held from cuInit, and each allocation or registration
+ *   needs one more for a moment (CUDA_ERROR_OPERATING_SYSTEM, 304, when the
+ *   process may open no more).
  * FAKE_LIBCUDA_STRICT=0 turns off the waiting of allocations and frees, the
  * single host-function thread and the misaligned blocks.
  *
@@ -49,7 +106,8 @@
  * names (cuMemcpyBatchAsync_v2, cuMemPrefetchAsync_v2, cuEventElapsedTime_v2)
  * beside the older ones a CUDA 13 driver keeps; 12080 exports only the
  * CUDA 12.8 ones (the 9-argument cuMemcpyBatchAsync with failIdx, the CUDA 8
- * cuMemPrefetchAsync, cuEventElapsedTime).
+ * cuMemPrefetchAsync, cuEventElapsedTime); 12020 is a CUDA 12.2 driver: no
+ * batch copy and no cuFuncLoad (12.4), so a kernel loads at its first launch.
  *
  * - The special stream handles CU_STREAM_LEGACY (0x1) and CU_STREAM_PER_THREAD
  *   (0x2) are accepted wherever a CUstream is, as the legacy stream itself
@@ -61,23 +119,24 @@
  *
  * Gauges (fake_cuda_count reads them too; fake_cuda_reset_gauges zeroes
  * them): "largest_host_alloc" (bytes of the largest cuMemHostAlloc),
- * "largest_pinned_async_copy" (the largest cuMemcpy*Async of page-locked
- * memory), "copy_entries_largest_piece" and "copy_entries_threads_per_entry"
- * (the scatter kernel's shape).
+ * "largest_host_register", "largest_pinned_async_copy" (the largest
+ * cuMemcpy*Async of page-locked memory), "copy_entries_largest_piece" and
+ * "copy_entries_threads_per_entry" (the scatter kernel's shape).
  * For tests: fake_cuda_count("cuMemHostAlloc") returns how often a call ran
  * ("forbidden": allocations refused, "leaked_at_reset";
  * "cuStreamSynchronize_legacy": those of them on the CU_STREAM_LEGACY handle;
- * "cuMemcpyHtoD" and the like: the _v2 copies by their plain name), and
- * fake_cuda_forbid_alloc(1) makes every allocation and free fail with
- * CUDA_ERROR_NOT_PERMITTED (and count as "forbidden") until
- * fake_cuda_forbid_alloc(0). fake_cuda_hold_legacy(1) stops the legacy
- * stream from starting its next op until fake_cuda_hold_legacy(0) (work a
- * user queued on the device's native queue, not yet done).
- * FAKE_LIBCUDA_COUNTS=1 prints every count at
- * exit. Streams are worker threads; device memory is malloc. It proves
- * nothing about real GPUs: tests/gpu/run.sh does that.
+ * "cuMemcpyHtoD" and the like: the _v2 copies by their plain name;
+ * "captures_invalidated", "graph_launches"), and fake_cuda_forbid_alloc(1)
+ * makes every allocation and free fail with CUDA_ERROR_NOT_PERMITTED (and
+ * count as "forbidden") until fake_cuda_forbid_alloc(0).
+ * fake_cuda_hold_legacy(1) stops the legacy stream from starting its next op
+ * until fake_cuda_hold_legacy(0) (work a user queued on the device's native
+ * queue, not yet done). FAKE_LIBCUDA_COUNTS=1 prints every count at exit.
+ * Streams are worker threads; device memory is malloc. It proves nothing
+ * about real GPUs: tests/gpu/run.sh does that.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -85,6 +144,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define API __attribute__((visibility("default")))
 
@@ -96,17 +156,25 @@ typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
 typedef void (*host_fn)(void *);
 enum {
-    OK = 0, INVALID_VALUE = 1, OUT_OF_MEMORY = 2, NOT_INITIALIZED = 3, INVALID_DEVICE = 101,
-    INVALID_CONTEXT = 201, INVALID_HANDLE = 400, NOT_FOUND = 500, NOT_READY = 600, ILLEGAL_ADDRESS = 700,
+    OK = 0, INVALID_VALUE = 1, OUT_OF_MEMORY = 2, NOT_INITIALIZED = 3, INVALID_DEVICE = 101, NO_BINARY_FOR_GPU = 209,
+    INVALID_PTX = 218, UNSUPPORTED_PTX_VERSION = 222, OPERATING_SYSTEM = 304, INVALID_CONTEXT = 201,
+    INVALID_HANDLE = 400, ILLEGAL_STATE = 401, NOT_FOUND = 500, NOT_READY = 600, ILLEGAL_ADDRESS = 700,
     HOST_MEMORY_ALREADY_REGISTERED = 712, HOST_MEMORY_NOT_REGISTERED = 713, NOT_PERMITTED = 800,
+    CAPTURE_UNSUPPORTED = 900, CAPTURE_INVALIDATED = 901, CAPTURE_UNMATCHED = 903, CAPTURE_UNJOINED = 904,
+    CAPTURE_ISOLATION = 905, CAPTURE_IMPLICIT = 906, CAPTURE_WRONG_THREAD = 908,
 };
+enum { MODE_GLOBAL = 0, MODE_THREAD_LOCAL = 1, MODE_RELAXED = 2 };
+enum { CAPTURE_NONE = 0, CAPTURE_ACTIVE = 1, CAPTURE_DEAD = 2 };
+enum { MAX_DEVICES = 2, DEVICE_SM = 75 };
 
 static bool initialized;
 static bool strict = true;
 static bool sync_alloc; /* allocations wait for every stream too (strict) */
 static double deadlock_seconds = 8;
+static int device_count = 1;
+static size_t register_max, locked_max, locked_now; /* 0: no limit; locked_now under registry_lock */
 static _Thread_local bool in_host_fn;
-static int sticky; /* the context's sticky error, 0 when none */
+static int sticky[MAX_DEVICES]; /* each context's sticky error, 0 when none */
 static bool function_loaded, saxpy_loaded, jacobi_loaded, diff_loaded; /* kernels loaded by cuFuncLoad or a first launch */
 static bool copy_entries_split; /* the loaded mapping_copy_entries takes `split` (a 6th parameter) */
 
@@ -119,7 +187,10 @@ static bool copy_entries_split; /* the loaded mapping_copy_entries takes `split`
     X(cuStreamSynchronize_legacy) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync)   \
     X(cuLaunchKernel) X(cuEventSynchronize) X(cuModuleLoadData) X(cuFuncLoad) X(lazy_loads)               \
     X(copy_entries_largest_piece) X(copy_entries_threads_per_entry) X(largest_host_alloc)                   \
-    X(largest_pinned_async_copy)
+    X(largest_pinned_async_copy) X(cuEventCreate) X(cuEventDestroy) X(cuEventQuery) X(cuStreamIsCapturing)   \
+    X(cuStreamGetCaptureInfo) X(cuPointerGetAttribute) X(cuThreadExchangeStreamCaptureMode)                 \
+    X(captures_invalidated) X(graph_launches) X(largest_host_register) X(cuStreamDestroy)                  \
+    X(cuMemcpyDtoDAsync) X(cuMemsetD8Async) X(cuStreamWaitEvent) X(cuEventRecord)
 enum {
 #define ENUM_(name) COUNT_##name,
     FAKE_COUNTERS(ENUM_)
@@ -149,10 +220,11 @@ static void gauge_max(int which, long long v)
 
 API void fake_cuda_reset_gauges(void)
 {
-    __atomic_store_n(&counters[COUNT_copy_entries_largest_piece], 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&counters[COUNT_copy_entries_threads_per_entry], 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&counters[COUNT_largest_host_alloc], 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&counters[COUNT_largest_pinned_async_copy], 0, __ATOMIC_RELAXED);
+    static const int gauges[] = {COUNT_copy_entries_largest_piece, COUNT_copy_entries_threads_per_entry,
+                                 COUNT_largest_host_alloc, COUNT_largest_pinned_async_copy,
+                                 COUNT_largest_host_register};
+    for (size_t i = 0; i < sizeof gauges / sizeof gauges[0]; i++)
+        __atomic_store_n(&counters[gauges[i]], 0, __ATOMIC_RELAXED);
 }
 
 API long long fake_cuda_count(const char *name)
@@ -168,6 +240,12 @@ API void fake_cuda_forbid_alloc(int on)
     __atomic_store_n(&forbid_alloc, on, __ATOMIC_SEQ_CST);
 }
 
+static size_t size_from_env(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v ? (size_t)strtoull(v, NULL, 10) : 0;
+}
+
 __attribute__((constructor)) static void configure(void)
 {
     const char *s = getenv("FAKE_LIBCUDA_STRICT");
@@ -177,6 +255,10 @@ __attribute__((constructor)) static void configure(void)
     const char *d = getenv("FAKE_LIBCUDA_DEADLOCK_SECONDS");
     if (d && atof(d) > 0)
         deadlock_seconds = atof(d);
+    const char *n = getenv("FAKE_LIBCUDA_DEVICES");
+    device_count = n && atoi(n) >= 2 ? 2 : 1;
+    register_max = size_from_env("FAKE_LIBCUDA_REGISTER_MAX");
+    locked_max = size_from_env("FAKE_LIBCUDA_LOCKED_MAX");
 }
 
 __attribute__((destructor)) static void print_counts(void)
@@ -190,30 +272,74 @@ __attribute__((destructor)) static void print_counts(void)
     fprintf(stderr, "\n");
 }
 
-/* ---- contexts: one primary context, a stack per thread ---- */
-static int primary_refs;
-static int primary_token;
+/* ---- file descriptors, held as a driver holds its device files ---- */
+static int held_fd = -1;
+
+static void hold_descriptors(void)
+{
+    const char *v = getenv("FAKE_LIBCUDA_FDS");
+    int n = v && *v ? atoi(v) : 80;
+    held_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    for (int i = 1; i < n && held_fd >= 0; i++)
+        if (fcntl(held_fd, F_DUPFD_CLOEXEC, 0) < 0)
+            break; /* held until exit, like the driver's */
+}
+
+/* An allocation's moment with one more descriptor. */
+static bool descriptor_available(void)
+{
+    if (held_fd < 0)
+        return true;
+    int fd = fcntl(held_fd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0)
+        return false;
+    close(fd);
+    return true;
+}
+
+/* ---- contexts: a primary context per device, a stack per thread ---- */
+static int primary_refs[MAX_DEVICES];
+static int primary_token[MAX_DEVICES]; /* the CUcontext of device i is &primary_token[i] */
 static _Thread_local void *ctx_stack[16];
 static _Thread_local int ctx_depth;
 
-#define NEED_CONTEXT()                                                                  \
-    do {                                                                                \
-        if (in_host_fn)                                                                 \
-            return NOT_PERMITTED;                                                       \
-        if (!initialized)                                                               \
-            return NOT_INITIALIZED;                                                     \
-        if (ctx_depth == 0 || __atomic_load_n(&primary_refs, __ATOMIC_SEQ_CST) <= 0)    \
-            return INVALID_CONTEXT;                                                     \
-        int sticky_ = __atomic_load_n(&sticky, __ATOMIC_SEQ_CST);                       \
-        if (sticky_)                                                                    \
-            return sticky_;                                                             \
+static int ctx_index(const void *ctx)
+{
+    for (int i = 0; i < device_count; i++)
+        if (ctx == &primary_token[i])
+            return i;
+    return -1;
+}
+
+/* The calling thread's current context, -1 when none. */
+static int current_ctx(void)
+{
+    return ctx_depth ? ctx_index(ctx_stack[ctx_depth - 1]) : -1;
+}
+
+#define NEED_CONTEXT()                                                                          \
+    do {                                                                                        \
+        if (in_host_fn)                                                                         \
+            return NOT_PERMITTED;                                                               \
+        if (!initialized)                                                                       \
+            return NOT_INITIALIZED;                                                             \
+        int c_ = current_ctx();                                                                 \
+        if (c_ < 0 || __atomic_load_n(&primary_refs[c_], __ATOMIC_SEQ_CST) <= 0)                \
+            return INVALID_CONTEXT;                                                             \
+        int sticky_ = __atomic_load_n(&sticky[c_], __ATOMIC_SEQ_CST);                           \
+        if (sticky_)                                                                            \
+            return sticky_;                                                                     \
     } while (0)
 
-/* Everything the context owns, under one lock. */
+/* Everything the contexts own, under one lock. */
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* ---- device allocations: for the illegal-address check ---- */
-typedef struct range { uintptr_t start, end; } range;
+/* ---- device allocations: for the range checks and pointer attributes ---- */
+typedef struct range {
+    uintptr_t start, end;
+    int       ctx;
+    bool      managed;
+} range;
 static range *dev_allocs;
 static size_t dev_count, dev_cap;
 
@@ -230,7 +356,7 @@ static size_t dev_find(uintptr_t a) /* first index with end > a */
     return lo;
 }
 
-static bool dev_add(void *p, size_t n)
+static bool dev_add(void *p, size_t n, bool managed)
 {
     pthread_mutex_lock(&registry_lock);
     bool ok = true;
@@ -248,7 +374,7 @@ static bool dev_add(void *p, size_t n)
         uintptr_t a = (uintptr_t)p;
         size_t i = dev_find(a);
         memmove(dev_allocs + i + 1, dev_allocs + i, (dev_count - i) * sizeof *dev_allocs);
-        dev_allocs[i] = (range){a, a + (n ? n : 1)};
+        dev_allocs[i] = (range){a, a + (n ? n : 1), current_ctx(), managed};
         dev_count++;
     }
     pthread_mutex_unlock(&registry_lock);
@@ -268,34 +394,59 @@ static bool dev_remove(uintptr_t a)
     return found;
 }
 
-/* Is [p, p + n) inside one device allocation? */
-static bool dev_valid(const void *p, size_t n)
+/* The allocation holding [p, p + n), copied into *out; false when none. */
+static bool dev_lookup(const void *p, size_t n, range *out)
 {
     uintptr_t a = (uintptr_t)p;
     pthread_mutex_lock(&registry_lock);
     size_t i = dev_find(a);
-    bool ok = i < dev_count && dev_allocs[i].start <= a && a + n <= dev_allocs[i].end;
+    bool ok = i < dev_count && dev_allocs[i].start <= a && a + n <= dev_allocs[i].end && a + n >= a;
+    if (ok && out)
+        *out = dev_allocs[i];
     pthread_mutex_unlock(&registry_lock);
     return ok;
 }
 
-/* ---- page-locked host memory: what the back end got from us ---- */
-typedef struct pinned { uintptr_t start; size_t bytes; bool allocated; void *base; } pinned;
+/* Is [p, p + n) inside one device allocation? */
+static bool dev_valid(const void *p, size_t n)
+{
+    return dev_lookup(p, n, NULL);
+}
+
+/* ---- page-locked host memory: what the driver page-locked ---- */
+typedef struct pinned {
+    uintptr_t start;
+    size_t    bytes;
+    bool      allocated;
+    void     *base;
+    unsigned  flags;
+    int       ctx;
+} pinned;
 static pinned pins[4096];
 static int pin_count;
 
-static bool is_pinned(const void *p, size_t n)
+/* The page-locked block holding [p, p + n), copied into *out; false when none. */
+static bool pin_lookup(const void *p, size_t n, pinned *out)
 {
     uintptr_t a = (uintptr_t)p;
     bool found = false;
     pthread_mutex_lock(&registry_lock);
     for (int i = 0; i < pin_count && !found; i++)
-        found = a >= pins[i].start && a + n <= pins[i].start + pins[i].bytes;
+        if (a >= pins[i].start && a + n <= pins[i].start + pins[i].bytes) {
+            found = true;
+            if (out)
+                *out = pins[i];
+        }
     pthread_mutex_unlock(&registry_lock);
     return found;
 }
 
-static CUresult pin_add(void *p, size_t n, bool allocated, void *base)
+static bool is_pinned(const void *p, size_t n)
+{
+    return pin_lookup(p, n, NULL);
+}
+
+static CUresult pin_add(void *p, size_t n, bool allocated, void *base, unsigned flags)
 {
     uintptr_t a = (uintptr_t)p;
     pthread_mutex_lock(&registry_lock);
@@ -303,8 +454,13 @@ static CUresult pin_add(void *p, size_t n, bool allocated, void *base)
     for (int i = 0; i < pin_count && r == OK; i++)
         if (a < pins[i].start + pins[i].bytes && pins[i].start < a + n)
             r = HOST_MEMORY_ALREADY_REGISTERED; /* overlapping or the same */
-    if (r == OK)
-        pins[pin_count++] = (pinned){a, n, allocated, base};
+    if (r == OK && !allocated && locked_max && locked_now + n > locked_max)
+        r = OUT_OF_MEMORY; /* beyond the locked-memory limit */
+    if (r == OK) {
+        pins[pin_count++] = (pinned){a, n, allocated, base, flags, current_ctx()};
+        if (!allocated)
+            locked_now += n;
+    }
     pthread_mutex_unlock(&registry_lock);
     return r;
 }
@@ -317,6 +473,8 @@ static CUresult pin_remove(void *p, bool allocated, void **base)
     for (int i = 0; i < pin_count; i++)
         if (pins[i].start == (uintptr_t)p && pins[i].allocated == allocated) {
             *base = pins[i].base;
+            if (!allocated)
+                locked_now -= pins[i].bytes;
             pins[i] = pins[--pin_count];
             r = OK;
             break;
@@ -325,38 +483,61 @@ static CUresult pin_remove(void *p, bool allocated, void **base)
     return r;
 }
 
-/* ---- events ---- */
-typedef struct event {
+/* ---- events: each record is a mark, which completes when its stream gets
+ * there; an event is its latest mark. A wait holds the mark it saw (as in
+ * CUDA, a later record of the same event does not change what an earlier
+ * wait waits for). ---- */
+typedef struct mark {
     pthread_mutex_t lock;
     pthread_cond_t  cond;
-    bool            done, recorded;
-    unsigned long long gen; /* of the latest cuEventRecord: as in CUDA, only it completes the event */
+    bool            done;
     double          ms;
-    int             refs; /* the handle and each queued record or wait: as in
-                             CUDA, destroying an event that queued work still
-                             uses defers the release until that work is done */
+    int             refs; /* the event (while latest) and each queued record or wait */
+} mark;
+
+typedef struct event {
+    pthread_mutex_t lock;
+    unsigned        flags;
+    bool            recorded;
+    mark           *latest; /* NULL: never recorded (complete) */
+    /* Recorded on a capturing stream (under capture_lock): the capture's
+     * id (0: recorded outside any capture), the stream and its count of
+     * nodes then. */
+    unsigned long long cap_id, cap_seq;
+    struct stream     *cap_stream;
 } event;
 
-static void event_release(event *e)
+static mark *mark_new(void)
 {
-    pthread_mutex_lock(&e->lock);
-    int left = --e->refs;
-    pthread_mutex_unlock(&e->lock);
-    if (left == 0) {
-        pthread_mutex_destroy(&e->lock);
-        pthread_cond_destroy(&e->cond);
-        free(e);
-    }
+    mark *m = calloc(1, sizeof *m);
+    if (!m)
+        return NULL;
+    pthread_mutex_init(&m->lock, NULL);
+    pthread_cond_init(&m->cond, NULL);
+    m->refs = 1;
+    return m;
 }
 
-#ifndef FAKE_CUDA_WITHOUT_STREAM_WAIT /* its only user is cuStreamWaitEvent */
-static void event_retain(event *e)
+static void mark_retain(mark *m)
 {
-    pthread_mutex_lock(&e->lock);
-    e->refs++;
-    pthread_mutex_unlock(&e->lock);
+    pthread_mutex_lock(&m->lock);
+    m->refs++;
+    pthread_mutex_unlock(&m->lock);
 }
-#endif
+
+static void mark_release(mark *m)
+{
+    if (!m)
+        return;
+    pthread_mutex_lock(&m->lock);
+    int left = --m->refs;
+    pthread_mutex_unlock(&m->lock);
+    if (left == 0) {
+        pthread_mutex_destroy(&m->lock);
+        pthread_cond_destroy(&m->cond);
+        free(m);
+    }
+}
 
 static double now_ms(void)
 {
@@ -365,28 +546,61 @@ static double now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
-/* A record completes the event only if it is the latest one: an earlier
- * record still queued when the event was recorded again does not (CUDA:
- * the event's state is that of its most recent cuEventRecord). */
-static void event_complete_record(event *e, unsigned long long gen)
+static void mark_complete(mark *m)
 {
-    pthread_mutex_lock(&e->lock);
-    if (gen != e->gen) {
-        pthread_mutex_unlock(&e->lock);
-        return;
-    }
-    e->done = true;
-    e->ms = now_ms();
-    pthread_cond_broadcast(&e->cond);
-    pthread_mutex_unlock(&e->lock);
+    pthread_mutex_lock(&m->lock);
+    m->done = true;
+    m->ms = now_ms();
+    pthread_cond_broadcast(&m->cond);
+    pthread_mutex_unlock(&m->lock);
 }
 
-static void event_wait(event *e)
+static void mark_wait(mark *m)
+{
+    pthread_mutex_lock(&m->lock);
+    while (!m->done)
+        pthread_cond_wait(&m->cond, &m->lock);
+    pthread_mutex_unlock(&m->lock);
+}
+
+static bool mark_done(mark *m, double *ms)
+{
+    if (!m)
+        return true;
+    pthread_mutex_lock(&m->lock);
+    bool done = m->done;
+    if (ms)
+        *ms = m->ms;
+    pthread_mutex_unlock(&m->lock);
+    return done;
+}
+
+/* The event's latest mark, retained (NULL: never recorded). */
+static mark *event_latest(event *e)
 {
     pthread_mutex_lock(&e->lock);
-    while (!e->done)
-        pthread_cond_wait(&e->cond, &e->lock);
+    mark *m = e->latest;
+    if (m)
+        mark_retain(m);
     pthread_mutex_unlock(&e->lock);
+    return m;
+}
+
+static event *event_new(unsigned flags)
+{
+    event *e = calloc(1, sizeof *e);
+    if (!e)
+        return NULL;
+    pthread_mutex_init(&e->lock, NULL);
+    e->flags = flags;
+    return e;
+}
+
+static void event_free(event *e)
+{
+    mark_release(e->latest);
+    pthread_mutex_destroy(&e->lock);
+    free(e);
 }
 
 /* ---- the host-function thread: host functions of every stream, in turn ---- */
@@ -452,23 +666,27 @@ static void run_host_fn(host_fn fn, void *user)
     pthread_mutex_unlock(&hostfn_lock);
 }
 
-/* ---- streams: a worker thread each, the legacy stream too ---- */
-typedef enum { OP_COPY, OP_SET, OP_HOST_FN, OP_RECORD, OP_WAIT, OP_KERNEL, OP_SAXPY, OP_JACOBI, OP_DIFF, OP_FAULT } op_kind;
+/* ---- streams: a worker thread each, the legacy streams too ---- */
+typedef enum {
+    OP_COPY, OP_SET, OP_HOST_FN, OP_RECORD, OP_WAIT, OP_KERNEL, OP_SAXPY, OP_JACOBI, OP_DIFF, OP_FAULT, OP_GRAPH_END
+} op_kind;
 typedef struct op {
     struct op  *next;
     op_kind     kind;
+    int         ctx; /* the context whose stream runs it (its sticky error) */
     void       *dst;
     const void *src;
     size_t      bytes;
     int         value;
     host_fn     fn;
     void       *user;
-    event      *ev;
+    mark       *ev;
     void       *owned; /* freed after the op ran (a pageable source copied at submit) */
     size_t      split;  /* OP_KERNEL: bytes per piece (0: the old kernel, a block per whole entry) */
     unsigned    pieces; /* OP_KERNEL: gridDim.y, pieces per entry at most */
 } op;
 
+struct capture;
 typedef struct stream {
     pthread_mutex_t lock;
     pthread_cond_t  cond;
@@ -477,34 +695,49 @@ typedef struct stream {
     pthread_t       thread;
     struct stream  *next_live;
     int             visitors; /* under registry_lock: threads waiting for it in synchronize_all_streams */
+    int             ctx;
+    unsigned        flags;     /* CU_STREAM_NON_BLOCKING or 0 (synchronizes with the legacy stream) */
+    bool            is_legacy;
+    /* Under capture_lock: the capture it takes part in, whether it added
+     * nodes since it was last joined back (a stream that joined by waiting
+     * for an event), and how many nodes it added. */
+    struct capture    *cap;
+    bool               unjoined;
+    unsigned long long appended;
 } stream;
 
-static stream *live_streams; /* under registry_lock; the legacy stream included */
+static stream *live_streams; /* under registry_lock; the legacy streams included */
 static int legacy_held;      /* fake_cuda_hold_legacy */
 static pthread_cond_t visitors_gone = PTHREAD_COND_INITIALIZER;
-static stream *legacy;       /* created with the context */
+static stream *legacy_of[MAX_DEVICES]; /* created with each context */
 
 /* The special handles (cuda.h: CU_STREAM_LEGACY, CU_STREAM_PER_THREAD). */
 #define LEGACY_HANDLE ((stream *)(uintptr_t)0x1)
 #define PER_THREAD_HANDLE ((stream *)(uintptr_t)0x2)
 static bool stream_live(stream *s);
 
+static stream *legacy_here(void)
+{
+    int c = current_ctx();
+    return legacy_of[c < 0 ? 0 : c];
+}
+
 /* A CUstream argument: 0 and the special handles are the legacy stream;
  * anything else must be a live stream. */
 #define STREAM_ARG(s)                                                        \
     do {                                                                     \
         if (!(s) || (s) == LEGACY_HANDLE || (s) == PER_THREAD_HANDLE)        \
-            (s) = legacy;                                                    \
+            (s) = legacy_here();                                             \
         else if (!stream_live(s))                                            \
             return INVALID_HANDLE;                                           \
     } while (0)
 
 typedef struct { unsigned long long staging_offset, buffer_offset, bytes; } entry;
 
-static void set_sticky(int code)
+static void set_sticky(int ctx, int code)
 {
     int none = 0;
-    __atomic_compare_exchange_n(&sticky, &none, code, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    __atomic_compare_exchange_n(&sticky[ctx < 0 ? 0 : ctx], &none, code, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
 }
 
 /* The back end's mapping_copy_entries kernel: dst = buffer, src = staging,
@@ -513,40 +746,40 @@ static void set_sticky(int code)
  * piece y of each entry is [y * split, +split), for y < pieces, as the
  * kernel's blockIdx.y does: bytes beyond pieces * split are never copied.
  * The gauges record how much of one entry one warp (or, for the old kernel,
- * one 256-thread block) copies, and the threads given to an entry. */
+ * one 256-thread block) copies, and the threads given to an entry. A launch
+ * over no entries reads nothing. */
+static void copy_entry(op *o, unsigned char *at_staging, unsigned char *at_buffer, size_t bytes)
+{
+    if (!o->split) { /* the old kernel: the whole entry by one block */
+        gauge_max(COUNT_copy_entries_largest_piece, (long long)bytes);
+        memmove(o->value ? at_staging : at_buffer, o->value ? at_buffer : at_staging, bytes);
+        return;
+    }
+    for (unsigned y = 0; y < o->pieces; y++) {
+        size_t lo = (size_t)y * o->split;
+        if (lo >= bytes)
+            break;
+        size_t n = bytes - lo < o->split ? bytes - lo : o->split;
+        gauge_max(COUNT_copy_entries_largest_piece, (long long)n);
+        memmove(o->value ? at_staging + lo : at_buffer + lo, o->value ? at_buffer + lo : at_staging + lo, n);
+    }
+}
+
 static void run_copy_entries(op *o)
 {
     const entry *table = o->user;
-    if (!dev_valid(table, o->bytes * sizeof *table)) {
-        set_sticky(ILLEGAL_ADDRESS);
+    if (o->bytes && !dev_valid(table, o->bytes * sizeof *table)) {
+        set_sticky(o->ctx, ILLEGAL_ADDRESS);
         return;
     }
     for (size_t i = 0; i < o->bytes; i++) {
         unsigned char *at_staging = (unsigned char *)o->src + table[i].staging_offset;
         unsigned char *at_buffer = (unsigned char *)o->dst + table[i].buffer_offset;
         if (!dev_valid(at_staging, table[i].bytes) || !dev_valid(at_buffer, table[i].bytes)) {
-            set_sticky(ILLEGAL_ADDRESS);
+            set_sticky(o->ctx, ILLEGAL_ADDRESS);
             return;
         }
-        if (!o->split) { /* the old kernel: the whole entry by one block */
-            gauge_max(COUNT_copy_entries_largest_piece, (long long)table[i].bytes);
-            if (o->value)
-                memmove(at_staging, at_buffer, table[i].bytes);
-            else
-                memmove(at_buffer, at_staging, table[i].bytes);
-            continue;
-        }
-        for (unsigned y = 0; y < o->pieces; y++) {
-            size_t lo = (size_t)y * o->split;
-            if (lo >= table[i].bytes)
-                break;
-            size_t n = table[i].bytes - lo < o->split ? table[i].bytes - lo : o->split;
-            gauge_max(COUNT_copy_entries_largest_piece, (long long)n);
-            if (o->value)
-                memmove(at_staging + lo, at_buffer + lo, n);
-            else
-                memmove(at_buffer + lo, at_staging + lo, n);
-        }
+        copy_entry(o, at_staging, at_buffer, table[i].bytes);
     }
 }
 
@@ -568,36 +801,55 @@ static void run_jacobi(op *o)
     }
 }
 
+/* The back end's mapping_diff_blocks: src = mem, dst = shadow, user = flags, bytes = blocks. */
+static void run_diff(op *o)
+{
+    for (size_t b = 0; b < o->bytes; b++) {
+        const char *a = (const char *)o->src + b * 4096;
+        char *sh = (char *)o->dst + b * 4096;
+        int changed = memcmp(a, sh, 4096) != 0;
+        if (changed)
+            memcpy(sh, a, 4096);
+        ((unsigned char *)o->user)[b] = (unsigned char)changed;
+    }
+}
+
+/* ---- graphs: the nodes a capture recorded, shared by the graph and its
+ * executables, and by each launch until its last node ran ---- */
+typedef struct graph_body {
+    op    *nodes;
+    size_t count, cap;
+    int    refs;
+} graph_body;
+
+static void body_release(graph_body *g)
+{
+    if (__atomic_sub_fetch(&g->refs, 1, __ATOMIC_ACQ_REL) != 0)
+        return;
+    for (size_t i = 0; i < g->count; i++)
+        free(g->nodes[i].owned);
+    free(g->nodes);
+    free(g);
+}
+
 static void run_op(op *o)
 {
-    bool skip = __atomic_load_n(&sticky, __ATOMIC_SEQ_CST) != 0; /* the context is broken: nothing runs */
+    bool skip = __atomic_load_n(&sticky[o->ctx], __ATOMIC_SEQ_CST) != 0; /* the context is broken: nothing runs */
     switch (o->kind) {
-    case OP_COPY: if (!skip) memmove(o->dst, o->src, o->bytes); break;
-    case OP_SET: if (!skip) memset(o->dst, o->value, o->bytes); break;
+    case OP_COPY: if (!skip && o->bytes) memmove(o->dst, o->src, o->bytes); break;
+    case OP_SET: if (!skip && o->bytes) memset(o->dst, o->value, o->bytes); break;
     case OP_HOST_FN: if (!skip) run_host_fn(o->fn, o->user); break;
-    case OP_RECORD: event_complete_record(o->ev, o->bytes); event_release(o->ev); break;
-    case OP_WAIT: event_wait(o->ev); event_release(o->ev); break;
+    case OP_RECORD: mark_complete(o->ev); mark_release(o->ev); break;
+    case OP_WAIT: mark_wait(o->ev); mark_release(o->ev); break;
     case OP_KERNEL: if (!skip) run_copy_entries(o); break;
     case OP_SAXPY: /* examples/kernels/scale.cu: y = a*x + y; value = a, src = x, dst = y, bytes = n */
-        if (skip)
-            break;
-        for (size_t i = 0; i < o->bytes; i++)
+        for (size_t i = 0; i < o->bytes && !skip; i++)
             ((float *)o->dst)[i] = (float)o->value * ((const float *)o->src)[i] + ((float *)o->dst)[i];
         break;
     case OP_JACOBI: if (!skip) run_jacobi(o); break;
-    case OP_DIFF: /* the back end's mapping_diff_blocks: src = mem, dst = shadow, user = flags, bytes = blocks */
-        if (skip)
-            break;
-        for (size_t b = 0; b < o->bytes; b++) {
-            const char *a = (const char *)o->src + b * 4096;
-            char *sh = (char *)o->dst + b * 4096;
-            int changed = memcmp(a, sh, 4096) != 0;
-            if (changed)
-                memcpy(sh, a, 4096);
-            ((unsigned char *)o->user)[b] = (unsigned char)changed;
-        }
-        break;
-    case OP_FAULT: set_sticky(ILLEGAL_ADDRESS); break;
+    case OP_DIFF: if (!skip) run_diff(o); break;
+    case OP_FAULT: set_sticky(o->ctx, ILLEGAL_ADDRESS); break;
+    case OP_GRAPH_END: body_release(o->user); break;
     }
     free(o->owned);
 }
@@ -607,7 +859,7 @@ static void *worker(void *arg)
     stream *s = arg;
     pthread_mutex_lock(&s->lock);
     for (;;) {
-        while ((!s->head || (s == legacy && __atomic_load_n(&legacy_held, __ATOMIC_SEQ_CST))) && !s->quit)
+        while ((!s->head || (s->is_legacy && __atomic_load_n(&legacy_held, __ATOMIC_SEQ_CST))) && !s->quit)
             pthread_cond_wait(&s->cond, &s->lock);
         if (!s->head)
             break;
@@ -630,21 +882,26 @@ static void *worker(void *arg)
 API void fake_cuda_hold_legacy(int on)
 {
     __atomic_store_n(&legacy_held, on, __ATOMIC_SEQ_CST);
-    stream *l = legacy;
-    if (!on && l) {
+    for (int i = 0; !on && i < MAX_DEVICES; i++) {
+        stream *l = legacy_of[i];
+        if (!l)
+            continue;
         pthread_mutex_lock(&l->lock);
         pthread_cond_broadcast(&l->cond);
         pthread_mutex_unlock(&l->lock);
     }
 }
 
-static stream *stream_new(void)
+static stream *stream_new(int ctx, unsigned flags, bool is_legacy)
 {
     stream *s = calloc(1, sizeof *s);
     if (!s)
         return NULL;
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->cond, NULL);
+    s->ctx = ctx;
+    s->flags = flags;
+    s->is_legacy = is_legacy;
     pthread_create(&s->thread, NULL, worker, s);
     pthread_mutex_lock(&registry_lock);
     s->next_live = live_streams;
@@ -685,10 +942,9 @@ static void stream_end(stream *s)
     free(s);
 }
 
-static CUresult submit(stream *s, op o)
+/* Appends to the stream's queue, capture or not; the stream's lock is not held. */
+static CUresult enqueue(stream *s, op o)
 {
-    if (!s)
-        s = legacy;
     op *p = malloc(sizeof *p);
     if (!p) {
         free(o.owned);
@@ -696,6 +952,7 @@ static CUresult submit(stream *s, op o)
     }
     *p = o;
     p->next = NULL;
+    p->ctx = s->ctx;
     pthread_mutex_lock(&s->lock);
     if (s->tail)
         s->tail->next = p;
@@ -707,12 +964,192 @@ static CUresult submit(stream *s, op o)
     return OK;
 }
 
+/* ---- stream capture: the captures in progress, under capture_lock ---- */
+typedef struct capture {
+    unsigned long long id;
+    int                status; /* CAPTURE_ACTIVE or CAPTURE_DEAD (invalidated) */
+    int                mode;   /* MODE_* given to cuStreamBeginCapture_v2 */
+    pthread_t          thread; /* that began it */
+    stream            *origin;
+    graph_body        *g;
+} capture;
+static pthread_mutex_t capture_lock = PTHREAD_MUTEX_INITIALIZER;
+static capture *captures[64];
+static int capture_count;
+static unsigned long long capture_ids;
+static _Thread_local int thread_mode = MODE_GLOBAL; /* cuThreadExchangeStreamCaptureMode */
+
+static void invalidate(capture *c)
+{
+    if (c->status == CAPTURE_ACTIVE)
+        count(COUNT_captures_invalidated);
+    c->status = CAPTURE_DEAD;
+}
+
+static capture *capture_find(unsigned long long id) /* capture_lock held */
+{
+    for (int i = 0; i < capture_count; i++)
+        if (captures[i]->id == id)
+            return captures[i];
+    return NULL;
+}
+
+/* An active capture of a stream of ctx that synchronizes with the legacy
+ * stream (created without NON_BLOCKING), or NULL. capture_lock held. */
+static capture *blocking_capture(int ctx)
+{
+    capture *found = NULL;
+    pthread_mutex_lock(&registry_lock);
+    for (stream *s = live_streams; s && !found; s = s->next_live)
+        if (!s->is_legacy && !(s->flags & 1) && s->ctx == ctx && s->cap && s->cap->status == CAPTURE_ACTIVE)
+            found = s->cap;
+    pthread_mutex_unlock(&registry_lock);
+    return found;
+}
+
+/* Work on ctx's legacy stream now: invalid while a blocking stream captures
+ * (it would depend on the capture), and that capture is invalidated. */
+static CUresult legacy_use(int ctx)
+{
+    pthread_mutex_lock(&capture_lock);
+    capture *c = blocking_capture(ctx);
+    if (c)
+        invalidate(c);
+    pthread_mutex_unlock(&capture_lock);
+    return c ? CAPTURE_IMPLICIT : OK;
+}
+
+/* A potentially unsafe call (it may synchronize or allocate): prohibited
+ * while this thread captures (unless that capture is RELAXED) or, for a
+ * thread in GLOBAL mode, while another thread captures in GLOBAL mode; such
+ * a capture is invalidated. A thread in RELAXED mode may make any call. */
+static CUresult unsafe_call(void)
+{
+    if (thread_mode == MODE_RELAXED)
+        return OK;
+    CUresult r = OK;
+    pthread_t self = pthread_self();
+    pthread_mutex_lock(&capture_lock);
+    for (int i = 0; i < capture_count; i++) {
+        capture *c = captures[i];
+        bool mine = pthread_equal(c->thread, self);
+        if (c->status == CAPTURE_ACTIVE &&
+            ((mine && c->mode != MODE_RELAXED) || (!mine && c->mode == MODE_GLOBAL && thread_mode == MODE_GLOBAL))) {
+            invalidate(c);
+            r = CAPTURE_UNSUPPORTED;
+        }
+    }
+    pthread_mutex_unlock(&capture_lock);
+    return r;
+}
+
+#define UNSAFE_CALL()                         \
+    do {                                      \
+        CUresult unsafe_ = unsafe_call();     \
+        if (unsafe_ != OK)                    \
+            return unsafe_;                   \
+    } while (0)
+
+/* Adds a node to the stream's capture; capture_lock held. */
+static CUresult capture_add(stream *s, const op *o)
+{
+    capture *c = s->cap;
+    if (c->status != CAPTURE_ACTIVE)
+        return CAPTURE_INVALIDATED;
+    graph_body *g = c->g;
+    if (g->count == g->cap) {
+        size_t cap = g->cap ? 2 * g->cap : 16;
+        op *n = realloc(g->nodes, cap * sizeof *n);
+        if (!n)
+            return OUT_OF_MEMORY;
+        g->nodes = n;
+        g->cap = cap;
+    }
+    g->nodes[g->count] = *o;
+    g->nodes[g->count].next = NULL;
+    g->nodes[g->count].ctx = s->ctx;
+    g->count++;
+    s->appended++;
+    if (s != c->origin)
+        s->unjoined = true;
+    return OK;
+}
+
+/* What a capturing stream cannot do: the capture is invalidated. */
+static CUresult capture_refuses(stream *s)
+{
+    pthread_mutex_lock(&capture_lock);
+    capture *c = s->cap;
+    if (c)
+        invalidate(c);
+    pthread_mutex_unlock(&capture_lock);
+    return c ? CAPTURE_UNSUPPORTED : OK;
+}
+
+static bool capturing(stream *s)
+{
+    pthread_mutex_lock(&capture_lock);
+    bool on = s->cap != NULL;
+    pthread_mutex_unlock(&capture_lock);
+    return on;
+}
+
+/* A stream that synchronizes with the legacy stream waits for `other`'s
+ * work so far: an event recorded at the end of other, waited for here. */
+static void wait_for_tail(stream *s, stream *other)
+{
+    pthread_mutex_lock(&other->lock);
+    bool idle = !other->head && !other->busy;
+    pthread_mutex_unlock(&other->lock);
+    mark *m = idle ? NULL : mark_new();
+    if (!m)
+        return;
+    mark_retain(m);
+    enqueue(other, (op){.kind = OP_RECORD, .ev = m}); /* the first reference */
+    enqueue(s, (op){.kind = OP_WAIT, .ev = m});
+}
+
+/* Legacy-stream implicit synchronization: work queued on the legacy stream
+ * waits for the blocking streams of its context, and theirs for it. */
+static void implicit_sync(stream *s)
+{
+    if (!s->is_legacy && (s->flags & 1))
+        return;
+    pthread_mutex_lock(&registry_lock);
+    for (stream *o = live_streams; o; o = o->next_live) {
+        bool blocking = !o->is_legacy && !(o->flags & 1);
+        if (o != s && o->ctx == s->ctx && (s->is_legacy ? blocking : o->is_legacy) && !o->cap)
+            wait_for_tail(s, o);
+    }
+    pthread_mutex_unlock(&registry_lock);
+}
+
+static CUresult submit(stream *s, op o)
+{
+    if (!s)
+        s = legacy_here();
+    pthread_mutex_lock(&capture_lock);
+    if (s->cap) {
+        CUresult r = capture_add(s, &o);
+        pthread_mutex_unlock(&capture_lock);
+        if (r != OK)
+            free(o.owned);
+        return r;
+    }
+    pthread_mutex_unlock(&capture_lock);
+    CUresult r = s->is_legacy ? legacy_use(s->ctx) : OK;
+    if (r != OK) {
+        free(o.owned);
+        return r;
+    }
+    implicit_sync(s);
+    return enqueue(s, o);
+}
+
 /* Waits until the stream is idle; false when that took longer than `limit`
  * seconds (limit <= 0: no limit). */
 static bool drain_within(stream *s, double limit)
 {
-    if (!s)
-        s = legacy;
     double until = now_ms() + limit * 1e3;
     bool idle = true;
     pthread_mutex_lock(&s->lock);
@@ -737,42 +1174,58 @@ static bool drain_within(stream *s, double limit)
 
 static void drain(stream *s)
 {
-    drain_within(s, 0);
+    drain_within(s ? s : legacy_here(), 0);
+}
+
+/* Waits for the streams that `all` (every stream) or, else, ctx's legacy
+ * stream and the streams synchronizing with it. A wait that does not end
+ * within `limit` seconds (> 0) is a hang on a GPU: abort, naming `call`. */
+static void drain_streams(const char *call, bool all, int ctx, double limit)
+{
+    pthread_mutex_lock(&registry_lock);
+    size_t n = 0;
+    for (stream *s = live_streams; s; s = s->next_live)
+        n++;
+    stream **list = malloc((n ? n : 1) * sizeof *list);
+    n = 0;
+    for (stream *s = live_streams; s && list; s = s->next_live)
+        if (all || (s->ctx == ctx && (s->is_legacy || !(s->flags & 1)))) {
+            s->visitors++; /* kept alive until we are done with it */
+            list[n++] = s;
+        }
+    pthread_mutex_unlock(&registry_lock);
+    for (size_t i = 0; i < n; i++) {
+        if (!drain_within(list[i], limit)) {
+            fprintf(stderr,
+                    "fake libcuda: %s waited %.0f s for a stream that does not finish (a host function waiting for "
+                    "the caller?): a real driver, which synchronizes allocations and frees with every stream, "
+                    "hangs here\n",
+                    call, limit);
+            abort();
+        }
+    }
+    pthread_mutex_lock(&registry_lock);
+    for (size_t i = 0; i < n; i++)
+        list[i]->visitors--;
+    pthread_cond_broadcast(&visitors_gone);
+    pthread_mutex_unlock(&registry_lock);
+    free(list);
 }
 
 /* What a real driver does in a free, and may do in an allocation: wait for
  * all work of the context. A wait that does not end is a hang on a GPU: abort. */
 static void synchronize_all_streams(const char *call)
 {
-    if (!strict)
-        return;
-    pthread_mutex_lock(&registry_lock);
-    size_t n = 0;
-    for (stream *s = live_streams; s; s = s->next_live)
-        n++;
-    stream **all = malloc((n ? n : 1) * sizeof *all);
-    n = 0;
-    for (stream *s = live_streams; s && all; s = s->next_live) {
-        s->visitors++; /* kept alive until we are done with it */
-        all[n++] = s;
-    }
-    pthread_mutex_unlock(&registry_lock);
-    for (size_t i = 0; i < n; i++) {
-        if (!drain_within(all[i], deadlock_seconds)) {
-            fprintf(stderr,
-                    "fake libcuda: %s waited %.0f s for a stream that does not finish (a host function waiting for "
-                    "the caller?): a real driver, which synchronizes allocations and frees with every stream, "
-                    "hangs here\n",
-                    call, deadlock_seconds);
-            abort();
-        }
-    }
-    pthread_mutex_lock(&registry_lock);
-    for (size_t i = 0; i < n; i++)
-        all[i]->visitors--;
-    pthread_cond_broadcast(&visitors_gone);
-    pthread_mutex_unlock(&registry_lock);
-    free(all);
+    if (strict)
+        drain_streams(call, true, 0, deadlock_seconds);
+}
+
+/* The legacy stream as a blocking call sees it: its own work and that of
+ * the streams that synchronize with it. */
+static void drain_legacy(void)
+{
+    int c = current_ctx();
+    drain_streams("a blocking call", false, c < 0 ? 0 : c, 0);
 }
 
 /* The start of every allocation (is_free false) and free. */
@@ -785,62 +1238,122 @@ static void synchronize_all_streams(const char *call)
             fprintf(stderr, "fake libcuda: %s called where the test forbids allocations\n", #name); \
             return NOT_PERMITTED;                                                            \
         }                                                                                    \
+        UNSAFE_CALL();                                                                       \
+        if (!(is_free) && !descriptor_available())                                           \
+            return OPERATING_SYSTEM;                                                         \
         if ((is_free) || sync_alloc)                                                         \
             synchronize_all_streams(#name);                                                  \
     } while (0)
 
-/* ---- the primary context's life ---- */
+/* ---- the primary contexts' lives ---- */
 
-static void context_create(void)
+static void context_create(int ctx)
 {
-    __atomic_store_n(&sticky, 0, __ATOMIC_SEQ_CST);
-    legacy = stream_new();
+    __atomic_store_n(&sticky[ctx], 0, __ATOMIC_SEQ_CST);
+    legacy_of[ctx] = stream_new(ctx, 0, true);
+}
+
+/* Drops the captures begun on ctx's streams (its streams are ending). */
+static void captures_drop(int ctx)
+{
+    pthread_mutex_lock(&capture_lock);
+    pthread_mutex_lock(&registry_lock);
+    for (stream *s = live_streams; s; s = s->next_live)
+        if (s->ctx == ctx)
+            s->cap = NULL;
+    pthread_mutex_unlock(&registry_lock);
+    for (int i = 0; i < capture_count;) {
+        capture *c = captures[i];
+        if (c->origin->ctx != ctx) {
+            i++;
+            continue;
+        }
+        body_release(c->g);
+        free(c);
+        captures[i] = captures[--capture_count];
+    }
+    pthread_mutex_unlock(&capture_lock);
+}
+
+/* The next live stream of ctx, or NULL. */
+static stream *stream_of(int ctx)
+{
+    pthread_mutex_lock(&registry_lock);
+    stream *s = live_streams;
+    while (s && s->ctx != ctx)
+        s = s->next_live;
+    pthread_mutex_unlock(&registry_lock);
+    return s;
+}
+
+/* Frees ctx's allocations and page-locked memory; how many there were. */
+static long long memory_drop(int ctx)
+{
+    long long n = 0;
+    pthread_mutex_lock(&registry_lock);
+    size_t kept = 0;
+    for (size_t i = 0; i < dev_count; i++) {
+        if (dev_allocs[i].ctx == ctx) {
+            free((void *)dev_allocs[i].start);
+            n++;
+        } else {
+            dev_allocs[kept++] = dev_allocs[i];
+        }
+    }
+    dev_count = kept;
+    for (int i = 0; i < pin_count;) {
+        if (pins[i].ctx != ctx) {
+            i++;
+            continue;
+        }
+        n++;
+        if (pins[i].allocated)
+            free(pins[i].base);
+        else
+            locked_now -= pins[i].bytes;
+        pins[i] = pins[--pin_count];
+    }
+    pthread_mutex_unlock(&registry_lock);
+    return n;
 }
 
 /* Refcount 0: everything the context owned goes. */
-static void context_reset(void)
+static void context_reset(int ctx)
 {
     count(COUNT_context_resets);
-    function_loaded = saxpy_loaded = jacobi_loaded = false; /* the modules are gone */
+    if (ctx == 0)
+        function_loaded = saxpy_loaded = jacobi_loaded = diff_loaded = false; /* the modules are gone */
+    captures_drop(ctx);
     long long leaked = 0;
-    for (;;) {
-        pthread_mutex_lock(&registry_lock);
-        stream *s = live_streams;
-        pthread_mutex_unlock(&registry_lock);
-        if (!s)
-            break;
-        if (s != legacy)
+    for (stream *s; (s = stream_of(ctx)) != NULL;) {
+        if (!s->is_legacy)
             leaked++;
-        drain(s);
+        drain_within(s, 0);
         stream_end(s);
     }
-    legacy = NULL;
-    pthread_mutex_lock(&registry_lock);
-    leaked += (long long)dev_count;
-    for (size_t i = 0; i < dev_count; i++)
-        free((void *)dev_allocs[i].start);
-    dev_count = 0;
-    for (int i = 0; i < pin_count; i++) {
-        leaked++;
-        if (pins[i].allocated)
-            free(pins[i].base);
-    }
-    pin_count = 0;
-    pthread_mutex_unlock(&registry_lock);
+    legacy_of[ctx] = NULL;
+    leaked += memory_drop(ctx);
     if (leaked) {
         __atomic_add_fetch(&counters[COUNT_leaked_at_reset], leaked, __ATOMIC_RELAXED);
         fprintf(stderr, "fake libcuda: the primary context reset with %lld streams, allocations or registrations "
                         "still live (now gone)\n", leaked);
     }
-    __atomic_store_n(&sticky, 0, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&sticky[ctx], 0, __ATOMIC_SEQ_CST);
 }
 
 /* ---- the API ---- */
 
-API CUresult cuInit(unsigned flags) { (void)flags; initialized = true; return OK; }
+API CUresult cuInit(unsigned flags)
+{
+    (void)flags;
+    if (!initialized)
+        hold_descriptors();
+    initialized = true;
+    return OK;
+}
 API CUresult cuDriverGetVersion(int *v) { *v = FAKE_CUDA_VERSION; return OK; }
-API CUresult cuDeviceGetCount(int *n) { if (!initialized) return NOT_INITIALIZED; *n = 1; return OK; }
-API CUresult cuDeviceGet(int *d, int i) { if (i != 0) return INVALID_DEVICE; *d = 0; return OK; }
+API CUresult cuDeviceGetCount(int *n) { if (!initialized) return NOT_INITIALIZED; *n = device_count; return OK; }
+API CUresult cuDeviceGet(int *d, int i) { if (i < 0 || i >= device_count) return INVALID_DEVICE; *d = i; return OK; }
 API CUresult cuDeviceGetName(char *name, int len, int d)
 {
     (void)d;
@@ -853,8 +1366,8 @@ API CUresult cuDeviceGetAttribute(int *v, int attr, int d)
 {
     (void)d;
     switch (attr) {
-    case 75: *v = 7; break; /* compute capability 7.5 */
-    case 76: *v = 5; break;
+    case 75: *v = DEVICE_SM / 10; break; /* compute capability 7.5 */
+    case 76: *v = DEVICE_SM % 10; break;
     case 83: case 89: case 99: *v = 1; break; /* managed, concurrent managed, host register */
     default: *v = 0;
     }
@@ -866,31 +1379,31 @@ API CUresult cuDevicePrimaryCtxRetain(void **ctx, int d)
 {
     if (!initialized)
         return NOT_INITIALIZED;
-    if (d != 0)
+    if (d < 0 || d >= device_count)
         return INVALID_DEVICE;
     pthread_mutex_lock(&primary_lock);
-    if (primary_refs == 0)
-        context_create();
-    __atomic_add_fetch(&primary_refs, 1, __ATOMIC_SEQ_CST);
+    if (primary_refs[d] == 0)
+        context_create(d);
+    __atomic_add_fetch(&primary_refs[d], 1, __ATOMIC_SEQ_CST);
     pthread_mutex_unlock(&primary_lock);
-    *ctx = &primary_token;
+    *ctx = &primary_token[d];
     return OK;
 }
 API CUresult cuDevicePrimaryCtxRelease_v2(int d)
 {
-    if (d != 0)
+    if (d < 0 || d >= device_count)
         return INVALID_DEVICE;
     pthread_mutex_lock(&primary_lock);
-    CUresult r = primary_refs > 0 ? OK : INVALID_CONTEXT;
-    if (r == OK && __atomic_sub_fetch(&primary_refs, 1, __ATOMIC_SEQ_CST) == 0)
-        context_reset();
+    CUresult r = primary_refs[d] > 0 ? OK : INVALID_CONTEXT;
+    if (r == OK && __atomic_sub_fetch(&primary_refs[d], 1, __ATOMIC_SEQ_CST) == 0)
+        context_reset(d);
     pthread_mutex_unlock(&primary_lock);
     return r;
 }
 API CUresult cuCtxGetCurrent(void **ctx) { *ctx = ctx_depth ? ctx_stack[ctx_depth - 1] : NULL; return OK; }
 API CUresult cuCtxPushCurrent_v2(void *ctx)
 {
-    if (ctx != &primary_token || ctx_depth == 16)
+    if (ctx_index(ctx) < 0 || ctx_depth == 16)
         return INVALID_CONTEXT;
     ctx_stack[ctx_depth++] = ctx;
     return OK;
@@ -903,32 +1416,29 @@ API CUresult cuCtxPopCurrent_v2(void **ctx)
     return OK;
 }
 
-API CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n)
+static CUresult device_alloc(CUdeviceptr *p, size_t n, bool managed)
 {
-    ALLOCATION(cuMemAlloc, false);
     void *m = malloc(n ? n : 1);
     if (!m)
         return OUT_OF_MEMORY;
-    if (!dev_add(m, n)) {
+    if (!dev_add(m, n, managed)) {
         free(m);
         return OUT_OF_MEMORY;
     }
     *p = (uintptr_t)m;
     return OK;
 }
+API CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n)
+{
+    ALLOCATION(cuMemAlloc, false);
+    return device_alloc(p, n, false);
+}
 API CUresult cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned f)
 {
-    (void)f;
     ALLOCATION(cuMemAllocManaged, false);
-    void *m = malloc(n ? n : 1);
-    if (!m)
-        return OUT_OF_MEMORY;
-    if (!dev_add(m, n)) {
-        free(m);
-        return OUT_OF_MEMORY;
-    }
-    *p = (uintptr_t)m;
-    return OK;
+    if (f != 1 && f != 2) /* CU_MEM_ATTACH_GLOBAL or _HOST */
+        return INVALID_VALUE;
+    return device_alloc(p, n, true);
 }
 API CUresult cuMemFree_v2(CUdeviceptr p)
 {
@@ -940,8 +1450,9 @@ API CUresult cuMemFree_v2(CUdeviceptr p)
 }
 API CUresult cuMemHostAlloc(void **p, size_t n, unsigned flags)
 {
-    (void)flags;
     ALLOCATION(cuMemHostAlloc, false);
+    if (flags & ~7u) /* PORTABLE, DEVICEMAP, WRITECOMBINED */
+        return INVALID_VALUE;
     gauge_max(COUNT_largest_host_alloc, (long long)n);
     /* Blocks 64 bytes past a page boundary: every second one when strict,
      * all with FAKE_LIBCUDA_MISALIGN_HOST=1. */
@@ -953,7 +1464,7 @@ API CUresult cuMemHostAlloc(void **p, size_t n, unsigned flags)
     if (posix_memalign(&base, 4096, n + skew))
         return OUT_OF_MEMORY;
     *p = (char *)base + skew;
-    CUresult r = pin_add(*p, n, true, base);
+    CUresult r = pin_add(*p, n, true, base, flags);
     if (r != OK)
         free(base);
     return r;
@@ -967,13 +1478,51 @@ API CUresult cuMemFreeHost(void *p)
         free(base);
     return r;
 }
+
+/* Is every byte of [p, p + n) mapped with these permissions ("r", "rw")?
+ * /proc/self/maps, as the kernel's pinning sees the mappings. */
+static bool mapped_with(const void *p, size_t n, bool write)
+{
+    FILE *f = fopen("/proc/self/maps", "re");
+    if (!f)
+        return true; /* cannot tell: as the driver would try */
+    uintptr_t at = (uintptr_t)p, end = at + n;
+    char line[512];
+    while (at < end && fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        char perms[8];
+        if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) != 3 || hi <= at)
+            continue;
+        if (lo > at || perms[0] != 'r' || (write && perms[1] != 'w'))
+            break; /* a hole, or pages the flags do not allow */
+        at = hi;
+    }
+    fclose(f);
+    return at >= end;
+}
+
+/* Pinning touches every page (get_user_pages): read one byte of each. */
+static void touch_pages(const void *p, size_t n)
+{
+    volatile const unsigned char *c = p;
+    for (size_t i = 0; i < n; i += 4096)
+        (void)c[i];
+}
+
 API CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned f)
 {
-    (void)f;
     ALLOCATION(cuMemHostRegister, false);
-    if (!p || !n)
+    if (!p || !n || (f & ~0xfu)) /* PORTABLE, DEVICEMAP, IOMEMORY, READ_ONLY */
         return INVALID_VALUE;
-    return pin_add(p, n, false, NULL);
+    if (register_max && n > register_max)
+        return INVALID_VALUE; /* over the per-call limit */
+    if (!mapped_with(p, n, !(f & 8)))
+        return INVALID_VALUE; /* not mapped, or read-only without CU_MEMHOSTREGISTER_READ_ONLY */
+    gauge_max(COUNT_largest_host_register, (long long)n);
+    CUresult r = pin_add(p, n, false, NULL, f);
+    if (r == OK)
+        touch_pages(p, n);
+    return r;
 }
 API CUresult cuMemHostUnregister(void *p)
 {
@@ -981,20 +1530,47 @@ API CUresult cuMemHostUnregister(void *p)
     void *base;
     return pin_remove(p, false, &base);
 }
+API CUresult cuMemHostGetFlags(unsigned *flags, void *p)
+{
+    NEED_CONTEXT();
+    pinned b;
+    if (!pin_lookup(p, 1, &b))
+        return INVALID_VALUE;
+    *flags = b.flags;
+    return OK;
+}
+
+/* cuPointerGetAttribute's answers for one pointer. */
+static CUresult attribute_of(void *data, int attr, int type, int ctx, uintptr_t start, size_t size, bool managed)
+{
+    switch (attr) {
+    case 1: *(void **)data = &primary_token[ctx]; return OK;      /* CONTEXT */
+    case 2: *(unsigned *)data = (unsigned)type; return OK;        /* MEMORY_TYPE: 1 host, 2 device */
+    case 8: *(unsigned *)data = managed; return OK;               /* IS_MANAGED */
+    case 9: *(int *)data = ctx; return OK;                        /* DEVICE_ORDINAL */
+    case 11: *(CUdeviceptr *)data = start; return OK;             /* RANGE_START_ADDR */
+    case 12: *(size_t *)data = size; return OK;                   /* RANGE_SIZE */
+    default: return INVALID_VALUE;
+    }
+}
+API CUresult cuPointerGetAttribute(void *data, int attr, CUdeviceptr p)
+{
+    NEED_CONTEXT();
+    count(COUNT_cuPointerGetAttribute);
+    range r;
+    pinned b;
+    if (dev_lookup((void *)(uintptr_t)p, 1, &r))
+        return attribute_of(data, attr, 2, r.ctx, r.start, r.end - r.start, r.managed);
+    if (pin_lookup((void *)(uintptr_t)p, 1, &b))
+        return attribute_of(data, attr, 1, b.ctx, b.start, b.bytes, false);
+    return INVALID_VALUE; /* pageable memory, or no memory at all */
+}
 
 #define D(p) ((void *)(uintptr_t)(p))
 
-/* A device range the work touches; false makes the context's error sticky. */
-static bool device_ok(CUdeviceptr p, size_t n)
-{
-    if (dev_valid(D(p), n))
-        return true;
-    set_sticky(ILLEGAL_ADDRESS);
-    return false;
-}
-
-/* A queued access of [p, +n): checked when the stream gets there. */
-static CUresult submit_checked(stream *s, op o, CUdeviceptr a, size_t an, CUdeviceptr b, size_t bn)
+/* A kernel's access of [a, +an) and [b, +bn): checked when the stream gets
+ * there (an illegal address then, sticky), as a kernel's addresses are. */
+static CUresult submit_kernel(stream *s, op o, CUdeviceptr a, size_t an, CUdeviceptr b, size_t bn)
 {
     if (!dev_valid(D(a), an) || (bn && !dev_valid(D(b), bn))) {
         free(o.owned);
@@ -1003,14 +1579,37 @@ static CUresult submit_checked(stream *s, op o, CUdeviceptr a, size_t an, CUdevi
     return submit(s, o);
 }
 
+/* A copy's or memset's device ranges: refused at the call when not inside
+ * one allocation each, as the driver checks them. */
+static CUresult submit_copy(stream *s, op o, CUdeviceptr a, size_t an, CUdeviceptr b, size_t bn)
+{
+    if (!dev_valid(D(a), an) || (bn && !dev_valid(D(b), bn))) {
+        free(o.owned);
+        return INVALID_VALUE;
+    }
+    return submit(s, o);
+}
+
+/* The start of a blocking copy on the legacy stream. */
+static CUresult blocking_start(void)
+{
+    CUresult r = unsafe_call();
+    if (r == OK)
+        r = legacy_use(current_ctx());
+    return r;
+}
+
 /* Blocking calls ("API synchronization behavior"). */
 API CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *s, size_t n)
 {
     NEED_CONTEXT();
     count(COUNT_cuMemcpyHtoD);
-    drain(NULL);
-    if (!device_ok(d, n))
-        return ILLEGAL_ADDRESS;
+    CUresult r = blocking_start();
+    if (r != OK)
+        return r;
+    if (!dev_valid(D(d), n))
+        return INVALID_VALUE;
+    drain_legacy();
     if (is_pinned(s, n)) { /* synchronous */
         memcpy(D(d), s, n);
         return OK;
@@ -1026,35 +1625,41 @@ API CUresult cuMemcpyDtoH_v2(void *d, CUdeviceptr s, size_t n)
 {
     NEED_CONTEXT();
     count(COUNT_cuMemcpyDtoH);
-    drain(NULL);
-    if (!device_ok(s, n))
-        return ILLEGAL_ADDRESS;
+    CUresult r = blocking_start();
+    if (r != OK)
+        return r;
+    if (!dev_valid(D(s), n))
+        return INVALID_VALUE;
+    drain_legacy();
     memcpy(d, D(s), n); /* returns once done */
     return OK;
 }
 API CUresult cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n)
 {
     NEED_CONTEXT(); /* asynchronous to the host */
-    return submit_checked(NULL, (op){.kind = OP_COPY, .dst = D(d), .src = D(s), .bytes = n}, d, n, s, n);
+    return submit_copy(NULL, (op){.kind = OP_COPY, .dst = D(d), .src = D(s), .bytes = n}, d, n, s, n);
 }
 API CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n)
 {
     NEED_CONTEXT(); /* asynchronous to the host for device memory */
-    return submit_checked(NULL, (op){.kind = OP_SET, .dst = D(d), .value = v, .bytes = n}, d, n, 0, 0);
+    return submit_copy(NULL, (op){.kind = OP_SET, .dst = D(d), .value = v, .bytes = n}, d, n, 0, 0);
 }
 
-/* Pageable memory: like the real driver, wait for the stream, then copy. */
+/* Pageable memory: like the real driver, wait for the stream, then copy
+ * (which a capturing stream cannot do). */
 static CUresult host_copy_async(void *dst, const void *src, size_t n, stream *s, const void *host, CUdeviceptr dev)
 {
+    if (!dev_valid(D(dev), n))
+        return INVALID_VALUE;
     if (!is_pinned(host, n)) {
+        if (capturing(s))
+            return capture_refuses(s);
         drain(s);
-        if (!device_ok(dev, n))
-            return ILLEGAL_ADDRESS;
         memcpy(dst, src, n);
         return OK;
     }
     gauge_max(COUNT_largest_pinned_async_copy, (long long)n);
-    return submit_checked(s, (op){.kind = OP_COPY, .dst = dst, .src = src, .bytes = n}, dev, n, 0, 0);
+    return submit(s, (op){.kind = OP_COPY, .dst = dst, .src = src, .bytes = n});
 }
 API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *s, size_t n, stream *st)
 {
@@ -1073,33 +1678,37 @@ API CUresult cuMemcpyDtoHAsync_v2(void *d, CUdeviceptr s, size_t n, stream *st)
 API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, stream *st)
 {
     NEED_CONTEXT();
+    count(COUNT_cuMemcpyDtoDAsync);
     STREAM_ARG(st);
-    return submit_checked(st, (op){.kind = OP_COPY, .dst = D(d), .src = D(s), .bytes = n}, d, n, s, n);
+    return submit_copy(st, (op){.kind = OP_COPY, .dst = D(d), .src = D(s), .bytes = n}, d, n, s, n);
 }
 API CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, stream *st)
 {
     NEED_CONTEXT();
+    count(COUNT_cuMemsetD8Async);
     STREAM_ARG(st);
-    return submit_checked(st, (op){.kind = OP_SET, .dst = D(d), .value = v, .bytes = n}, d, n, 0, 0);
+    return submit_copy(st, (op){.kind = OP_SET, .dst = D(d), .value = v, .bytes = n}, d, n, 0, 0);
 }
-/* One device: peer access to itself is refused, as the driver does. */
+/* No peer access between the fake's devices: the driver stages, as it does
+ * where the devices cannot reach each other. */
 API CUresult cuDeviceCanAccessPeer(int *can, int d, int peer) { (void)d; (void)peer; *can = 0; return OK; }
 API CUresult cuCtxEnablePeerAccess(void *peer, unsigned f) { (void)peer; (void)f; NEED_CONTEXT(); return 1; }
 API CUresult cuMemcpyPeerAsync(CUdeviceptr d, void *dctx, CUdeviceptr s, void *sctx, size_t n, stream *st)
 {
     NEED_CONTEXT();
     STREAM_ARG(st);
-    if (dctx != &primary_token || sctx != &primary_token)
+    if (ctx_index(dctx) < 0 || ctx_index(sctx) < 0)
         return INVALID_CONTEXT;
-    return submit_checked(st, (op){.kind = OP_COPY, .dst = D(d), .src = D(s), .bytes = n}, d, n, s, n);
+    return submit_copy(st, (op){.kind = OP_COPY, .dst = D(d), .src = D(s), .bytes = n}, d, n, s, n);
 }
 
 API CUresult cuStreamCreate(stream **out, unsigned flags)
 {
-    (void)flags;
     NEED_CONTEXT();
     count(COUNT_cuStreamCreate);
-    stream *s = stream_new();
+    if (flags & ~1u) /* CU_STREAM_DEFAULT or CU_STREAM_NON_BLOCKING */
+        return INVALID_VALUE;
+    stream *s = stream_new(current_ctx(), flags, false);
     if (!s)
         return OUT_OF_MEMORY;
     *out = s;
@@ -1112,15 +1721,28 @@ API CUresult cuStreamSynchronize(stream *s)
     if (s == LEGACY_HANDLE)
         count(COUNT_cuStreamSynchronize_legacy);
     STREAM_ARG(s);
-    drain(s);
-    int e = __atomic_load_n(&sticky, __ATOMIC_SEQ_CST);
+    if (capturing(s))
+        return capture_refuses(s);
+    UNSAFE_CALL();
+    if (s->is_legacy) {
+        CUresult r = legacy_use(s->ctx);
+        if (r != OK)
+            return r;
+        drain_legacy();
+    } else {
+        drain(s);
+    }
+    int e = __atomic_load_n(&sticky[s->ctx], __ATOMIC_SEQ_CST);
     return e ? e : OK;
 }
 API CUresult cuStreamDestroy_v2(stream *s)
 {
     NEED_CONTEXT();
-    if (!s || s == LEGACY_HANDLE || s == PER_THREAD_HANDLE || s == legacy || !stream_live(s))
+    count(COUNT_cuStreamDestroy);
+    if (!s || s == LEGACY_HANDLE || s == PER_THREAD_HANDLE || !stream_live(s) || s->is_legacy)
         return INVALID_HANDLE; /* the default streams are never destroyed */
+    if (capturing(s))
+        return capture_refuses(s);
     stream_end(s); /* like CUDA: queued work still completes */
     return OK;
 }
@@ -1134,15 +1756,14 @@ API CUresult cuLaunchHostFunc(stream *s, host_fn fn, void *user)
 
 API CUresult cuEventCreate(event **out, unsigned flags)
 {
-    (void)flags;
     NEED_CONTEXT();
-    event *e = calloc(1, sizeof *e);
+    count(COUNT_cuEventCreate);
+    /* DEFAULT, BLOCKING_SYNC, DISABLE_TIMING; INTERPROCESS only with DISABLE_TIMING */
+    if ((flags & ~7u) || ((flags & 4) && !(flags & 2)))
+        return INVALID_VALUE;
+    event *e = event_new(flags);
     if (!e)
         return OUT_OF_MEMORY;
-    pthread_mutex_init(&e->lock, NULL);
-    pthread_cond_init(&e->cond, NULL);
-    e->done = true; /* an event never recorded counts as complete */
-    e->refs = 1;
     *out = e;
     return OK;
 }
@@ -1150,58 +1771,147 @@ API CUresult cuEventCreate(event **out, unsigned flags)
  * (a real driver frees it with the context, which must reset). */
 API CUresult cuEventDestroy_v2(event *e)
 {
-    int sticky_now = __atomic_load_n(&sticky, __ATOMIC_SEQ_CST);
-    if (sticky_now && !in_host_fn && ctx_depth > 0 && e) {
-        event_release(e);
+    count(COUNT_cuEventDestroy);
+    int c = current_ctx();
+    int sticky_now = c >= 0 ? __atomic_load_n(&sticky[c], __ATOMIC_SEQ_CST) : 0;
+    if (sticky_now && !in_host_fn && e) {
+        event_free(e);
         return sticky_now;
     }
     NEED_CONTEXT();
-    event_release(e);
+    event_free(e);
     return OK;
+}
+/* An event recorded on a capturing stream marks that point of the capture:
+ * no work runs for it. */
+static CUresult record_in_capture(event *e, stream *s, bool *captured)
+{
+    pthread_mutex_lock(&capture_lock);
+    capture *c = s->cap;
+    CUresult r = c && c->status != CAPTURE_ACTIVE ? CAPTURE_INVALIDATED : OK;
+    *captured = c != NULL;
+    e->cap_id = c ? c->id : 0;
+    e->cap_stream = c ? s : NULL;
+    e->cap_seq = s->appended;
+    pthread_mutex_unlock(&capture_lock);
+    return r;
 }
 API CUresult cuEventRecord(event *e, stream *s)
 {
     NEED_CONTEXT();
+    count(COUNT_cuEventRecord);
     STREAM_ARG(s);
+    bool captured;
+    CUresult r = record_in_capture(e, s, &captured);
+    if (r != OK || captured)
+        return r;
+    if (s->is_legacy && (r = legacy_use(s->ctx)) != OK)
+        return r;
+    mark *m = mark_new();
+    if (!m)
+        return OUT_OF_MEMORY;
+    mark_retain(m); /* the event's, and the queued record's */
     pthread_mutex_lock(&e->lock);
-    e->done = false;
+    mark *old = e->latest;
+    e->latest = m;
     e->recorded = true;
-    e->refs++;
-    unsigned long long gen = ++e->gen;
     pthread_mutex_unlock(&e->lock);
-    CUresult r = submit(s, (op){.kind = OP_RECORD, .ev = e, .bytes = (size_t)gen});
-    if (r != OK)
-        event_release(e);
-    return r;
+    mark_release(old);
+    implicit_sync(s);
+    return enqueue(s, (op){.kind = OP_RECORD, .ev = m});
+}
+/* An event of a capture still in progress cannot be queried or waited for
+ * by the host: the capture is invalidated. */
+static CUresult event_of_active_capture(event *e)
+{
+    pthread_mutex_lock(&capture_lock);
+    capture *c = e->cap_id ? capture_find(e->cap_id) : NULL;
+    if (c)
+        invalidate(c);
+    pthread_mutex_unlock(&capture_lock);
+    return c ? CAPTURE_UNSUPPORTED : OK;
 }
 API CUresult cuEventQuery(event *e)
 {
     NEED_CONTEXT();
-    pthread_mutex_lock(&e->lock);
-    bool done = e->done;
-    pthread_mutex_unlock(&e->lock);
+    count(COUNT_cuEventQuery);
+    CUresult r = event_of_active_capture(e);
+    if (r == OK)
+        r = unsafe_call();
+    if (r != OK)
+        return r;
+    mark *m = event_latest(e);
+    bool done = mark_done(m, NULL);
+    mark_release(m);
     return done ? OK : NOT_READY;
 }
 API CUresult cuEventSynchronize(event *e)
 {
     NEED_CONTEXT();
     count(COUNT_cuEventSynchronize);
-    event_wait(e);
-    int s = __atomic_load_n(&sticky, __ATOMIC_SEQ_CST);
+    CUresult r = event_of_active_capture(e);
+    if (r == OK)
+        r = unsafe_call();
+    if (r != OK)
+        return r;
+    mark *m = event_latest(e);
+    if (m)
+        mark_wait(m);
+    mark_release(m);
+    int s = __atomic_load_n(&sticky[current_ctx()], __ATOMIC_SEQ_CST);
     return s ? s : OK;
 }
+
 /* FAKE_CUDA_WITHOUT_STREAM_WAIT builds a driver that lacks one required
  * entry point (tests: the back end must refuse it, naming the symbol). */
 #ifndef FAKE_CUDA_WITHOUT_STREAM_WAIT
+/* A capturing stream waits for an event: only one recorded in the same
+ * capture (else the capture is invalidated: ..._ISOLATION); waiting for one
+ * recorded on another stream after its last node joins that stream back.
+ * capture_lock held. */
+static CUresult wait_in_capture(stream *s, event *e, capture *ec)
+{
+    if (s->cap->status != CAPTURE_ACTIVE)
+        return CAPTURE_INVALIDATED;
+    if (ec != s->cap) {
+        invalidate(s->cap);
+        return CAPTURE_ISOLATION;
+    }
+    stream *from = e->cap_stream;
+    if (from && from != s && e->cap_seq >= from->appended)
+        from->unjoined = false;
+    return OK;
+}
+
 API CUresult cuStreamWaitEvent(stream *s, event *e, unsigned f)
 {
-    (void)f;
     NEED_CONTEXT();
+    count(COUNT_cuStreamWaitEvent);
     STREAM_ARG(s);
-    event_retain(e);
-    CUresult r = submit(s, (op){.kind = OP_WAIT, .ev = e});
+    if (f != 0) /* CU_EVENT_WAIT_EXTERNAL: no external nodes here */
+        return INVALID_VALUE;
+    pthread_mutex_lock(&capture_lock);
+    capture *ec = e->cap_id ? capture_find(e->cap_id) : NULL;
+    CUresult r = OK;
+    bool done = true;
+    if (s->cap) {
+        r = wait_in_capture(s, e, ec);
+    } else if (ec) { /* s joins the capture the event belongs to */
+        r = ec->status == CAPTURE_ACTIVE ? OK : CAPTURE_INVALIDATED;
+        if (r == OK)
+            s->cap = ec, s->unjoined = false;
+    } else {
+        done = e->cap_id != 0; /* an event of an ended capture: nothing to wait for */
+    }
+    pthread_mutex_unlock(&capture_lock);
+    if (done)
+        return r;
+    mark *m = event_latest(e);
+    if (!m)
+        return OK; /* never recorded: nothing to wait for */
+    r = submit(s, (op){.kind = OP_WAIT, .ev = m});
     if (r != OK)
-        event_release(e);
+        mark_release(m);
     return r;
 }
 #endif
@@ -1209,17 +1919,27 @@ API CUresult cuStreamWaitEvent(stream *s, event *e, unsigned f)
 static CUresult elapsed(float *ms, event *a, event *b)
 {
     NEED_CONTEXT();
+    CUresult r = event_of_active_capture(a);
+    if (r == OK)
+        r = event_of_active_capture(b);
+    if (r != OK)
+        return r;
     pthread_mutex_lock(&a->lock);
-    bool a_recorded = a->recorded;
+    bool a_ok = a->recorded && !(a->flags & 2);
     pthread_mutex_unlock(&a->lock);
     pthread_mutex_lock(&b->lock);
-    bool b_recorded = b->recorded;
+    bool b_ok = b->recorded && !(b->flags & 2);
     pthread_mutex_unlock(&b->lock);
-    if (!a_recorded || !b_recorded)
-        return INVALID_HANDLE; /* as the driver: cuEventRecord never called on one */
-    if (cuEventQuery(a) != OK || cuEventQuery(b) != OK)
+    if (!a_ok || !b_ok)
+        return INVALID_HANDLE; /* as the driver: never recorded, or made with CU_EVENT_DISABLE_TIMING */
+    mark *ma = event_latest(a), *mb = event_latest(b);
+    double ta = 0, tb = 0;
+    bool done = mark_done(ma, &ta) && mark_done(mb, &tb);
+    mark_release(ma);
+    mark_release(mb);
+    if (!done)
         return NOT_READY;
-    *ms = (float)(b->ms - a->ms);
+    *ms = (float)(tb - ta);
     return OK;
 }
 API CUresult cuEventElapsedTime(float *ms, event *a, event *b)
@@ -1228,23 +1948,231 @@ API CUresult cuEventElapsedTime(float *ms, event *a, event *b)
     return elapsed(ms, a, b);
 }
 
+/* ---- stream capture and graphs ---- */
+
+API CUresult cuThreadExchangeStreamCaptureMode(int *mode)
+{
+    count(COUNT_cuThreadExchangeStreamCaptureMode);
+    if (!mode || *mode < MODE_GLOBAL || *mode > MODE_RELAXED)
+        return INVALID_VALUE;
+    int old = thread_mode;
+    thread_mode = *mode;
+    *mode = old;
+    return OK;
+}
+
+API CUresult cuStreamBeginCapture_v2(stream *s, int mode)
+{
+    NEED_CONTEXT();
+    if (mode < MODE_GLOBAL || mode > MODE_RELAXED)
+        return INVALID_VALUE;
+    if (!s || s == LEGACY_HANDLE || s == PER_THREAD_HANDLE)
+        return CAPTURE_UNSUPPORTED; /* the legacy stream cannot be captured */
+    if (!stream_live(s))
+        return INVALID_HANDLE;
+    capture *c = calloc(1, sizeof *c);
+    graph_body *g = calloc(1, sizeof *g);
+    CUresult r = c && g ? OK : OUT_OF_MEMORY;
+    pthread_mutex_lock(&capture_lock);
+    if (r == OK && (s->cap || s->is_legacy))
+        r = ILLEGAL_STATE;
+    else if (r == OK && capture_count == (int)(sizeof captures / sizeof captures[0]))
+        r = OUT_OF_MEMORY;
+    if (r == OK) {
+        g->refs = 1;
+        *c = (capture){++capture_ids, CAPTURE_ACTIVE, mode, pthread_self(), s, g};
+        s->cap = c;
+        s->unjoined = false;
+        captures[capture_count++] = c;
+    }
+    pthread_mutex_unlock(&capture_lock);
+    if (r != OK) {
+        free(c);
+        free(g);
+    }
+    return r;
+}
+
+/* Ends capture c (capture_lock held): every stream leaves it; the graph, or
+ * an error when the capture was invalidated or a joined stream was never
+ * joined back. */
+static CUresult capture_end(capture *c, graph_body **graph)
+{
+    bool unjoined = false;
+    pthread_mutex_lock(&registry_lock);
+    for (stream *s = live_streams; s; s = s->next_live)
+        if (s->cap == c) {
+            unjoined |= s != c->origin && s->unjoined;
+            s->cap = NULL;
+            s->unjoined = false;
+        }
+    pthread_mutex_unlock(&registry_lock);
+    for (int i = 0; i < capture_count; i++)
+        if (captures[i] == c)
+            captures[i] = captures[--capture_count];
+    if (unjoined)
+        invalidate(c);
+    CUresult r = unjoined ? CAPTURE_UNJOINED : c->status != CAPTURE_ACTIVE ? CAPTURE_INVALIDATED : OK;
+    *graph = r == OK ? c->g : NULL;
+    if (r != OK)
+        body_release(c->g);
+    free(c);
+    return r;
+}
+
+API CUresult cuStreamEndCapture(stream *s, graph_body **graph)
+{
+    NEED_CONTEXT();
+    if (!graph)
+        return INVALID_VALUE;
+    *graph = NULL;
+    if (!s || s == LEGACY_HANDLE || s == PER_THREAD_HANDLE)
+        return ILLEGAL_STATE;
+    if (!stream_live(s))
+        return INVALID_HANDLE;
+    pthread_mutex_lock(&capture_lock);
+    capture *c = s->cap;
+    CUresult r;
+    if (!c)
+        r = ILLEGAL_STATE;
+    else if (c->origin != s)
+        r = CAPTURE_UNMATCHED;
+    else if (c->mode != MODE_RELAXED && !pthread_equal(c->thread, pthread_self()))
+        r = CAPTURE_WRONG_THREAD;
+    else
+        r = capture_end(c, graph);
+    pthread_mutex_unlock(&capture_lock);
+    return r;
+}
+
+/* The status of a stream's capture; the legacy stream while a stream that
+ * synchronizes with it captures: CUDA_ERROR_STREAM_CAPTURE_IMPLICIT (a
+ * query: nothing is invalidated). */
+static CUresult capture_info(stream *s, int *status, unsigned long long *id, graph_body **graph)
+{
+    NEED_CONTEXT();
+    STREAM_ARG(s);
+    pthread_mutex_lock(&capture_lock);
+    capture *c = s->is_legacy ? NULL : s->cap;
+    CUresult r = s->is_legacy && blocking_capture(s->ctx) ? CAPTURE_IMPLICIT : OK;
+    if (status)
+        *status = !c ? CAPTURE_NONE : c->status == CAPTURE_ACTIVE ? CAPTURE_ACTIVE : CAPTURE_DEAD;
+    if (id)
+        *id = c ? c->id : 0;
+    if (graph)
+        *graph = c ? c->g : NULL;
+    pthread_mutex_unlock(&capture_lock);
+    return r;
+}
+
+API CUresult cuStreamIsCapturing(stream *s, int *status)
+{
+    count(COUNT_cuStreamIsCapturing);
+    return capture_info(s, status, NULL, NULL);
+}
+API CUresult cuStreamGetCaptureInfo(stream *s, int *status, unsigned long long *id)
+{
+    count(COUNT_cuStreamGetCaptureInfo);
+    return capture_info(s, status, id, NULL);
+}
+API CUresult cuStreamGetCaptureInfo_v2(stream *s, int *status, unsigned long long *id, graph_body **graph,
+                                       const void **deps, size_t *ndeps)
+{
+    count(COUNT_cuStreamGetCaptureInfo);
+    if (deps)
+        *deps = NULL;
+    if (ndeps)
+        *ndeps = 0;
+    return capture_info(s, status, id, graph);
+}
+#if FAKE_CUDA_VERSION >= 12030
+API CUresult cuStreamGetCaptureInfo_v3(stream *s, int *status, unsigned long long *id, graph_body **graph,
+                                       const void **deps, const void **edges, size_t *ndeps)
+{
+    if (edges)
+        *edges = NULL;
+    return cuStreamGetCaptureInfo_v2(s, status, id, graph, deps, ndeps);
+}
+#endif
+
+typedef struct graph_exec {
+    graph_body *body;
+} graph_exec;
+
+API CUresult cuGraphInstantiateWithFlags(graph_exec **out, graph_body *g, unsigned long long flags)
+{
+    NEED_CONTEXT();
+    if (!out || !g || flags != 0)
+        return INVALID_VALUE;
+    graph_exec *x = malloc(sizeof *x);
+    if (!x)
+        return OUT_OF_MEMORY;
+    __atomic_add_fetch(&g->refs, 1, __ATOMIC_ACQ_REL);
+    x->body = g;
+    *out = x;
+    return OK;
+}
+
+/* The graph's nodes in order on the stream, then the launch's hold on them
+ * goes. */
+API CUresult cuGraphLaunch(graph_exec *x, stream *s)
+{
+    NEED_CONTEXT();
+    STREAM_ARG(s);
+    if (!x)
+        return INVALID_VALUE;
+    if (capturing(s))
+        return capture_refuses(s); /* no child graphs here */
+    count(COUNT_graph_launches);
+    graph_body *g = x->body;
+    CUresult r = OK;
+    for (size_t i = 0; i < g->count && r == OK; i++) {
+        op o = g->nodes[i];
+        o.owned = NULL; /* the graph's */
+        r = submit(s, o);
+    }
+    __atomic_add_fetch(&g->refs, 1, __ATOMIC_ACQ_REL);
+    if (submit(s, (op){.kind = OP_GRAPH_END, .user = g}) != OK)
+        body_release(g);
+    return r;
+}
+API CUresult cuGraphExecDestroy(graph_exec *x)
+{
+    if (!x)
+        return INVALID_VALUE;
+    body_release(x->body);
+    free(x);
+    return OK;
+}
+API CUresult cuGraphDestroy(graph_body *g)
+{
+    if (!g)
+        return INVALID_VALUE;
+    body_release(g);
+    return OK;
+}
+
+/* ---- batch copies and prefetches ---- */
+
 typedef struct { int type, id; } location;
 typedef struct { int order; location src, dst; unsigned flags; } copy_attrs;
 
+#if FAKE_CUDA_VERSION >= 12080
 /* The batch copy, shared by both signatures. */
 static CUresult batch_copy(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count_, copy_attrs *attrs,
                            size_t *idxs, size_t nattrs, size_t *fail_idx, stream *s)
 {
     NEED_CONTEXT();
-    if (!s || s == LEGACY_HANDLE || !attrs || !idxs || nattrs == 0 || idxs[0] != 0 || attrs[0].order != 1) {
-        if (fail_idx)
-            *fail_idx = SIZE_MAX; /* an error not tied to one copy */
+    if (fail_idx)
+        *fail_idx = SIZE_MAX; /* an error not tied to one copy */
+    if (!s || s == LEGACY_HANDLE || !attrs || !idxs || nattrs == 0 || idxs[0] != 0 || attrs[0].order != 1)
         return INVALID_VALUE; /* the real call refuses the legacy stream, and needs an order */
-    }
     STREAM_ARG(s);
+    if (capturing(s))
+        return capture_refuses(s); /* a graph would miss the copies (CUDA 13): refused here */
     for (size_t i = 0; i < count_; i++) {
-        CUresult r = submit_checked(s, (op){.kind = OP_COPY, .dst = D(dsts[i]), .src = D(srcs[i]), .bytes = sizes[i]},
-                                    dsts[i], sizes[i], srcs[i], sizes[i]);
+        CUresult r = submit_copy(s, (op){.kind = OP_COPY, .dst = D(dsts[i]), .src = D(srcs[i]), .bytes = sizes[i]},
+                                 dsts[i], sizes[i], srcs[i], sizes[i]);
         if (r != OK) {
             if (fail_idx)
                 *fail_idx = i;
@@ -1263,6 +2191,14 @@ API CUresult cuMemcpyBatchAsync(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *si
         return INVALID_VALUE;
     return batch_copy(dsts, srcs, sizes, count_, attrs, idxs, nattrs, fail_idx, s);
 }
+#endif
+
+static CUresult prefetch(CUdeviceptr p, size_t n, stream *s)
+{
+    if (capturing(s))
+        return capture_refuses(s);
+    return submit_copy(s, (op){.kind = OP_SET, .bytes = 0, .dst = D(p)}, p, n, 0, 0);
+}
 
 /* The CUDA 8 prefetch (its 12.x name; CUDA 13 maps the name to _v2). */
 API CUresult cuMemPrefetchAsync(CUdeviceptr p, size_t n, int to, stream *s)
@@ -1270,9 +2206,9 @@ API CUresult cuMemPrefetchAsync(CUdeviceptr p, size_t n, int to, stream *s)
     NEED_CONTEXT();
     count(COUNT_cuMemPrefetchAsync);
     STREAM_ARG(s);
-    if (to != -1 && to != 0)
+    if (to != -1 && (to < 0 || to >= device_count))
         return INVALID_DEVICE;
-    return submit_checked(s, (op){.kind = OP_SET, .bytes = 0, .dst = D(p)}, p, n, 0, 0);
+    return prefetch(p, n, s);
 }
 
 #if FAKE_CUDA_VERSION >= 13000
@@ -1287,9 +2223,9 @@ API CUresult cuMemPrefetchAsync_v2(CUdeviceptr p, size_t n, location to, unsigne
     NEED_CONTEXT();
     count(COUNT_cuMemPrefetchAsync_v2);
     STREAM_ARG(s);
-    if (f != 0 || (to.type != 1 && to.type != 2) || (to.type == 1 && to.id != 0))
+    if (f != 0 || (to.type != 1 && to.type != 2) || (to.type == 1 && (to.id < 0 || to.id >= device_count)))
         return INVALID_VALUE;
-    return submit_checked(s, (op){.kind = OP_SET, .bytes = 0, .dst = D(p)}, p, n, 0, 0);
+    return prefetch(p, n, s);
 }
 
 API CUresult cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count_,
@@ -1300,7 +2236,8 @@ API CUresult cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t 
 }
 #endif
 
-/* Modules: the back end's kernel and the examples' saxpy and jacobi, emulated on the stream. */
+/* ---- modules: the back end's kernels and the examples' saxpy and jacobi,
+ * emulated on the stream, from PTX the fake's JIT accepts ---- */
 static int module_token, function_token, saxpy_token, jacobi_token, diff_token;
 static bool module_has_diff; /* the back end's module carries mapping_diff_blocks */
 static bool *loaded_flag(void *fn)
@@ -1309,20 +2246,98 @@ static bool *loaded_flag(void *fn)
                                                      : fn == &jacobi_token ? &jacobi_loaded
                                                      : fn == &diff_token   ? &diff_loaded : NULL;
 }
-API CUresult cuModuleLoadData(void **module, const void *image)
+
+/* The newest PTX ISA the profile's JIT reads, as major * 10 + minor. */
+static int ptx_isa_max(void)
+{
+    const char *v = getenv("FAKE_LIBCUDA_PTX_ISA_MAX");
+    int major = 0, minor = 0;
+    if (v && sscanf(v, "%d.%d", &major, &minor) == 2)
+        return major * 10 + minor;
+    return FAKE_CUDA_VERSION >= 13000 ? 90 : FAKE_CUDA_VERSION >= 12080 ? 87 : 82;
+}
+
+/* The line (1-based) of the first occurrence of `what` in the image. */
+static int line_of(const char *image, const char *what)
+{
+    int line = 1;
+    for (const char *c = image; c < what; c++)
+        line += *c == '\n';
+    return line;
+}
+
+/* What ptxas says of the image, into log; the CUresult of loading it. */
+static CUresult jit(const char *image, char *log, size_t cap)
+{
+    const char *v = strstr(image, ".version "), *t = strstr(image, ".target ");
+    int major = 0, minor = 0, sm = 0, max = ptx_isa_max();
+    if (!v || !t || sscanf(v + 9, "%d.%d", &major, &minor) != 2 || sscanf(t + 8, "sm_%d", &sm) != 1) {
+        snprintf(log, cap, "ptxas fatal   : the input is not PTX: no .version or .target directive it can read");
+        return INVALID_PTX;
+    }
+    if (major * 10 + minor > max) {
+        snprintf(log, cap, "ptxas application ptx input, line %d; fatal   : Unsupported .version %d.%d; current version is '%d.%d'",
+                 line_of(image, v), major, minor, max / 10, max % 10);
+        return UNSUPPORTED_PTX_VERSION;
+    }
+    if (sm > DEVICE_SM) {
+        snprintf(log, cap, "ptxas fatal   : SM version specified by .target (sm_%d) is higher than default SM version assumed (sm_%d)",
+                 sm, DEVICE_SM);
+        return INVALID_PTX;
+    }
+    if (!strstr(image, ".entry mapping_copy_entries") && !strstr(image, ".entry saxpy") &&
+        !strstr(image, ".entry jacobi(")) {
+        snprintf(log, cap, "fake libcuda: the PTX has none of the kernels this fake can run");
+        return INVALID_PTX;
+    }
+    if (cap)
+        log[0] = '\0';
+    return OK;
+}
+
+/* CU_JIT_ERROR_LOG_BUFFER (5) and _SIZE_BYTES (6) among the options: the
+ * buffer, its size; the size option's value becomes the bytes written. */
+static void jit_log_option(unsigned n, const int *options, void **values, char **buf, size_t *cap, int *size_at)
+{
+    for (unsigned i = 0; options && values && i < n; i++) {
+        if (options[i] == 5)
+            *buf = values[i];
+        else if (options[i] == 6)
+            *cap = (size_t)(uintptr_t)values[i], *size_at = (int)i;
+    }
+}
+
+static CUresult module_load(void **module, const void *image, unsigned n, const int *options, void **values)
 {
     NEED_CONTEXT();
     count(COUNT_cuModuleLoadData);
+    UNSAFE_CALL();
     synchronize_all_streams("cuModuleLoadData (loading a module may synchronize the context)");
-    if (!strstr(image, ".entry mapping_copy_entries") && !strstr(image, ".entry saxpy") &&
-        !strstr(image, ".entry jacobi("))
-        return 218; /* CUDA_ERROR_INVALID_PTX */
+    char own[512], *log = own;
+    size_t cap = sizeof own;
+    int size_at = -1;
+    jit_log_option(n, options, values, &log, &cap, &size_at);
+    if (!log || cap == 0)
+        log = own, cap = sizeof own;
+    CUresult r = jit(image, log, cap);
+    if (size_at >= 0)
+        values[size_at] = (void *)(uintptr_t)(log == own ? 0 : strlen(log) + (log[0] != '\0'));
+    if (r != OK)
+        return r;
     if (strstr(image, ".entry mapping_copy_entries")) {
         copy_entries_split = strstr(image, "mapping_copy_entries_param_5") != NULL;
         module_has_diff = strstr(image, ".entry mapping_diff_blocks") != NULL;
     }
     *module = &module_token;
     return OK;
+}
+API CUresult cuModuleLoadData(void **module, const void *image)
+{
+    return module_load(module, image, 0, NULL, NULL);
+}
+API CUresult cuModuleLoadDataEx(void **module, const void *image, unsigned n, int *options, void **values)
+{
+    return module_load(module, image, n, options, values);
 }
 API CUresult cuModuleUnload(void *module) { NEED_CONTEXT(); return module == &module_token ? OK : INVALID_HANDLE; }
 API CUresult cuModuleGetFunction(void **fn, void *module, const char *name)
@@ -1343,6 +2358,7 @@ API CUresult cuModuleGetFunction(void **fn, void *module, const char *name)
     return OK;
 }
 
+#if FAKE_CUDA_VERSION >= 12040
 API CUresult cuFuncLoad(void *fn)
 {
     NEED_CONTEXT();
@@ -1353,56 +2369,47 @@ API CUresult cuFuncLoad(void *fn)
     *flag = true;
     return OK;
 }
+#endif
 
-API CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                            unsigned shared, stream *s, void **params, void **extra)
+/* The device's launch limits (sm_75): CUDA_ERROR_INVALID_VALUE beyond them. */
+static bool launch_fits(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shared)
 {
-    bool *flag = loaded_flag(fn);
-    if (flag && !*flag && ctx_depth) { /* lazy loading: the first launch loads the function */
-        count(COUNT_lazy_loads);
-        synchronize_all_streams("cuLaunchKernel (the first launch of a function loads it lazily, which may "
-                                "synchronize the context)");
-        *flag = true;
+    return gx && gy && gz && bx && by && bz && gx <= 0x7fffffffu && gy <= 65535 && gz <= 65535 && bx <= 1024 &&
+           by <= 1024 && bz <= 64 && (unsigned long long)bx * by * bz <= 1024 && shared <= 48 * 1024;
+}
+
+static CUresult launch_jacobi(stream *s, unsigned gx, unsigned gy, unsigned bx, unsigned by, void **params)
+{
+    CUdeviceptr u = *(CUdeviceptr *)params[0], v = *(CUdeviceptr *)params[1];
+    jacobi_args *a = malloc(sizeof *a);
+    if (!a)
+        return OUT_OF_MEMORY;
+    *a = (jacobi_args){*(unsigned *)params[2], *(unsigned *)params[3], *(unsigned *)params[4],
+                       *(unsigned *)params[5], *(unsigned *)params[6]};
+    if ((unsigned long long)gx * bx < a->cols || (unsigned long long)gy * by < a->owned) {
+        free(a);
+        return INVALID_VALUE; /* a real launch would leave cells out: refuse it here */
     }
-    (void)shared, (void)extra;
-    NEED_CONTEXT();
-    count(COUNT_cuLaunchKernel);
-    STREAM_ARG(s);
-    if ((fn != &function_token && fn != &saxpy_token && fn != &jacobi_token && fn != &diff_token) || gx == 0 ||
-        gy == 0 || gz == 0 ||
-        bx == 0 || by == 0 || bz == 0 || (unsigned long long)bx * by * bz > 1024)
-        return INVALID_VALUE;
-    if (fn == &jacobi_token) { /* u, v, cols, first_row, rows, owned, halo; the grid must cover the block */
-        CUdeviceptr u = *(CUdeviceptr *)params[0], v = *(CUdeviceptr *)params[1];
-        jacobi_args *a = malloc(sizeof *a);
-        if (!a)
-            return OUT_OF_MEMORY;
-        *a = (jacobi_args){*(unsigned *)params[2], *(unsigned *)params[3], *(unsigned *)params[4],
-                           *(unsigned *)params[5], *(unsigned *)params[6]};
-        if ((unsigned long long)gx * bx < a->cols || (unsigned long long)gy * by < a->owned) {
-            free(a);
-            return INVALID_VALUE; /* a real launch would leave cells out: refuse it here */
-        }
-        size_t n = (size_t)(a->owned + 2 * a->halo) * a->cols * sizeof(float);
-        return submit_checked(s, (op){.kind = OP_JACOBI, .src = D(u), .dst = D(v), .user = a, .owned = a}, u, n, v, n);
-    }
-    if (fn == &diff_token) { /* mem, shadow, flags, blocks; the grid must cover the blocks */
-        CUdeviceptr a = *(CUdeviceptr *)params[0], sh = *(CUdeviceptr *)params[1], fl = *(CUdeviceptr *)params[2];
-        unsigned long long blocks = *(unsigned long long *)params[3];
-        if ((unsigned long long)gx * gy < blocks)
-            return INVALID_VALUE; /* a real launch would leave blocks out: refuse it here */
-        if (!dev_valid(D(fl), blocks))
-            return submit(s, (op){.kind = OP_FAULT});
-        return submit_checked(s, (op){.kind = OP_DIFF, .src = D(a), .dst = D(sh), .user = D(fl), .bytes = blocks}, a,
-                              blocks * 4096, sh, blocks * 4096);
-    }
-    if (fn == &saxpy_token) { /* whole numbers only: the example's a is 2 */
-        CUdeviceptr x = *(CUdeviceptr *)params[1], y = *(CUdeviceptr *)params[2];
-        size_t n = *(unsigned *)params[3];
-        return submit_checked(s, (op){.kind = OP_SAXPY, .value = (int)*(float *)params[0], .src = D(x), .dst = D(y),
-                                      .bytes = n},
-                              x, n * sizeof(float), y, n * sizeof(float));
-    }
+    size_t n = (size_t)(a->owned + 2 * a->halo) * a->cols * sizeof(float);
+    return submit_kernel(s, (op){.kind = OP_JACOBI, .src = D(u), .dst = D(v), .user = a, .owned = a}, u, n, v, n);
+}
+
+static CUresult launch_diff(stream *s, unsigned gx, unsigned gy, void **params)
+{
+    CUdeviceptr a = *(CUdeviceptr *)params[0], sh = *(CUdeviceptr *)params[1], fl = *(CUdeviceptr *)params[2];
+    unsigned long long blocks = *(unsigned long long *)params[3];
+    if ((unsigned long long)gx * gy < blocks)
+        return INVALID_VALUE; /* a real launch would leave blocks out: refuse it here */
+    if (blocks && !dev_valid(D(fl), blocks))
+        return submit(s, (op){.kind = OP_FAULT});
+    if (!blocks) /* every block returns at once: nothing is read */
+        return submit(s, (op){.kind = OP_SET, .bytes = 0, .dst = NULL});
+    return submit_kernel(s, (op){.kind = OP_DIFF, .src = D(a), .dst = D(sh), .user = D(fl), .bytes = blocks}, a,
+                         blocks * 4096, sh, blocks * 4096);
+}
+
+static CUresult launch_copy_entries(stream *s, unsigned bx, unsigned gy, void **params)
+{
     CUdeviceptr table = *(CUdeviceptr *)params[1];
     if (table % 8)
         return 716; /* CUDA_ERROR_MISALIGNED_ADDRESS */
@@ -1418,4 +2425,34 @@ API CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, uns
     return submit(s, (op){.kind = OP_KERNEL, .src = D(*(CUdeviceptr *)params[0]), .user = D(table),
                           .bytes = (size_t)*(unsigned long long *)params[2], .dst = D(*(CUdeviceptr *)params[3]),
                           .value = (int)*(unsigned *)params[4], .split = split, .pieces = gy});
+}
+
+API CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                            unsigned shared, stream *s, void **params, void **extra)
+{
+    bool *flag = loaded_flag(fn);
+    if (flag && !*flag && ctx_depth) { /* lazy loading: the first launch loads the function */
+        count(COUNT_lazy_loads);
+        synchronize_all_streams("cuLaunchKernel (the first launch of a function loads it lazily, which may "
+                                "synchronize the context)");
+        *flag = true;
+    }
+    (void)extra;
+    NEED_CONTEXT();
+    count(COUNT_cuLaunchKernel);
+    STREAM_ARG(s);
+    if (!flag || !launch_fits(gx, gy, gz, bx, by, bz, shared))
+        return INVALID_VALUE;
+    if (fn == &jacobi_token) /* u, v, cols, first_row, rows, owned, halo; the grid must cover the block */
+        return launch_jacobi(s, gx, gy, bx, by, params);
+    if (fn == &diff_token) /* mem, shadow, flags, blocks; the grid must cover the blocks */
+        return launch_diff(s, gx, gy, params);
+    if (fn == &saxpy_token) { /* whole numbers only: the example's a is 2 */
+        CUdeviceptr x = *(CUdeviceptr *)params[1], y = *(CUdeviceptr *)params[2];
+        size_t n = *(unsigned *)params[3];
+        return submit_kernel(s, (op){.kind = OP_SAXPY, .value = (int)*(float *)params[0], .src = D(x), .dst = D(y),
+                                     .bytes = n},
+                             x, n * sizeof(float), y, n * sizeof(float));
+    }
+    return launch_copy_entries(s, bx, gy, params);
 }

@@ -11,17 +11,22 @@
 # every limit is `timeout -k 10`, so a step that ignores SIGTERM is killed):
 #   1. build (Release, tests on) into build-gpu/ (Ninja where make is absent;
 #      -DPython3_EXECUTABLE=$(command -v python3), and whether Python.h exists)
-#   2. mapping info, nvidia-smi, where libcuda is
+#   2. mapping info, nvidia-smi, where libcuda is; the link the device
+#      measured at open and the scatter mode in use
 #   3. ctest: labels cuda and example (conformance.cuda.*, internal.cuda.*,
 #      backend.cuda.*, examples), no cli.* and no fake-driver tests; -j8 only
 #      when the GPU's compute mode is Default (an exclusive-process GPU takes
-#      one process at a time: -j1)
+#      one process at a time: -j1); the skipped tests' reasons, counted
 #   4. the CUDA example (a real kernel from the shipped PTX)
-#   5. mapping bench --backend cuda --only cuda-raw (every figure a ratio
-#      against direct driver calls in the same run)
-#   6. the Python package's tests (PyTorch/CuPy interop), up to 90 s
+#   5. mapping bench --backend cuda --only cuda-raw,cuda-host (every figure a
+#      ratio against direct driver calls, or page-locked memory, in the same
+#      run: memory pinned elsewhere as torch pins it, pageable memory
+#      registered in place, the cost of registering at 4 KiB and 2 MiB pages)
+#   6. the Python package's tests (PyTorch/CuPy interop), up to 90 s, then
+#      Python's cost per call on CUDA against the C call's; without the
+#      package, numpy or pytest: "python: NOT CHECKED", and the result says so
 #   7. with the time left, the other bench sections (--quick), the device
-#      diff of the tracking section among them
+#      diff and the write-tracking rows of the tracking section among them
 # The commit is `git rev-parse HEAD`, else $MAPPING_COMMIT (a copy without .git).
 # $OUT/summary.txt is appended line by line as steps finish, so a run killed
 # at any point still leaves the figures so far. At most 6 files in $OUT:
@@ -29,7 +34,9 @@
 #
 # MAPPING_GPU_REHEARSAL=1 runs the same steps on the fake driver built with
 # the tests (tests/fake/fake_libcuda.c), on a machine without a GPU.
-# Exit status: 0 all passed on CUDA, 1 something failed, 77 CUDA unavailable.
+# Exit status: 0 all passed on CUDA, 1 something failed, 3 everything ran
+# passed but Python was not checked (no package, numpy or pytest), 77 CUDA
+# unavailable.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
@@ -155,6 +162,9 @@ card=$(awk '/^  cuda +available/{f=1;next} f && /^    \[0\]/{sub(/^    \[0\] /,"
 driver=$(awk '/^  cuda +available/{f=1;next} f && /driver:/{sub(/^ *driver: /,""); print; exit}' "$OUT/misc.log")
 if [ "$cuda_available" = 1 ]; then
     say "info: cuda available: ${card:-?}; ${driver:-?}"
+    link=$(awk '/^  cuda +available/{f=1;next} f && /^ *link:/{sub(/^ *link: */,""); print; exit}' "$OUT/misc.log")
+    scatter=$(printf '%s\n' "$driver" | sed -n 's/.*scatter \([a-z]*\).*/\1/p')
+    say "link (measured at open): ${link:-not reported}; scatter mode: ${scatter:-not reported}"
 else
     cuda_line=$(echo "${cuda_line:-cuda not listed}" | sed 's/^ *//; s/  */ /g')
     say "info: $cuda_line"
@@ -185,8 +195,16 @@ if [ "$ctest_rc" -ne 0 ] || [ "$failed" -ne 0 ] || { [ -n "$total" ] && [ "$ran"
     grep -E "Test +#[0-9]+: .*\*\*\*" "$OUT/ctest.log" | grep -v "\*\*\*Skipped" |
         head -20 | sed 's/^ */  /' | tee -a "$summary"
 fi
-if [ "$cuda_available" = 1 ] && [ "$skipped" -gt 0 ]; then
-    grep -E "^SKIP" "$OUT/ctest.log" | sort | uniq -c | head -5 | sed 's/^ */  skip: /' | tee -a "$summary"
+# Why tests skipped: their output is in CTest's log of the run, not in
+# ctest.log (--output-on-failure shows failures only).
+if [ "$skipped" -gt 0 ]; then
+    last_log=$(ls -t "$build"/Testing/Temporary/LastTest*.log 2>/dev/null | head -1)
+    reasons=$(grep -h "^SKIP: " "${last_log:-/dev/null}" 2>/dev/null | sed 's/^SKIP: //' | sort | uniq -c | sort -rn)
+    if [ -n "$reasons" ]; then
+        printf '%s\n' "$reasons" | head -8 | sed 's/^ */  skip: /' | tee -a "$summary"
+    else
+        say "  skip: reasons not found (no SKIP lines in ${last_log:-the CTest log})"
+    fi
 fi
 
 # ---- 4. the CUDA example -----------------------------------------------------------
@@ -207,28 +225,38 @@ fi
 if [ "$cuda_available" = 1 ]; then
     t0=$(date +%s)
     if b=$(budget 100 20); then # keeps 90 s for Python
-        limit "$b" "$build/mapping" bench --backend cuda --only cuda-raw --json >"$OUT/bench.json" 2>"$OUT/bench.txt"
+        limit "$b" "$build/mapping" bench --backend cuda --only cuda-raw,cuda-host --json >"$OUT/bench.json" \
+            2>"$OUT/bench.txt"
         rc=$?
     else
         rc=skip
     fi
     case $rc in
-    0) say "bench cuda-raw: completed in $(($(date +%s) - t0)) s (speed ratio = driver time / mapping time)" ;;
-    skip) say "bench cuda-raw: NOT RUN ($(left 100) s left for it)"; failures+=("bench") ;;
-    124 | 137) say "bench cuda-raw: TIMED OUT after $(($(date +%s) - t0)) s (the tables it finished are in bench.txt)"; failures+=("bench") ;;
-    *) say "bench cuda-raw: FAILED (exit $rc)"; failures+=("bench") ;;
+    0) say "bench cuda-raw, cuda-host: completed in $(($(date +%s) - t0)) s (speed ratio = driver time / mapping time; / page-locked = page-locked time / this time)" ;;
+    skip) say "bench cuda-raw, cuda-host: NOT RUN ($(left 100) s left for it)"; failures+=("bench") ;;
+    124 | 137) say "bench cuda-raw, cuda-host: TIMED OUT after $(($(date +%s) - t0)) s (the tables it finished are in bench.txt)"; failures+=("bench") ;;
+    *) say "bench cuda-raw, cuda-host: FAILED (exit $rc)"; failures+=("bench") ;;
     esac
-    grep -E "^  => " "$OUT/bench.txt" 2>/dev/null | sed 's/^  => /  /' | tee -a "$summary"
+    grep -E "^  => " "$OUT/bench.txt" 2>/dev/null | grep -v "registration in place" | sed 's/^  => /  /' |
+        tee -a "$summary"
+    # figures without a target are in bench.json only
+    fig() { grep -o "\"$1\":[^,}]*" "$OUT/bench.json" 2>/dev/null | head -1 | sed 's/.*://'; }
+    say "  registration in place (first copy less a registered one): $(fig cuda_register_s_per_gib_4k) s/GiB at 4 KiB pages, $(fig cuda_register_s_per_gib_2m) s/GiB at 2 MiB pages asked for"
 else
     say "bench: skipped, cuda is unavailable"
 fi
 
 # ---- 6. the Python package (PyTorch / CuPy interop), before the optional bench -------
 # The build made the extension in $build/python/mapping (tests/python/CMakeLists.txt).
+# Without the package, numpy or pytest nothing of Python is checked: the
+# summary and the result say so (never PASSED).
+python_unchecked=""
 if [ ! -d "$build/python/mapping" ]; then
-    say "python: not built (no Python headers or numpy for ${py:-python3})"
+    python_unchecked="the package was not built (no Python headers or numpy for ${py:-python3})"
+elif ! "${py:-python3}" -c "import numpy" >/dev/null 2>&1; then
+    python_unchecked="numpy is not installed for ${py:-python3}"
 elif ! "${py:-python3}" -c "import pytest" >/dev/null 2>&1; then
-    say "python: pytest is not installed for ${py:-python3}"
+    python_unchecked="pytest is not installed for ${py:-python3}"
 elif ! b=$(budget 5 20 90); then
     say "python: NOT RUN ($(left 5) s left)"
     failures+=("python")
@@ -241,7 +269,38 @@ else
     rc=$?
     say "python (torch/CuPy interop): $(tail -1 "$OUT/misc.log") [exit $rc, $(($(date +%s) - t0)) s]"
     [ $rc -ne 0 ] && [ $rc -ne 5 ] && failures+=("python")
+    # Python on CUDA: a call's cost against the same copies made by a C loop.
+    if [ "$cuda_available" = 1 ] && b=$(budget 5 10 30); then
+        misc "python on cuda: per-call cost"
+        line=$(PYTHONPATH="$root/$build/python${PYTHONPATH:+:$PYTHONPATH}" limit "$b" "${py:-python3}" - 2>>"$OUT/misc.log" <<'PY'
+import time
+import numpy as np
+import mapping
+from mapping import _core
+dev = mapping.open("cuda")
+small, buf, n = np.arange(16, dtype=np.float32), dev.allocate_gpu(64), 20000
+c = _core.bench_copies(buf._ptr(), small, n, True) / n
+t0 = time.perf_counter()
+for _ in range(n):
+    mapping.sync_to_gpu(small, buf)
+p = (time.perf_counter() - t0) / n
+big = mapping.allocate_cpu(64 << 20, device=dev)
+big[:] = 1
+gbig = dev.allocate_gpu(64 << 20)
+cb = _core.bench_copies(gbig._ptr(), big, 4, True) / 4
+t0 = time.perf_counter()
+for _ in range(4):
+    mapping.sync_to_gpu(big, gbig)
+pb = (time.perf_counter() - t0) / 4
+print("64 B sync_to_gpu: C %.2f us, Python %.2f us (Python - C = %+.2f us); 64 MiB: C %.2f GB/s, Python %.2f GB/s"
+      % (c * 1e6, p * 1e6, (p - c) * 1e6, (64 << 20) / cb / 1e9, (64 << 20) / pb / 1e9))
+dev.close()
+PY
+)
+        say "python on cuda: ${line:-no figures (misc.log)}"
+    fi
 fi
+[ -n "$python_unchecked" ] && say "python: NOT CHECKED: $python_unchecked"
 
 # ---- 7. with the time left: the other bench sections ------------------------------------
 if [ "$cuda_available" = 1 ]; then
@@ -254,7 +313,10 @@ if [ "$cuda_available" = 1 ]; then
         say "bench other sections (--quick): $([ $rc = 0 ] && echo completed || echo "stopped (exit $rc)") in $(($(date +%s) - t0)) s"
         awk 'f && /^  => /; /^Scattered 64-byte copies \(stride/{f=1}' "$OUT/bench.txt" | sed 's/^  => /  /' |
             head -8 | tee -a "$summary"
-        grep -E '^  => (device diff|(H2D|D2H) stream copy, pageable)' "$OUT/bench.txt" | sed 's/^  => /  /' |
+        grep -E '^  => (device diff|(H2D|D2H) stream copy, pageable / page-locked)' "$OUT/bench.txt" | sed 's/^  => /  /' |
+            tee -a "$summary"
+        # the write-tracking rows (tracking section)
+        grep -E '^  => .*(tracked|marked sync|streaming)' "$OUT/bench.txt" | sed 's/^  => /  /' | head -10 |
             tee -a "$summary"
     else
         say "bench other sections: skipped ($(left 10) s left)"
@@ -269,6 +331,10 @@ fi
 if [ "$cuda_available" != 1 ]; then
     say "result: SKIPPED (no usable CUDA device), $(elapsed) s"
     exit 77
+fi
+if [ -n "$python_unchecked" ]; then
+    say "result: PYTHON NOT CHECKED ($python_unchecked); the rest passed, $(elapsed) s"
+    exit 3
 fi
 say "result: PASSED, $(elapsed) s"
 exit 0

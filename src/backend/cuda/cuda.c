@@ -57,34 +57,33 @@ mapping_status mapping__cuda_check(cu_result r, const char *call)
     return mapping__fail_driver(status_of(r), "cuda", call, r, mapping__cuda_error_name(r));
 }
 
-mapping_status mapping__cuda_enter(cuda_device *d, bool *pushed)
+mapping_status mapping__cuda_enter(cuda_device *d, cuda_scope *scope)
 {
     cu_context current = NULL;
-    *pushed = false;
-    if (d->cu->cuCtxGetCurrent(&current) == CU_SUCCESS && current == d->ctx)
-        return MAPPING_OK;
-    mapping_status st = mapping__cuda_check(d->cu->cuCtxPushCurrent_v2(d->ctx), "cuCtxPushCurrent_v2");
-    *pushed = st == MAPPING_OK;
-    return st;
+    scope->pushed = scope->relaxed = false;
+    if (d->cu->cuCtxGetCurrent(&current) != CU_SUCCESS || current != d->ctx) {
+        mapping_status st = mapping__cuda_check(d->cu->cuCtxPushCurrent_v2(d->ctx), "cuCtxPushCurrent_v2");
+        if (st != MAPPING_OK)
+            return st;
+        scope->pushed = true;
+    }
+    scope->mode = CU_STREAM_CAPTURE_MODE_RELAXED_;
+    if (d->cu->cuThreadExchangeStreamCaptureMode)
+        scope->relaxed = d->cu->cuThreadExchangeStreamCaptureMode(&scope->mode) == CU_SUCCESS;
+    return MAPPING_OK;
 }
 
-void mapping__cuda_leave(cuda_device *d, bool pushed)
+void mapping__cuda_leave(cuda_device *d, const cuda_scope *scope)
 {
-    if (pushed) {
+    if (scope->relaxed) {
+        int mode = scope->mode;
+        d->cu->cuThreadExchangeStreamCaptureMode(&mode);
+    }
+    if (scope->pushed) {
         cu_context popped;
         d->cu->cuCtxPopCurrent_v2(&popped);
     }
 }
-
-/* Runs the statement (which sets st) with d's context current. */
-#define IN_CONTEXT(d, ...)                                  \
-    do {                                                    \
-        bool pushed_;                                       \
-        if ((st = mapping__cuda_enter((d), &pushed_)) != MAPPING_OK) \
-            break;                                          \
-        __VA_ARGS__;                                        \
-        mapping__cuda_leave((d), pushed_);                           \
-    } while (0)
 
 /* ---- loading and devices ---- */
 
@@ -109,6 +108,27 @@ static int attribute(const cuda_driver *cu, cu_device dev, int attr)
     return cu->cuDeviceGetAttribute(&value, attr, dev) == CU_SUCCESS ? value : 0;
 }
 
+static bool scatter_mode_parse(const char *v, cuda_scatter_mode *mode);
+
+/* The scatter mode a device opened now uses, by its setting and the
+ * driver's entry points (a driver whose JIT refuses the kernels fails the
+ * open instead): "kernel", "batch" or "copies". */
+static const char *scatter_mode_name(const cuda_driver *cu)
+{
+    cuda_scatter_mode mode;
+    bool valid = scatter_mode_parse(getenv("MAPPING_CUDA_SCATTER"), &mode); /* mapping_open reports a bad one */
+    bool kernel = mapping__cuda_driver_has_kernels(cu), batch = mapping__cuda_driver_has_batch_copy(cu);
+    if (!valid)
+        return "invalid MAPPING_CUDA_SCATTER";
+    if (mode == CUDA_SCATTER_AUTO)
+        mode = kernel ? CUDA_SCATTER_KERNEL : batch ? CUDA_SCATTER_BATCH : CUDA_SCATTER_COPIES;
+    if (mode == CUDA_SCATTER_BATCH && !batch)
+        mode = kernel ? CUDA_SCATTER_KERNEL : CUDA_SCATTER_COPIES;
+    if (mode == CUDA_SCATTER_KERNEL && !kernel)
+        mode = CUDA_SCATTER_COPIES;
+    return mode == CUDA_SCATTER_KERNEL ? "kernel" : mode == CUDA_SCATTER_BATCH ? "batch" : "copies";
+}
+
 static mapping_status cuda_device_info(int index, mapping_device_info *info)
 {
     const cuda_driver *cu = mapping__cuda_driver_get();
@@ -127,9 +147,9 @@ static mapping_status cuda_device_info(int index, mapping_device_info *info)
     size_t total = 0;
     if (cu->cuDeviceTotalMem_v2(&total, dev) == CU_SUCCESS)
         info->memory_bytes = total;
-    snprintf(info->driver, sizeof info->driver, "CUDA driver %d.%d, compute capability %d.%d", cu->version / 1000,
-             cu->version % 1000 / 10, attribute(cu, dev, CU_ATTR_COMPUTE_CAPABILITY_MAJOR),
-             attribute(cu, dev, CU_ATTR_COMPUTE_CAPABILITY_MINOR));
+    snprintf(info->driver, sizeof info->driver, "CUDA driver %d.%d, compute capability %d.%d, scatter %s",
+             cu->version / 1000, cu->version % 1000 / 10, attribute(cu, dev, CU_ATTR_COMPUTE_CAPABILITY_MAJOR),
+             attribute(cu, dev, CU_ATTR_COMPUTE_CAPABILITY_MINOR), scatter_mode_name(cu));
     info->caps = MAPPING_CAP_PINNED_HOST | MAPPING_CAP_ASYNC_COPY | MAPPING_CAP_TIMING;
     if (cu->cuMemAllocManaged && attribute(cu, dev, CU_ATTR_MANAGED_MEMORY))
         info->caps |= MAPPING_CAP_UNIFIED;
@@ -144,14 +164,13 @@ static mapping_status cuda_device_info(int index, mapping_device_info *info)
     return MAPPING_OK;
 }
 
-/* $MAPPING_CUDA_SCATTER: auto (or unset / empty), batch, kernel or copies;
- * anything else fails mapping_open. */
-static mapping_status scatter_mode_from_env(cuda_scatter_mode *mode)
+/* A value of $MAPPING_CUDA_SCATTER: auto (or NULL / empty), batch, kernel
+ * or copies; false for anything else. */
+static bool scatter_mode_parse(const char *v, cuda_scatter_mode *mode)
 {
-    const char *v = getenv("MAPPING_CUDA_SCATTER");
     *mode = CUDA_SCATTER_AUTO;
     if (!v || !*v || !strcmp(v, "auto"))
-        return MAPPING_OK;
+        return true;
     if (!strcmp(v, "batch"))
         *mode = CUDA_SCATTER_BATCH;
     else if (!strcmp(v, "kernel"))
@@ -159,6 +178,15 @@ static mapping_status scatter_mode_from_env(cuda_scatter_mode *mode)
     else if (!strcmp(v, "copies"))
         *mode = CUDA_SCATTER_COPIES;
     else
+        return false;
+    return true;
+}
+
+/* $MAPPING_CUDA_SCATTER; anything but its four words fails mapping_open. */
+static mapping_status scatter_mode_from_env(cuda_scatter_mode *mode)
+{
+    const char *v = getenv("MAPPING_CUDA_SCATTER");
+    if (!scatter_mode_parse(v, mode))
         return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT,
                              "mapping_open: MAPPING_CUDA_SCATTER=\"%s\" is not auto, batch, kernel or copies", v);
     return MAPPING_OK;
@@ -230,6 +258,37 @@ static bool cuda_device_link(void *dev, double *latency, double *bandwidth)
     return true;
 }
 
+/* What a device makes at open, with its context current; on failure,
+ * nothing of it is left (the event pools are empty yet). */
+static mapping_status open_in_context(cuda_device *d)
+{
+    const cuda_driver *cu = d->cu;
+    mapping_status st = mapping__cuda_check(cu->cuStreamCreate(&d->internal, CU_STREAM_NON_BLOCKING_), "cuStreamCreate");
+    if (st == MAPPING_OK &&
+        (st = mapping__cuda_check(cu->cuEventCreate(&d->legacy_mark, CU_EVENT_DISABLE_TIMING_), "cuEventCreate")) !=
+            MAPPING_OK)
+        cu->cuStreamDestroy_v2(d->internal);
+    /* The staging arena's first chunk: no page-locked allocation per copy. */
+    if (st == MAPPING_OK && (st = mapping__cuda_staging_init(d)) != MAPPING_OK) {
+        cu->cuEventDestroy_v2(d->legacy_mark);
+        cu->cuStreamDestroy_v2(d->internal);
+    }
+    if (st != MAPPING_OK)
+        return st;
+    mapping__cuda_pools_init(d); /* best effort: without them, the driver serves every allocation */
+    /* Never inside a flush; a JIT that refuses the kernels fails the open. */
+    if ((st = mapping__cuda_kernels_load(d)) != MAPPING_OK) {
+        cu->cuStreamSynchronize(d->internal);
+        mapping__cuda_pools_destroy(d);
+        mapping__cuda_staging_destroy(d);
+        cu->cuEventDestroy_v2(d->legacy_mark);
+        cu->cuStreamDestroy_v2(d->internal);
+        return st;
+    }
+    measure_link(d);
+    return MAPPING_OK;
+}
+
 static mapping_status cuda_device_open(int index, const mapping_device_desc *desc, void **out)
 {
     (void)desc;
@@ -251,24 +310,11 @@ static mapping_status cuda_device_open(int index, const mapping_device_desc *des
         return st;
     }
     d->scatter_mode = scatter_mode;
-    IN_CONTEXT(d, {
-        st = mapping__cuda_check(cu->cuStreamCreate(&d->internal, CU_STREAM_NON_BLOCKING_), "cuStreamCreate");
-        if (st == MAPPING_OK &&
-            (st = mapping__cuda_check(cu->cuEventCreate(&d->legacy_mark, CU_EVENT_DISABLE_TIMING_), "cuEventCreate")) !=
-                MAPPING_OK)
-            cu->cuStreamDestroy_v2(d->internal);
-        /* The staging arena's first chunk: no page-locked allocation per copy. */
-        if (st == MAPPING_OK && (st = mapping__cuda_staging_init(d)) != MAPPING_OK) {
-            cu->cuEventDestroy_v2(d->legacy_mark);
-            cu->cuStreamDestroy_v2(d->internal);
-        }
-        if (st == MAPPING_OK) {
-            mapping__cuda_pools_init(d); /* best effort: without them, the driver serves every allocation */
-            mapping__cuda_kernels_load(d); /* never inside a flush */
-            measure_link(d);
-        }
-    });
+    mapping__cuda_event_pools_init(d);
+    mapping__cuda_locked_init(d);
+    IN_CONTEXT(d, st = open_in_context(d));
     if (st != MAPPING_OK) {
+        mapping__cuda_locked_destroy(d);
         cu->cuDevicePrimaryCtxRelease_v2(d->device);
         free(d);
         return st;
@@ -287,11 +333,13 @@ static void cuda_device_close(void *dev)
         d->cu->cuStreamSynchronize(d->internal);
         d->cu->cuStreamDestroy_v2(d->internal);
         d->cu->cuEventDestroy_v2(d->legacy_mark);
+        mapping__cuda_event_pools_destroy(d);
         mapping__cuda_kernels_unload(d);
         mapping__cuda_staging_destroy(d);
         mapping__cuda_pools_destroy(d);
     });
     (void)st;
+    mapping__cuda_locked_destroy(d);
     d->cu->cuDevicePrimaryCtxRelease_v2(d->device);
     free(d);
 }
@@ -452,6 +500,11 @@ static mapping_status cuda_host_register(void *dev, void *ptr, size_t bytes, voi
     mapping_status st;
     IN_CONTEXT(d, st = mapping__cuda_check(d->cu->cuMemHostRegister_v2(ptr, bytes, CU_MEMHOSTREGISTER_PORTABLE_),
                                   "cuMemHostRegister_v2"));
+    if (st == MAPPING_ERR_OUT_OF_DEVICE_MEMORY) /* page-locking is host memory (a locked-memory limit) */
+        st = mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY,
+                           "cuda: cuMemHostRegister_v2 of %zu bytes failed: CUDA_ERROR_OUT_OF_MEMORY (2): no more host "
+                           "memory may be page-locked (ulimit -l, or the system's memory)",
+                           bytes);
     if (st == MAPPING_OK)
         *cookie = ptr;
     return st;
@@ -485,10 +538,10 @@ static void cuda_stream_destroy(void *dev, void *stream)
     if (cuda_stream_is_special(stream)) /* the blocking stream: not ours to destroy */
         return;
     mapping_status st;
-    IN_CONTEXT(d, {
-        st = mapping__cuda_check(d->cu->cuStreamDestroy_v2(stream), "cuStreamDestroy_v2");
-        mapping__cuda_staging_trim(d);
-    });
+    /* No page-locked free here (the staging arena is trimmed where memory
+     * is freed anyway): cuMemFreeHost waits for every stream, the caller's
+     * too, and a stream's destruction must not. */
+    IN_CONTEXT(d, st = mapping__cuda_check(d->cu->cuStreamDestroy_v2(stream), "cuStreamDestroy_v2"));
     (void)st;
 }
 
@@ -497,8 +550,12 @@ static mapping_status cuda_stream_synchronize(void *dev, void *stream)
     cuda_device *d = dev;
     mapping_status st;
     /* No allocation or free here: the arena is trimmed where memory is
-     * freed anyway (cuda_staging.c). */
-    IN_CONTEXT(d, st = mapping__cuda_check(d->cu->cuStreamSynchronize(stream), "cuStreamSynchronize"));
+     * freed anyway (cuda_staging.c). A capturing stream is not synchronized:
+     * that would invalidate its capture. */
+    IN_CONTEXT(d, st = mapping__cuda_capturing(d, stream)
+                           ? mapping__cuda_capture_refusal("a synchronize of a stream being captured, which would "
+                                                           "invalidate the capture")
+                           : mapping__cuda_check(d->cu->cuStreamSynchronize(stream), "cuStreamSynchronize"));
     return st;
 }
 
@@ -536,41 +593,61 @@ static bool stage_blocking(size_t bytes)
     return bytes >= BLOCKING_STAGED_MIN && mapping_os_copy_threads() > 0;
 }
 
+/* Page-locked host memory of another library (torch.Tensor.pin_memory,
+ * cudaHostAlloc, a registration): asked of the driver (and cached) only
+ * where the copy would otherwise be staged. */
+static bool locked_elsewhere(cuda_device *d, cu_stream stream, const void *host, size_t bytes)
+{
+    return (stream || stage_blocking(bytes)) && mapping__cuda_host_locked(d, host, bytes);
+}
+
+/* A write with the context current; `locked`: the source is page-locked. */
+static mapping_status write_in_context(cuda_device *d, cu_stream stream, const void *src, bool locked,
+                                       cu_deviceptr dst, size_t bytes)
+{
+    const cuda_driver *cu = d->cu;
+    locked = locked || locked_elsewhere(d, stream, src, bytes);
+    if (!stream && locked) /* synchronous: the fast path the latency figure measures */
+        return mapping__cuda_check(cu->cuMemcpyHtoD_v2(dst, src, bytes), "cuMemcpyHtoD_v2");
+    if (!stream && stage_blocking(bytes))
+        return finish_blocking(d, mapping__cuda_staged_write(d, LEGACY_STREAM, src, dst, bytes));
+    if (!stream)
+        return finish_blocking(d, mapping__cuda_check(cu->cuMemcpyHtoD_v2(dst, src, bytes), "cuMemcpyHtoD_v2"));
+    if (locked)
+        return mapping__cuda_check(cu->cuMemcpyHtoDAsync_v2(dst, src, bytes, stream), "cuMemcpyHtoDAsync_v2");
+    return mapping__cuda_staged_write(d, stream, src, dst, bytes);
+}
+
 static mapping_status cuda_write(void *dev, void *stream, const void *src, const mapping_host_ref *pinned,
                                  void *dst_mem, size_t dst_offset, size_t bytes)
 {
     cuda_device *d = dev;
-    const cuda_driver *cu = d->cu;
-    cu_deviceptr dst = cuda_ptr(dst_mem) + dst_offset;
     mapping_status st;
-    if (!stream && pinned) /* synchronous: the fast path the latency figure measures */
-        IN_CONTEXT(d, st = mapping__cuda_check(cu->cuMemcpyHtoD_v2(dst, src, bytes), "cuMemcpyHtoD_v2"));
-    else if (!stream && stage_blocking(bytes))
-        IN_CONTEXT(d, st = finish_blocking(d, mapping__cuda_staged_write(d, LEGACY_STREAM, src, dst, bytes)));
-    else if (!stream)
-        IN_CONTEXT(d, st = finish_blocking(d, mapping__cuda_check(cu->cuMemcpyHtoD_v2(dst, src, bytes), "cuMemcpyHtoD_v2")));
-    else if (pinned)
-        IN_CONTEXT(d, st = mapping__cuda_check(cu->cuMemcpyHtoDAsync_v2(dst, src, bytes, stream), "cuMemcpyHtoDAsync_v2"));
-    else
-        IN_CONTEXT(d, st = mapping__cuda_staged_write(d, stream, src, dst, bytes));
+    IN_CONTEXT(d, st = write_in_context(d, stream, src, pinned != NULL, cuda_ptr(dst_mem) + dst_offset, bytes));
     return st;
+}
+
+/* A read with the context current; `locked`: the destination is page-locked. */
+static mapping_status read_in_context(cuda_device *d, cu_stream stream, cu_deviceptr src, void *dst, bool locked,
+                                      size_t bytes)
+{
+    const cuda_driver *cu = d->cu;
+    locked = locked || locked_elsewhere(d, stream, dst, bytes);
+    if (!stream && !locked && stage_blocking(bytes))
+        return finish_blocking(d, mapping__cuda_staged_read(d, LEGACY_STREAM, src, dst, bytes));
+    if (!stream) /* returns once the copy has completed, pageable or not */
+        return mapping__cuda_check(cu->cuMemcpyDtoH_v2(dst, src, bytes), "cuMemcpyDtoH_v2");
+    if (locked)
+        return mapping__cuda_check(cu->cuMemcpyDtoHAsync_v2(dst, src, bytes, stream), "cuMemcpyDtoHAsync_v2");
+    return mapping__cuda_staged_read(d, stream, src, dst, bytes);
 }
 
 static mapping_status cuda_read(void *dev, void *stream, void *src_mem, size_t src_offset, void *dst,
                                 const mapping_host_ref *pinned, size_t bytes)
 {
     cuda_device *d = dev;
-    const cuda_driver *cu = d->cu;
-    cu_deviceptr src = cuda_ptr(src_mem) + src_offset;
     mapping_status st;
-    if (!stream && !pinned && stage_blocking(bytes))
-        IN_CONTEXT(d, st = finish_blocking(d, mapping__cuda_staged_read(d, LEGACY_STREAM, src, dst, bytes)));
-    else if (!stream) /* returns once the copy has completed, pageable or not */
-        IN_CONTEXT(d, st = mapping__cuda_check(cu->cuMemcpyDtoH_v2(dst, src, bytes), "cuMemcpyDtoH_v2"));
-    else if (pinned)
-        IN_CONTEXT(d, st = mapping__cuda_check(cu->cuMemcpyDtoHAsync_v2(dst, src, bytes, stream), "cuMemcpyDtoHAsync_v2"));
-    else
-        IN_CONTEXT(d, st = mapping__cuda_staged_read(d, stream, src, dst, bytes));
+    IN_CONTEXT(d, st = read_in_context(d, stream, cuda_ptr(src_mem) + src_offset, dst, pinned != NULL, bytes));
     return st;
 }
 
@@ -609,112 +686,16 @@ static mapping_status cuda_launch_host(void *dev, void *stream, void (*fn)(void 
     return st;
 }
 
-/* ---- events: timed, one CUevent per record ---- */
-
-static mapping_status cuda_event_record(void *dev, void *stream, void **event)
-{
-    cuda_device *d = dev;
-    const cuda_driver *cu = d->cu;
-    cu_event e = NULL;
-    mapping_status st;
-    IN_CONTEXT(d, {
-        st = mapping__cuda_check(cu->cuEventCreate(&e, CU_EVENT_DEFAULT_), "cuEventCreate");
-        if (st == MAPPING_OK && (st = mapping__cuda_check(cu->cuEventRecord(e, stream), "cuEventRecord")) != MAPPING_OK)
-            cu->cuEventDestroy_v2(e);
-    });
-    if (st == MAPPING_OK)
-        *event = e;
-    return st;
-}
-
-static mapping_status cuda_event_wait(void *dev, void *stream, void *event)
-{
-    cuda_device *d = dev;
-    mapping_status st;
-    IN_CONTEXT(d, st = mapping__cuda_check(d->cu->cuStreamWaitEvent(stream, event, 0), "cuStreamWaitEvent"));
-    return st;
-}
-
-static mapping_status cuda_event_synchronize(void *dev, void *event)
-{
-    cuda_device *d = dev;
-    mapping_status st;
-    IN_CONTEXT(d, st = mapping__cuda_check(d->cu->cuEventSynchronize(event), "cuEventSynchronize"));
-    return st;
-}
-
-static mapping_status cuda_event_query(void *dev, void *event)
-{
-    cuda_device *d = dev;
-    mapping_status st;
-    IN_CONTEXT(d, {
-        cu_result r = d->cu->cuEventQuery(event);
-        /* Not ready is an answer, not a failure: nothing is recorded. */
-        st = r == CU_ERROR_NOT_READY ? MAPPING_ERR_NOT_READY : mapping__cuda_check(r, "cuEventQuery");
-    });
-    return st;
-}
-
-static mapping_status cuda_event_elapsed(void *dev, void *start, void *end, double *seconds)
-{
-    cuda_device *d = dev;
-    float ms = 0;
-    mapping_status st;
-    IN_CONTEXT(d, st = mapping__cuda_check(d->cu->cuEventElapsedTime(&ms, start, end), "cuEventElapsedTime"));
-    if (st == MAPPING_OK)
-        *seconds = (double)ms * 1e-3;
-    return st;
-}
-
-static void cuda_event_destroy(void *dev, void *event)
-{
-    cuda_device *d = dev;
-    mapping_status st;
-    IN_CONTEXT(d, st = mapping__cuda_check(d->cu->cuEventDestroy_v2(event), "cuEventDestroy_v2"));
-    (void)st;
-}
-
-/* ---- adopting memory and streams made elsewhere (docs/interop.md). The
- * device runs in the primary context, which the CUDA runtime (and so PyTorch
- * and CuPy) also uses: their pointers and streams are valid here as they are.
- * The library never frees or destroys what it imported. ---- */
-static mapping_status cuda_buffer_import(void *dev, void *native, size_t offset, size_t bytes, void **mem)
-{
-    (void)dev;
-    cu_deviceptr p = cuda_ptr(native);
-    if (p > (cu_deviceptr)-1 - offset || p + offset > (cu_deviceptr)-1 - bytes)
-        return mapping__fail(MAPPING_ERR_OUT_OF_RANGE, "cuda: device pointer 0x%llx + offset %zu + bytes %zu wraps around",
-                             (unsigned long long)p, offset, bytes);
-    *mem = (void *)(uintptr_t)(p + offset);
-    return MAPPING_OK;
-}
-
-static void cuda_buffer_unimport(void *dev, void *mem)
-{
-    (void)dev;
-    (void)mem;
-}
-
-static mapping_status cuda_stream_import(void *dev, void *native, void **stream)
-{
-    (void)dev;
-    *stream = native; /* a CUstream of the primary context */
-    return MAPPING_OK;
-}
-
-static void cuda_stream_unimport(void *dev, void *stream)
-{
-    (void)dev;
-    (void)stream;
-}
-
 /* The native queue is the legacy default stream: waiting for it also waits
  * for earlier work of every blocking stream of the context. */
 static mapping_status cuda_device_synchronize(void *dev)
 {
     cuda_device *d = dev;
     mapping_status st;
-    IN_CONTEXT(d, st = mapping__cuda_check(d->cu->cuStreamSynchronize(LEGACY_STREAM), "cuStreamSynchronize"));
+    IN_CONTEXT(d, st = mapping__cuda_capturing(d, CU_STREAM_LEGACY_)
+                           ? mapping__cuda_capture_refusal("a wait for the legacy stream, which would invalidate the "
+                                                           "capture of a stream that synchronizes with it")
+                           : mapping__cuda_check(d->cu->cuStreamSynchronize(LEGACY_STREAM), "cuStreamSynchronize"));
     return st;
 }
 
@@ -748,16 +729,19 @@ const mapping_backend mapping_backend_cuda = {
     .gather = mapping__cuda_gather,
     .diff_blocks = mapping__cuda_diff_blocks,
     .launch_host = cuda_launch_host,
-    .event_record = cuda_event_record,
-    .event_wait = cuda_event_wait,
-    .event_synchronize = cuda_event_synchronize,
-    .event_query = cuda_event_query,
-    .event_elapsed = cuda_event_elapsed,
-    .event_destroy = cuda_event_destroy,
+    .event_record = mapping__cuda_event_record,
+    .event_wait = mapping__cuda_event_wait,
+    .event_synchronize = mapping__cuda_event_synchronize,
+    .event_query = mapping__cuda_event_query,
+    .event_elapsed = mapping__cuda_event_elapsed,
+    .event_destroy = mapping__cuda_event_destroy,
     .peer_copy = mapping__cuda_peer_copy,
     .device_synchronize = cuda_device_synchronize,
-    .buffer_import = cuda_buffer_import,
-    .buffer_unimport = cuda_buffer_unimport,
-    .stream_import = cuda_stream_import,
-    .stream_unimport = cuda_stream_unimport,
+    .buffer_import = mapping__cuda_buffer_import,
+    .buffer_unimport = mapping__cuda_buffer_unimport,
+    .stream_import = mapping__cuda_stream_import,
+    .stream_unimport = mapping__cuda_stream_unimport,
+    .stream_import_default = true,
+    .stream_capture_status = mapping__cuda_stream_capture_status,
+    .host_locked = mapping__cuda_host_locked_op,
 };

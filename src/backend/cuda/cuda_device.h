@@ -52,6 +52,31 @@ typedef struct cuda_suballoc {
     uint32_t       *length; /* at an allocation's first unit: its units */
 } cuda_suballoc;
 
+/* Idle CUevents of one kind (timed, or CU_EVENT_DISABLE_TIMING), reused by
+ * later records instead of a cuEventCreate / cuEventDestroy per record
+ * (cuda_events.c). */
+enum { CUDA_EVENT_POOL = 64 };
+typedef struct cuda_event_pool {
+    pthread_mutex_t lock;
+    unsigned        flags; /* cuEventCreate's */
+    int             count;
+    cu_event        idle[CUDA_EVENT_POOL];
+} cuda_event_pool;
+
+/* Page-locked host memory the library did not make (another library's
+ * pinned memory), as the driver described it: ranges, each re-checked with
+ * the driver once it is older than a moment (cuda_host.c). */
+enum { CUDA_LOCKED_RANGES = 16 };
+typedef struct cuda_locked_cache {
+    pthread_mutex_t lock;
+    struct {
+        uintptr_t start, end; /* [start, end); end 0: unused */
+        double    checked;    /* mapping_os_now() of the driver's answer */
+        uint64_t  used;       /* for least-recently-used replacement */
+    } range[CUDA_LOCKED_RANGES];
+    uint64_t clock;
+} cuda_locked_cache;
+
 /* How scatter/gather run (MAPPING_CUDA_SCATTER=auto|batch|kernel|copies). */
 typedef enum cuda_scatter_mode {
     CUDA_SCATTER_AUTO,   /* batch copy if the driver has it, else the kernel */
@@ -86,7 +111,17 @@ typedef struct cuda_device {
     cu_module       module;
     cu_function     copy_entries;
     cu_function     diff_blocks; /* mirrors' device-side diff; NULL when it could not be loaded */
+
+    cuda_event_pool   timed_events, untimed_events;
+    cuda_locked_cache locked;
 } cuda_device;
+
+/* What mapping__cuda_enter did, for mapping__cuda_leave to undo. */
+typedef struct cuda_scope {
+    bool pushed;  /* the context was pushed: pop it */
+    bool relaxed; /* the thread's capture mode was exchanged for RELAXED: restore `mode` */
+    int  mode;
+} cuda_scope;
 
 static inline cu_deviceptr cuda_ptr(void *mem)
 {
@@ -103,9 +138,26 @@ static inline bool cuda_stream_is_special(const void *stream)
  * code and its name. CU_SUCCESS gives MAPPING_OK and records nothing. */
 mapping_status mapping__cuda_check(cu_result r, const char *call);
 /* Makes d's context current on this thread (pushing it only when another
- * one is current); *pushed says whether mapping__cuda_leave must pop it. */
-mapping_status mapping__cuda_enter(cuda_device *d, bool *pushed);
-void           mapping__cuda_leave(cuda_device *d, bool pushed);
+ * one is current) and sets the thread's stream-capture mode to RELAXED
+ * (cuThreadExchangeStreamCaptureMode) for the library's driver calls:
+ * a synchronize, allocation or blocking copy of the library, made while
+ * another thread captures a stream in CU_STREAM_CAPTURE_MODE_GLOBAL (the
+ * default of cudaStreamBeginCapture and torch.cuda.graph), is then not
+ * refused, nor does it invalidate that capture; what would join or break a
+ * capture is refused before (cuda_capture.c, core/capture.c).
+ * mapping__cuda_leave undoes both. */
+mapping_status mapping__cuda_enter(cuda_device *d, cuda_scope *scope);
+void           mapping__cuda_leave(cuda_device *d, const cuda_scope *scope);
+
+/* Runs the statement (which sets st) with d's context current. */
+#define IN_CONTEXT(d, ...)                                           \
+    do {                                                             \
+        cuda_scope scope_;                                           \
+        if ((st = mapping__cuda_enter((d), &scope_)) != MAPPING_OK)  \
+            break;                                                   \
+        __VA_ARGS__;                                                 \
+        mapping__cuda_leave((d), &scope_);                           \
+    } while (0)
 /* Orders d's internal stream after the work queued so far on the legacy
  * stream of d's context (an event recorded there, waited for on internal).
  * The context is current. */
@@ -113,6 +165,45 @@ mapping_status mapping__cuda_after_legacy(cuda_device *d);
 /* cuda_peer.c: mapping_backend.peer_copy. */
 mapping_status mapping__cuda_peer_copy(void *dev, void *stream, void *src_dev, void *src_mem, size_t src_offset,
                               void *dst_mem, size_t dst_offset, size_t bytes);
+
+/* ---- stream capture (cuda_capture.c) ---- */
+/* mapping_backend.stream_capture_status. */
+mapping_status mapping__cuda_stream_capture_status(void *dev, void *stream, int *status, uint64_t *id);
+/* Is s being captured (or is its capture invalidated)? false where the
+ * driver cannot say, and for the legacy stream. The context is current. */
+bool           mapping__cuda_capturing(cuda_device *d, cu_stream s);
+/* MAPPING_ERR_UNSUPPORTED, recorded, naming `what` (what the back end
+ * would do at capture time: "a copy of pageable memory is staged now"). */
+mapping_status mapping__cuda_capture_refusal(const char *what);
+
+/* ---- events (cuda_events.c): pooled CUevents ---- */
+void           mapping__cuda_event_pools_init(cuda_device *d);
+void           mapping__cuda_event_pools_destroy(cuda_device *d); /* the context is current */
+/* An idle event of the pool, or a new one; the context is current. */
+mapping_status mapping__cuda_event_take(cuda_device *d, cuda_event_pool *pool, cu_event *out);
+/* Back to the pool (destroyed when it is full); the context is current. */
+void           mapping__cuda_event_give(cuda_device *d, cuda_event_pool *pool, cu_event e);
+mapping_status mapping__cuda_event_record(void *dev, void *stream, void **event);
+mapping_status mapping__cuda_event_wait(void *dev, void *stream, void *event);
+mapping_status mapping__cuda_event_synchronize(void *dev, void *event);
+mapping_status mapping__cuda_event_query(void *dev, void *event);
+mapping_status mapping__cuda_event_elapsed(void *dev, void *start, void *end, double *seconds);
+void           mapping__cuda_event_destroy(void *dev, void *event);
+
+/* ---- page-locked memory made elsewhere (cuda_host.c) ---- */
+void           mapping__cuda_locked_init(cuda_device *d);
+void           mapping__cuda_locked_destroy(cuda_device *d);
+/* Is [p, +bytes) page-locked host memory of this context (or portable)
+ * that the library did not make? The context is current. */
+bool           mapping__cuda_host_locked(cuda_device *d, const void *p, size_t bytes);
+/* mapping_backend.host_locked. */
+bool           mapping__cuda_host_locked_op(void *dev, const void *p, size_t bytes);
+
+/* ---- adopting memory and streams made elsewhere (cuda_import.c) ---- */
+mapping_status mapping__cuda_buffer_import(void *dev, void *native, size_t offset, size_t bytes, void **mem);
+void           mapping__cuda_buffer_unimport(void *dev, void *mem);
+mapping_status mapping__cuda_stream_import(void *dev, void *native, void **stream);
+void           mapping__cuda_stream_unimport(void *dev, void *stream);
 
 /* ---- staging arena (cuda_staging.c) ----
  * init makes the first chunk (at open); trim frees idle chunks above the
@@ -148,12 +239,14 @@ mapping_status mapping__cuda_gather(void *dev, void *stream, void *src_mem, void
  * kernel of the same module; MAPPING_ERR_UNSUPPORTED where it is not loaded. */
 mapping_status mapping__cuda_diff_blocks(void *dev, void *stream, void *mem, size_t mem_offset, void *shadow_mem,
                                          size_t shadow_offset, size_t bytes, void *flags_mem, size_t flags_offset);
-/* At open: loads the kernel module and its function (cuFuncLoad where the
- * driver has it, else a launch over no entries), so that no blocking flush
- * ever loads a module (lazy loading may synchronize the context, hanging
- * behind a stream held by the caller). A failure is logged; the device then
- * scatters with copies. The context is current. */
-void           mapping__cuda_kernels_load(cuda_device *d);
+/* At open: loads the kernel module and its functions (cuFuncLoad where
+ * the driver has it, else a launch over nothing of each), so that no
+ * blocking flush or sync ever loads a module (lazy loading may synchronize
+ * the context, hanging behind a stream held by the caller). A driver that
+ * refuses the PTX (its JIT) fails the open, with the JIT's log in the
+ * message; one without module entry points scatters by batch copy or
+ * copies. The context is current. */
+mapping_status mapping__cuda_kernels_load(cuda_device *d);
 void           mapping__cuda_kernels_unload(cuda_device *d);
 
 #endif /* MAPPING_CUDA_DEVICE_H */

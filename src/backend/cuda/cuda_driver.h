@@ -35,8 +35,14 @@ enum {
     CU_ERROR_NOT_INITIALIZED = 3,
     CU_ERROR_STUB_LIBRARY = 34,
     CU_ERROR_NO_DEVICE = 100,
+    CU_ERROR_INVALID_PTX = 218,
+    CU_ERROR_UNSUPPORTED_PTX_VERSION = 222,
     CU_ERROR_NOT_READY = 600,
+    CU_ERROR_HOST_MEMORY_ALREADY_REGISTERED = 712,
     CU_ERROR_NOT_SUPPORTED = 801,
+    CU_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
+    CU_ERROR_STREAM_CAPTURE_INVALIDATED = 901,
+    CU_ERROR_STREAM_CAPTURE_IMPLICIT = 906,
 };
 
 /* CUdevice_attribute values. */
@@ -59,6 +65,24 @@ enum {
     CU_MEM_LOCATION_TYPE_HOST_ = 0x2,
     CU_MEMCPY_SRC_ACCESS_ORDER_STREAM_ = 0x1,
     CU_DEVICE_CPU_ = -1,
+    /* CUstreamCaptureStatus, CUstreamCaptureMode (CUDA 10.0 / 10.1) */
+    CU_STREAM_CAPTURE_STATUS_NONE_ = 0,
+    CU_STREAM_CAPTURE_STATUS_ACTIVE_ = 1,
+    CU_STREAM_CAPTURE_STATUS_INVALIDATED_ = 2,
+    CU_STREAM_CAPTURE_MODE_RELAXED_ = 2,
+    /* CUpointer_attribute, CUmemorytype */
+    CU_POINTER_ATTRIBUTE_CONTEXT_ = 1,
+    CU_POINTER_ATTRIBUTE_MEMORY_TYPE_ = 2,
+    CU_POINTER_ATTRIBUTE_IS_MANAGED_ = 8,
+    CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL_ = 9,
+    CU_POINTER_ATTRIBUTE_RANGE_START_ADDR_ = 11,
+    CU_POINTER_ATTRIBUTE_RANGE_SIZE_ = 12,
+    CU_MEMORYTYPE_HOST_ = 1,
+    CU_MEMORYTYPE_DEVICE_ = 2,
+    CU_MEMORYTYPE_UNIFIED_ = 4,
+    /* CUjit_option: the error log of cuModuleLoadDataEx */
+    CU_JIT_ERROR_LOG_BUFFER_ = 5,
+    CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES_ = 6,
 };
 
 /* Special stream handles (CUDA 7.0), valid wherever a CUstream is: the
@@ -156,7 +180,21 @@ typedef struct cu_memcpy_attributes {
     X(cuDeviceCanAccessPeer, (int *can, cu_device dev, cu_device peer))                                     \
     X(cuCtxEnablePeerAccess, (cu_context peer, unsigned flags))                                             \
     X(cuMemcpyPeerAsync, (cu_deviceptr dst, cu_context dst_ctx, cu_deviceptr src, cu_context src_ctx,       \
-                          size_t bytes, cu_stream s))
+                          size_t bytes, cu_stream s))                                                       \
+    /* Stream capture (CUDA graphs): the status (10.0), with the capture's id (v3: 12.3, v2: 11.3, the   \
+     * first form 10.1), and this thread's capture mode (10.1) */                                         \
+    X(cuStreamIsCapturing, (cu_stream s, int *status))                                                      \
+    X(cuStreamGetCaptureInfo_v3, (cu_stream s, int *status, unsigned long long *id, void **graph,          \
+                                  const void **deps, const void **edges, size_t *count))                   \
+    X(cuStreamGetCaptureInfo_v2, (cu_stream s, int *status, unsigned long long *id, void **graph,          \
+                                  const void **deps, size_t *count))                                       \
+    X(cuStreamGetCaptureInfo, (cu_stream s, int *status, unsigned long long *id))                           \
+    X(cuThreadExchangeStreamCaptureMode, (int *mode))                                                       \
+    /* Loading the kernels with the JIT's error log (CUDA 5.5) */                                          \
+    X(cuModuleLoadDataEx, (cu_module *module, const void *image, unsigned count, int *options, void **values)) \
+    /* What memory a pointer is (CUDA 4.0): imports, and page-locked memory made elsewhere */              \
+    X(cuPointerGetAttribute, (void *data, int attribute, cu_deviceptr ptr))                                 \
+    X(cuMemHostGetFlags, (unsigned *flags, void *ptr))
 
 typedef struct cuda_driver {
     void *lib;

@@ -57,8 +57,8 @@ mapping_status mapping__cuda_peer_copy(void *dev, void *stream, void *src_dev, v
     const cuda_driver *cu = d->cu;
     cu_deviceptr src = cuda_ptr(src_mem) + src_offset, dst = cuda_ptr(dst_mem) + dst_offset;
     cu_stream on = stream ? (cu_stream)stream : d->internal;
-    bool pushed;
-    mapping_status st = mapping__cuda_enter(d, &pushed);
+    cuda_scope scope;
+    mapping_status st = mapping__cuda_enter(d, &scope);
     if (st != MAPPING_OK)
         return st;
     enable_peer_access(d, s);
@@ -68,16 +68,16 @@ mapping_status mapping__cuda_peer_copy(void *dev, void *stream, void *src_dev, v
         st = mapping__cuda_after_legacy(d);
     if (st == MAPPING_OK && !stream && s->ctx != d->ctx) {
         /* s's legacy stream is s's context's: record there, wait here. */
-        bool s_pushed;
-        if ((st = mapping__cuda_enter(s, &s_pushed)) == MAPPING_OK) {
+        cuda_scope s_scope;
+        if ((st = mapping__cuda_enter(s, &s_scope)) == MAPPING_OK) {
             st = mapping__cuda_check(cu->cuEventRecord(s->legacy_mark, (cu_stream)0), "cuEventRecord");
-            mapping__cuda_leave(s, s_pushed);
+            mapping__cuda_leave(s, &s_scope);
         }
         if (st == MAPPING_OK)
             st = mapping__cuda_check(cu->cuStreamWaitEvent(on, s->legacy_mark, 0), "cuStreamWaitEvent");
     }
     if (st != MAPPING_OK) {
-        mapping__cuda_leave(d, pushed);
+        mapping__cuda_leave(d, &scope);
         return st;
     }
     if (cu->cuMemcpyPeerAsync)
@@ -86,6 +86,6 @@ mapping_status mapping__cuda_peer_copy(void *dev, void *stream, void *src_dev, v
         st = mapping__cuda_check(cu->cuMemcpyDtoDAsync_v2(dst, src, bytes, on), "cuMemcpyDtoDAsync_v2");
     if (st == MAPPING_OK && !stream)
         st = mapping__cuda_check(cu->cuStreamSynchronize(on), "cuStreamSynchronize");
-    mapping__cuda_leave(d, pushed);
+    mapping__cuda_leave(d, &scope);
     return st;
 }

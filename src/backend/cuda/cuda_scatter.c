@@ -32,48 +32,86 @@ static const uint64_t KERNEL_SPLIT = 16 << 10;
 static mapping_status by_kernel(cuda_device *d, cu_stream s, cu_deviceptr staging, size_t table_offset,
                                 const mapping_scatter_entry *table, size_t count, cu_deviceptr buffer, unsigned gather);
 
-void mapping__cuda_kernels_load(cuda_device *d)
+/* The module from the embedded PTX, with the JIT's error log
+ * (cuModuleLoadDataEx) where the driver has it. A refusal fails the open:
+ * the message has the driver's error and the JIT's log (an old driver
+ * cannot JIT a newer PTX ISA; a GPU older than the PTX's target). */
+static mapping_status load_module(cuda_device *d)
+{
+    const cuda_driver *cu = d->cu;
+    char log[2048] = "";
+    int options[] = {CU_JIT_ERROR_LOG_BUFFER_, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES_};
+    void *values[] = {log, (void *)(uintptr_t)(sizeof log - 1)};
+    const char *call = cu->cuModuleLoadDataEx ? "cuModuleLoadDataEx" : "cuModuleLoadData";
+    cu_result r = cu->cuModuleLoadDataEx ? cu->cuModuleLoadDataEx(&d->module, cuda_kernels_ptx, 2, options, values)
+                                         : cu->cuModuleLoadData(&d->module, cuda_kernels_ptx);
+    if (r == CU_SUCCESS)
+        return MAPPING_OK;
+    d->module = NULL;
+    log[sizeof log - 1] = '\0';
+    return mapping__fail(r == CU_ERROR_OUT_OF_MEMORY ? MAPPING_ERR_OUT_OF_DEVICE_MEMORY : MAPPING_ERR_DRIVER,
+                         "mapping_open: cuda: the driver cannot load the library's kernels (scatter/gather and the "
+                         "mirrors' diff, PTX ISA 6.3 for sm_75): %s failed: %s (%d); JIT log: %s "
+                         "(MAPPING_CUDA_SCATTER=copies opens the device without them)",
+                         call, mapping__cuda_error_name(r), r, log[0] ? log : "(empty)");
+}
+
+/* A function of the module loaded now, not at its first launch: cuFuncLoad
+ * (CUDA 12.4), else a launch over nothing, waited for (without it, lazy
+ * loading would load it inside a flush or sync, which may synchronize the
+ * context behind a stream the caller holds). */
+static cu_result load_function(cuda_device *d, cu_function f, bool diff)
+{
+    const cuda_driver *cu = d->cu;
+    if (cu->cuFuncLoad)
+        return cu->cuFuncLoad(f);
+    mapping_error_mark before;
+    mapping__error_mark(&before);
+    /* Valid addresses (the device pool's region, unused yet), read by neither kernel. */
+    cu_deviceptr any = d->device_pool_mem;
+    unsigned long long none = 0, split = 16;
+    unsigned gather = 0;
+    void *copy_params[] = {&any, &any, &none, &any, &gather, &split};
+    void *diff_params[] = {&any, &any, &any, &none};
+    cu_result r = cu->cuLaunchKernel(f, 1, 1, 1, diff ? 128 : 256, 1, 1, 0, d->internal,
+                                     diff ? diff_params : copy_params, NULL);
+    if (r == CU_SUCCESS)
+        r = cu->cuStreamSynchronize(d->internal);
+    mapping__error_forget(&before);
+    return r;
+}
+
+mapping_status mapping__cuda_kernels_load(cuda_device *d)
 {
     const cuda_driver *cu = d->cu;
     d->module = NULL;
+    d->diff_blocks = NULL;
     if (!mapping__cuda_driver_has_kernels(cu) || d->scatter_mode == CUDA_SCATTER_COPIES)
-        return;
-    const char *call = "cuModuleLoadData";
-    cu_result r = cu->cuModuleLoadData(&d->module, cuda_kernels_ptx);
+        return MAPPING_OK;
+    mapping_status st = load_module(d);
+    if (st != MAPPING_OK)
+        return st;
+    const char *call = "cuModuleGetFunction";
+    cu_result r = cu->cuModuleGetFunction(&d->copy_entries, d->module, "mapping_copy_entries");
     if (r == CU_SUCCESS) {
-        call = "cuModuleGetFunction";
-        r = cu->cuModuleGetFunction(&d->copy_entries, d->module, "mapping_copy_entries");
-    }
-    if (r == CU_SUCCESS && cu->cuFuncLoad) {
-        call = "cuFuncLoad";
-        r = cu->cuFuncLoad(d->copy_entries);
-    } else if (r == CU_SUCCESS) {
-        /* A driver before CUDA 12.4: a launch over no entries loads the
-         * function now (lazy loading would load it at its first launch). */
-        call = "cuLaunchKernel";
-        mapping_error_mark before;
-        mapping__error_mark(&before);
-        mapping_status st = by_kernel(d, d->internal, 0, 0, NULL, 0, 0, 0);
-        if (st == MAPPING_OK)
-            st = mapping__cuda_check(cu->cuStreamSynchronize(d->internal), "cuStreamSynchronize");
-        mapping__error_forget(&before); /* logged below; mapping_open still succeeds */
-        r = st == MAPPING_OK ? CU_SUCCESS : CU_ERROR_NOT_SUPPORTED;
+        call = cu->cuFuncLoad ? "cuFuncLoad" : "cuLaunchKernel";
+        r = load_function(d, d->copy_entries, false);
     }
     if (r != CU_SUCCESS) {
-        if (d->module)
-            cu->cuModuleUnload(d->module);
+        cu->cuModuleUnload(d->module);
         d->module = NULL;
-        mapping__log(1, "cuda: cannot load the scatter/gather kernel (%s: %s, %d); using one copy per entry", call,
-                     mapping__cuda_error_name(r), r);
-        return;
+        return mapping__fail(MAPPING_ERR_DRIVER,
+                             "mapping_open: cuda: the scatter/gather kernel does not load: %s failed: %s (%d) "
+                             "(MAPPING_CUDA_SCATTER=copies opens the device without it)",
+                             call, mapping__cuda_error_name(r), r);
     }
-    /* The mirrors' diff kernel, from the same module; without it a diff
-     * mirror reads back in full (mapping__cuda_diff_blocks: UNSUPPORTED). */
-    d->diff_blocks = NULL;
+    /* The mirrors' diff kernel, from the same module, loaded now as well;
+     * without it a diff mirror reads back in full (mapping__cuda_diff_blocks:
+     * UNSUPPORTED). */
     cu_function f = NULL;
-    if (cu->cuModuleGetFunction(&f, d->module, "mapping_diff_blocks") == CU_SUCCESS &&
-        (!cu->cuFuncLoad || cu->cuFuncLoad(f) == CU_SUCCESS))
+    if (cu->cuModuleGetFunction(&f, d->module, "mapping_diff_blocks") == CU_SUCCESS && load_function(d, f, true) == CU_SUCCESS)
         d->diff_blocks = f;
+    return MAPPING_OK;
 }
 
 /* The diff kernel's shape (cuda_kernels.cu): a 128-thread block per 4 KiB
@@ -86,8 +124,8 @@ mapping_status mapping__cuda_diff_blocks(void *dev, void *stream, void *mem, siz
     cuda_device *d = dev;
     if (!d->diff_blocks)
         return mapping__fail(MAPPING_ERR_UNSUPPORTED, "cuda: the diff kernel is not loaded on this device");
-    bool pushed;
-    mapping_status st = mapping__cuda_enter(d, &pushed);
+    cuda_scope scope;
+    mapping_status st = mapping__cuda_enter(d, &scope);
     if (st != MAPPING_OK)
         return st;
     cu_stream s = stream ? stream : d->internal;
@@ -105,7 +143,7 @@ mapping_status mapping__cuda_diff_blocks(void *dev, void *stream, void *mem, siz
                                  "cuLaunchKernel");
     if (st == MAPPING_OK && !stream)
         st = mapping__cuda_check(d->cu->cuStreamSynchronize(s), "cuStreamSynchronize");
-    mapping__cuda_leave(d, pushed);
+    mapping__cuda_leave(d, &scope);
     return st;
 }
 
@@ -201,7 +239,10 @@ static mapping_status run(cuda_device *d, cu_stream stream, cu_deviceptr staging
      * 47 us against 68: docs/cuda.md), else the driver's batch copy. */
     if (mode == CUDA_SCATTER_AUTO)
         mode = kernel || !batch ? CUDA_SCATTER_KERNEL : CUDA_SCATTER_BATCH;
-    if (mode == CUDA_SCATTER_BATCH && (!batch || s == CU_STREAM_LEGACY_))
+    /* Batch copies refuse the legacy stream, and are no graph node (CUDA 13
+     * can instantiate a captured graph without them): on a capturing
+     * stream, the kernel, which is. */
+    if (mode == CUDA_SCATTER_BATCH && (!batch || s == CU_STREAM_LEGACY_ || mapping__cuda_capturing(d, s)))
         mode = CUDA_SCATTER_KERNEL;
     if (mode == CUDA_SCATTER_KERNEL && !kernel)
         mode = CUDA_SCATTER_COPIES;
@@ -217,12 +258,12 @@ mapping_status mapping__cuda_scatter(void *dev, void *stream, void *staging_mem,
                             const mapping_scatter_entry *table, size_t count, void *dst_mem)
 {
     cuda_device *d = dev;
-    bool pushed;
-    mapping_status st = mapping__cuda_enter(d, &pushed);
+    cuda_scope scope;
+    mapping_status st = mapping__cuda_enter(d, &scope);
     if (st != MAPPING_OK)
         return st;
     st = run(d, stream, cuda_ptr(staging_mem), table_offset, table, count, cuda_ptr(dst_mem), false);
-    mapping__cuda_leave(d, pushed);
+    mapping__cuda_leave(d, &scope);
     return st;
 }
 
@@ -230,11 +271,11 @@ mapping_status mapping__cuda_gather(void *dev, void *stream, void *src_mem, void
                            const mapping_scatter_entry *table, size_t count)
 {
     cuda_device *d = dev;
-    bool pushed;
-    mapping_status st = mapping__cuda_enter(d, &pushed);
+    cuda_scope scope;
+    mapping_status st = mapping__cuda_enter(d, &scope);
     if (st != MAPPING_OK)
         return st;
     st = run(d, stream, cuda_ptr(staging_mem), table_offset, table, count, cuda_ptr(src_mem), true);
-    mapping__cuda_leave(d, pushed);
+    mapping__cuda_leave(d, &scope);
     return st;
 }

@@ -30,6 +30,8 @@
 #include "os/status.h"
 
 enum { STAGE_ALIGN = 64 };
+/* The blocking path's stream: the legacy stream (0), never captured. */
+#define LEGACY_STREAM_HANDLE ((cu_stream)0)
 static const size_t STAGE_FIRST_BYTES = (size_t)16 << 20; /* made at open */
 static const size_t STAGE_KEEP_BYTES = (size_t)64 << 20;  /* the high-water mark trim keeps */
 static const size_t STAGE_GROW_STEP = (size_t)2 << 20;
@@ -370,9 +372,9 @@ static mapping_status staged_pieces(cuda_device *d, cu_stream s, void *host, cu_
         if ((w->blocks[j] = stage_get_capped(d, piece, cap, &st)) != NULL)
             w->count++;
     for (int j = 0; j < k && st == MAPPING_OK; j++)
-        st = mapping__cuda_check(cu->cuEventCreate(&done[j], CU_EVENT_DISABLE_TIMING_), "cuEventCreate");
+        st = mapping__cuda_event_take(d, &d->untimed_events, &done[j]);
     if (st == MAPPING_OK)
-        st = mapping__cuda_check(cu->cuEventCreate(&start, CU_EVENT_DISABLE_TIMING_), "cuEventCreate");
+        st = mapping__cuda_event_take(d, &d->untimed_events, &start);
     if (st == MAPPING_OK)
         st = mapping__cuda_check(cu->cuEventRecord(start, s), "cuEventRecord");
     if (st != MAPPING_OK) {
@@ -432,14 +434,30 @@ static mapping_status staged_pieces(cuda_device *d, cu_stream s, void *host, cu_
 out:
     for (int j = 0; j < k; j++)
         if (done[j])
-            cu->cuEventDestroy_v2(done[j]);
+            mapping__cuda_event_give(d, &d->untimed_events, done[j]);
     if (start)
-        cu->cuEventDestroy_v2(start);
+        mapping__cuda_event_give(d, &d->untimed_events, start);
     return st;
+}
+
+/* A staged copy packs (or unpacks) host memory when it is queued, or in
+ * host functions that free its blocks: in a capture, replays would move the
+ * bytes of capture time, and reuse blocks given back. The core refuses such
+ * copies at the public call; this refuses them for the library's own. */
+static mapping_status refuse_in_capture(cuda_device *d, cu_stream s)
+{
+    if (s == LEGACY_STREAM_HANDLE || !mapping__cuda_capturing(d, s))
+        return MAPPING_OK;
+    return mapping__cuda_capture_refusal("a copy of pageable host memory on a capturing stream (it is staged now: "
+                                         "every replay would move the bytes of capture time); use page-locked "
+                                         "memory (mapping_allocate_cpu, a pinned mirror, torch pin_memory)");
 }
 
 mapping_status mapping__cuda_staged_write(cuda_device *d, cu_stream s, const void *src, cu_deviceptr dst, size_t bytes)
 {
+    mapping_status refused = refuse_in_capture(d, s);
+    if (refused != MAPPING_OK)
+        return refused;
     if (bytes > STAGE_PIECE)
         return staged_pieces(d, s, (void *)(uintptr_t)src, dst, bytes, true);
     mapping_status st;
@@ -457,6 +475,9 @@ mapping_status mapping__cuda_staged_write(cuda_device *d, cu_stream s, const voi
 
 mapping_status mapping__cuda_staged_read(cuda_device *d, cu_stream s, cu_deviceptr src, void *dst, size_t bytes)
 {
+    mapping_status refused = refuse_in_capture(d, s);
+    if (refused != MAPPING_OK)
+        return refused;
     if (bytes > read_piece())
         return staged_pieces(d, s, dst, src, bytes, false);
     mapping_status st;

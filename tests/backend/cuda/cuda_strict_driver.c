@@ -22,6 +22,7 @@
 #include <dlfcn.h>
 #include <stdbool.h>
 #include "harness.h"
+#include "backend/cuda/cuda_kernels_ptx.h"
 
 typedef struct fake_driver {
     long long (*count)(const char *name);
@@ -30,6 +31,10 @@ typedef struct fake_driver {
     int (*ctx_push)(void *ctx);
     int (*ctx_pop)(void **ctx);
     int (*memset_async)(unsigned long long dst, unsigned char value, size_t bytes, void *stream);
+    int (*module_load)(void **module, const void *image);
+    int (*get_function)(void **fn, void *module, const char *name);
+    int (*launch)(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                  unsigned shared, void *stream, void **params, void **extra);
 } fake_driver;
 
 /* The driver the library loaded, if it is the fake; else SKIP. */
@@ -45,8 +50,12 @@ static fake_driver fake(void)
         *(void **)&f.ctx_push = dlsym(lib, "cuCtxPushCurrent_v2");
         *(void **)&f.ctx_pop = dlsym(lib, "cuCtxPopCurrent_v2");
         *(void **)&f.memset_async = dlsym(lib, "cuMemsetD8Async");
+        *(void **)&f.module_load = dlsym(lib, "cuModuleLoadData");
+        *(void **)&f.get_function = dlsym(lib, "cuModuleGetFunction");
+        *(void **)&f.launch = dlsym(lib, "cuLaunchKernel");
     }
-    if (!f.count || !f.forbid_alloc || !f.version || !f.ctx_push || !f.ctx_pop || !f.memset_async)
+    if (!f.count || !f.forbid_alloc || !f.version || !f.ctx_push || !f.ctx_pop || !f.memset_async || !f.module_load ||
+        !f.get_function || !f.launch)
         test_skip("the loaded libcuda is not tests/fake/fake_libcuda.c (its counters are needed)");
     return f;
 }
@@ -239,13 +248,21 @@ TEST(cuda_illegal_address_on_a_stream_is_reported_and_the_device_still_closes)
     CHECK_OK(mapping_sync_to_gpu(host, buf));
     memset(back, 0xAA, sizeof back);
 
-    /* The caller's own work on the library's stream touches a bad address. */
+    /* The caller's own kernel on the library's stream touches a bad address
+     * (a copy or memset with one is refused at the call: 1). */
     mapping_native_device native;
     void *native_stream = NULL;
     CHECK_OK(mapping_device_native(dev, &native));
     CHECK_OK(mapping_stream_native(s, &native_stream));
     CHECK(f.ctx_push(native.context) == 0);
-    CHECK(f.memset_async(64, 0, 256, native_stream) == 0); /* queued; fails when it runs */
+    CHECK(f.memset_async(64, 0, 256, native_stream) == 1); /* CUDA_ERROR_INVALID_VALUE, nothing sticks */
+    void *module = NULL, *kernel = NULL;
+    CHECK(f.module_load(&module, cuda_kernels_ptx) == 0);
+    CHECK(f.get_function(&kernel, module, "mapping_copy_entries") == 0);
+    unsigned long long staging = 0, table = 64, count = 1, buffer = 0, split = 16 << 10; /* a table at 64 */
+    unsigned gather = 0;
+    void *params[] = {&staging, &table, &count, &buffer, &gather, &split};
+    CHECK(f.launch(kernel, 1, 1, 1, 256, 1, 1, 0, native_stream, params, NULL) == 0); /* fails when it runs */
     void *popped;
     f.ctx_pop(&popped);
 
