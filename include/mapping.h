@@ -954,8 +954,8 @@ MAPPING_API mapping_status  mapping_mirror_release_gpu(mapping_stream *stream, m
  * an ordinary mirror (mark, sync, views, access intents), destroyed with
  * mapping_mirror_destroy. On failure none is left. With
  * MAPPING_MIRROR_TRACK_WRITES each shard watches whole pages and shards may
- * not share one: cpu_ptr must be page-aligned and granule a multiple of the
- * page size (else MAPPING_ERR_INVALID_ARGUMENT, saying so). */
+ * not share one: every slice but the first must start on a page (else
+ * MAPPING_ERR_INVALID_ARGUMENT, saying so). */
 MAPPING_API mapping_status mapping_mirror_create_sharded(mapping_device *const *devices, int count, void *cpu_ptr,
                                                          size_t bytes, size_t granule, unsigned flags,
                                                          mapping_mirror **shards);

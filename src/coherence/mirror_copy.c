@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include "coherence/mirror_copy.h"
 #include "os/os.h"
+#include "track/race_guard.h"
 
 /* Without a device-side scatter (one device copy per staged range), packing
  * only pays on a link whose per-transfer cost exceeds what a pack costs. */
@@ -55,7 +56,9 @@ mapping_status mapping__mirror_check_cpu_writable(mirror_state *st, int t)
 {
     if (t != MIRROR_CPU || st->owns_cpu || st->unified || st->cpu_writable)
         return MAPPING_OK;
-    int rc = mapping_os_range_access((uintptr_t)st->cpu, (uintptr_t)st->cpu + st->size, PROT_WRITE, NULL);
+    /* The race checker's guards of queued copies may make pages read-only
+     * for a while: asked as they were before (race_guard.h). */
+    int rc = mapping__race_guards_range_access((uintptr_t)st->cpu, (uintptr_t)st->cpu + st->size, PROT_WRITE);
     if (rc == 0 || rc == -ENOENT) { /* no list to ask: taken as writable, as before */
         st->cpu_writable = true;
         return MAPPING_OK;

@@ -34,17 +34,30 @@ static mapping_status check_shard_args(const char *fn, mapping_device *const *de
     return MAPPING_OK;
 }
 
-/* Tracked shards watch their slices page by page, and two tracked
- * families may not share a page: every slice must start on a page. */
-static mapping_status check_tracked_slices(const char *fn, void *cpu_ptr, size_t granule, unsigned flags)
+/* The length of slice i of n granules over count shards. */
+static size_t slice_bytes(size_t n, int count, int i, size_t granule)
 {
-    size_t page = mapping_os_page_size();
-    if (!(flags & MAPPING_MIRROR_TRACK_WRITES) || ((uintptr_t)cpu_ptr % page == 0 && granule % page == 0))
-        return MAPPING_OK;
-    return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT,
-                         "%s: MAPPING_MIRROR_TRACK_WRITES watches whole pages of %zu bytes, and shards may not share "
-                         "one: cpu_ptr (%p) must be page-aligned and granule (%zu) a multiple of the page size",
-                         fn, page, cpu_ptr, granule);
+    size_t base = n / (size_t)count, extra = n % (size_t)count;
+    return (base + ((size_t)i < extra)) * granule;
+}
+
+/* Tracked shards watch their slices page by page, and two tracked families
+ * may not share a page: every slice after the first must start on one. */
+static mapping_status check_tracked_slices(const char *fn, void *cpu_ptr, size_t bytes, size_t granule, int count,
+                                           unsigned flags)
+{
+    size_t page = mapping_os_page_size(), n = bytes / granule;
+    uintptr_t at = (uintptr_t)cpu_ptr;
+    for (int i = 0; (flags & MAPPING_MIRROR_TRACK_WRITES) && i + 1 < count; i++) {
+        at += slice_bytes(n, count, i, granule);
+        if (at % page)
+            return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT,
+                                 "%s: MAPPING_MIRROR_TRACK_WRITES watches whole pages of %zu bytes, and shards may not "
+                                 "share one: shard %d would start at %p, inside a page (make the slices whole pages: "
+                                 "a page-aligned cpu_ptr and slices of a multiple of %zu bytes)",
+                                 fn, page, i + 1, (void *)at, page);
+    }
+    return MAPPING_OK;
 }
 
 mapping_status mapping_mirror_create_sharded(mapping_device *const *devices, int count, void *cpu_ptr,
@@ -53,11 +66,11 @@ mapping_status mapping_mirror_create_sharded(mapping_device *const *devices, int
     static const char fn[] = "mapping_mirror_create_sharded";
     mapping_status st;
     if ((st = check_shard_args(fn, devices, count, cpu_ptr, bytes, granule, flags, shards)) ||
-        (st = check_tracked_slices(fn, cpu_ptr, granule, flags)))
+        (st = check_tracked_slices(fn, cpu_ptr, bytes, granule, count, flags)))
         return st;
-    size_t n = bytes / granule, base = n / (size_t)count, extra = n % (size_t)count, offset = 0;
+    size_t n = bytes / granule, offset = 0;
     for (int i = 0; i < count; i++) {
-        size_t len = (base + ((size_t)i < extra)) * granule;
+        size_t len = slice_bytes(n, count, i, granule);
         st = mapping__mirror_wrap(fn, devices[i], (char *)cpu_ptr + offset, len, flags, &shards[i]);
         if (st != MAPPING_OK) {
             while (i-- > 0) {

@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 #include "os/os.h"
 #include "track/fault_log.h"
+#include "track/race_guard.h"
 #include "track/write_track.h"
 
 static pthread_once_t        choose_once = PTHREAD_ONCE_INIT;
@@ -245,6 +246,7 @@ int mapping_track_begin(void *addr, size_t bytes, mapping_track_region **out)
     }
     pthread_mutex_init(&t->lock, NULL);
     atomic_init(&t->refs, 1);
+    mapping__race_guards_lock(); /* the race checker's guards stay put meanwhile (race_guard.h) */
     pthread_mutex_lock(&regions_lock);
     int rc = regions_add(t);
     if (rc == 0) {
@@ -254,7 +256,7 @@ int mapping_track_begin(void *addr, size_t bytes, mapping_track_region **out)
          * known to be nobody else's (mprotect tracking of another region
          * makes its pages read-only: that is -EBUSY, above). */
         int exec = 0;
-        rc = mapping_track_range_protection(t->lo, t->hi, &exec);
+        rc = mapping__race_guards_range_access_locked(t->lo, t->hi, PROT_READ | PROT_WRITE, &exec);
         if (rc == 0 && exec < 0 && kind == MAPPING_TRACK_KIND_MPROTECT)
             rc = -ENOEXEC;
         if (rc == -ENOENT)
@@ -264,11 +266,14 @@ int mapping_track_begin(void *addr, size_t bytes, mapping_track_region **out)
             regions_remove(t);
     }
     if (rc == 0) {
+        if (kind == MAPPING_TRACK_KIND_MPROTECT) /* a guard's end would make a tracked page writable */
+            mapping__race_guards_yield_locked(t->lo, t->hi);
         rc = kind == MAPPING_TRACK_KIND_UFFD ? mapping__uffd_begin(t) : mapping__mprot_begin(t);
         if (rc)
             regions_remove(t);
     }
     pthread_mutex_unlock(&regions_lock);
+    mapping__race_guards_unlock();
     if (rc) {
         pthread_mutex_destroy(&t->lock);
         free(t);

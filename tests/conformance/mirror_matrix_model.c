@@ -686,6 +686,9 @@ static int pick_handle(world *w, const fam *f)
 
 /* ---- CPU writes ---- */
 
+static void op_sync(world *w, int to_cpu, int final, int fi_forced, int side_forced);
+static void do_sync(world *w, int to_cpu, int fi, int k, int j, mstream *ms, int carried_tc);
+
 typedef struct wjob {
     volatile unsigned char *dst;
     const unsigned char    *src, *mask, *restore;
@@ -770,6 +773,11 @@ static void op_cpu_write(world *w)
     bool marked = !f->tracked || pick(w, 10) < 3;
     if (marked) {
         bool conflict = model_conflict(f, 0, lo, hi);
+        if (conflict && pick(w, 2)) { /* sync first, as a program would */
+            trace(w, "family %d: the CPU write's mark would conflict: a blocking sync to the CPU first", fi);
+            do_sync(w, 1, fi, k, 0, NULL, 0);
+            conflict = model_conflict(f, 0, lo, hi);
+        }
         if (!conflict) {
             fill_src(w, hi - lo, pick(w, 8) == 0, f->mem[0] + lo);
             cpu_store(w, fi, lo, hi, writer, ms, false, false);
@@ -826,7 +834,6 @@ static void device_store(world *w, fam *f, int j, mapping_stream *s, size_t lo, 
     refresh_known(f, s1);
 }
 
-static void op_sync(world *w, int to_cpu, int final, int fi_forced, int side_forced);
 
 /* MAPPING_MODEL_LEGACY=1: the old contract asked for the CPU's tracked
  * writes to be synced before the device side is marked. */
@@ -852,6 +859,13 @@ static void op_gpu_write(world *w, bool write)
      * side in between), so the conflict is predicted on the state it meets. */
     int tc = model_collect(w, f);
     bool conflict = model_conflict(f, 1 + j, lo, hi);
+    if (conflict && pick(w, 2)) { /* sync first, as a program would: a queued sync counts as synced */
+        mstream *ms = write ? NULL : choose_stream(w, f->dev[j]);
+        trace(w, "family %d: the mark would conflict: a sync to device side %d first", fi, j);
+        do_sync(w, 0, fi, k, j, ms, tc);
+        tc = 0;
+        conflict = model_conflict(f, 1 + j, lo, hi);
+    }
     if (write && !conflict)
         device_store(w, f, j, NULL, lo, hi);
     trace(w, "family %d handle %d: %smark_gpu_modified(side %d, [%zu, %zu))%s", fi, k,
@@ -875,6 +889,10 @@ static void op_cpu_mark(world *w)
     int k = f->multi ? 0 : pick_handle(w, f);
     size_t lo, hi;
     pick_range(w, f, k, &lo, &hi);
+    if (model_conflict(f, 0, lo, hi) && pick(w, 2)) { /* sync first: a queued sync counts as synced */
+        trace(w, "family %d: the CPU mark would conflict: a sync to the CPU first", fi);
+        do_sync(w, 1, fi, k, 0, choose_stream(w, f->dev[0]), 0);
+    }
     uint64_t c0 = conflicts_now(w);
     int tc = model_collect(w, f);
     bool conflict = model_conflict(f, 0, lo, hi);
@@ -929,10 +947,10 @@ static void stats_end(world *w, stats_pair *p, const fam *f, int to_cpu, const s
     }
     if (relaxed)
         return;
-    if (f->multi) {
-        if (!to_cpu && drv + peer > plan->bound)
-            fail(w, "%s: moved %llu bytes (+ %llu peer), more than the %zu stale bytes and merged gaps (%zu)", what, drv,
-                 peer, plan->stale, plan->bound);
+    if (f->multi) { /* peer copies merge by the pair's measured link: any gap inside the stale bytes' span */
+        if (!to_cpu && (drv > plan->bound || peer > plan->hi - plan->lo))
+            fail(w, "%s: moved %llu bytes from the host and %llu from a peer; the %zu stale bytes span %zu (merged "
+                    "gaps under 64 bytes: %zu)", what, drv, peer, plan->stale, plan->hi - plan->lo, plan->bound);
         return;
     }
     size_t limit = f->diff && to_cpu ? plan->blocks : plan->stale;
@@ -941,15 +959,16 @@ static void stats_end(world *w, stats_pair *p, const fam *f, int to_cpu, const s
              f->diff && to_cpu ? " rounded up to 4 KiB blocks" : "");
 }
 
-static void op_sync(world *w, int to_cpu, int final, int fi_forced, int side_forced)
+/* A sync of handle k of family fi to the CPU or device side j, on ms (NULL:
+ * blocking). carried_tc: a tracked conflict the model already collected
+ * for this call (the library finds it here). */
+static void do_sync(world *w, int to_cpu, int fi, int k, int j, mstream *ms, int carried_tc)
 {
-    int fi = fi_forced >= 0 ? fi_forced : (int)pick(w, (size_t)w->nf);
     fam *f = &w->f[fi];
-    int k = f->multi || final ? 0 : pick_handle(w, f);
-    int j = side_forced >= 0 ? side_forced : (int)pick(w, (size_t)f->ndev);
     int target = to_cpu ? 0 : 1 + j;
     int dev = f->dev[j];
-    mstream *ms = final || (f->multi && to_cpu) ? NULL : choose_stream(w, dev);
+    if (f->multi && to_cpu)
+        ms = NULL; /* blocking only */
     size_t lo = f->hoff[k], hi = lo + f->hlen[k];
     stats_pair sp = {0};
     int sdev = f->multi && to_cpu ? -1 : dev;
@@ -961,7 +980,7 @@ static void op_sync(world *w, int to_cpu, int final, int fi_forced, int side_for
         for (int d = 0; d < f->ndev; d++)
             EXPECT(w, mapping_device_stats(w->dev[f->dev[d]], &mb[d]), MAPPING_OK);
     uint64_t c0 = conflicts_now(w);
-    int tc = model_collect(w, f);
+    int tc = model_collect(w, f) | carried_tc;
     sync_plan plan = model_sync(f, target, lo, hi);
     trace(w, "family %d handle %d: sync to %s%s%s [%zu, %zu): %zu stale", fi, k, to_cpu ? "the CPU" : "device side ",
           to_cpu ? "" : (j ? "1" : "0"), ms ? " on a stream" : " (blocking)", lo, hi, plan.stale);
@@ -980,7 +999,7 @@ static void op_sync(world *w, int to_cpu, int final, int fi_forced, int side_for
     }
     if (ms && (plan.stale || (w->page_granular && f->tracked))) {
         int sides = f->multi ? (1 << nsides(f)) - 1 : 1 | (2 << j);
-        if (w->page_granular && f->tracked) /* the library may copy whole pages the model has in sync */
+        if ((w->page_granular && f->tracked) || f->multi) /* whole pages the model has in sync; peer merges */
             add_flight(w, ms, fi, sides, lo, hi);
         else
             add_flight(w, ms, fi, sides, plan.lo, plan.hi);
@@ -1000,6 +1019,16 @@ static void op_sync(world *w, int to_cpu, int final, int fi_forced, int side_for
             fail(w, "multimirror sync to the CPU moved %llu bytes, more than the %zu stale bytes and merged gaps (%zu)",
                  moved, plan.stale, plan.bound);
     }
+}
+
+static void op_sync(world *w, int to_cpu, int final, int fi_forced, int side_forced)
+{
+    int fi = fi_forced >= 0 ? fi_forced : (int)pick(w, (size_t)w->nf);
+    fam *f = &w->f[fi];
+    int k = f->multi || final ? 0 : pick_handle(w, f);
+    int j = side_forced >= 0 ? side_forced : (int)pick(w, (size_t)f->ndev);
+    mstream *ms = final || (f->multi && to_cpu) ? NULL : choose_stream(w, f->dev[j]);
+    do_sync(w, to_cpu, fi, k, j, ms, 0);
 }
 
 static void op_stream_sync(world *w)

@@ -559,7 +559,7 @@ TEST(tracked_mirror_without_marks_matches_a_byte_model)
     free(w);
 }
 
-TEST(tracked_multimirror_sends_written_pages_without_marks)
+TEST(tracked_multimirror_sends_written_bytes_without_marks)
 {
     mapping_device *dev = test_device();
     size_t pg = page(), n = 16 * pg;
@@ -574,8 +574,8 @@ TEST(tracked_multimirror_sends_written_pages_without_marks)
     CHECK_OK(mapping_multimirror_track_writes(m)); /* again: a no-op */
     CHECK_OK(mapping_multimirror_sync_to_gpu(NULL, m, 0));
     unsigned char *cpu = mapping_multimirror_cpu(m), *got = malloc(n);
-    cpu[9 * pg + 3] = 0x21; /* no mark */
-    CHECK(mapping_multimirror_stale_bytes(m, 0) == pg);
+    cpu[9 * pg + 3] = 0x21; /* no mark: the byte that changed */
+    CHECK(mapping_multimirror_stale_bytes(m, 0) == 1);
     CHECK_OK(mapping_multimirror_sync_to_gpu(NULL, m, 0));
     CHECK(mapping_multimirror_stale_bytes(m, 0) == 0);
     CHECK_OK(mapping_sync_to_cpu_range(NULL, mapping_multimirror_gpu(m, 0), 0, got, n));
