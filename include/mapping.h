@@ -1025,7 +1025,15 @@ MAPPING_API mapping_status mapping_copy_peer(mapping_stream *stream, const mappi
  *   replica when the stream reaches it (see mapping_copy_peer): your work
  *   that wrote that replica must have completed, as for mapping_copy_peer.
  * A byte is never stale on every side. Not locked: one thread at a time per
- * multimirror. Destroy it before closing its devices. */
+ * multimirror. Destroy it before closing its devices. A device closed first
+ * takes its replica with it (the getters then give NULL for it, and for the
+ * CPU array once device 0 is closed; other calls fail with
+ * MAPPING_ERR_INVALID_HANDLE); the host array is the library's own
+ * page-locked pages (registered with device 0 where it can), so an address
+ * the program took before stays valid until mapping_multimirror_destroy.
+ * With mapping_multimirror_track_writes, a CPU write is a CPU mark of the
+ * bytes it changed, made at the next call on the multimirror (as for
+ * MAPPING_MIRROR_TRACK_WRITES). */
 typedef struct mapping_multimirror mapping_multimirror;
 enum { MAPPING_MULTIMIRROR_MAX_DEVICES = 16 };
 MAPPING_API mapping_status mapping_multimirror_create(mapping_device *const *devices, int count, size_t bytes,

@@ -23,8 +23,9 @@ enum { MAX_SIDES = MAPPING_MULTIMIRROR_MAX_DEVICES + 1 };
 struct mapping_multimirror {
     int              count; /* devices */
     size_t           size;
-    unsigned char   *cpu; /* whole pages of cpu_alloc, mapping__allocate_cpu of dev[0] */
-    void            *cpu_alloc;
+    unsigned char   *cpu; /* the host array: cpu_bytes of whole pages (alloc_host_array) */
+    size_t           cpu_bytes;
+    bool             cpu_locked, cpu_registered; /* mlock'ed; registered with dev[0] */
     mapping_device  *dev[MAPPING_MULTIMIRROR_MAX_DEVICES];
     uint64_t         dev_serial[MAPPING_MULTIMIRROR_MAX_DEVICES]; /* which open of dev[j] */
     mapping_buffer  *buf[MAPPING_MULTIMIRROR_MAX_DEVICES];
@@ -118,33 +119,34 @@ static void release(mapping_multimirror *m)
     for (int j = 0; j < m->count; j++)
         if (alive[j])
             mapping__free_gpu(m->buf[j]);
-    if (m->cpu_alloc && alive[0])
-        mapping__free_cpu(m->dev[0], m->cpu_alloc);
+    if (m->cpu_registered && alive[0])
+        mapping__host_unregister(m->dev[0], m->cpu);
+    if (m->cpu) /* the library's own memory: also when device 0 was closed first */
+        mapping_os_free_locked(m->cpu, m->cpu_bytes, m->cpu_locked);
     for (int s = 0; s < MAX_SIDES; s++) {
         mapping__span_set_free(&m->stale[s]);
         mapping__span_set_free(&m->modified[s]);
     }
-    for (int j = 0; j < m->count; j++) /* the devices may close now */
-        if (m->dev_serial[j])
-            mapping__device_release(m->dev[j]);
     mapping_os_handle_free(m);
 }
 
-/* The host array: whole pages of page-locked memory of `dev`, so that
- * write tracking (which watches pages) sees no other data in them. */
+/* The host array: whole pages of page-locked memory of the library's own
+ * (not a device's: closing device 0 must not free it under the program,
+ * which may hold its address), registered with device 0 where its back end
+ * can (its copies then DMA from it), so that write tracking (which watches
+ * pages) sees no other data in them. */
 static mapping_status alloc_host_array(mapping_multimirror *m, mapping_device *dev, size_t bytes)
 {
-    size_t page = mapping_os_page_size(), whole = bytes + (page - bytes % page) % page;
-    void *cpu = NULL;
-    mapping_status st = mapping__allocate_cpu(dev, whole, &cpu);
-    if (st == MAPPING_OK && (uintptr_t)cpu % page) { /* not on a page (a heap block): a page more */
-        mapping__free_cpu(dev, cpu);
-        st = mapping__allocate_cpu(dev, whole + page, &cpu);
-    }
-    if (st != MAPPING_OK)
-        return st;
-    m->cpu_alloc = cpu;
-    m->cpu = (unsigned char *)(((uintptr_t)cpu + page - 1) & ~(uintptr_t)(page - 1));
+    size_t page = mapping_os_page_size();
+    m->cpu_bytes = bytes + (page - bytes % page) % page;
+    m->cpu = mapping_os_alloc_locked(m->cpu_bytes, &m->cpu_locked);
+    if (!m->cpu)
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mapping_multimirror_create: out of host memory for %zu "
+                                                             "bytes", m->cpu_bytes);
+    mapping_error_mark before;
+    mapping__error_mark(&before);
+    m->cpu_registered = mapping__host_register(dev, m->cpu, m->cpu_bytes) == MAPPING_OK;
+    mapping__error_forget(&before); /* an optimisation: plain memory works too */
     return MAPPING_OK;
 }
 
@@ -175,10 +177,8 @@ mapping_status mapping_multimirror_create(mapping_device *const *devices, int co
     m->count = count;
     m->size = bytes;
     memcpy(m->dev, devices, (size_t)count * sizeof *devices);
-    for (int j = 0; j < count; j++) { /* close refuses while the multimirror lives: its host array is device 0's */
+    for (int j = 0; j < count; j++)
         m->dev_serial[j] = devices[j]->serial;
-        mapping__device_hold(devices[j], "multimirror");
-    }
     st = alloc_host_array(m, devices[0], bytes);
     for (int j = 0; j < count && st == MAPPING_OK; j++) {
         st = mapping__allocate_gpu(devices[j], bytes, &m->buf[j]);
@@ -218,9 +218,10 @@ void mapping_multimirror_destroy(mapping_multimirror *m)
                       (const void *)m);
 }
 
-/* The getters: NULL for what a closed device took with it: the CPU array
- * (page-locked memory of device 0) once device 0 is closed, replica j's
- * buffer once device j is. */
+/* The getters: NULL for what a closed device took with it, replica j's
+ * buffer once device j is, and the CPU array once device 0 is (the
+ * multimirror is unusable then; the array itself stays valid until
+ * destroy, for an address the program took before). */
 static bool side_alive(const char *fn, const mapping_multimirror *m, int j)
 {
     if (mapping__device_alive(m->dev[j], m->dev_serial[j]))

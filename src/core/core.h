@@ -94,12 +94,6 @@ struct mapping_device {
      * refuses BUSY meanwhile (a step that closes the device would leave
      * the run using freed streams and buffers). */
     _Atomic int running_pipelines;
-    /* Library objects that use the device's memory for as long as they live
-     * and cannot be told it went (a multimirror's host array is this
-     * device's page-locked memory): mapping_close refuses BUSY while any
-     * holds it, naming holder_kind (mapping__device_hold). */
-    _Atomic int        holders;
-    const char *_Atomic holder_kind;
 
     _Atomic int fault_countdown; /* > 0: that many more operations succeed */
     _Atomic int fault_armed;
@@ -189,11 +183,6 @@ static inline bool mapping__handle_live_memo(mapping_live_memo *memo, mapping_ha
  * pipeline) was made on: not closed since, nor another device opened at the
  * same address. */
 bool           mapping__device_alive(const mapping_device *dev, uint64_t serial);
-/* A library object (kind names it in close's refusal) uses the device's
- * memory until it releases it: mapping_close refuses MAPPING_ERR_BUSY
- * meanwhile. One release per hold. */
-void           mapping__device_hold(mapping_device *dev, const char *kind);
-void           mapping__device_release(mapping_device *dev);
 
 /* ---- validation (src/core/validate.c) ---- */
 mapping_status mapping__check_device(const char *fn, const mapping_device *dev);

@@ -184,13 +184,6 @@ void mapping_close(mapping_device *dev)
 {
     if (!dev || mapping__check_device("mapping_close", dev) != MAPPING_OK)
         return;
-    int holders = atomic_load(&dev->holders);
-    if (holders > 0) {
-        mapping__fail(MAPPING_ERR_BUSY, "mapping_close: device %p is used by %d %s%s still alive: destroy %s first",
-                      (void *)dev, holders, atomic_load(&dev->holder_kind), holders > 1 ? "s" : "",
-                      holders > 1 ? "them" : "it");
-        return;
-    }
     if (atomic_load(&dev->running_pipelines) > 0) {
         mapping__fail(MAPPING_ERR_BUSY, "mapping_close: device %p has a pipeline running (called from its step, or "
                                         "while another thread runs it): close it after the run",
@@ -373,13 +366,3 @@ unsigned mapping_device_checks(mapping_device *dev)
     return atomic_load_explicit(&dev->checks, memory_order_relaxed);
 }
 
-void mapping__device_hold(mapping_device *dev, const char *kind)
-{
-    atomic_store(&dev->holder_kind, kind);
-    atomic_fetch_add(&dev->holders, 1);
-}
-
-void mapping__device_release(mapping_device *dev)
-{
-    atomic_fetch_sub(&dev->holders, 1);
-}

@@ -27,7 +27,6 @@
 #include "os/os.h"
 #include "track/signal_chain.h"
 #include "track/race_guard.h"
-#include "track/write_track.h"
 
 _Atomic int mapping__race_mode;
 
@@ -283,13 +282,15 @@ __attribute__((constructor)) static void register_fork_handlers(void)
  * guard's end makes its pages read-write again, which would make read-only
  * memory, a const table uploaded, writable, or drop PROT_EXEC, a JIT
  * buffer). guards_lock held: write tracking begins under it too. */
+static bool watched(uintptr_t lo, uintptr_t hi);
+
 static void protectable(uintptr_t *lo, uintptr_t *hi, uintptr_t olo)
 {
     int exec = 0;
-    if (*lo < *hi && mapping_track_kind_get() == MAPPING_TRACK_KIND_MPROTECT && mapping_track_overlaps(*lo, *hi))
+    if (*lo < *hi && watched(*lo, *hi))
         *lo = *hi;
     if (*lo < *hi) {
-        int rc = mapping_track_range_protection(*lo, *hi, &exec);
+        int rc = mapping_os_range_access(*lo, *hi, PROT_READ | PROT_WRITE, &exec);
         if ((rc != 0 && rc != -ENOENT) || exec != 0)
             *lo = *hi;
     }
@@ -408,6 +409,45 @@ void mapping__race_guards_lock(void)
 void mapping__race_guards_unlock(void)
 {
     pthread_mutex_unlock(&guards_lock);
+}
+
+/* The ranges mprotect write tracking watches (under guards_lock): their
+ * pages keep the tracker's protection, never a guard's. */
+static uintptr_t (*watch)[2];
+static size_t     n_watch, cap_watch;
+
+static bool watched(uintptr_t lo, uintptr_t hi)
+{
+    for (size_t i = 0; i < n_watch; i++)
+        if (watch[i][0] < hi && lo < watch[i][1])
+            return true;
+    return false;
+}
+
+int mapping__race_guards_watch_locked(uintptr_t lo, uintptr_t hi)
+{
+    if (n_watch == cap_watch) {
+        size_t cap = cap_watch ? 2 * cap_watch : 16;
+        uintptr_t(*v)[2] = mapping_os_realloc(watch, cap * sizeof *v);
+        if (!v)
+            return -ENOMEM;
+        watch = v;
+        cap_watch = cap;
+    }
+    watch[n_watch][0] = lo;
+    watch[n_watch++][1] = hi;
+    mapping__race_guards_yield_locked(lo, hi);
+    return 0;
+}
+
+void mapping__race_guards_unwatch_locked(uintptr_t lo, uintptr_t hi)
+{
+    for (size_t i = 0; i < n_watch; i++)
+        if (watch[i][0] == lo && watch[i][1] == hi) {
+            watch[i][0] = watch[--n_watch][0];
+            watch[i][1] = watch[n_watch][1];
+            return;
+        }
 }
 
 void mapping__race_guards_yield_locked(uintptr_t lo, uintptr_t hi)

@@ -56,6 +56,10 @@ void                mapping__race_guard_end(void *guard);
 void mapping__race_guards_lock(void);
 void mapping__race_guards_unlock(void);
 void mapping__race_guards_yield_locked(uintptr_t lo, uintptr_t hi);
+/* mprotect tracking watches [lo, hi) from now on (guards yield it, and no
+ * new guard protects it): 0 or -ENOMEM; until unwatch. */
+int  mapping__race_guards_watch_locked(uintptr_t lo, uintptr_t hi);
+void mapping__race_guards_unwatch_locked(uintptr_t lo, uintptr_t hi);
 int  mapping__race_guards_range_access_locked(uintptr_t lo, uintptr_t hi, int prot, int *exec);
 /* mapping_os_range_access over [lo, hi) with guarded pages taken as they
  * were before their guard (read-write); takes the lock. */
