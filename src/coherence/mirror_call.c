@@ -1,15 +1,13 @@
 /* The handle check every public mirror call makes once (mirror_api.h). */
 #include "coherence/mirror_api.h"
 
-/* The mirror this thread last checked (a loop of marks checks the same one). */
-static _Thread_local MAPPING_TLS_FAST mapping_live_memo check_memo;
+_Thread_local MAPPING_TLS_FAST mapping_live_memo mapping__mirror_check_memo;
 
-mapping_status mapping__mirror_check(const char *fn, const mapping_mirror *m)
+mapping_status mapping__mirror_check_failed(const char *fn, const mapping_mirror *m, uint64_t removals)
 {
-    uint64_t removals = mapping__handle_removals_any(); /* before the lookups it vouches for */
     if (!m)
         return mapping__fail(MAPPING_ERR_NULL_ARGUMENT, "%s: mirror is NULL", fn);
-    if (!mapping__handle_live_memo(&check_memo, MAPPING_HANDLE_MIRROR, m, removals))
+    if (!mapping__handle_live_memo(&mapping__mirror_check_memo, MAPPING_HANDLE_MIRROR, m, removals))
         return mapping__fail(MAPPING_ERR_INVALID_HANDLE, "%s: mirror %p is not a live mirror", fn, (const void *)m);
     if (removals != m->st->dev_checked_removals) {
         if (!mapping__device_alive(m->st->dev, m->st->dev_serial))

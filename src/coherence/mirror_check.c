@@ -259,6 +259,7 @@ static void check_end(mirror_state *st, bool device_closed)
 
 static const mirror_feature check_feature = {
     .name = "MAPPING_CHECK=unmarked",
+    .stages = MIRROR_STAGES_TO_CPU | MIRROR_STAGES_TO_GPU,
     .before_sync = check_before_sync,
     .synced = check_snapshot,
     .end = check_end,

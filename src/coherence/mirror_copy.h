@@ -32,6 +32,15 @@ mapping_status mapping__mirror_copy_ranges(mapping_stream *stream, mirror_state 
 mapping_status mapping__mirror_send_sorted(mirror_state *st, int t, const mapping_range *list, size_t n,
                                            size_t largest);
 /* The payload counters (mapping_stats): stale bytes a sync made valid. */
-void           mapping__mirror_count_payload(mirror_state *st, int t, const mapping_range *v, size_t n);
+static inline void mapping__mirror_count_payload(mirror_state *st, int t, const mapping_range *v, size_t n)
+{
+    if (st->unified)
+        return;
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < n; i++)
+        bytes += v[i].hi - v[i].lo;
+    mapping__count(t == MIRROR_GPU ? &st->dev->counters.h2d_payload_bytes : &st->dev->counters.d2h_payload_bytes,
+                   bytes);
+}
 
 #endif

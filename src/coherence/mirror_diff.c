@@ -389,6 +389,7 @@ static void diff_end(mirror_state *st, bool device_closed)
 
 static const mirror_feature diff_feature = {
     .name = "device diff",
+    .stages = MIRROR_STAGES_TO_CPU | MIRROR_STAGES_TO_GPU,
     .cpu_diverged = diff_cpu_diverged,
     .refine = diff_refine,
     .copied = diff_copied,

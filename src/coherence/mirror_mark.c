@@ -1,5 +1,6 @@
 /* The public marks: a side of a mirror (view) was written. */
 #include "coherence/mirror_api.h"
+#include "coherence/mirror_mark_log.h"
 
 static mapping_status mark_public(const char *fn, mapping_mirror *m, int x, size_t offset, size_t bytes)
 {
@@ -8,7 +9,12 @@ static mapping_status mark_public(const char *fn, mapping_mirror *m, int x, size
         (status = mapping__check_range(fn, "mirror", offset, bytes, m->size)) ||
         (status = mapping__mirror_enter_fast(fn, m->st, false)))
         return status;
-    return mapping__mirror_mark_ordered(fn, m->st, x, m->offset + offset, m->offset + offset + bytes);
+    mirror_state *st = m->st;
+    size_t lo = m->offset + offset, hi = lo + bytes;
+    /* The common case: nothing queued, no feature: the log takes it. */
+    if (__builtin_expect(!st->queue.n && !st->n_features, 1) && mapping__mirror_log_append(st, x, lo, hi))
+        return MAPPING_OK;
+    return mapping__mirror_mark_ordered(fn, st, x, lo, hi);
 }
 
 mapping_status mapping_mirror_mark_cpu_modified(mapping_mirror *m, size_t offset, size_t bytes)

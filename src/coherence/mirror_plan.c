@@ -86,7 +86,9 @@ size_t mapping__mirror_merge_run(const mirror_state *st, int s, const mapping_ra
 size_t mapping__mirror_merge(const mirror_state *st, int s, mapping_range *v, size_t n)
 {
     mapping_link link = {0, 0};
-    if (n >= 2 && mapping__device_link(st->dev, &link) != MAPPING_OK)
+    if (n < 2)
+        return n;
+    if (mapping__device_link(st->dev, &link) != MAPPING_OK)
         link = (mapping_link){0, 0}; /* unmeasurable: no merging */
     size_t limit = mapping__mirror_merge_gap_limit(st, n, &link), k = 0;
     for (size_t i = 0, hi; i < n; k++) {

@@ -57,8 +57,10 @@ mapping_status mapping__mirror_state_gpu_valid(mirror_state *st)
 
 void mapping__mirror_add_feature(mirror_state *st, const mirror_feature *f)
 {
-    if (st->n_features < MIRROR_FEATURES_MAX)
+    if (st->n_features < MIRROR_FEATURES_MAX) {
         st->features[st->n_features++] = f;
+        st->stages |= f->stages;
+    }
 }
 
 void mapping__mirror_end_features(mirror_state *st, bool device_closed)
@@ -221,13 +223,6 @@ mapping_status mapping__mirror_apply_valid(mirror_state *st, int t, const mappin
         (status = mapping__rs_remove_sorted(&st->pending[t], v, n)))
         return status;
     return MAPPING_OK;
-}
-
-void mapping__mirror_whole_synced(mirror_state *st, int t)
-{
-    mapping__rs_free(&st->stale[t]);
-    mapping__rs_free(&st->modified[1 - t]);
-    st->log.n = 0;
 }
 
 /* Applies a completed entry. False (entry kept, to be retried) when memory

@@ -86,6 +86,9 @@ typedef struct mirror_state mirror_state;
  * its fast paths test that one word. */
 typedef struct mirror_feature {
     const char *name;
+    /* The sync directions whose stages it takes part in (MIRROR_STAGES_TO_*):
+     * a sync in another direction may take the fast path. */
+    unsigned stages;
     /* Every call, before the state is read: the CPU side's bytes the
      * program changed since the last call, sorted and disjoint, malloc'd
      * into *out (NULL, 0: none). upload: the call syncs to the GPU. */
@@ -117,6 +120,7 @@ typedef struct mirror_feature {
 } mirror_feature;
 
 enum { MIRROR_FEATURES_MAX = 4 };
+enum { MIRROR_STAGES_TO_CPU = 1u << MIRROR_CPU, MIRROR_STAGES_TO_GPU = 1u << MIRROR_GPU };
 
 struct mirror_state {
     /* identity and lifetime */
@@ -152,6 +156,7 @@ struct mirror_state {
     /* features, and their private state (NULL when off) */
     const mirror_feature *features[MIRROR_FEATURES_MAX];
     int                   n_features;
+    unsigned              stages; /* the features' MIRROR_STAGES_TO_*, or-ed: one word for the fast path */
     struct mirror_track  *track; /* MAPPING_MIRROR_TRACK_WRITES (mirror_track.c) */
     struct mirror_diff   *diff;  /* MAPPING_MIRROR_DEVICE_DIFF (mirror_diff.c) */
 };
@@ -200,7 +205,12 @@ mapping_status mapping__mirror_apply_valid(mirror_state *st, int t, const mappin
 /* The copies to t of a blocking sync of the whole family, whose stale
  * ranges were the log's and stale[t]'s: stale[t] and modified[1 - t]
  * become empty, the log too (mirror_sync.c's fast path). */
-void           mapping__mirror_whole_synced(mirror_state *st, int t);
+static inline void mapping__mirror_whole_synced(mirror_state *st, int t)
+{
+    mapping__rs_free(&st->stale[t]);
+    mapping__rs_free(&st->modified[1 - t]);
+    st->log.n = 0;
+}
 
 /* Folds every queued entry whose event has completed. */
 void           mapping__mirror_fold_completed(mirror_state *st);

@@ -8,9 +8,9 @@
  *            feature's: unified memory prefetches)
  *   commit   valid now (blocking) or when the stream gets there (pending, a
  *            queued entry); the features' copied hook
- * and the report (mirror_observe.c). A family without features whose only
- * stale ranges are marks of the other side in the log takes a shorter way:
- * the log is the list (sync_whole_with_log).
+ * and the report (mirror_observe.c). A sync in which no feature takes part
+ * (MIRROR_STAGES_TO_*) whose only stale ranges are marks of the other side in
+ * the log takes a shorter way: the log is the list (sync_whole_with_log).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -132,12 +132,13 @@ static mapping_status sync_whole_with_log(mirror_state *st, int t, mirror_sync_r
     return MAPPING_OK;
 }
 
-/* Whether the fast path may take this sync: a family without features,
+/* Whether the fast path may take this sync: no feature takes part in the
+ * stages of a sync to t (write tracking, for one, only in those to the CPU),
  * blocking, of the whole family, whose log holds marks of the other side,
  * with nothing queued. */
 static bool fast_path(const mirror_state *st, mapping_stream *stream, const mapping_mirror *m, int t)
 {
-    return st->n_features == 0 && !stream && st->log.n && st->log.side != t && !st->queue.n && m->offset == 0 &&
+    return !(st->stages & (1u << t)) && !stream && st->log.n && st->log.side != t && !st->queue.n && m->offset == 0 &&
            m->size == st->size;
 }
 

@@ -299,6 +299,7 @@ static void track_end(mirror_state *st, bool device_closed)
 
 static const mirror_feature track_feature = {
     .name = "write tracking",
+    .stages = MIRROR_STAGES_TO_CPU,
     .collect = track_collect,
     .marked = track_marked,
     .before_copy = track_before_copy,

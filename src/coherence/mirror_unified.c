@@ -37,6 +37,7 @@ static mapping_status unified_before_sync(const char *fn, mapping_stream *stream
 
 static const mirror_feature unified_feature = {
     .name = "unified memory",
+    .stages = MIRROR_STAGES_TO_CPU | MIRROR_STAGES_TO_GPU,
     .before_sync = unified_before_sync,
     .copy = unified_prefetch,
 };

@@ -12,8 +12,8 @@
  * count as changed), so that a dense update (every int incremented) gives
  * one range rather than one per element.
  *
- * Memory: the tracked size again, from calloc (pages the program never
- * writes and that start zero stay untouched).
+ * Memory: the tracked size again, faulted in when the shadow is made (so a
+ * collect never takes a page fault writing it).
  */
 #ifndef MAPPING_TRACK_SHADOW_H
 #define MAPPING_TRACK_SHADOW_H
