@@ -365,4 +365,3 @@ unsigned mapping_device_checks(mapping_device *dev)
         return 0;
     return atomic_load_explicit(&dev->checks, memory_order_relaxed);
 }
-
