@@ -1010,7 +1010,10 @@ MAPPING_API mapping_status  mapping_mirror_release_gpu(mapping_stream *stream, m
  * granules, the first n % count slices get one more than the others.
  * shards[0 .. count-1] receive the mirrors (count >= 1, n >= count); each is
  * an ordinary mirror (mark, sync, views, access intents), destroyed with
- * mapping_mirror_destroy. On failure none is left. */
+ * mapping_mirror_destroy. On failure none is left. With
+ * MAPPING_MIRROR_TRACK_WRITES each shard watches whole pages and shards may
+ * not share one: every slice but the first must start on a page (else
+ * MAPPING_ERR_INVALID_ARGUMENT, saying so). */
 MAPPING_API mapping_status mapping_mirror_create_sharded(mapping_device *const *devices, int count, void *cpu_ptr,
                                                          size_t bytes, size_t granule, unsigned flags,
                                                          mapping_mirror **shards);
@@ -1080,7 +1083,15 @@ MAPPING_API mapping_status mapping_copy_peer(mapping_stream *stream, const mappi
  *   replica when the stream reaches it (see mapping_copy_peer): your work
  *   that wrote that replica must have completed, as for mapping_copy_peer.
  * A byte is never stale on every side. Not locked: one thread at a time per
- * multimirror. Destroy it before closing its devices. */
+ * multimirror. Destroy it before closing its devices. A device closed first
+ * takes its replica with it (the getters then give NULL for it, and for the
+ * CPU array once device 0 is closed; other calls fail with
+ * MAPPING_ERR_INVALID_HANDLE); the host array is the library's own
+ * page-locked pages (registered with device 0 where it can), so an address
+ * the program took before stays valid until mapping_multimirror_destroy.
+ * With mapping_multimirror_track_writes, a CPU write is a CPU mark of the
+ * bytes it changed, made at the next call on the multimirror (as for
+ * MAPPING_MIRROR_TRACK_WRITES). */
 typedef struct mapping_multimirror mapping_multimirror;
 enum { MAPPING_MULTIMIRROR_MAX_DEVICES = 16 };
 MAPPING_API mapping_status mapping_multimirror_create(mapping_device *const *devices, int count, size_t bytes,

@@ -3,7 +3,8 @@
  * the library syncs before a read and marks after a write. Write-only access
  * to a whole view discards: nothing is copied.
  */
-#include "coherence/mirror_internal.h"
+#include "coherence/mirror_api.h"
+#include "coherence/mirror_queue.h"
 
 static mapping_status check_access(const char *fn, unsigned access)
 {
@@ -24,7 +25,8 @@ mapping_status mapping_mirror_acquire_cpu(mapping_mirror *m, unsigned access, vo
     *ptr = NULL;
     mirror_state *st = m->st;
     size_t lo = m->offset, hi = lo + m->size;
-    if ((access & MAPPING_READ) && (status = mapping__mirror_sync(fn, NULL, m, MIRROR_CPU)))
+    if ((status = mapping__mirror_enter_fast(fn, st, false)) ||
+        ((access & MAPPING_READ) && (status = mapping__mirror_sync_checked(fn, NULL, m, MIRROR_CPU))))
         return status;
     /* Unified memory: device work on the native queue may still touch it. */
     if (st->unified && !(access & MAPPING_READ) && (status = mapping__device_synchronize(st->dev)))
@@ -49,10 +51,11 @@ mapping_status mapping_mirror_acquire_gpu(mapping_stream *stream, mapping_mirror
         return status;
     *buf = NULL;
     mirror_state *st = m->st;
-    if ((status = mapping__check_same_device(fn, st->dev, stream)))
+    if ((status = mapping__check_same_device(fn, st->dev, stream)) ||
+        (status = mapping__mirror_enter_fast(fn, st, (access & MAPPING_READ) != 0)))
         return status;
     size_t lo = m->offset, hi = lo + m->size;
-    if ((access & MAPPING_READ) && (status = mapping__mirror_sync(fn, stream, m, MIRROR_GPU)))
+    if ((access & MAPPING_READ) && (status = mapping__mirror_sync_checked(fn, stream, m, MIRROR_GPU)))
         return status;
     /* The caller's device work comes after everything queued on these bytes.
      * Copies to the CPU still reading them are waited for when we write:
@@ -71,12 +74,13 @@ mapping_status mapping_mirror_release_gpu(mapping_stream *stream, mapping_mirror
     static const char fn[] = "mapping_mirror_release_gpu";
     mapping_status status;
     if ((status = mapping__mirror_check(fn, m)) || (status = mapping__check_stream(fn, stream)) ||
-        (status = mapping__check_same_device(fn, m->st->dev, stream)))
+        (status = mapping__check_same_device(fn, m->st->dev, stream)) ||
+        (status = mapping__mirror_enter_fast(fn, m->st, false)))
         return status;
     /* NULL: the caller's work went to the device's native queue (or was
      * blocking): wait for that queue, so that every later call, a unified
      * mirror's CPU side included, sees the work done. */
     if (!stream)
         return mapping__device_synchronize(m->st->dev);
-    return mapping__mirror_record_access(m->st, stream, m->offset, m->offset + m->size);
+    return mapping__mirror_queue_access(&m->st->queue, stream, m->offset, m->offset + m->size);
 }

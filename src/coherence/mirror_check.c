@@ -22,7 +22,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include "coherence/mirror_observe.h"
+#include "coherence/mirror_features.h"
 #include "track/write_track.h"
 
 enum { CHECK_PAGE = 4096 };
@@ -40,7 +40,9 @@ static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 static family_hashes  *table;
 static size_t          table_count, table_cap;
 
-_Atomic int mapping__mirror_check_mode;
+/* MAPPING_CHECK, read once: 0 not read yet, 1 no check, 2 unmarked, 3 a
+ * value that is no check (every sync to the GPU then fails, saying so). */
+static _Atomic int mapping__mirror_check_mode;
 
 static void read_environment(void)
 {
@@ -59,11 +61,12 @@ static void read_environment(void)
     atomic_store_explicit(&mapping__mirror_check_mode, mode, memory_order_relaxed);
 }
 
-bool mapping__mirror_check_enabled(void)
+/* The check's mode, from MAPPING_CHECK read the first time. */
+static int check_mode(void)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, read_environment);
-    return atomic_load_explicit(&mapping__mirror_check_mode, memory_order_relaxed) == 2;
+    return atomic_load_explicit(&mapping__mirror_check_mode, memory_order_relaxed);
 }
 
 /* 64-bit words, multiply-xorshift: several GB/s, and any change of a byte
@@ -163,7 +166,7 @@ static void collect_watch(mirror_state *st, family_hashes *e)
     }
 }
 
-mapping_status mapping__mirror_check_pages(const char *fn, mirror_state *st, size_t lo, size_t hi)
+static mapping_status check_pages(const char *fn, mirror_state *st, size_t lo, size_t hi)
 {
     if (atomic_load_explicit(&mapping__mirror_check_mode, memory_order_relaxed) == 3)
         return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: MAPPING_CHECK=%s is not a check (the checks are "
@@ -196,7 +199,7 @@ mapping_status mapping__mirror_check_pages(const char *fn, mirror_state *st, siz
                          fn, bad, first_bad, last_bad, first_bad * CHECK_PAGE, end);
 }
 
-void mapping__mirror_check_snapshot(mirror_state *st, size_t lo, size_t hi)
+static void check_snapshot(mirror_state *st, size_t lo, size_t hi)
 {
     if (st->unified || atomic_load_explicit(&mapping__mirror_check_mode, memory_order_relaxed) != 2)
         return;
@@ -216,7 +219,7 @@ void mapping__mirror_check_snapshot(mirror_state *st, size_t lo, size_t hi)
     pthread_mutex_unlock(&table_lock);
 }
 
-void mapping__mirror_check_forget(const mirror_state *st)
+static void check_forget(const mirror_state *st)
 {
     if (atomic_load_explicit(&mapping__mirror_check_mode, memory_order_relaxed) != 2)
         return;
@@ -236,4 +239,35 @@ void mapping__mirror_check_forget(const mirror_state *st)
         table_cap = 0;
     }
     pthread_mutex_unlock(&table_lock);
+}
+
+/* ---- the feature ---- */
+
+/* Before a sync to the GPU: host bytes changed without a mark are an error. */
+static mapping_status check_before_sync(const char *fn, mapping_stream *stream, mirror_state *st, int t, size_t lo,
+                                        size_t hi)
+{
+    (void)stream;
+    return t == MIRROR_GPU ? check_pages(fn, st, lo, hi) : MAPPING_OK;
+}
+
+static void check_end(mirror_state *st, bool device_closed)
+{
+    (void)device_closed;
+    check_forget(st);
+}
+
+static const mirror_feature check_feature = {
+    .name = "MAPPING_CHECK=unmarked",
+    .stages = MIRROR_STAGES_TO_CPU | MIRROR_STAGES_TO_GPU,
+    .before_sync = check_before_sync,
+    .synced = check_snapshot,
+    .end = check_end,
+};
+
+void mapping__mirror_check_begin(mirror_state *st)
+{
+    int mode = check_mode();
+    if (mode == 2 || mode == 3)
+        mapping__mirror_add_feature(st, &check_feature);
 }

@@ -20,10 +20,10 @@
  */
 #include <stdlib.h>
 #include <string.h>
-#include "coherence/mirror_internal.h"
+#include "coherence/mirror_mark_log.h"
 
 /* The log is compacted once it holds MIRROR_LOG_MIN_COMPACT marks
- * (mirror_internal.h: 131,072; 65,536 sorted twice as often for no gain)
+ * (mirror_mark_log.h: 131,072; 65,536 sorted twice as often for no gain)
  * and twice the ranges it held sorted after the last compaction (a mark
  * then costs O(1) amortised sorting and merging). It is applied instead
  * when the trees are not empty and the log holds more than four times
@@ -31,38 +31,38 @@
 
 static bool log_grow(mirror_state *st)
 {
-    size_t cap = st->log_cap ? 2 * st->log_cap : 256;
-    mapping_range *v = mapping_os_realloc(st->log, cap * sizeof *v);
+    size_t cap = st->log.cap ? 2 * st->log.cap : 256;
+    mapping_range *v = mapping_os_realloc(st->log.v, cap * sizeof *v);
     if (!v)
         return false;
-    st->log = v;
-    st->log_cap = cap;
-    free(st->log_scratch); /* made again at the size of the log by the next sort that needs it */
-    st->log_scratch = NULL;
+    st->log.v = v;
+    st->log.cap = cap;
+    free(st->log.scratch); /* made again at the size of the log by the next sort that needs it */
+    st->log.scratch = NULL;
     return true;
 }
 
-/* mapping__mirror_log_append's rest (mirror_internal.h has the common
+/* mapping__mirror_log_append's rest (mirror_mark_log.h has the common
  * cases inline): a mark that starts below the previous one it touches, a
  * compaction or an application that is due, a log that must grow. */
 bool mapping__mirror_log_append_slow(mirror_state *st, int x, size_t lo, size_t hi)
 {
-    if (st->log_n) {
-        mapping_range *last = &st->log[st->log_n - 1];
+    if (st->log.n) {
+        mapping_range *last = &st->log.v[st->log.n - 1];
         if (lo <= last->hi && hi >= last->lo) { /* touches the previous mark: one range */
             if (lo < last->lo) { /* it may now touch the one before */
                 last->lo = lo;
-                st->log_unsorted = true;
-                if (st->log_sorted == st->log_n)
-                    st->log_sorted--; /* the sorted part ends before it now */
+                st->log.unsorted = true;
+                if (st->log.sorted == st->log.n)
+                    st->log.sorted--; /* the sorted part ends before it now */
             }
             if (hi > last->hi)
                 last->hi = hi;
             return true;
         }
-        if (st->log_n >= MIRROR_LOG_MIN_COMPACT && st->log_n >= 2 * st->log_sorted) {
+        if (st->log.n >= MIRROR_LOG_MIN_COMPACT && st->log.n >= 2 * st->log.sorted) {
             size_t ranges = st->modified[x].count;
-            if (ranges && st->log_n > 4 * ranges) {
+            if (ranges && st->log.n > 4 * ranges) {
                 if (mapping__mirror_log_apply(st) != MAPPING_OK)
                     return false;
             } else if (mapping__mirror_log_sort(st) != MAPPING_OK) { /* the compaction */
@@ -70,25 +70,25 @@ bool mapping__mirror_log_append_slow(mirror_state *st, int x, size_t lo, size_t 
             }
         }
     }
-    if (st->log_n == st->log_cap && !log_grow(st))
+    if (st->log.n == st->log.cap && !log_grow(st))
         return false;
-    if (st->log_n && lo < st->log[st->log_n - 1].lo)
-        st->log_unsorted = true;
-    else if (!st->log_n) {
-        st->log_unsorted = false;
-        st->log_sorted = 0;
+    if (st->log.n && lo < st->log.v[st->log.n - 1].lo)
+        st->log.unsorted = true;
+    else if (!st->log.n) {
+        st->log.unsorted = false;
+        st->log.sorted = 0;
     }
-    st->log[st->log_n++] = (mapping_range){lo, hi};
-    st->log_side = x;
+    st->log.v[st->log.n++] = (mapping_range){lo, hi};
+    st->log.side = x;
     return true;
 }
 
 void mapping__mirror_log_free(mirror_state *st)
 {
-    free(st->log);
-    free(st->log_scratch);
-    st->log = st->log_scratch = NULL;
-    st->log_n = st->log_cap = st->log_sorted = 0;
+    free(st->log.v);
+    free(st->log.scratch);
+    st->log.v = st->log.scratch = NULL;
+    st->log.n = st->log.cap = st->log.sorted = 0;
 }
 
 static void insertion_sort(mapping_range *v, size_t n)
@@ -152,54 +152,54 @@ static size_t merge_sorted(const mapping_range *a, size_t p, const mapping_range
 
 /* Sorts and merges the log: its unsorted tail (from log_sorted, the part a
  * compaction left sorted and merged) is sorted, then merged with that part.
- * The result is st->log[0, st->log_n), sorted, disjoint and not touching
+ * The result is st->log.v[0, st->log.n), sorted, disjoint and not touching
  * (the log and its scratch may swap). Out of memory: nothing changes. */
 mapping_status mapping__mirror_log_sort(mirror_state *st)
 {
-    if (!st->log_unsorted) { /* appended in order: already sorted and merged */
-        st->log_sorted = st->log_n;
+    if (!st->log.unsorted) { /* appended in order: already sorted and merged */
+        st->log.sorted = st->log.n;
         return MAPPING_OK;
     }
-    size_t p = st->log_sorted, k = st->log_n - p;
-    mapping_range *tail = st->log + p;
+    size_t p = st->log.sorted, k = st->log.n - p;
+    mapping_range *tail = st->log.v + p;
     bool sorted = true;
     for (size_t i = 1; i < k && sorted; i++)
         sorted = tail[i - 1].lo <= tail[i].lo;
-    if (!st->log_scratch && ((!sorted && k > 32) || p) &&
-        !(st->log_scratch = mapping_os_malloc(st->log_cap * sizeof *st->log_scratch)))
-        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mirror: out of memory applying %zu marks", st->log_n);
+    if (!st->log.scratch && ((!sorted && k > 32) || p) &&
+        !(st->log.scratch = mapping_os_malloc(st->log.cap * sizeof *st->log.scratch)))
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mirror: out of memory applying %zu marks", st->log.n);
     if (!sorted) {
         if (k <= 32) {
             insertion_sort(tail, k);
         } else {
-            mapping_range *v = mapping__radix_sort(tail, st->log_scratch, k);
+            mapping_range *v = mapping__radix_sort(tail, st->log.scratch, k);
             if (v != tail)
                 memcpy(tail, v, k * sizeof *v);
         }
     }
     if (!p) {
-        st->log_n = join_sorted(st->log, k);
+        st->log.n = join_sorted(st->log.v, k);
     } else if (k) { /* two sorted runs: one merge into the scratch, which becomes the log */
-        mapping_range *out = st->log_scratch;
-        st->log_n = merge_sorted(st->log, p, tail, k, out);
-        st->log_scratch = st->log;
-        st->log = out;
+        mapping_range *out = st->log.scratch;
+        st->log.n = merge_sorted(st->log.v, p, tail, k, out);
+        st->log.scratch = st->log.v;
+        st->log.v = out;
     }
-    st->log_sorted = st->log_n;
-    st->log_unsorted = false;
+    st->log.sorted = st->log.n;
+    st->log.unsorted = false;
     return MAPPING_OK;
 }
 
 mapping_status mapping__mirror_log_apply(mirror_state *st)
 {
-    if (!st->log_n)
+    if (!st->log.n)
         return MAPPING_OK;
     mapping_status status;
     if ((status = mapping__mirror_log_sort(st)))
         return status;
-    mapping_range *v = st->log;
-    size_t m = st->log_n;
-    int x = st->log_side, y = 1 - x;
+    mapping_range *v = st->log.v;
+    size_t m = st->log.n;
+    int x = st->log.side, y = 1 - x;
     /* As mapping__mirror_mark, in its order: the other side becomes stale
      * first, so modified[x] stays within it. Each step is idempotent: a
      * failure keeps the log, and the next flush redoes it all. */
@@ -207,6 +207,6 @@ mapping_status mapping__mirror_log_apply(mirror_state *st)
         (status = mapping__rs_add_sorted(&st->modified[x], v, m)) ||
         (status = mapping__rs_remove_sorted(&st->stale[x], v, m)))
         return status; /* the log, sorted and merged, stays */
-    st->log_n = 0;
+    st->log.n = 0;
     return MAPPING_OK;
 }

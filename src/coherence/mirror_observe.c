@@ -6,8 +6,6 @@ void mapping__mirror_report_sync(const mapping_trace_span *span, mapping_stream 
                                  int t, mirror_sync_report r, mapping_status status)
 {
     mirror_state *st = m->st;
-    if (status == MAPPING_OK && mapping__mirror_check_on())
-        mapping__mirror_check_snapshot(st, m->offset, m->offset + m->size);
     const char *name = t == MIRROR_GPU ? "mirror sync to GPU" : "mirror sync to CPU";
     MAPPING_TRACE_END(*span, .name = name, .cat = "mirror", .device = st->dev, .device_name = st->dev->info.name,
                       .stream = stream, .buffer = st->gpu, .direction = t == MIRROR_GPU ? "h2d" : "d2h",

@@ -1,9 +1,35 @@
 /*
- * Questions about a mirror's state that never wait: mapping_mirror_needs_sync.
- * (mapping_mirror_stale_bytes, in mirror.c, waits for queued copies so that
- * its byte count is exact.)
+ * Questions about a mirror's state: mapping_mirror_stale_bytes (waits for
+ * queued copies, so that its count is exact) and mapping_mirror_needs_sync
+ * (never waits). Both see the CPU writes a tracked mirror found first, as
+ * every call does.
  */
-#include "coherence/mirror_internal.h"
+#include "coherence/mirror_api.h"
+#include "coherence/mirror_mark_log.h"
+
+static mapping_status check_side(const char *fn, mapping_side side)
+{
+    if (side != MAPPING_CPU && side != MAPPING_GPU)
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: side %d is neither MAPPING_CPU nor MAPPING_GPU", fn,
+                             (int)side);
+    return MAPPING_OK;
+}
+
+size_t mapping_mirror_stale_bytes(const mapping_mirror *m, mapping_side side)
+{
+    static const char fn[] = "mapping_mirror_stale_bytes";
+    if (mapping__mirror_check(fn, m) != MAPPING_OK || check_side(fn, side) != MAPPING_OK)
+        return 0;
+    mirror_state *st = m->st;
+    size_t lo = m->offset, hi = lo + m->size;
+    if (mapping__mirror_enter_fast(fn, st, false) != MAPPING_OK)
+        return 0; /* recorded */
+    if (st->queue.n)
+        mapping__mirror_order(st, NULL, lo, hi, MIRROR_ACCESS);
+    if (mapping__mirror_log_flush(st) != MAPPING_OK)
+        return 0; /* out of memory, recorded */
+    return mapping__rs_bytes_in(&st->stale[side - 1], lo, hi);
+}
 
 /* Does [lo, hi) hold a byte stale on side t that no queued copy to t covers?
  * pending[t] is within stale[t], so a stale piece is covered exactly when
@@ -28,19 +54,16 @@ mapping_status mapping_mirror_needs_sync(const mapping_mirror *m, mapping_side s
     static const char fn[] = "mapping_mirror_needs_sync";
     if (out)
         *out = 0;
-    mapping_status status = mapping__mirror_check(fn, m);
-    if (status != MAPPING_OK)
+    mapping_status status;
+    if ((status = mapping__mirror_check(fn, m)) || (status = check_side(fn, side)))
         return status;
-    if (side != MAPPING_CPU && side != MAPPING_GPU)
-        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: side %d is neither MAPPING_CPU nor MAPPING_GPU", fn,
-                             (int)side);
     if (!out)
         return mapping__fail(MAPPING_ERR_NULL_ARGUMENT, "%s: out is NULL", fn);
     mirror_state *st = m->st;
-    /* CPU pages written since the last look (a tracked mirror) and marks
-     * still in the log are not in the sets yet: both become marks first, as
-     * a sync makes them, which waits for nothing. */
-    if ((status = mapping__mirror_track_collect(fn, st, false)) || (status = mapping__mirror_log_flush(st)))
+    /* CPU writes found (a tracked mirror) and marks still in the log are
+     * not in the sets yet: both become marks first, which waits for nothing
+     * unless the program wrote bytes a queued copy uses. */
+    if ((status = mapping__mirror_enter_fast(fn, st, false)) || (status = mapping__mirror_log_flush(st)))
         return status; /* recorded */
     *out = stale_unqueued(st, side - 1, m->offset, m->offset + m->size);
     return MAPPING_OK;

@@ -1,29 +1,36 @@
 /*
- * Write-tracking mirrors (MAPPING_MIRROR_TRACK_WRITES): the CPU side's
- * pages are watched by the OS layer (track/write_track.h), and before every
- * sync (and stale count) the pages written since the last look become CPU
- * marks. The rest of the mirror code sees only marks.
+ * Write-tracking mirrors (MAPPING_MIRROR_TRACK_WRITES, a feature:
+ * mirror_features.h). The track layer watches the CPU side's pages
+ * (track/write_track.h); at the start of every call on the family the
+ * feature's collect turns the pages written since the last call into the
+ * bytes the program changed, by comparing them with a shadow of the CPU
+ * side (track/shadow.h), and the state makes those bytes CPU marks
+ * (mirror_state.c: mapping__mirror_enter). So a tracked write behaves as a
+ * mark of exactly the bytes it changed, made at the next call: conflicts
+ * come out as for marks, and a page holding a CPU write and a device
+ * result never turns into a false conflict.
  *
- * Which bytes of a written page are marked: those valid on the CPU. Bytes
- * stale on the CPU hold old content the program was not meant to write
- * (a byte the GPU side modified, or the GPU-valid start of an adopted
- * mirror): marking them would raise a conflict for a page shared with GPU
- * results, or send stale bytes over newer ones. So a tracked write is never
- * a conflict, and a page shared by a CPU write and a GPU result is exact:
- * the CPU's bytes go up, the GPU's come down.
- *
- * The library's own writes into the CPU side (a completed copy from the
- * device: the host back end and PoCL copy with CPU stores) are forgotten
- * again for the pages wholly inside the copied ranges; a page partly
- * copied stays counted (the program may have written its other bytes), and
- * is re-sent once, where valid on the CPU.
+ * The shadow holds the CPU side's content as of the last collect, except
+ * where the library itself wrote the CPU side (a copy from the device): the
+ * shadow takes those bytes when the copy completes (blocking: at once; on a
+ * stream: in a host function queued after the copy, before the program can
+ * know that it completed), so they are not taken for the program's. Bytes
+ * with a copy to the CPU queued are not compared until it completes.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include "coherence/mirror_internal.h"
+#include "coherence/mirror_features.h"
 #include "os/os.h"
+#include "track/shadow.h"
 #include "track/write_track.h"
+
+struct mirror_track {
+    mapping_track_region *region;
+    mapping_track_shadow  shadow;
+    _Atomic int           refs;  /* the family, and each queued job */
+    _Atomic bool          ended; /* the family ended: a late job takes nothing */
+};
 
 mapping_track_mechanism mapping_write_tracking(size_t *granularity)
 {
@@ -44,92 +51,38 @@ const char *mapping_write_tracking_description(void)
     return mapping_track_reason();
 }
 
-mapping_status mapping__mirror_track_begin(const char *fn, mirror_state *st)
+size_t mapping__mirror_track_alloc_bytes(size_t bytes)
 {
-    if (mapping_track_scan_mode() == MAPPING_TRACK_SCAN_BAD)
-        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT,
-                             "%s: MAPPING_TRACK_SCAN=\"%s\" is not faulted, changed or always", fn,
-                             getenv("MAPPING_TRACK_SCAN"));
-    size_t open_min;
-    if (mapping_track_streams(&open_min) != 0)
-        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT,
-                             "%s: MAPPING_TRACK_STREAMS=\"%s\" is not " MAPPING_TRACK_STREAMS_VALUES,
-                             fn, getenv("MAPPING_TRACK_STREAMS"));
-    mapping_track_region *t = NULL;
-    int rc = mapping_track_begin(st->cpu, st->size, &t);
-    if (rc == -ENOMEM)
-        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory for write tracking", fn);
-    if (rc == -EBUSY)
-        return mapping__fail(MAPPING_ERR_UNSUPPORTED,
-                             "%s: MAPPING_MIRROR_TRACK_WRITES: a page of [%p, +%zu) is tracked already "
-                             "by another mirror",
-                             fn, (void *)st->cpu, st->size);
-    if (rc == -EEXIST) /* uffd: the kernel's EBUSY for a page another userfaultfd watches */
-        return mapping__fail(MAPPING_ERR_UNSUPPORTED,
-                             "%s: MAPPING_MIRROR_TRACK_WRITES: a page of [%p, +%zu) is registered with another "
-                             "userfaultfd (the program's or another library's), and a page takes one: unregister it "
-                             "first, or MAPPING_TRACK=mprotect",
-                             fn, (void *)st->cpu, st->size);
-    if (rc == -ENOSPC)
-        return mapping__fail(MAPPING_ERR_UNSUPPORTED,
-                             "%s: MAPPING_MIRROR_TRACK_WRITES: %d tracked mirrors exist already, as many as mprotect "
-                             "tracking watches at once (destroy one first, or MAPPING_TRACK=uffd, Linux >= 6.7)",
-                             fn, (int)MAPPING_TRACK_MPROT_SLOTS);
-    if (rc == -EFAULT)
-        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT,
-                             "%s: MAPPING_MIRROR_TRACK_WRITES: a page of [%p, +%zu) is not mapped", fn,
-                             (void *)st->cpu, st->size);
-    if (rc == -EACCES)
-        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT,
-                             "%s: MAPPING_MIRROR_TRACK_WRITES: a page of [%p, +%zu) is not readable and writable "
-                             "(PROT_READ | PROT_WRITE): a sync to the CPU could not write it",
-                             fn, (void *)st->cpu, st->size);
-    if (rc == -ENOEXEC)
-        return mapping__fail(MAPPING_ERR_UNSUPPORTED,
-                             "%s: MAPPING_MIRROR_TRACK_WRITES: [%p, +%zu) is executable in part, which mprotect "
-                             "tracking cannot keep (wrap the parts separately, or MAPPING_TRACK=uffd)",
-                             fn, (void *)st->cpu, st->size);
-    if (rc == -EOPNOTSUPP)
-        return mapping__fail(MAPPING_ERR_UNSUPPORTED,
-                             "%s: MAPPING_MIRROR_TRACK_WRITES: [%p, +%zu) has pages larger than %zu bytes (hugetlbfs), "
-                             "which mprotect tracking cannot protect one base page at a time (uffd can: "
-                             "MAPPING_TRACK=uffd, Linux >= 6.7)",
-                             fn, (void *)st->cpu, st->size, mapping_os_page_size());
-    if (rc)
-        return mapping__fail(MAPPING_ERR_UNSUPPORTED, "%s: MAPPING_MIRROR_TRACK_WRITES: no write tracking (%s; %s)", fn,
-                             mapping_track_reason(), strerror(-rc));
-    st->track = t;
-    st->cpu_writable = true; /* asked: mapping_track_begin refuses memory it could not write */
-    return MAPPING_OK;
+    size_t page = mapping_os_page_size();
+    return bytes + (page - bytes % page) % page;
 }
 
-void mapping__mirror_track_end(mirror_state *st)
+/* The last reference frees the shadow and lets the region's memory go
+ * (mapping_track_end stopped the watch already; a take after it does nothing). */
+static void track_drop(struct mirror_track *t)
 {
-    mapping_track_end(st->track);
-    st->track = NULL;
+    if (atomic_fetch_sub(&t->refs, 1) != 1)
+        return;
+    mapping_track_drop(t->region);
+    mapping_track_shadow_free(&t->shadow);
+    free(t);
 }
 
-/* The written page runs of one collect, as offsets within the family. */
+/* ---- collect: the bytes the program changed ---- */
+
+/* The changed bytes of one collect, as offsets within the family. */
 typedef struct collected {
-    mapping_range *v;
+    mirror_state  *st;
+    mapping_range *v;     /* written page runs, then changed byte runs */
     size_t         n, cap;
     bool           oom;
-    uintptr_t      base;
-    size_t         size;
     uint64_t       pages; /* pages reported, for the statistics */
 } collected;
 
-static void on_written(void *user, uintptr_t lo, uintptr_t hi)
+static void push_range(collected *c, size_t lo, size_t hi)
 {
-    collected *c = user;
-    c->pages += (hi - lo) / mapping_os_page_size();
-    /* Clip to the mirror (its first and last pages may hold other data). */
-    lo = lo < c->base ? c->base : lo;
-    hi = hi > c->base + c->size ? c->base + c->size : hi;
-    if (lo >= hi)
-        return;
-    if (c->n && c->v[c->n - 1].hi == lo - c->base) { /* runs of one scan may touch */
-        c->v[c->n - 1].hi = hi - c->base;
+    if (c->n && c->v[c->n - 1].hi == lo) { /* runs of one scan may touch */
+        c->v[c->n - 1].hi = hi;
         return;
     }
     if (c->n == c->cap) {
@@ -142,133 +95,295 @@ static void on_written(void *user, uintptr_t lo, uintptr_t hi)
         c->v = v;
         c->cap = cap;
     }
-    c->v[c->n++] = (mapping_range){lo - c->base, hi - c->base};
+    c->v[c->n++] = (mapping_range){lo, hi};
 }
 
-/* Marks [lo, hi) minus the CPU's stale bytes modified on the CPU. */
-static mapping_status mark_valid_part(const char *fn, mirror_state *st, size_t lo, size_t hi)
+static void on_written(void *user, uintptr_t lo, uintptr_t hi)
 {
-    mapping_rs_cursor c;
-    mapping_range r;
-    mapping_status status;
-    bool ok = mapping__rs_seek(&st->stale[MIRROR_CPU], lo, &c, &r);
-    while (lo < hi) {
-        size_t end = ok && r.lo < hi ? r.lo : hi; /* [lo, end) is valid on the CPU */
-        if (end > lo && (status = mapping__mirror_mark(fn, st, MIRROR_CPU, lo, end, false)))
-            return status;
-        if (!ok || r.lo >= hi)
-            break;
-        if (r.hi > lo)
-            lo = r.hi;
-        ok = mapping__rs_next(&c, &r);
-    }
-    return MAPPING_OK;
+    collected *c = user;
+    uintptr_t base = (uintptr_t)c->st->cpu, end = base + c->st->size;
+    c->pages += (hi - lo) / mapping_os_page_size();
+    lo = lo < base ? base : lo; /* clip to the mirror (a wrap's first and last pages may hold other data) */
+    hi = hi > end ? end : hi;
+    if (lo < hi)
+        push_range(c, lo - base, hi - base);
 }
 
-mapping_status mapping__mirror_track_collect_pages(const char *fn, mirror_state *st, bool upload)
+static void on_changed(void *user, size_t lo, size_t hi)
 {
-    collected c = {.base = (uintptr_t)st->cpu, .size = st->size};
-    uint64_t walks = st->track->walks;
-    int rc = mapping_track_collect(st->track, on_written, &c, upload);
-    if (c.pages)
-        mapping__count(&st->dev->counters.tracked_pages, c.pages);
-    if (st->track->walks != walks)
-        mapping__count(&st->dev->counters.tracking_walks, st->track->walks - walks);
-    mapping_status status = MAPPING_OK;
-    if (c.n && !st->n_inflight && !st->stale[MIRROR_CPU].count && !(st->log_n && st->log_side != MIRROR_CPU) &&
-        !st->modified[MIRROR_GPU].count) {
-        /* Nothing stale on the CPU: the runs are marks as they are (the log, a few ns each). */
-        for (size_t i = 0; i < c.n; i++)
-            if (!mapping__mirror_log_append(st, MIRROR_CPU, c.v[i].lo, c.v[i].hi) &&
-                (status = mapping__mirror_mark(fn, st, MIRROR_CPU, c.v[i].lo, c.v[i].hi, false)))
-                break;
-    } else if (c.n) {
-        if (st->n_inflight)
-            mapping__mirror_fold_completed(st);
-        status = mapping__mirror_log_flush(st);
-        for (size_t i = 0; i < c.n && status == MAPPING_OK; i++)
-            status = mark_valid_part(fn, st, c.v[i].lo, c.v[i].hi);
+    push_range(user, lo, hi);
+}
+
+/* The changed bytes of the written pages pages[0..n), skipping bytes with
+ * a copy to the CPU queued (the library's, compared once it completed). */
+static void diff_pages(mirror_state *st, const mapping_range *pages, size_t n, collected *out)
+{
+    size_t page = mapping_os_page_size();
+    const mapping_range_set *pending = &st->pending[MIRROR_CPU];
+    for (size_t i = 0; i < n; i++) {
+        size_t lo = pages[i].lo, hi = pages[i].hi;
+        mapping_rs_cursor c;
+        mapping_range q;
+        for (bool ok = pending->count && mapping__rs_seek(pending, lo, &c, &q); ok && q.lo < hi && lo < hi;
+             ok = mapping__rs_next(&c, &q)) {
+            if (q.lo > lo)
+                mapping_track_shadow_diff(&st->track->shadow, st->cpu, lo, q.lo, page, on_changed, out);
+            lo = q.hi > lo ? q.hi : lo;
+        }
+        if (lo < hi)
+            mapping_track_shadow_diff(&st->track->shadow, st->cpu, lo, hi, page, on_changed, out);
     }
-    free(c.v);
-    /* uffd: the program unmapped the array (munmap, mremap, a MAP_FIXED
-     * mapping over it): -EFAULT where nothing is mapped now (the sync's
-     * copy would crash on the hole), -EPERM where other memory is
-     * (PAGEMAP_SCAN refuses memory no userfaultfd watches: its writes
-     * cannot be found). Say so at every sync, instead of a lack of memory
-     * or a crash. */
-    if (status == MAPPING_OK && (rc == -EPERM || rc == -EFAULT) && st->track->kind == MAPPING_TRACK_KIND_UFFD)
+}
+
+/* uffd: the program unmapped the array (munmap, mremap, a MAP_FIXED
+ * mapping over it): -EFAULT where nothing is mapped now (the sync's copy
+ * would crash on the hole), -EPERM where other memory is (PAGEMAP_SCAN
+ * refuses memory no userfaultfd watches: its writes cannot be found). Say
+ * so at every call, instead of a lack of memory or a crash. */
+static mapping_status collect_failed(const char *fn, const mirror_state *st, int rc)
+{
+    if ((rc == -EPERM || rc == -EFAULT) && st->track->region->kind == MAPPING_TRACK_KIND_UFFD)
         return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT,
                              "%s: MAPPING_MIRROR_TRACK_WRITES: the memory at [%p, +%zu) is no longer the one the mirror "
                              "tracks (unmapped or moved by munmap, mremap or a MAP_FIXED mapping while the mirror "
                              "lives): its writes cannot be found; destroy the mirror",
                              fn, (void *)st->cpu, st->size);
-    if (status == MAPPING_OK && (rc || c.oom))
-        status = mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: write tracking could not list the written pages "
-                                                               "(%s)", fn, rc ? strerror(-rc) : "out of memory");
-    return status;
+    return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: write tracking could not list the written pages (%s)", fn,
+                         rc ? strerror(-rc) : "out of memory");
 }
 
-void mapping__mirror_track_copied(mirror_state *st, const mapping_range *v, size_t n)
+static mapping_status track_collect(const char *fn, mirror_state *st, bool upload, mapping_range **out, size_t *n)
 {
-    uintptr_t base = (uintptr_t)st->cpu;
-    for (size_t i = 0; i < n; i++)
-        mapping_track_clear(st->track, base + v[i].lo, base + v[i].hi);
+    mapping_track_region *region = st->track->region;
+    collected pages = {.st = st}, changed = {.st = st};
+    uint64_t walks = region->walks;
+    int rc = mapping_track_collect(region, on_written, &pages, upload);
+    if (pages.pages)
+        mapping__count(&st->dev->counters.tracked_pages, pages.pages);
+    if (region->walks != walks)
+        mapping__count(&st->dev->counters.tracking_walks, region->walks - walks);
+    if (pages.n && !pages.oom)
+        diff_pages(st, pages.v, pages.n, &changed);
+    free(pages.v);
+    if (rc || pages.oom || changed.oom) {
+        free(changed.v);
+        return collect_failed(fn, st, rc);
+    }
+    *out = changed.v;
+    *n = changed.n;
+    return MAPPING_OK;
 }
 
-/* A clear queued on a stream: the runs of whole pages to forget. The region
- * is held, so the job may run after the mirror is gone (it does nothing then). */
-typedef struct track_clear_job {
-    mapping_track_region *track;
-    size_t            n;
-    mapping_range     pages[]; /* addresses, page-aligned */
-} track_clear_job;
+/* ---- the library's own writes into the CPU side ---- */
 
-static void run_clear_job(void *user)
+/* The bytes a sync to the CPU wrote that become valid: what it copied
+ * (p->merged) within the exact stale ranges; merged gaps hold the same
+ * bytes on both sides and are not taken (a collect may be reading them). */
+static mapping_range *copied_bytes(const sync_plan *p, size_t *n_out)
 {
-    track_clear_job *job = user;
-    for (size_t i = 0; i < job->n; i++)
-        mapping_track_clear(job->track, job->pages[i].lo, job->pages[i].hi);
-    mapping_track_drop(job->track);
+    mapping_range *v = mapping_os_malloc((p->n_merged + p->n_exact) * sizeof *v);
+    size_t n = 0;
+    for (size_t i = 0, j = 0; v && i < p->n_merged && j < p->n_exact;) {
+        size_t lo = p->merged[i].lo > p->exact[j].lo ? p->merged[i].lo : p->exact[j].lo;
+        size_t hi = p->merged[i].hi < p->exact[j].hi ? p->merged[i].hi : p->exact[j].hi;
+        if (lo < hi)
+            v[n++] = (mapping_range){lo, hi};
+        if (p->merged[i].hi < p->exact[j].hi)
+            i++;
+        else
+            j++;
+    }
+    *n_out = n;
+    return v;
+}
+
+/* The shadow takes the copied bytes, and the tracker forgets the pages
+ * wholly inside them (no compare needed there next time). */
+static void take_copied(struct mirror_track *t, const unsigned char *cpu, const mapping_range *v, size_t n)
+{
+    uintptr_t base = (uintptr_t)cpu, page = mapping_os_page_size();
+    for (size_t i = 0; i < n; i++) {
+        mapping_track_shadow_take(&t->shadow, cpu, v[i].lo, v[i].hi);
+        uintptr_t lo = (base + v[i].lo + page - 1) & ~(page - 1), hi = (base + v[i].hi) & ~(page - 1);
+        if (lo < hi)
+            mapping_track_clear(t->region, lo, hi);
+    }
+}
+
+/* A take queued on a stream, after the copies. It holds the feature's
+ * memory, so it may run after the mirror is gone (it takes nothing then:
+ * the family's end drained the queue first, so that does not happen). */
+typedef struct take_job {
+    struct mirror_track *track;
+    const unsigned char *cpu;
+    size_t               n;
+    mapping_range        v[];
+} take_job;
+
+static void run_take_job(void *user)
+{
+    take_job *job = user;
+    if (!atomic_load(&job->track->ended))
+        take_copied(job->track, job->cpu, job->v, job->n);
+    track_drop(job->track);
     free(job);
 }
 
-/* The whole pages of range r of the CPU side (addresses); false if none. */
-static bool whole_pages(const mirror_state *st, const mapping_range *r, mapping_range *pages)
+static mapping_status take_on_stream(mapping_stream *stream, mirror_state *st, const mapping_range *v, size_t n)
 {
-    uintptr_t base = (uintptr_t)st->cpu, page = mapping_os_page_size();
-    pages->lo = (base + r->lo + page - 1) & ~(page - 1);
-    pages->hi = (base + r->hi) & ~(page - 1);
-    return pages->lo < pages->hi;
-}
-
-mapping_status mapping__mirror_track_copied_on(mapping_stream *stream, mirror_state *st, const mapping_range *v,
-                                               size_t n)
-{
-    mapping_range pages;
-    size_t whole = 0; /* a copy within one page leaves nothing to forget: nothing is queued */
-    for (size_t i = 0; i < n; i++)
-        whole += whole_pages(st, &v[i], &pages);
-    if (!whole)
-        return MAPPING_OK;
-    track_clear_job *job = mapping_os_malloc(sizeof *job + whole * sizeof job->pages[0]);
+    take_job *job = mapping_os_malloc(sizeof *job + n * sizeof *v);
     if (!job)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mirror: out of memory");
-    job->n = 0;
-    for (size_t i = 0; i < n; i++)
-        if (whole_pages(st, &v[i], &pages))
-            job->pages[job->n++] = pages;
-    job->track = st->track;
-    mapping_track_hold(job->track);
-    mapping_status status = mapping__launch_host_internal(stream, run_clear_job, job);
+    *job = (take_job){st->track, st->cpu, n};
+    memcpy(job->v, v, n * sizeof *v);
+    atomic_fetch_add(&st->track->refs, 1);
+    mapping_status status = mapping__launch_host_internal(stream, run_take_job, job);
     if (status != MAPPING_OK) {
-        mapping_track_drop(job->track);
+        atomic_fetch_sub(&st->track->refs, 1);
         free(job);
     }
     return status;
 }
 
-void mapping__mirror_track_marked(mirror_state *st, size_t lo, size_t hi)
+/* A sync to the CPU: the shadow takes what the copy wrote when it is done
+ * (blocking: now; on a stream: when the stream gets there; if that cannot
+ * be queued, or the copy failed part-way, after waiting for the stream). */
+static mapping_status track_copied(mapping_stream *stream, mirror_state *st, const sync_plan *p, mapping_status status)
 {
-    uintptr_t base = (uintptr_t)st->cpu;
-    mapping_track_release(st->track, base + lo, base + hi);
+    if (p->target != MIRROR_CPU || !p->n_merged)
+        return MAPPING_OK;
+    size_t n = 0;
+    mapping_range *v = copied_bytes(p, &n);
+    if (!v)
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mirror: out of memory");
+    mapping_status result = MAPPING_OK;
+    if (stream && (status != MAPPING_OK || take_on_stream(stream, st, v, n) != MAPPING_OK)) {
+        result = mapping__stream_synchronize(stream);
+        stream = NULL;
+    }
+    if (!stream)
+        take_copied(st->track, st->cpu, v, n);
+    free(v);
+    return result;
+}
+
+/* mprotect: a blocking copy into the CPU side opens its pages first (and
+ * they count as written, as the faults would have counted them; the shadow
+ * takes the copy after it). Else the copy faults page by page, and on a
+ * thread that blocks SIGSEGV the kernel kills the process instead. */
+static void track_before_copy(mapping_stream *stream, mirror_state *st, int t, const mapping_range *v, size_t n)
+{
+    if (stream || t != MIRROR_CPU)
+        return;
+    for (size_t i = 0; i < n; i++)
+        mapping_track_release(st->track->region, (uintptr_t)st->cpu + v[i].lo, (uintptr_t)st->cpu + v[i].hi);
+}
+
+/* A CPU mark: with mprotect its pages become writable (a system call may
+ * write them; they count as written). */
+static void track_marked(mirror_state *st, int x, size_t lo, size_t hi, bool discard)
+{
+    (void)discard;
+    if (x == MIRROR_CPU)
+        mapping_track_release(st->track->region, (uintptr_t)st->cpu + lo, (uintptr_t)st->cpu + hi);
+}
+
+static void track_end(mirror_state *st, bool device_closed)
+{
+    (void)device_closed;
+    atomic_store(&st->track->ended, true);
+    mapping_track_end(st->track->region); /* the watch goes first: the memory may be gone */
+    track_drop(st->track);
+    st->track = NULL;
+}
+
+static const mirror_feature track_feature = {
+    .name = "write tracking",
+    .stages = MIRROR_STAGES_TO_CPU,
+    .collect = track_collect,
+    .marked = track_marked,
+    .before_copy = track_before_copy,
+    .copied = track_copied,
+    .end = track_end,
+};
+
+/* ---- begin ---- */
+
+static mapping_status begin_failed(const char *fn, const mirror_state *st, int rc)
+{
+    const void *p = st->cpu;
+    size_t n = st->size;
+    switch (rc) {
+    case -ENOMEM:
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory for write tracking", fn);
+    case -EBUSY:
+        return mapping__fail(MAPPING_ERR_UNSUPPORTED, "%s: MAPPING_MIRROR_TRACK_WRITES: a page of [%p, +%zu) is "
+                             "tracked already by another mirror (tracked arrays may not share a page)", fn, p, n);
+    case -EEXIST: /* uffd: the kernel's EBUSY for a page another userfaultfd watches */
+        return mapping__fail(MAPPING_ERR_UNSUPPORTED, "%s: MAPPING_MIRROR_TRACK_WRITES: a page of [%p, +%zu) is "
+                             "registered with another userfaultfd (the program's or another library's), and a page "
+                             "takes one: unregister it first, or MAPPING_TRACK=mprotect", fn, p, n);
+    case -ENOSPC:
+        return mapping__fail(MAPPING_ERR_UNSUPPORTED, "%s: MAPPING_MIRROR_TRACK_WRITES: %d tracked mirrors exist "
+                             "already, as many as mprotect tracking watches at once (destroy one first, or "
+                             "MAPPING_TRACK=uffd, Linux >= 6.7)", fn, (int)MAPPING_TRACK_MPROT_SLOTS);
+    case -EFAULT:
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: MAPPING_MIRROR_TRACK_WRITES: a page of [%p, +%zu) is "
+                             "not mapped", fn, p, n);
+    case -EACCES:
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: MAPPING_MIRROR_TRACK_WRITES: a page of [%p, +%zu) is "
+                             "not readable and writable (PROT_READ | PROT_WRITE): a sync to the CPU could not write it",
+                             fn, p, n);
+    case -ENOEXEC:
+        return mapping__fail(MAPPING_ERR_UNSUPPORTED, "%s: MAPPING_MIRROR_TRACK_WRITES: [%p, +%zu) is executable in "
+                             "part, which mprotect tracking cannot keep (wrap the parts separately, or "
+                             "MAPPING_TRACK=uffd)", fn, p, n);
+    case -EOPNOTSUPP:
+        return mapping__fail(MAPPING_ERR_UNSUPPORTED, "%s: MAPPING_MIRROR_TRACK_WRITES: [%p, +%zu) has pages larger "
+                             "than %zu bytes (hugetlbfs), which mprotect tracking cannot protect one base page at a "
+                             "time (uffd can: MAPPING_TRACK=uffd, Linux >= 6.7)", fn, p, n, mapping_os_page_size());
+    default:
+        return mapping__fail(MAPPING_ERR_UNSUPPORTED, "%s: MAPPING_MIRROR_TRACK_WRITES: no write tracking (%s; %s)", fn,
+                             mapping_track_reason(), strerror(-rc));
+    }
+}
+
+static mapping_status check_settings(const char *fn)
+{
+    size_t open_min;
+    if (mapping_track_scan_mode() == MAPPING_TRACK_SCAN_BAD)
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT,
+                             "%s: MAPPING_TRACK_SCAN=\"%s\" is not faulted, changed or always", fn,
+                             getenv("MAPPING_TRACK_SCAN"));
+    if (mapping_track_streams(&open_min) != 0)
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT,
+                             "%s: MAPPING_TRACK_STREAMS=\"%s\" is not " MAPPING_TRACK_STREAMS_VALUES, fn,
+                             getenv("MAPPING_TRACK_STREAMS"));
+    return MAPPING_OK;
+}
+
+mapping_status mapping__mirror_track_begin(const char *fn, mirror_state *st)
+{
+    mapping_status status = check_settings(fn);
+    if (status)
+        return status;
+    struct mirror_track *t = mapping_os_calloc(1, sizeof *t);
+    if (!t)
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory for write tracking", fn);
+    atomic_init(&t->refs, 1);
+    int rc = mapping_track_begin(st->cpu, st->size, &t->region);
+    /* The shadow starts as the content: a created mirror's is zero. */
+    if (rc == 0 && mapping_track_shadow_init(&t->shadow, st->owns_cpu ? NULL : st->cpu, st->size) != 0) {
+        mapping_track_end(t->region);
+        rc = -ENOMEM;
+    }
+    if (rc) {
+        free(t);
+        return begin_failed(fn, st, rc);
+    }
+    mapping_track_hold(t->region); /* its memory lives as long as t: a queued take clears pages through it */
+    st->track = t;
+    st->cpu_writable = true; /* asked: mapping_track_begin refuses memory it could not write */
+    mapping__mirror_add_feature(st, &track_feature);
+    return MAPPING_OK;
 }

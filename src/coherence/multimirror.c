@@ -14,6 +14,8 @@
 #include <string.h>
 #include "coherence/span_set.h"
 #include "core/ops.h"
+#include "os/os.h"
+#include "track/shadow.h"
 #include "track/write_track.h"
 
 enum { MAX_SIDES = MAPPING_MULTIMIRROR_MAX_DEVICES + 1 };
@@ -21,7 +23,9 @@ enum { MAX_SIDES = MAPPING_MULTIMIRROR_MAX_DEVICES + 1 };
 struct mapping_multimirror {
     int              count; /* devices */
     size_t           size;
-    unsigned char   *cpu; /* mapping__allocate_cpu of dev[0] */
+    unsigned char   *cpu; /* the host array: cpu_bytes of whole pages (alloc_host_array) */
+    size_t           cpu_bytes;
+    bool             cpu_locked, cpu_registered; /* mlock'ed; registered with dev[0] */
     mapping_device  *dev[MAPPING_MULTIMIRROR_MAX_DEVICES];
     uint64_t         dev_serial[MAPPING_MULTIMIRROR_MAX_DEVICES]; /* which open of dev[j] */
     mapping_buffer  *buf[MAPPING_MULTIMIRROR_MAX_DEVICES];
@@ -36,8 +40,11 @@ struct mapping_multimirror {
     size_t n_queued, cap_queued;
     /* Direct peer links, measured on first need; 0 bandwidth: not yet. */
     mapping_link peer[MAPPING_MULTIMIRROR_MAX_DEVICES][MAPPING_MULTIMIRROR_MAX_DEVICES];
-    /* mapping_multimirror_track_writes: the CPU pages under watch (track/write_track.h). */
+    /* mapping_multimirror_track_writes: the CPU pages under watch
+     * (track/write_track.h), and the CPU side's content as of the last look
+     * (track/shadow.h): a written page's changed bytes become CPU marks. */
     mapping_track_region *track;
+    mapping_track_shadow  shadow;
 };
 
 static mapping_status check_handle(const char *fn, const mapping_multimirror *m)
@@ -108,16 +115,39 @@ static void release(mapping_multimirror *m)
     m->n_queued = 0;
     free(m->queued);
     mapping_track_end(m->track); /* before the memory goes */
+    mapping_track_shadow_free(&m->shadow);
     for (int j = 0; j < m->count; j++)
         if (alive[j])
             mapping__free_gpu(m->buf[j]);
-    if (m->cpu && alive[0])
-        mapping__free_cpu(m->dev[0], m->cpu);
+    if (m->cpu_registered && alive[0])
+        mapping__host_unregister(m->dev[0], m->cpu);
+    if (m->cpu) /* the library's own memory: also when device 0 was closed first */
+        mapping_os_free_locked(m->cpu, m->cpu_bytes, m->cpu_locked);
     for (int s = 0; s < MAX_SIDES; s++) {
         mapping__span_set_free(&m->stale[s]);
         mapping__span_set_free(&m->modified[s]);
     }
     mapping_os_handle_free(m);
+}
+
+/* The host array: whole pages of page-locked memory of the library's own
+ * (not a device's: closing device 0 must not free it under the program,
+ * which may hold its address), registered with device 0 where its back end
+ * can (its copies then DMA from it), so that write tracking (which watches
+ * pages) sees no other data in them. */
+static mapping_status alloc_host_array(mapping_multimirror *m, mapping_device *dev, size_t bytes)
+{
+    size_t page = mapping_os_page_size();
+    m->cpu_bytes = bytes + (page - bytes % page) % page;
+    m->cpu = mapping_os_alloc_locked(m->cpu_bytes, &m->cpu_locked);
+    if (!m->cpu)
+        return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mapping_multimirror_create: out of host memory for %zu "
+                                                             "bytes", m->cpu_bytes);
+    mapping_error_mark before;
+    mapping__error_mark(&before);
+    m->cpu_registered = mapping__host_register(dev, m->cpu, m->cpu_bytes) == MAPPING_OK;
+    mapping__error_forget(&before); /* an optimisation: plain memory works too */
+    return MAPPING_OK;
 }
 
 mapping_status mapping_multimirror_create(mapping_device *const *devices, int count, size_t bytes,
@@ -149,9 +179,7 @@ mapping_status mapping_multimirror_create(mapping_device *const *devices, int co
     memcpy(m->dev, devices, (size_t)count * sizeof *devices);
     for (int j = 0; j < count; j++)
         m->dev_serial[j] = devices[j]->serial;
-    void *cpu = NULL;
-    st = mapping__allocate_cpu(devices[0], bytes, &cpu);
-    m->cpu = cpu;
+    st = alloc_host_array(m, devices[0], bytes);
     for (int j = 0; j < count && st == MAPPING_OK; j++) {
         st = mapping__allocate_gpu(devices[j], bytes, &m->buf[j]);
         if (st == MAPPING_OK)
@@ -190,9 +218,10 @@ void mapping_multimirror_destroy(mapping_multimirror *m)
                       (const void *)m);
 }
 
-/* The getters: NULL for what a closed device took with it: the CPU array
- * (page-locked memory of device 0) once device 0 is closed, replica j's
- * buffer once device j is. */
+/* The getters: NULL for what a closed device took with it, replica j's
+ * buffer once device j is, and the CPU array once device 0 is (the
+ * multimirror is unusable then; the array itself stays valid until
+ * destroy, for an address the program took before). */
 static bool side_alive(const char *fn, const mapping_multimirror *m, int j)
 {
     if (mapping__device_alive(m->dev[j], m->dev_serial[j]))
@@ -285,7 +314,8 @@ mapping_status mapping_multimirror_mark_cpu_modified(mapping_multimirror *m, siz
 {
     static const char fn[] = "mapping_multimirror_mark_cpu_modified";
     mapping_status st;
-    if ((st = check_handle(fn, m)) || (st = mapping__check_range(fn, "the multimirror", offset, bytes, m->size)))
+    if ((st = check_handle(fn, m)) || (st = mapping__check_range(fn, "the multimirror", offset, bytes, m->size)) ||
+        (st = settle(m, -1, NULL)) || (st = collect_writes(fn, m, false)))
         return st;
     return mark(fn, m, 0, offset, bytes);
 }
@@ -295,7 +325,8 @@ mapping_status mapping_multimirror_mark_gpu_modified(mapping_multimirror *m, int
     static const char fn[] = "mapping_multimirror_mark_gpu_modified";
     mapping_status st;
     if ((st = check_handle(fn, m)) || (st = check_device_index(fn, m, device)) ||
-        (st = mapping__check_range(fn, "the multimirror", offset, bytes, m->size)))
+        (st = mapping__check_range(fn, "the multimirror", offset, bytes, m->size)) || (st = settle(m, -1, NULL)) ||
+        (st = collect_writes(fn, m, false)))
         return st;
     return mark(fn, m, 1 + device, offset, bytes);
 }
@@ -304,49 +335,81 @@ mapping_status mapping_multimirror_mark_gpu_modified(mapping_multimirror *m, int
 
 typedef struct written_pages {
     mapping_multimirror *m;
-    const char          *fn;
-    mapping_status       st;
+    mapping_range       *v; /* written page runs, offsets */
+    size_t               n, cap;
+    bool                 oom;
 } written_pages;
-
-/* A part of a written page that is valid on the CPU becomes a CPU mark
- * (bytes stale on the CPU are another side's, not the program's). */
-static bool mark_valid_gap(written_pages *w, size_t start, size_t end)
-{
-    if (w->st == MAPPING_OK && start < end)
-        w->st = mark(w->fn, w->m, 0, start, end - start);
-    return w->st == MAPPING_OK;
-}
 
 static void on_written_page(void *user, uintptr_t lo, uintptr_t hi)
 {
     written_pages *w = user;
     uintptr_t base = (uintptr_t)w->m->cpu;
     size_t start = lo > base ? lo - base : 0, end = hi - base < w->m->size ? hi - base : w->m->size;
-    const mapping_span_set *stale = &w->m->stale[0];
-    for (size_t i = mapping__span_set_first_after(stale, start); i < stale->n && stale->v[i].start < end; i++) {
-        size_t gap_end = stale->v[i].start;
-        if (gap_end > start && !mark_valid_gap(w, start, gap_end))
+    if (start >= end)
+        return;
+    if (w->n == w->cap) {
+        size_t cap = w->cap ? 2 * w->cap : 16;
+        mapping_range *v = mapping_os_realloc(w->v, cap * sizeof *v);
+        if (!v) {
+            w->oom = true;
             return;
-        if (stale->v[i].end > start)
-            start = stale->v[i].end;
-        if (start >= end)
-            return;
+        }
+        w->v = v;
+        w->cap = cap;
     }
-    if (start < end)
-        mark_valid_gap(w, start, end);
+    w->v[w->n++] = (mapping_range){start, end};
 }
 
-/* Before a sync or a stale count: the pages written since the last look
- * (upload: before a sync to a device). */
+typedef struct changed_bytes {
+    mapping_multimirror *m;
+    const char          *fn;
+    mapping_status       st;
+} changed_bytes;
+
+/* A tracked write to bytes stale on the CPU (another side modified them
+ * and the CPU has not synced): a conflict, as a CPU mark there would be,
+ * that cannot be refused: counted, and the other side's content wins. */
+static void cpu_write_conflicts(changed_bytes *c, size_t start, size_t end)
+{
+    mapping__count(&c->m->dev[0]->counters.conflicts, 1);
+    mapping__log(1, "%s: the CPU wrote [%zu, %zu) of a tracked multimirror, which a device side modified and the CPU "
+                    "has not synced (a conflict): the device's bytes win at the next sync to the CPU",
+                 c->fn, start, end);
+}
+
+/* The program changed [start, end): a CPU mark where the CPU side is valid,
+ * a conflict where it is stale. */
+static void on_changed(void *user, size_t start, size_t end)
+{
+    changed_bytes *c = user;
+    const mapping_span_set *stale = &c->m->stale[0];
+    for (size_t i = mapping__span_set_first_after(stale, start); c->st == MAPPING_OK && start < end; i++) {
+        size_t gap_end = i < stale->n && stale->v[i].start < end ? stale->v[i].start : end;
+        if (gap_end > start)
+            c->st = mark(c->fn, c->m, 0, start, gap_end - start);
+        if (gap_end >= end)
+            return;
+        size_t stale_end = stale->v[i].end < end ? stale->v[i].end : end;
+        cpu_write_conflicts(c, gap_end > start ? gap_end : start, stale_end);
+        start = stale_end;
+    }
+}
+
+/* Before every call: the bytes the program changed in the pages written
+ * since the last look (upload: before a sync to a device). */
 static mapping_status collect_writes(const char *fn, mapping_multimirror *m, bool upload)
 {
     if (!m->track)
         return MAPPING_OK;
-    written_pages w = {m, fn, MAPPING_OK};
+    written_pages w = {.m = m};
     int rc = mapping_track_collect(m->track, on_written_page, &w, upload);
-    if (w.st == MAPPING_OK && rc)
-        w.st = mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: write tracking could not list the written pages", fn);
-    return w.st;
+    changed_bytes c = {m, fn, MAPPING_OK};
+    for (size_t i = 0; i < w.n && !w.oom && c.st == MAPPING_OK; i++)
+        mapping_track_shadow_diff(&m->shadow, m->cpu, w.v[i].lo, w.v[i].hi, mapping_os_page_size(), on_changed, &c);
+    free(w.v);
+    if (c.st == MAPPING_OK && (rc || w.oom))
+        c.st = mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: write tracking could not list the written pages", fn);
+    return c.st;
 }
 
 mapping_status mapping_multimirror_track_writes(mapping_multimirror *m)
@@ -358,6 +421,11 @@ mapping_status mapping_multimirror_track_writes(mapping_multimirror *m)
     if (m->track)
         return MAPPING_OK;
     int rc = mapping_track_begin(m->cpu, m->size, &m->track);
+    if (rc == 0 && mapping_track_shadow_init(&m->shadow, m->cpu, m->size) != 0) {
+        mapping_track_end(m->track);
+        m->track = NULL;
+        rc = -ENOMEM;
+    }
     if (rc == -ENOMEM)
         return oom(fn);
     if (rc == -EINVAL)
@@ -370,6 +438,14 @@ mapping_status mapping_multimirror_track_writes(mapping_multimirror *m)
 }
 
 /* ---- syncing: each stale part from the cheapest side valid there ---- */
+
+/* A sync to the CPU wrote [start, end) (blocking): the shadow takes it,
+ * and the tracker forgets the pages wholly inside it. */
+static void copied_to_cpu(mapping_multimirror *m, size_t start, size_t end)
+{
+    mapping_track_shadow_take(&m->shadow, m->cpu, start, end);
+    mapping_track_clear(m->track, (uintptr_t)m->cpu + start, (uintptr_t)m->cpu + end);
+}
 
 static double link_cost(const mapping_link *l, size_t bytes)
 {
@@ -533,7 +609,7 @@ static mapping_status sync_side(const char *fn, mapping_multimirror *m, mapping_
             if (!mapping__span_set_remove(stale, spans[k].start, spans[k].end))
                 job.st = oom(fn);
             else if (target == 0 && m->track) /* blocking: the copy's writes, not the program's */
-                mapping_track_clear(m->track, (uintptr_t)m->cpu + spans[k].start, (uintptr_t)m->cpu + spans[k].end);
+                copied_to_cpu(m, spans[k].start, spans[k].end);
         }
     }
     free(spans);

@@ -678,6 +678,90 @@ static mapping_rs_node *list_take(mapping_rs_node **list)
     return node;
 }
 
+/* Allocates the nodes a rebuild lacks (need - have), chained onto *list in
+ * the order malloc gave them (usually rising addresses, so the leaves made
+ * from them lie in memory as they are walked). False: none is kept. */
+static bool supply_fresh(size_t have, size_t need, mapping_rs_node **list)
+{
+    mapping_rs_node **tail = list, *node;
+    for (; have < need; have++, tail = &node->next) {
+        if (!(node = mapping_os_malloc(sizeof *node))) {
+            while (*list)
+                free(list_take(list));
+            return false;
+        }
+        node->next = NULL;
+        *tail = node;
+    }
+    return true;
+}
+
+/* The old tree's nodes and the pool, onto *list: the supply of the new tree. */
+static void supply_old(mapping_range_set *s, mapping_rs_node **list)
+{
+    if (s->root)
+        harvest(s->root, s->levels, list);
+    while (s->pool) {
+        mapping_rs_node *node = s->pool;
+        s->pool = node->next;
+        node->next = *list;
+        *list = node;
+    }
+}
+
+/* The leaves of t over v[0, m): filled evenly, linked, into level[] with
+ * the last hi of each into last[]. */
+static void build_leaves(mapping_range_set *t, const mapping_range *v, size_t m, size_t leaves,
+                         mapping_rs_node **list, mapping_rs_node **level, size_t *last)
+{
+    size_t at = 0;
+    for (size_t i = 0; i < leaves; i++) {
+        mapping_rs_node *leaf = list_take(list);
+        size_t take = m / leaves + (i < m % leaves);
+        leaf->n = (unsigned)take;
+        for (size_t q = 0; q < take; q++, at++) {
+            leaf->lo[q] = v[at].lo;
+            leaf->hi[q] = v[at].hi;
+            t->total += v[at].hi - v[at].lo;
+        }
+        leaf->prev = i ? level[i - 1] : NULL;
+        leaf->next = NULL;
+        if (i)
+            level[i - 1]->next = leaf;
+        level[i] = leaf;
+        last[i] = leaf->hi[take - 1];
+    }
+    t->first = level[0];
+    t->last = level[leaves - 1];
+    t->levels = 1;
+    t->nodes = leaves;
+    t->count = m;
+}
+
+/* The internal levels of t over the c nodes of level[] (separators from
+ * last[]), up to the root. */
+static void build_upper(mapping_range_set *t, size_t c, mapping_rs_node **list, mapping_rs_node **level, size_t *last)
+{
+    for (; c > 1; t->levels++) { /* c nodes at this level: parents over them */
+        size_t parents = (c + RS_B) / (RS_B + 1), k = 0;
+        for (size_t p = 0; p < parents; p++) {
+            mapping_rs_node *node = list_take(list);
+            size_t take = c / parents + (p < c % parents);
+            node->n = (unsigned)(take - 1);
+            for (size_t q = 0; q < take; q++, k++) {
+                node->child[q] = level[k];
+                if (q + 1 < take)
+                    node->sep[q] = last[k];
+            }
+            last[p] = last[k - 1];
+            level[p] = node;
+        }
+        t->nodes += parents;
+        c = parents;
+    }
+    t->root = level[0];
+}
+
 /* Replaces the set by the sorted, disjoint, non-touching v[0, m). The old
  * tree's nodes and the pool are reused for the new tree (a rebuild of a
  * large set would otherwise allocate all of its nodes anew while the old
@@ -685,83 +769,22 @@ static mapping_rs_node *list_take(mapping_rs_node **list)
  * the nodes missing are allocated, first, so that a failure changes nothing. */
 static mapping_status rebuild(mapping_range_set *s, const mapping_range *v, size_t m)
 {
-    size_t need = m ? rebuild_nodes(m) : 0, have = s->nodes + s->spare, keep_spare = s->spare;
+    size_t need = m ? rebuild_nodes(m) : 0, keep_spare = s->spare, leaves = (m + RS_B - 1) / RS_B;
     mapping_rs_node *list = NULL;
-    size_t leaves = (m + RS_B - 1) / RS_B;
     mapping_rs_node **level = m ? mapping_os_malloc(leaves * sizeof *level) : NULL;
     size_t *last = m ? mapping_os_malloc(leaves * sizeof *last) : NULL; /* the last hi under each node of the level */
-    bool ok = !m || (level && last);
-    /* Fresh nodes are chained in the order malloc gave them (usually rising
-     * addresses), so the leaves made from them lie in memory as they are
-     * walked. */
-    for (mapping_rs_node **tail = &list, *node; ok && have < need; have++, tail = &node->next) {
-        if (!(ok = (node = mapping_os_malloc(sizeof *node)) != NULL))
-            break;
-        node->next = NULL;
-        *tail = node;
-    }
-    if (!ok) {
-        while (list)
-            free(list_take(&list));
+    if ((m && (!level || !last)) || !supply_fresh(s->nodes + s->spare, need, &list)) {
         free(level);
         free(last);
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "range set: cannot rebuild %zu ranges", m);
     }
     /* From here nothing fails: the old tree and the pool become the supply. */
-    if (s->root)
-        harvest(s->root, s->levels, &list);
-    while (s->pool) {
-        mapping_rs_node *node = s->pool;
-        s->pool = node->next;
-        node->next = list;
-        list = node;
-    }
+    supply_old(s, &list);
     mapping_range_set t;
     mapping__rs_init(&t);
     if (m) {
-        size_t at = 0, total = 0;
-        for (size_t i = 0; i < leaves; i++) {
-            mapping_rs_node *leaf = list_take(&list);
-            size_t take = m / leaves + (i < m % leaves);
-            leaf->n = (unsigned)take;
-            for (size_t q = 0; q < take; q++, at++) {
-                leaf->lo[q] = v[at].lo;
-                leaf->hi[q] = v[at].hi;
-                total += v[at].hi - v[at].lo;
-            }
-            leaf->prev = i ? level[i - 1] : NULL;
-            leaf->next = NULL;
-            if (i)
-                level[i - 1]->next = leaf;
-            level[i] = leaf;
-            last[i] = leaf->hi[take - 1];
-        }
-        t.first = level[0];
-        t.last = level[leaves - 1];
-        t.levels = 1;
-        t.nodes = leaves;
-        for (size_t c = leaves; c > 1;) { /* c nodes at this level: parents over them */
-            size_t parents = (c + RS_B) / (RS_B + 1), k = 0;
-            for (size_t p = 0; p < parents; p++) {
-                mapping_rs_node *node = list_take(&list);
-                size_t take = c / parents + (p < c % parents);
-                node->n = (unsigned)(take - 1);
-                for (size_t q = 0; q < take; q++, k++) {
-                    node->child[q] = level[k];
-                    if (q + 1 < take)
-                        node->sep[q] = last[k];
-                }
-                size_t hi = last[k - 1];
-                level[p] = node;
-                last[p] = hi;
-            }
-            t.nodes += parents;
-            t.levels++;
-            c = parents;
-        }
-        t.root = level[0];
-        t.count = m;
-        t.total = total;
+        build_leaves(&t, v, m, leaves, &list, level, last);
+        build_upper(&t, leaves, &list, level, last);
     }
     free(level);
     free(last);
@@ -929,29 +952,35 @@ typedef struct rs_walk {
 } rs_walk;
 
 /* Every interval of node lies within [lo, hi] (the separators around it). */
-static bool valid_node(rs_walk *w, const mapping_rs_node *node, unsigned depth, size_t lo, size_t hi)
+/* A leaf: linked in order, its intervals within [lo, hi), sorted,
+ * disjoint and not adjacent to the previous leaf's. */
+static bool valid_leaf(rs_walk *w, const mapping_rs_node *node, size_t lo, size_t hi)
 {
     const mapping_range_set *s = w->s;
+    if (node->prev != w->prev_leaf || (w->prev_leaf ? w->prev_leaf->next : s->first) != node)
+        return false;
+    w->prev_leaf = node;
+    for (unsigned i = 0; i < node->n; i++) {
+        if (node->lo[i] >= node->hi[i] || node->lo[i] < lo || node->hi[i] > hi)
+            return false;
+        if (w->any && w->prev_hi >= node->lo[i]) /* sorted, disjoint, not adjacent */
+            return false;
+        w->any = true;
+        w->prev_hi = node->hi[i];
+        w->total += node->hi[i] - node->lo[i];
+    }
+    w->count += node->n;
+    return true;
+}
+
+static bool valid_node(rs_walk *w, const mapping_rs_node *node, unsigned depth, size_t lo, size_t hi)
+{
     bool root = depth == 0;
     if (node->n > RS_B || node->n < (root ? 1u : (unsigned)RS_MIN))
         return false;
     w->nodes++;
-    if (depth + 1 == s->levels) {
-        if (node->prev != w->prev_leaf || (w->prev_leaf ? w->prev_leaf->next : s->first) != node)
-            return false;
-        w->prev_leaf = node;
-        for (unsigned i = 0; i < node->n; i++) {
-            if (node->lo[i] >= node->hi[i] || node->lo[i] < lo || node->hi[i] > hi)
-                return false;
-            if (w->any && w->prev_hi >= node->lo[i]) /* sorted, disjoint, not adjacent */
-                return false;
-            w->any = true;
-            w->prev_hi = node->hi[i];
-            w->total += node->hi[i] - node->lo[i];
-        }
-        w->count += node->n;
-        return true;
-    }
+    if (depth + 1 == w->s->levels)
+        return valid_leaf(w, node, lo, hi);
     for (unsigned i = 0; i < node->n; i++)
         if (node->sep[i] < lo || node->sep[i] > hi || (i > 0 && node->sep[i - 1] >= node->sep[i]))
             return false;

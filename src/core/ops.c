@@ -96,7 +96,7 @@ write_body(mapping_stream *stream, const void *src, mapping_buffer *dst, size_t 
     uint64_t t0 = !stream && bytes >= TIMED_TRANSFER_MIN ? mapping_os_now_ns() : 0;
     mapping_race_guard *guard = NULL; /* MAPPING_CHECK=races: the source is read-only until the copy is done */
     if (checked)
-        guard = mapping__race_guard_begin(src, bytes, MAPPING_RACE_H2D, stream);
+        guard = mapping__race_guard_begin(src, bytes, MAPPING_RACE_H2D, stream, mapping__stream_state(stream));
     mapping_trace_span span = mapping__trace_begin();
     st = dev->be->write(dev->state, mapping__stream_state(stream), src, pinned, dst->mem, dst_offset, bytes);
     mapping__trace_op(&span, "write", "h2d", dev, stream, dst, bytes, st);
@@ -124,7 +124,7 @@ read_body(mapping_stream *stream, const mapping_buffer *src, size_t src_offset, 
         return copy_registered(stream, dst, (mapping_buffer *)(uintptr_t)src, src_offset, bytes, false);
     uint64_t t0 = !stream && bytes >= TIMED_TRANSFER_MIN ? mapping_os_now_ns() : 0;
     mapping_race_guard *guard = NULL; /* MAPPING_CHECK=races: the destination is inaccessible until the copy starts */
-    if (checked && (guard = mapping__race_guard_begin(dst, bytes, MAPPING_RACE_D2H, stream)) &&
+    if (checked && (guard = mapping__race_guard_begin(dst, bytes, MAPPING_RACE_D2H, stream, mapping__stream_state(stream))) &&
         mapping__launch_host_internal(stream, mapping__race_guard_started, guard) != MAPPING_OK) {
         mapping__race_guard_end(guard);
         guard = NULL;

@@ -1,5 +1,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 #include "os/os.h"
@@ -33,6 +34,29 @@ void *mapping_os_alloc_locked(size_t bytes, bool *locked)
      * still page-aligned, only not locked. */
     *locked = mlock(ptr, rounded) == 0;
     return ptr;
+}
+
+void *mapping_os_alloc_pages(size_t bytes)
+{
+    size_t rounded = round_to_pages(bytes);
+    if (rounded < bytes || alloc_fails())
+        return NULL;
+    void *ptr = mmap(NULL, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (ptr == MAP_FAILED)
+        return NULL;
+    mapping_os_advise_huge_pages(ptr, rounded);
+#ifdef MADV_POPULATE_WRITE
+    if (madvise(ptr, rounded, MADV_POPULATE_WRITE) == 0)
+        return ptr;
+#endif
+    memset(ptr, 0, rounded); /* older kernels: fault every page in now */
+    return ptr;
+}
+
+void mapping_os_free_pages(void *ptr, size_t bytes)
+{
+    if (ptr)
+        munmap(ptr, round_to_pages(bytes));
 }
 
 void mapping_os_free_locked(void *ptr, size_t bytes, bool locked)

@@ -27,6 +27,12 @@ void     mapping_os_fine_timer_slack(void);
 size_t mapping_os_page_size(void);
 void  *mapping_os_alloc_locked(size_t bytes, bool *locked);
 void   mapping_os_free_locked(void *ptr, size_t bytes, bool locked);
+/* Whole pages of zeroed memory, faulted in at once (huge pages where the
+ * kernel gives them), so that writing them later costs no page fault: for
+ * large arrays written a little at a time (a tracked mirror's shadow).
+ * NULL when out of memory (an injected allocation fault included). */
+void  *mapping_os_alloc_pages(size_t bytes);
+void   mapping_os_free_pages(void *ptr, size_t bytes);
 /* The library allocates through these (malloc, calloc, realloc,
  * aligned_alloc; free() frees), so tests can make an allocation fail:
  * mapping_os_inject_alloc_fault(n) makes the (n+1)th allocation from now on

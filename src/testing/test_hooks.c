@@ -3,7 +3,8 @@
  * state for tests only; nothing in the library calls them.
  */
 #include "testing/test_hooks.h"
-#include "coherence/mirror_internal.h"
+#include "coherence/mirror_features.h"
+#include "coherence/mirror_mark_log.h"
 #include "track/fault_count.h"
 #include "track/fault_log.h"
 #include "os/os.h"
@@ -33,12 +34,12 @@ const mapping_range_set *mapping__test_mirror_pending(const mapping_mirror *m, m
 
 size_t mapping__test_mirror_inflight(const mapping_mirror *m)
 {
-    return m->st->n_inflight;
+    return m->st->queue.n;
 }
 
 size_t mapping__test_mirror_logged(const mapping_mirror *m)
 {
-    return m->st->log_n;
+    return m->st->log.n;
 }
 
 void mapping__test_device_diff_mode(int mode)
@@ -48,7 +49,7 @@ void mapping__test_device_diff_mode(int mode)
 
 size_t mapping__test_mirror_diff_known(const mapping_mirror *m)
 {
-    return m->st->diff ? mapping__rs_bytes_in(&m->st->diff_known, 0, m->st->size) : 0;
+    return mapping__mirror_diff_known_bytes(m->st);
 }
 
 bool mapping__test_device_can_diff(const mapping_device *dev)

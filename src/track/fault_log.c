@@ -226,6 +226,52 @@ static bool process_faults(uint64_t *out)
  * *every_thread says they are counted. Equal stamps mean that no fault
  * completed, and with *every_thread that none began either: no page became
  * writable, even in another thread's fault still in flight. */
+/* Turns the event on for the next interval when its faults cost less to
+ * log than a walk (scan_ns), off when more. */
+static void steer_event(uint64_t scan_ns, uint64_t faults)
+{
+    bool want = !scan_ns || (faults - last_faults) * SAMPLE_NS <= scan_ns;
+    if (want != event_on && ioctl(event_fd, want ? PERF_EVENT_IOC_ENABLE : PERF_EVENT_IOC_DISABLE, 0) == 0) {
+        event_on = want;
+        skip_next = want; /* faults between the snapshot and now went unlogged */
+    }
+}
+
+/* A drain on the logging thread: the ring's samples against the process's
+ * fault count (and the faults every thread began). Returns whether the
+ * interval provably holds every fault. */
+static bool drain_logged(uint64_t scan_ns, uint64_t *faults_out, bool *every_thread, bool *counted)
+{
+    uint64_t tail = ring->data_tail, entries = 0;
+    uint64_t h1 = __atomic_load_n(&ring->data_head, __ATOMIC_ACQUIRE);
+    struct rusage r;
+    int rc = logging_thread ? getrusage(RUSAGE_SELF, &r) : -1;
+    bool have_entries = rc == 0 && mapping_track_fault_entries(&entries);
+    uint64_t h2 = __atomic_load_n(&ring->data_head, __ATOMIC_ACQUIRE);
+    bool missing = false;
+    uint64_t samples = read_records(tail, h2, &missing);
+    __atomic_store_n(&ring->data_tail, h2, __ATOMIC_RELEASE);
+    bool consistent = rc == 0 && h1 == h2;
+    uint64_t faults = rc == 0 ? (uint64_t)r.ru_minflt + (uint64_t)r.ru_majflt : 0;
+    *counted = rc == 0 || process_faults(&faults);
+    *every_thread = have_entries;
+    *faults_out = faults + (have_entries ? entries : 0);
+    /* Another thread's fault in flight has begun (counted in entries) but
+     * not completed (not in getrusage, nor sampled): without the entries,
+     * the counts could agree while its page is writable. */
+    bool entries_agree = !have_entries || (last_entries_valid && entries - last_entries == samples);
+    bool complete = consistent && last_valid && event_on && !skip_next && !missing && faults - last_faults == samples &&
+                    entries_agree;
+    last_entries = entries;
+    last_entries_valid = consistent && have_entries;
+    skip_next = false;
+    if (consistent && last_valid)
+        steer_event(scan_ns, faults);
+    last_valid = consistent;
+    last_faults = faults;
+    return complete;
+}
+
 static bool drain(uint64_t scan_ns, uint64_t *faults_out, bool *every_thread)
 {
     drains++;
@@ -237,39 +283,7 @@ static bool drain(uint64_t scan_ns, uint64_t *faults_out, bool *every_thread)
         *every_thread = counted && mapping_track_fault_entries(&entries);
         *faults_out += entries;
     } else {
-        uint64_t tail = ring->data_tail;
-        uint64_t h1 = __atomic_load_n(&ring->data_head, __ATOMIC_ACQUIRE);
-        struct rusage r;
-        int rc = logging_thread ? getrusage(RUSAGE_SELF, &r) : -1;
-        bool have_entries = rc == 0 && mapping_track_fault_entries(&entries);
-        uint64_t h2 = __atomic_load_n(&ring->data_head, __ATOMIC_ACQUIRE);
-        bool missing = false;
-        uint64_t samples = read_records(tail, h2, &missing);
-        __atomic_store_n(&ring->data_tail, h2, __ATOMIC_RELEASE);
-        bool consistent = rc == 0 && h1 == h2;
-        uint64_t faults = rc == 0 ? (uint64_t)r.ru_minflt + (uint64_t)r.ru_majflt : 0;
-        counted = rc == 0 || process_faults(&faults);
-        *every_thread = have_entries;
-        *faults_out = faults + (have_entries ? entries : 0);
-        /* Another thread's fault in flight has begun (counted in entries)
-         * but not completed (not in getrusage, nor sampled): without the
-         * entries, the counts could agree while its page is writable. */
-        bool entries_agree = !have_entries || (last_entries_valid && entries - last_entries == samples);
-        complete = consistent && last_valid && event_on && !skip_next && !missing && faults - last_faults == samples &&
-                   entries_agree;
-        last_entries = entries;
-        last_entries_valid = consistent && have_entries;
-        skip_next = false;
-        if (consistent && last_valid) { /* log the next interval when its faults cost less than a walk */
-            bool want = !scan_ns || (faults - last_faults) * SAMPLE_NS <= scan_ns;
-            if (want != event_on &&
-                ioctl(event_fd, want ? PERF_EVENT_IOC_ENABLE : PERF_EVENT_IOC_DISABLE, 0) == 0) {
-                event_on = want;
-                skip_next = want; /* faults between the snapshot and now went unlogged */
-            }
-        }
-        last_valid = consistent;
-        last_faults = faults;
+        complete = drain_logged(scan_ns, faults_out, every_thread, &counted);
     }
     if (!complete)
         gap_drain = drains;
@@ -374,3 +388,12 @@ long mapping_track_fault_log_pages(const mapping_track_fault_pos *since, uintptr
     return -1;
 }
 #endif
+
+mapping_track_scan_kind mapping_track_scan_mode(void)
+{
+    const char *v = getenv("MAPPING_TRACK_SCAN");
+    return !v || !*v || strcmp(v, "faulted") == 0 ? MAPPING_TRACK_SCAN_FAULTED
+           : strcmp(v, "changed") == 0          ? MAPPING_TRACK_SCAN_CHANGED
+           : strcmp(v, "always") == 0           ? MAPPING_TRACK_SCAN_ALWAYS
+                                                : MAPPING_TRACK_SCAN_BAD;
+}

@@ -69,4 +69,16 @@ long mapping_track_fault_log_pages(const mapping_track_fault_pos *since, uintptr
                                 size_t cap, uint64_t scan_ns, mapping_track_fault_pos *now, uint64_t *faults,
                                 bool *every_thread);
 
+/* $MAPPING_TRACK_SCAN, read at each call: how a uffd collect finds the
+ * written pages. faulted (default, also when unset or empty): the fault log
+ * names them when it can (fault_log.h); changed: no fault log, only the
+ * skip of a collect after no fault; always: a walk at every collect. */
+typedef enum mapping_track_scan_kind {
+    MAPPING_TRACK_SCAN_FAULTED,
+    MAPPING_TRACK_SCAN_CHANGED,
+    MAPPING_TRACK_SCAN_ALWAYS,
+    MAPPING_TRACK_SCAN_BAD, /* another value */
+} mapping_track_scan_kind;
+mapping_track_scan_kind mapping_track_scan_mode(void);
+
 #endif

@@ -27,7 +27,6 @@
 #include "os/os.h"
 #include "track/signal_chain.h"
 #include "track/race_guard.h"
-#include "track/write_track.h"
 
 _Atomic int mapping__race_mode;
 
@@ -58,6 +57,7 @@ struct mapping_race_guard {
     _Atomic uintptr_t range_lo, range_hi; /* the copy's own host range, for the report */
     _Atomic int       op;
     const void *_Atomic stream;
+    const void *_Atomic worker; /* the stream's worker identity (mapping_os_worker_stream on its threads) */
 };
 
 _Static_assert(ATOMIC_POINTER_LOCK_FREE == 2 && ATOMIC_LONG_LOCK_FREE == 2 && ATOMIC_INT_LOCK_FREE == 2,
@@ -145,44 +145,55 @@ static void report(const struct mapping_race_guard *g, uintptr_t addr, void *ctx
     (void)rc;
 }
 
+/* What a fault on guard i's pages by this thread is: the stream's own
+ * work (a host function queued on the guard's stream: opened until it
+ * returns; the library's work on that stream's threads: opened for good),
+ * or a race. Work of another stream, a host function or the library's, is
+ * not ordered with the copy: a race, like the program's own threads. */
+enum { FAULT_RACE, FAULT_OPEN_FOR_FN, FAULT_OPEN_FOR_GOOD };
+
+static int classify(const struct mapping_race_guard *g)
+{
+    if (in_stream_fn)
+        return in_stream_fn == g->stream ? FAULT_OPEN_FOR_FN : FAULT_RACE;
+    const void *worker = mapping_os_worker_stream();
+    return worker && worker == g->worker ? FAULT_OPEN_FOR_GOOD : FAULT_RACE;
+}
+
+/* Opens guard i for this thread's fault (classify); false: a race. */
+static bool open_for(int i, int state)
+{
+    int kind = classify(&guards[i]);
+    if (kind == FAULT_RACE)
+        return false;
+    int prev = state;
+    if (atomic_compare_exchange_strong(&guards[i].state, &prev, SLOT_OPEN) && kind == FAULT_OPEN_FOR_FN &&
+        n_opened < OPENED_MAX) {
+        opened_slot[n_opened] = i;
+        opened_state[n_opened++] = prev;
+    }
+    mprotect((void *)guards[i].lo, guards[i].hi - guards[i].lo, PROT_READ | PROT_WRITE);
+    return true;
+}
+
 static void on_segv(int sig, siginfo_t *info, void *ctx)
 {
     int saved_errno = errno; /* mprotect below may set it; the program's must stay */
     uintptr_t addr = info ? (uintptr_t)info->si_addr : 0;
     bool open_slot = false, opened = false;
-    if (info && info->si_code == SEGV_ACCERR) {
-        for (int i = 0; i < GUARD_SLOTS; i++) {
-            int state = atomic_load_explicit(&guards[i].state, memory_order_acquire);
-            if (state == SLOT_FREE || addr < guards[i].lo || addr >= guards[i].hi)
-                continue;
-            if (state == SLOT_OPEN) {
-                open_slot = true; /* its protection is being lifted: try again */
-                continue;
-            }
-            if (mapping_os_worker_stream()) {
-                /* A library worker thread (the host back end's copies and
-                 * host functions): work ordered by its stream, which may be
-                 * another copy queued before this one. The guard opens for
-                 * good (until its copy is done). */
-                int prev = state;
-                atomic_compare_exchange_strong(&guards[i].state, &prev, SLOT_OPEN);
-                mprotect((void *)guards[i].lo, guards[i].hi - guards[i].lo, PROT_READ | PROT_WRITE);
-                opened = true;
-                continue;
-            }
-            if (in_stream_fn && in_stream_fn == guards[i].stream) { /* the stream's own work: open it */
-                int prev = state;
-                if (atomic_compare_exchange_strong(&guards[i].state, &prev, SLOT_OPEN) && n_opened < OPENED_MAX) {
-                    opened_slot[n_opened] = i;
-                    opened_state[n_opened++] = prev;
-                }
-                mprotect((void *)guards[i].lo, guards[i].hi - guards[i].lo, PROT_READ | PROT_WRITE);
-                opened = true;
-                continue;
-            }
+    for (int i = 0; info && info->si_code == SEGV_ACCERR && i < GUARD_SLOTS; i++) {
+        int state = atomic_load_explicit(&guards[i].state, memory_order_acquire);
+        if (state == SLOT_FREE || addr < guards[i].lo || addr >= guards[i].hi)
+            continue;
+        if (state == SLOT_OPEN) {
+            open_slot = true; /* its protection is being lifted: try again */
+            continue;
+        }
+        if (!open_for(i, state)) {
             report(&guards[i], addr, ctx);
             abort();
         }
+        opened = true;
     }
     bool again = opened || (open_slot && atomic_load_explicit(&in_transition, memory_order_acquire));
     /* A late fault: the access faulted on a guard's protection, which was
@@ -265,30 +276,39 @@ __attribute__((constructor)) static void register_fork_handlers(void)
     (void)pthread_atfork(before_fork, after_fork_parent, after_fork_child);
 }
 
-mapping_race_guard *mapping__race_guard_begin(const void *ptr, size_t bytes, int op, const void *stream)
+/* The whole pages [*lo, *hi) a guard may protect: none (lo == hi == olo,
+ * an open record) where mprotect write tracking watches them (they keep
+ * its protection), or where the memory is not plain read-write (the
+ * guard's end makes its pages read-write again, which would make read-only
+ * memory, a const table uploaded, writable, or drop PROT_EXEC, a JIT
+ * buffer). guards_lock held: write tracking begins under it too. */
+static bool watched(uintptr_t lo, uintptr_t hi);
+
+static void protectable(uintptr_t *lo, uintptr_t *hi, uintptr_t olo)
+{
+    int exec = 0;
+    if (*lo < *hi && watched(*lo, *hi))
+        *lo = *hi;
+    if (*lo < *hi) {
+        int rc = mapping_os_range_access(*lo, *hi, PROT_READ | PROT_WRITE, &exec);
+        if ((rc != 0 && rc != -ENOENT) || exec != 0)
+            *lo = *hi;
+    }
+    if (*lo >= *hi) /* nothing to protect, but the copy is recorded (open) for the overlap test below */
+        *lo = *hi = olo;
+}
+
+mapping_race_guard *mapping__race_guard_begin(const void *ptr, size_t bytes, int op, const void *stream,
+                                              const void *worker)
 {
     pthread_once(&install_once, install);
     uintptr_t page = mapping_os_page_size(), p = (uintptr_t)ptr;
-    if (!installed || p + bytes < p)
+    if (!installed || p + bytes < p || !bytes)
         return NULL;
     uintptr_t lo = (p + page - 1) & ~(page - 1), hi = (p + bytes) & ~(page - 1);
     uintptr_t olo = p & ~(page - 1), ohi = (p + bytes + page - 1) & ~(page - 1);
-    /* Pages watched by mprotect write tracking keep their own protection. */
-    if (!bytes || (lo < hi && mapping_track_kind_get() == MAPPING_TRACK_KIND_MPROTECT &&
-                   mapping_track_overlaps(lo, hi)))
-        return NULL;
-    /* Only plain read-write memory is protected: the guard's end makes its
-     * pages read-write again, which would make read-only memory (a const
-     * table uploaded) writable, or drop PROT_EXEC (a JIT buffer). */
-    int exec = 0;
-    if (lo < hi) {
-        int rc = mapping_track_range_protection(lo, hi, &exec);
-        if ((rc != 0 && rc != -ENOENT) || exec != 0)
-            lo = hi; /* not checked: an open record */
-    }
-    if (lo >= hi) /* no whole page: nothing to protect, but the copy is recorded (open) for the overlap test below */
-        lo = hi = olo;
     pthread_mutex_lock(&guards_lock);
+    protectable(&lo, &hi, olo);
     atomic_fetch_add(&in_transition, 1);
     struct mapping_race_guard *g = NULL;
     /* A page that an earlier copy still uses is not protected again: that
@@ -315,6 +335,7 @@ mapping_race_guard *mapping__race_guard_begin(const void *ptr, size_t bytes, int
         g->range_hi = p + bytes;
         g->op = op;
         g->stream = stream;
+        g->worker = worker;
         atomic_store_explicit(&g->state, overlap ? SLOT_OPEN : op == MAPPING_RACE_H2D ? SLOT_READONLY : SLOT_NOACCESS,
                               memory_order_release);
         if (!overlap) {
@@ -376,4 +397,119 @@ void mapping__race_stream_fn_leave(void)
     n_opened = 0;
     atomic_fetch_sub(&in_transition, 1);
     pthread_mutex_unlock(&guards_lock);
+}
+
+/* ---- write tracking beside the guards ---- */
+
+void mapping__race_guards_lock(void)
+{
+    pthread_mutex_lock(&guards_lock);
+}
+
+void mapping__race_guards_unlock(void)
+{
+    pthread_mutex_unlock(&guards_lock);
+}
+
+/* The ranges mprotect write tracking watches (under guards_lock): their
+ * pages keep the tracker's protection, never a guard's. */
+static uintptr_t (*watch)[2];
+static size_t     n_watch, cap_watch;
+
+static bool watched(uintptr_t lo, uintptr_t hi)
+{
+    for (size_t i = 0; i < n_watch; i++)
+        if (watch[i][0] < hi && lo < watch[i][1])
+            return true;
+    return false;
+}
+
+int mapping__race_guards_watch_locked(uintptr_t lo, uintptr_t hi)
+{
+    if (n_watch == cap_watch) {
+        size_t cap = cap_watch ? 2 * cap_watch : 16;
+        uintptr_t(*v)[2] = mapping_os_realloc(watch, cap * sizeof *v);
+        if (!v)
+            return -ENOMEM;
+        watch = v;
+        cap_watch = cap;
+    }
+    watch[n_watch][0] = lo;
+    watch[n_watch++][1] = hi;
+    mapping__race_guards_yield_locked(lo, hi);
+    return 0;
+}
+
+void mapping__race_guards_unwatch_locked(uintptr_t lo, uintptr_t hi)
+{
+    for (size_t i = 0; i < n_watch; i++)
+        if (watch[i][0] == lo && watch[i][1] == hi) {
+            watch[i][0] = watch[--n_watch][0];
+            watch[i][1] = watch[n_watch][1];
+            return;
+        }
+}
+
+void mapping__race_guards_yield_locked(uintptr_t lo, uintptr_t hi)
+{
+    atomic_fetch_add(&in_transition, 1);
+    for (int i = 0; i < GUARD_SLOTS; i++) {
+        struct mapping_race_guard *g = &guards[i];
+        if (atomic_load_explicit(&g->state, memory_order_relaxed) == SLOT_FREE || g->lo >= g->hi || g->hi <= lo ||
+            g->lo >= hi)
+            continue;
+        uintptr_t was_lo = g->lo, was_hi = g->hi;
+        atomic_store_explicit(&g->state, SLOT_OPEN, memory_order_release);
+        g->lo = g->hi = g->olo; /* an open record from now on: its end protects nothing */
+        protect_pages(was_lo, was_hi);
+    }
+    atomic_fetch_sub(&in_transition, 1);
+}
+
+/* The protected ranges of the guards meeting [lo, hi), sorted; guards_lock held. */
+static int guarded_ranges(uintptr_t lo, uintptr_t hi, uintptr_t (*out)[2], int cap)
+{
+    int n = 0;
+    for (int i = 0; i < GUARD_SLOTS && n < cap; i++) {
+        const struct mapping_race_guard *g = &guards[i];
+        if (atomic_load_explicit(&g->state, memory_order_relaxed) == SLOT_FREE || g->lo >= g->hi || g->hi <= lo ||
+            g->lo >= hi)
+            continue;
+        int k = n++;
+        for (; k > 0 && out[k - 1][0] > g->lo; k--) {
+            out[k][0] = out[k - 1][0];
+            out[k][1] = out[k - 1][1];
+        }
+        out[k][0] = g->lo;
+        out[k][1] = g->hi;
+    }
+    return n;
+}
+
+int mapping__race_guards_range_access_locked(uintptr_t lo, uintptr_t hi, int prot, int *exec)
+{
+    static uintptr_t ranges[GUARD_SLOTS][2]; /* guards_lock held */
+    int n = guarded_ranges(lo, hi, ranges, GUARD_SLOTS), rc = 0;
+    if (!n)
+        return mapping_os_range_access(lo, hi, prot, exec);
+    /* Guarded pages were plain read-write memory when protected (and are
+     * again at the guard's end): only the pages between them are asked. */
+    for (int k = 0; k <= n && (rc == 0 || rc == -ENOENT); k++) {
+        uintptr_t a = k ? ranges[k - 1][1] : lo, b = k < n ? ranges[k][0] : hi;
+        a = a > lo ? a : lo;
+        b = b < hi ? b : hi;
+        if (a < b)
+            rc = mapping_os_range_access(a, b, prot, NULL);
+    }
+    if (exec)
+        *exec = 0;
+    return rc;
+}
+
+int mapping__race_guards_range_access(uintptr_t lo, uintptr_t hi, int prot)
+{
+    pthread_mutex_lock(&guards_lock);
+    int rc = mapping__race_guards_range_access_locked(lo, hi, prot, NULL);
+    pthread_mutex_unlock(&guards_lock);
+    return rc;
 }

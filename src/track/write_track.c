@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 #include "os/os.h"
 #include "track/fault_log.h"
+#include "track/race_guard.h"
 #include "track/write_track.h"
 
 static pthread_once_t        choose_once = PTHREAD_ONCE_INIT;
@@ -18,68 +19,63 @@ static mapping_track_kind chosen;
 static const char           *chosen_reason = "";
 static char                  reason_buf[384];
 
+/* The uffd line of `mapping info`: the fault log, and what streams do. */
+static void describe_uffd(void)
+{
+    const char *log_why = "";
+    char streams[96];
+    size_t open_min = 0;
+    if (mapping_track_streams(&open_min) != 0)
+        snprintf(streams, sizeof streams, "MAPPING_TRACK_STREAMS is not valid");
+    else if (open_min)
+        snprintf(streams, sizeof streams, "repeated streams of %zu %s or more stay open",
+                 open_min % ((size_t)1 << 20) ? open_min >> 10 : open_min >> 20,
+                 open_min % ((size_t)1 << 20) ? "KiB" : "MiB");
+    else
+        snprintf(streams, sizeof streams, "no stream stays open (MAPPING_TRACK_STREAMS=off)");
+    if (mapping_track_fault_log_probe(&log_why))
+        snprintf(reason_buf, sizeof reason_buf,
+                 "uffd: userfaultfd async write-protect + PAGEMAP_SCAN, of the faulted pages (perf fault log); %s",
+                 streams);
+    else
+        snprintf(reason_buf, sizeof reason_buf,
+                 "uffd: userfaultfd async write-protect + PAGEMAP_SCAN, walks only (no fault log: %s); %s", log_why,
+                 streams);
+}
+
+/* uffd probed: 0, or why not (with the kernel's words) in *why. */
+static int probe_uffd(const char **why, char *buf, size_t size)
+{
+    int rc = mapping__uffd_probe(why);
+    if (rc != 0 && rc != -ENOSYS) { /* why the kernel refused: EMFILE, EPERM (seccomp), ... */
+        snprintf(buf, size, "%s (%s)", *why, strerror(-rc));
+        *why = buf;
+    }
+    return rc;
+}
+
 static void choose(void)
 {
-    const char *env = getenv("MAPPING_TRACK");
-    const char *uffd_why = "", *mprot_why = "";
-    if (env && strcmp(env, "none") == 0) {
-        chosen_reason = "none: MAPPING_TRACK=none";
-        return;
-    }
-    bool want_uffd = !env || !*env || strcmp(env, "auto") == 0 || strcmp(env, "uffd") == 0;
-    bool want_mprot = !env || !*env || strcmp(env, "auto") == 0 || strcmp(env, "mprotect") == 0;
+    const char *env = getenv("MAPPING_TRACK"), *uffd_why = "", *mprot_why = "";
+    bool any = !env || !*env || strcmp(env, "auto") == 0;
+    bool want_uffd = any || strcmp(env, "uffd") == 0, want_mprot = any || strcmp(env, "mprotect") == 0;
     if (!want_uffd && !want_mprot) {
-        chosen_reason = "none: MAPPING_TRACK is not auto, uffd, mprotect or none";
+        chosen_reason = env && strcmp(env, "none") == 0 ? "none: MAPPING_TRACK=none"
+                                                        : "none: MAPPING_TRACK is not auto, uffd, mprotect or none";
         return;
     }
-    int uffd_rc = want_uffd ? mapping__uffd_probe(&uffd_why) : -ENOSYS;
     char uffd_buf[160];
-    if (want_uffd && uffd_rc != 0 && uffd_rc != -ENOSYS) { /* why the kernel refused: EMFILE, EPERM (seccomp), ... */
-        snprintf(uffd_buf, sizeof uffd_buf, "%s (%s)", uffd_why, strerror(-uffd_rc));
-        uffd_why = uffd_buf;
-    }
-    if (want_uffd && uffd_rc == 0) {
-        const char *log_why = "";
+    if (want_uffd && probe_uffd(&uffd_why, uffd_buf, sizeof uffd_buf) == 0) {
         chosen = MAPPING_TRACK_KIND_UFFD;
-        char streams[96];
-        size_t open_min = 0;
-        if (mapping_track_streams(&open_min) != 0)
-            snprintf(streams, sizeof streams, "MAPPING_TRACK_STREAMS is not valid");
-        else if (open_min)
-            snprintf(streams, sizeof streams, "repeated streams of %zu %s or more stay open",
-                     open_min % ((size_t)1 << 20) ? open_min >> 10 : open_min >> 20,
-                     open_min % ((size_t)1 << 20) ? "KiB" : "MiB");
-        else
-            snprintf(streams, sizeof streams, "no stream stays open (MAPPING_TRACK_STREAMS=off)");
-        if (mapping_track_fault_log_probe(&log_why))
-            snprintf(reason_buf, sizeof reason_buf,
-                     "uffd: userfaultfd async write-protect + PAGEMAP_SCAN, of the faulted pages (perf fault log); %s",
-                     streams);
-        else
-            snprintf(reason_buf, sizeof reason_buf,
-                     "uffd: userfaultfd async write-protect + PAGEMAP_SCAN, walks only (no fault log: %s); %s", log_why,
-                     streams);
-        chosen_reason = reason_buf;
-        return;
-    }
-    if (want_mprot && (env && strcmp(env, "uffd") == 0 ? false : mapping__mprot_probe(&mprot_why) == 0)) {
+        describe_uffd();
+    } else if (want_mprot && mapping__mprot_probe(&mprot_why) == 0) {
         chosen = MAPPING_TRACK_KIND_MPROTECT;
         snprintf(reason_buf, sizeof reason_buf, "mprotect: SIGSEGV handler%s%s", want_uffd ? "; uffd: " : "",
                  want_uffd ? uffd_why : "");
-        chosen_reason = reason_buf;
-        return;
+    } else {
+        snprintf(reason_buf, sizeof reason_buf, "none: %s%s", want_uffd ? uffd_why : "", want_mprot ? mprot_why : "");
     }
-    snprintf(reason_buf, sizeof reason_buf, "none: %s%s", want_uffd ? uffd_why : "", want_mprot ? mprot_why : "");
     chosen_reason = reason_buf;
-}
-
-mapping_track_scan_kind mapping_track_scan_mode(void)
-{
-    const char *v = getenv("MAPPING_TRACK_SCAN");
-    return !v || !*v || strcmp(v, "faulted") == 0 ? MAPPING_TRACK_SCAN_FAULTED
-           : strcmp(v, "changed") == 0          ? MAPPING_TRACK_SCAN_CHANGED
-           : strcmp(v, "always") == 0           ? MAPPING_TRACK_SCAN_ALWAYS
-                                                : MAPPING_TRACK_SCAN_BAD;
 }
 
 int mapping_track_streams(size_t *open_min)
@@ -215,6 +211,47 @@ int mapping_track_range_protection(uintptr_t lo, uintptr_t hi, int *exec)
     return mapping_os_range_access(lo, hi, PROT_READ | PROT_WRITE, exec);
 }
 
+/* Only memory the library may write (a sync to the CPU does), and whose
+ * protection mprotect tracking puts back as it was: read-write, and
+ * executable throughout or nowhere. Looked at once the pages are known to
+ * be nobody else's (mprotect tracking of another region makes its pages
+ * read-only: that is -EBUSY, in regions_add). Locks held. */
+static int check_protection(mapping_track_region *t)
+{
+    int exec = 0;
+    int rc = mapping__race_guards_range_access_locked(t->lo, t->hi, PROT_READ | PROT_WRITE, &exec);
+    if (rc == 0 && exec < 0 && t->kind == MAPPING_TRACK_KIND_MPROTECT)
+        rc = -ENOEXEC;
+    if (rc == -ENOENT)
+        rc = 0; /* no /proc: taken as read-write, as it must be */
+    t->prot_exec = exec > 0 ? exec : 0;
+    return rc;
+}
+
+/* Adds t to the regions and starts its mechanism, under the race guards'
+ * lock (they stay put meanwhile: race_guard.h) and regions_lock. */
+static int start_region(mapping_track_region *t)
+{
+    mapping__race_guards_lock();
+    pthread_mutex_lock(&regions_lock);
+    int rc = regions_add(t);
+    bool added = rc == 0;
+    bool mprot = t->kind == MAPPING_TRACK_KIND_MPROTECT;
+    /* mprotect: the guards give the pages up (a guard's end would make a
+     * tracked page writable) and protect none of them from now on. */
+    bool watched = added && (rc = check_protection(t)) == 0 && mprot &&
+                   (rc = mapping__race_guards_watch_locked(t->lo, t->hi)) == 0;
+    if (added && rc == 0)
+        rc = mprot ? mapping__mprot_begin(t) : mapping__uffd_begin(t);
+    if (rc && watched)
+        mapping__race_guards_unwatch_locked(t->lo, t->hi);
+    if (rc && added)
+        regions_remove(t);
+    pthread_mutex_unlock(&regions_lock);
+    mapping__race_guards_unlock();
+    return rc;
+}
+
 int mapping_track_begin(void *addr, size_t bytes, mapping_track_region **out)
 {
     *out = NULL;
@@ -229,46 +266,19 @@ int mapping_track_begin(void *addr, size_t bytes, mapping_track_region **out)
         return -ENOMEM;
     *t = (mapping_track_region){
         .kind = kind, .lo = a & ~(page - 1), .hi = (a + bytes + page - 1) & ~(page - 1), .slot = -1};
-    if (mapping_track_streams(&t->open_min) != 0) {
+    if (mapping_track_streams(&t->open_min) != 0 || !fork_handlers_ok) {
         free(t);
-        return -EINVAL;
+        return fork_handlers_ok ? -EINVAL : -ENOMEM;
     }
     if (kind == MAPPING_TRACK_KIND_UFFD) {
         /* The fault log's event opened (by the first thread that tracks)
-         * before regions_lock is taken, not inside it (register_region). */
+         * before regions_lock is taken, not inside it (start_region). */
         const char *why;
         (void)mapping_track_fault_log_available(&why);
     }
-    if (!fork_handlers_ok) {
-        free(t);
-        return -ENOMEM;
-    }
     pthread_mutex_init(&t->lock, NULL);
     atomic_init(&t->refs, 1);
-    pthread_mutex_lock(&regions_lock);
-    int rc = regions_add(t);
-    if (rc == 0) {
-        /* Only memory the library may write (a sync to the CPU does), and
-         * whose protection mprotect tracking puts back as it was: read-write,
-         * and executable throughout or nowhere. Looked at once the pages are
-         * known to be nobody else's (mprotect tracking of another region
-         * makes its pages read-only: that is -EBUSY, above). */
-        int exec = 0;
-        rc = mapping_track_range_protection(t->lo, t->hi, &exec);
-        if (rc == 0 && exec < 0 && kind == MAPPING_TRACK_KIND_MPROTECT)
-            rc = -ENOEXEC;
-        if (rc == -ENOENT)
-            rc = 0; /* no /proc: taken as read-write, as it must be */
-        t->prot_exec = exec > 0 ? exec : 0;
-        if (rc)
-            regions_remove(t);
-    }
-    if (rc == 0) {
-        rc = kind == MAPPING_TRACK_KIND_UFFD ? mapping__uffd_begin(t) : mapping__mprot_begin(t);
-        if (rc)
-            regions_remove(t);
-    }
-    pthread_mutex_unlock(&regions_lock);
+    int rc = start_region(t);
     if (rc) {
         pthread_mutex_destroy(&t->lock);
         free(t);
@@ -282,16 +292,20 @@ void mapping_track_end(mapping_track_region *t)
 {
     if (!t)
         return;
+    mapping__race_guards_lock(); /* the lock order of begin: the guards', then regions_lock */
     pthread_mutex_lock(&regions_lock);
     pthread_mutex_lock(&t->lock);
-    if (t->kind == MAPPING_TRACK_KIND_UFFD)
+    if (t->kind == MAPPING_TRACK_KIND_UFFD) {
         mapping__uffd_end(t);
-    else
+    } else {
         mapping__mprot_end(t);
+        mapping__race_guards_unwatch_locked(t->lo, t->hi);
+    }
     t->ended = true;
     regions_remove(t);
     pthread_mutex_unlock(&t->lock);
     pthread_mutex_unlock(&regions_lock);
+    mapping__race_guards_unlock();
     mapping_track_drop(t);
 }
 

@@ -41,17 +41,6 @@ typedef enum mapping_track_kind {
     MAPPING_TRACK_KIND_MPROTECT = 2,
 } mapping_track_kind;
 
-/* $MAPPING_TRACK_SCAN, read at each call: how a uffd collect finds the
- * written pages. faulted (default, also when unset or empty): the fault log
- * names them when it can (fault_log.h); changed: no fault log, only the
- * skip of a collect after no fault; always: a walk at every collect. */
-typedef enum mapping_track_scan_kind {
-    MAPPING_TRACK_SCAN_FAULTED,
-    MAPPING_TRACK_SCAN_CHANGED,
-    MAPPING_TRACK_SCAN_ALWAYS,
-    MAPPING_TRACK_SCAN_BAD, /* another value */
-} mapping_track_scan_kind;
-mapping_track_scan_kind mapping_track_scan_mode(void);
 
 /* $MAPPING_TRACK_STREAMS, read when a region begins: with uffd, a run of at
  * least *open_min bytes written in one period is left writable ("open")

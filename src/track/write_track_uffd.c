@@ -617,6 +617,47 @@ static void open_repeated(mapping_track_region *t, const opener *o, bool upload)
     t->n_streamed = kept;
 }
 
+/* What the fault log says since the last scan: the pages it names (*n;
+ * -1: not trusted, walk), whether no fault happened at all (*no_fault)
+ * and whether the count can vouch for the next scan (*counted). */
+typedef struct fault_view {
+    long                    n;
+    mapping_track_fault_pos now;
+    uint64_t                faults;
+    bool                    counted, no_fault;
+} fault_view;
+
+static void read_fault_log(mapping_track_region *t, uintptr_t *pages, fault_view *v)
+{
+    /* Where every thread's faults are counted as they begin, the stamp
+     * sees a fault in flight; elsewhere only a process with one thread
+     * (asked before the stamp is read) has none. */
+    bool shortcut = use_shortcut(), entries = shortcut && mapping_track_fault_entries_available();
+    bool sole = shortcut && !entries && sole_thread(), every_thread;
+    v->n = mapping_track_fault_log_pages(&t->fault_pos, t->lo, t->hi, pages, FAULTED_MAX, t->walk_ns, &v->now,
+                                         &v->faults, &every_thread);
+    bool trusted = shortcut && (every_thread || sole);
+    v->counted = v->faults != UINT64_MAX && trusted;
+    if (!trusted)
+        v->n = -1; /* the log may lack a fault in flight: walk */
+    v->no_fault = v->counted && t->faults_valid && v->faults == t->faults_seen;
+}
+
+/* The written pages: the logged ones scanned, or the region walked. */
+static int scan_written(mapping_track_region *t, uintptr_t *pages, long n, opener *o)
+{
+    if (n > 0)
+        n = outside_open(t, pages, n);
+    int rc = n < 0 ? 1 : n == 0 ? 0 : scan_faulted(pages, n, t->walk_ns, opener_run, o);
+    if (rc == 1) {
+        t->walks++;
+        uint64_t t0 = mapping_os_now_ns();
+        rc = walk_outside_open(t, opener_run, o);
+        t->walk_ns = mapping_os_now_ns() - t0;
+    }
+    return rc;
+}
+
 int mapping__uffd_collect(mapping_track_region *t, mapping_track_fn fn, void *user, bool upload)
 {
     if (!its_own(t, fn, user))
@@ -631,46 +672,25 @@ int mapping__uffd_collect(mapping_track_region *t, mapping_track_fn fn, void *us
     if (msync((void *)t->lo, t->hi - t->lo, MS_ASYNC) != 0 && errno == ENOMEM)
         return -EFAULT;
     uintptr_t pages[FAULTED_MAX];
-    mapping_track_fault_pos now;
-    uint64_t faults;
-    /* Where every thread's faults are counted as they begin, the stamp
-     * sees a fault in flight; elsewhere only a process with one thread
-     * (asked before the stamp is read) has none. */
-    bool shortcut = use_shortcut(), entries = shortcut && mapping_track_fault_entries_available();
-    bool sole = shortcut && !entries && sole_thread(), every_thread;
-    long n = mapping_track_fault_log_pages(&t->fault_pos, t->lo, t->hi, pages, FAULTED_MAX, t->walk_ns, &now, &faults,
-                                        &every_thread);
-    bool trusted = shortcut && (every_thread || sole);
-    bool counted = faults != UINT64_MAX && trusted;
-    if (!trusted)
-        n = -1; /* the log may lack a fault in flight: walk */
-    bool no_fault = counted && t->faults_valid && faults == t->faults_seen;
-    int rc = report_open_runs(t, no_fault, upload, fn, user);
+    fault_view v;
+    read_fault_log(t, pages, &v);
+    int rc = report_open_runs(t, v.no_fault, upload, fn, user);
     if (rc)
         return rc;
-    if (no_fault) {
-        t->fault_pos = now; /* no fault since the last scan: nothing in the log either */
+    if (v.no_fault) {
+        t->fault_pos = v.now; /* no fault since the last scan: nothing in the log either */
         return 0;
     }
     t->faults_valid = false;
     opener o = {.fn = fn, .user = user, .open_min = t->open_min};
-    if (n > 0)
-        n = outside_open(t, pages, n);
-    rc = n < 0 ? 1 : n == 0 ? 0 : scan_faulted(pages, n, t->walk_ns, opener_run, &o);
-    if (rc == 1) {
-        t->walks++;
-        uint64_t t0 = mapping_os_now_ns();
-        rc = walk_outside_open(t, opener_run, &o);
-        t->walk_ns = mapping_os_now_ns() - t0;
-    }
-    if (rc)
+    if ((rc = scan_written(t, pages, v.n, &o)))
         return rc; /* the point stays: the next scan looks at these pages again */
     opener_keep(&o);
     if (o.found)
         open_repeated(t, &o, upload);
-    t->fault_pos = now;
-    t->faults_seen = faults;
-    t->faults_valid = counted;
+    t->fault_pos = v.now;
+    t->faults_seen = v.faults;
+    t->faults_valid = v.counted;
     return 0;
 }
 

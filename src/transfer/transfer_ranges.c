@@ -116,11 +116,11 @@ mapping_status mapping__transfer_sorted_ranges(mapping_stream *stream, mapping_b
                                                mapping_buffer *buf, size_t base, const mapping_range *ranges,
                                                size_t count, size_t largest)
 {
+#ifndef NDEBUG /* the caller's promise, checked where assertions are (the sanitizer builds) */
     static const char fn[] = "mapping__transfer_sorted_ranges";
     mapping_status st;
     if ((st = check_list_args(fn, stream, host, buf, base, ranges, count)))
         return st;
-#ifndef NDEBUG /* the caller's promise, checked where assertions are (the sanitizer builds) */
     bool in_order;
     size_t longest;
     if ((st = check_ranges(fn, buf, base, ranges, count, &in_order, &longest)))

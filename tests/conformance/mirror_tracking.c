@@ -84,7 +84,9 @@ TEST(tracked_mirror_is_refused_without_a_mechanism)
     CHECK(strstr(mapping_last_error_message(), "MAPPING_MIRROR_TRACK_WRITES") != NULL);
 }
 
-TEST(tracked_sync_of_one_written_byte_moves_one_page)
+/* The tracker reports the written page; the shadow of the CPU side tells
+ * which of its bytes changed: one. */
+TEST(tracked_sync_of_one_written_byte_moves_one_byte)
 {
     need_tracking();
     mapping_device *dev = test_device();
@@ -93,7 +95,9 @@ TEST(tracked_sync_of_one_written_byte_moves_one_page)
     CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == 0);
     unsigned char *cpu = mapping_mirror_cpu(m);
     cpu[100 * page() + 7] = 0x5a; /* no mark */
-    CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == page());
+    CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == 1);
+    cpu[100 * page() + 9] = cpu[100 * page() + 9]; /* a write of the same value changes nothing */
+    CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == 1);
     CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
     CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == 0);
     unsigned char *got = malloc(n);
@@ -107,11 +111,11 @@ TEST(tracked_sync_of_one_written_byte_moves_one_page)
     mapping_mirror_destroy(m);
 }
 
-/* A streaming write of many pages: every written page goes up (mprotect
- * opens widening runs of pages after a sequential streak, so a sync may
- * move more than was written: at most twice, and never a page before the
- * stream); isolated bytes afterwards are still one page each. */
-TEST(tracked_streaming_write_sends_every_written_page_and_isolated_writes_stay_one_page)
+/* A streaming write of many pages: every written byte goes up, and only
+ * those (mprotect's widening runs and uffd's open runs report more pages
+ * than were written; the shadow finds the bytes that changed in them);
+ * isolated bytes afterwards are still one byte each. */
+TEST(tracked_streaming_write_sends_every_written_byte_and_isolated_writes_stay_one_byte)
 {
     need_tracking();
     mapping_device *dev = test_device();
@@ -120,13 +124,13 @@ TEST(tracked_streaming_write_sends_every_written_page_and_isolated_writes_stay_o
     unsigned char *cpu = mapping_mirror_cpu(m), *got = malloc(n);
     memset(cpu + lo, 0x3c, len); /* no mark */
     size_t stale = mapping_mirror_stale_bytes(m, MAPPING_GPU);
-    CHECK(stale >= 601 * page() && stale <= 2 * 601 * page());
+    CHECK(stale == len);
     CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
     device_bytes(m, got);
     CHECK_BYTES(got, cpu, n);
     for (int k = 0; k < 5; k++) /* isolated writes, 7 pages apart */
         cpu[900 * page() + (size_t)k * 7 * page()] = (unsigned char)(k + 1);
-    CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == 5 * page());
+    CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == 5);
     CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
     device_bytes(m, got);
     CHECK_BYTES(got, cpu, n);
@@ -336,9 +340,9 @@ TEST(tracked_wrap_with_views_moves_only_each_views_pages)
     CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
     mem[3 * pg] = 1;
     mem[20 * pg + 5] = 2;
-    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, a)); /* a's page only */
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, a)); /* a's byte only */
     CHECK(mapping_mirror_stale_bytes(a, MAPPING_GPU) == 0);
-    CHECK(mapping_mirror_stale_bytes(b, MAPPING_GPU) == pg);
+    CHECK(mapping_mirror_stale_bytes(b, MAPPING_GPU) == 1);
     unsigned char *got = malloc(n);
     device_bytes(m, got);
     CHECK(got[3 * pg] == 1 && got[20 * pg + 5] == 0);
@@ -555,7 +559,7 @@ TEST(tracked_mirror_without_marks_matches_a_byte_model)
     free(w);
 }
 
-TEST(tracked_multimirror_sends_written_pages_without_marks)
+TEST(tracked_multimirror_sends_written_bytes_without_marks)
 {
     mapping_device *dev = test_device();
     size_t pg = page(), n = 16 * pg;
@@ -570,8 +574,8 @@ TEST(tracked_multimirror_sends_written_pages_without_marks)
     CHECK_OK(mapping_multimirror_track_writes(m)); /* again: a no-op */
     CHECK_OK(mapping_multimirror_sync_to_gpu(NULL, m, 0));
     unsigned char *cpu = mapping_multimirror_cpu(m), *got = malloc(n);
-    cpu[9 * pg + 3] = 0x21; /* no mark */
-    CHECK(mapping_multimirror_stale_bytes(m, 0) == pg);
+    cpu[9 * pg + 3] = 0x21; /* no mark: the byte that changed */
+    CHECK(mapping_multimirror_stale_bytes(m, 0) == 1);
     CHECK_OK(mapping_multimirror_sync_to_gpu(NULL, m, 0));
     CHECK(mapping_multimirror_stale_bytes(m, 0) == 0);
     CHECK_OK(mapping_sync_to_cpu_range(NULL, mapping_multimirror_gpu(m, 0), 0, got, n));
@@ -663,11 +667,13 @@ static void check_device_equals_cpu(mapping_mirror *m, unsigned char *got)
 
 /* uffd, MAPPING_TRACK_STREAMS: a run written whole in two periods in a
  * row (a stream repeated; a one-time fill opens nothing) is left writable
- * (open) and sent at every sync, so the next streaming write faults only on
- * its sample pages (one every open_min / 4); the device copy stays exact
- * through a download into the run; once the stream stops, the run closes
- * within a few syncs and a 1-byte write is one page again. With
- * MAPPING_TRACK_STREAMS=off every page faults at every stream. */
+ * (open) and reported written at every sync (the shadow then finds the
+ * bytes that changed: a sync stays exact), so the next streaming write
+ * faults only on its sample pages (one every open_min / 4); the device copy
+ * stays exact through a download into the run; once the stream stops, the
+ * run closes at the next sync to the device, and a stream faults on every
+ * page again. With MAPPING_TRACK_STREAMS=off every page faults at every
+ * stream. */
 TEST(tracked_streaming_writes_open_a_run_that_closes_when_they_stop)
 {
     need_tracking();
@@ -685,8 +691,8 @@ TEST(tracked_streaming_writes_open_a_run_that_closes_when_they_stop)
     long first = stream_faults(cpu + lo, 1, run);
     CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m)); /* finds the run written once: still closed */
     check_device_equals_cpu(m, got);
-    cpu[220 * pg] = 0x21; /* an isolated write is one page: the fill opened nothing */
-    CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == pg);
+    cpu[220 * pg] = 0x21; /* an isolated write is one byte: the fill opened nothing */
+    CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == 1);
     CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
     /* Two streams in a row (the isolated write between forgot the fill). */
     long again = stream_faults(cpu + lo, 4, run);
@@ -715,24 +721,13 @@ TEST(tracked_streaming_writes_open_a_run_that_closes_when_they_stop)
     while (((uintptr_t)cpu + sample) % (4 * pg))
         sample++;
     cpu[sample] = 0x99;
-    size_t stale = mapping_mirror_stale_bytes(m, MAPPING_GPU);
-    if (uffd)
-        CHECK(stale >= run); /* still open: reported whole */
+    CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == 1); /* still open, reported whole: one byte changed */
     CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m)); /* 1 sample of 32 written: the run closes */
     check_device_equals_cpu(m, got);
-    int syncs = 0;
-    for (; syncs < 8; syncs++) {
-        cpu[200 * pg + (size_t)syncs] = (unsigned char)(0x80 + syncs);
-        stale = mapping_mirror_stale_bytes(m, MAPPING_GPU);
-        CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
-        check_device_equals_cpu(m, got);
-        if (stale == pg)
-            break;
-        CHECK(stale >= run); /* the open run, reported whole */
-    }
-    CHECK(stale == pg);
-    if (uffd)
-        CHECK(syncs == 0); /* closed by the first sync to the device after a period without the stream */
+    cpu[200 * pg] = 0x80;
+    CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == 1);
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
+    check_device_equals_cpu(m, got);
     long third = stream_faults(cpu + lo, 3, run); /* closed: every page faults again */
     CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
     check_device_equals_cpu(m, got);
@@ -751,7 +746,7 @@ TEST(tracked_streaming_writes_open_a_run_that_closes_when_they_stop)
             CHECK(second >= (long)pages);
     }
     cpu[200 * pg] = 0x11;
-    CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == pg);
+    CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == 1);
     mapping_mirror_destroy(m);
 
     /* The smallest run (4 pages: a sample on every page) in a run of 2,048
@@ -1266,16 +1261,15 @@ TEST(tracked_mirrors_first_begun_by_a_thread_during_a_fork_of_another_work_in_th
 }
 
 /* Runs in a forked child. uffd: the inherited tracked mirror is not watched
- * there (the watch belongs to the parent), so it counts stale as a whole and
+ * there (the watch belongs to the parent), so every page counts written,
+ * and the child's copy of the shadow finds the one byte that changed; it
  * must leave the parent's watch alone. mprotect: the child has a copy of
  * the record and of the protections. A mirror of the child's own (on the
  * host back end) is tracked. */
 static int forked_child(mapping_mirror *inherited)
 {
-    size_t stale = mapping_mirror_stale_bytes(inherited, MAPPING_GPU);
-    bool uffd = mapping_write_tracking(NULL) == MAPPING_TRACK_UFFD;
-    if (stale < page() || (uffd && stale != mapping_mirror_size(inherited)))
-        return 2; /* uffd: all of it; mprotect: the child's copy of the parent's record, one page */
+    if (mapping_mirror_stale_bytes(inherited, MAPPING_GPU) != 1)
+        return 2; /* the byte written before the fork */
     /* The host back end: a driver initialised before a fork (PoCL, CUDA)
      * is not usable in the child. */
     mapping_device_desc desc = {.backend = "host"};
@@ -1288,7 +1282,7 @@ static int forked_child(mapping_mirror *inherited)
         return 3;
     unsigned char *cpu = mapping_mirror_cpu(m);
     cpu[5 * page() + 7] = 0x77;
-    if (mapping_mirror_stale_bytes(m, MAPPING_GPU) != page() || mapping_mirror_sync_to_gpu(NULL, m))
+    if (mapping_mirror_stale_bytes(m, MAPPING_GPU) != 1 || mapping_mirror_sync_to_gpu(NULL, m))
         return 4;
     unsigned char got = 0;
     size_t at = mapping_mirror_gpu_offset(m) + 5 * page() + 7;
@@ -1317,10 +1311,10 @@ TEST(tracked_mirror_in_a_forked_child_leaves_the_parents_watch_alone)
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
         test_fail(__FILE__, __LINE__, "the child: %s %d", WIFEXITED(status) ? "exit status" : "signal",
                   WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
-    CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == page());
+    CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == 1);
     CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
     cpu[40 * page() + 2] = 0x42; /* after the child is gone: the parent's watch still works */
-    CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == page());
+    CHECK(mapping_mirror_stale_bytes(m, MAPPING_GPU) == 1);
     CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m));
     unsigned char *got = malloc(n);
     CHECK(got != NULL);
@@ -1650,7 +1644,8 @@ TEST(tracking_falls_back_to_mprotect_and_says_why_when_descriptors_run_out)
  * opening a page and recording it (held there 200 ms by the test knob):
  * in the child that thread does not exist, but its count did, and the
  * child's first collect waited for it forever. Now the child counts the
- * region written in full once, and tracks it as before. */
+ * region written in full once (the shadow then finds the bytes that
+ * changed), and tracks it as before. */
 static unsigned char *held_page;
 
 static void *write_held_page(void *arg)
@@ -1664,12 +1659,12 @@ static int child_after_a_held_handler(mapping_mirror *m)
 {
     alarm(3); /* a hang ends as SIGALRM */
     size_t stale = mapping_mirror_stale_bytes(m, MAPPING_GPU);
-    if (stale != mapping_mirror_size(m))
+    if (stale < 1 || stale > 2) /* the region counts written in full: the shadow finds pread's byte (and the held write's, if it landed) */
         return 2;
     if (mapping_mirror_sync_to_gpu(NULL, m) || mapping_mirror_stale_bytes(m, MAPPING_GPU) != 0)
         return 3;
     held_page[17] = 0x55; /* protected again, so seen */
-    if (mapping_mirror_stale_bytes(m, MAPPING_GPU) != page())
+    if (mapping_mirror_stale_bytes(m, MAPPING_GPU) != 1)
         return 4;
     return 0;
 }
