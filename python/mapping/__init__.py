@@ -815,12 +815,9 @@ def _cuda_stream_sync(dev, handle):
     if handle < 0:
         raise _ERR["ERR_INVALID_ARGUMENT"]("__cuda_array_interface__: stream %d is not a CUstream" % handle, -2)
     # 0 (torch's default stream, though v3 disallows it) is the legacy default
-    # stream, CU_STREAM_LEGACY (1); 2 is CU_STREAM_PER_THREAD
-    s = _core.import_stream(dev._ptr(), handle or 1)
-    try:
-        _core.stream_sync(s)
-    finally:
-        _core.stream_destroy(s)
+    # stream, CU_STREAM_LEGACY (1); 2 is CU_STREAM_PER_THREAD. Every stream of
+    # the device waits for the producer's work on the device, the host does not.
+    _core.device_wait_native(dev._ptr(), handle or 1)
 
 
 def _import_cai(obj, device):
@@ -881,6 +878,8 @@ def from_dlpack(obj, device=None, call="from_dlpack"):
             capsule = obj.__dlpack__(stream=None)
         except TypeError:
             capsule = obj.__dlpack__()
+    if want == "cuda":  # the producer ordered its work before the consumer stream: every stream of ours after it
+        _core.device_wait_native(dev._ptr(), q if q else None)
     # the capsule's own device must be the one __dlpack_device__ named (any index on the host back end)
     ptr, _, _, shape, (code, bits), n = _core.import_dlpack(dev._ptr(), capsule, kind,
                                                             -1 if want == "host" else index)

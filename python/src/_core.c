@@ -1769,6 +1769,7 @@ THUNK(allocate_cpu, mapping_allocate_cpu(D_, Z_(1), OUT_(2, void)))
 VOID_THUNK(free_cpu, mapping_free_cpu(D_, ARG(1, void *)))
 THUNK(stream_create, mapping_stream_create(D_, OUT_(1, mapping_stream)))
 THUNK(import_stream, mapping_import_stream(D_, ARG(1, void *), OUT_(2, mapping_stream)))
+THUNK(device_wait_native, mapping_device_wait_native(D_, ARG(1, void *)))
 VOID_THUNK(stream_destroy, mapping_stream_destroy(S_(0)))
 THUNK(stream_native, mapping_stream_native(S_(0), OUT_(1, void)))
 THUNK(event_record, mapping_event_record(S_(0), OUT_(1, mapping_event)))
@@ -1819,6 +1820,7 @@ static call_row calls[] = {
     ROW(free_cpu, "pp", 0, RET_NONE),
     ROW(stream_create, "p", 0, RET_HANDLE),
     ROW(import_stream, "pp", 0, RET_HANDLE),
+    ROW(device_wait_native, "pp", 0, RET_NONE),
     ROW(stream_destroy, "p", 1, RET_NONE),
     ROW(stream_native, "p", 0, RET_HANDLE),
     ROW(event_record, "p", 1, RET_HANDLE), /* a full queue waits for its thread, which may want the GIL */

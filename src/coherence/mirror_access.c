@@ -25,7 +25,8 @@ mapping_status mapping_mirror_acquire_cpu(mapping_mirror *m, unsigned access, vo
     *ptr = NULL;
     mirror_state *st = m->st;
     size_t lo = m->offset, hi = lo + m->size;
-    if ((status = mapping__mirror_enter_fast(fn, st, false)) ||
+    if ((status = mapping__mirror_refuse_capture(fn, st->dev, NULL)) ||
+        (status = mapping__mirror_enter_fast(fn, st, false)) ||
         ((access & MAPPING_READ) && (status = mapping__mirror_sync_checked(fn, NULL, m, MIRROR_CPU))))
         return status;
     /* Unified memory: device work on the native queue may still touch it. */
@@ -52,6 +53,7 @@ mapping_status mapping_mirror_acquire_gpu(mapping_stream *stream, mapping_mirror
     *buf = NULL;
     mirror_state *st = m->st;
     if ((status = mapping__check_same_device(fn, st->dev, stream)) ||
+        (status = mapping__mirror_refuse_capture(fn, st->dev, stream)) ||
         (status = mapping__mirror_enter_fast(fn, st, (access & MAPPING_READ) != 0)))
         return status;
     size_t lo = m->offset, hi = lo + m->size;
@@ -75,6 +77,7 @@ mapping_status mapping_mirror_release_gpu(mapping_stream *stream, mapping_mirror
     mapping_status status;
     if ((status = mapping__mirror_check(fn, m)) || (status = mapping__check_stream(fn, stream)) ||
         (status = mapping__check_same_device(fn, m->st->dev, stream)) ||
+        (status = mapping__mirror_refuse_capture(fn, m->st->dev, stream)) ||
         (status = mapping__mirror_enter_fast(fn, m->st, false)))
         return status;
     /* NULL: the caller's work went to the device's native queue (or was

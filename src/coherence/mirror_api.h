@@ -27,6 +27,20 @@ static inline mapping_status mapping__mirror_check(const char *fn, const mapping
         return MAPPING_OK;
     return mapping__mirror_check_failed(fn, m, removals);
 }
+/* A mirror call on a stream that is being captured into a CUDA graph (or,
+ * with stream NULL, a blocking call while a blocking stream is captured) is
+ * refused with MAPPING_ERR_UNSUPPORTED naming the call: its bookkeeping
+ * would be done once, at capture, instead of at each replay. */
+static inline mapping_status mapping__mirror_refuse_capture(const char *fn, mapping_device *dev,
+                                                            mapping_stream *stream)
+{
+    if (__builtin_expect(!mapping__can_capture(dev), 1))
+        return MAPPING_OK;
+    return mapping__stream_refuse_capture_why(dev, stream, fn,
+                                              "a mirror's state would follow the capture, not each replay of the "
+                                              "graph");
+}
+
 /* The sync of mapping_mirror_sync_to_gpu / _cpu (mirror_sync.c) on checked
  * arguments, after mapping__mirror_enter. */
 mapping_status mapping__mirror_sync_checked(const char *fn, mapping_stream *stream, mapping_mirror *m, int t);

@@ -290,6 +290,7 @@ static mapping_status sync_public(const char *fn, mapping_stream *stream, mappin
     mapping_status status;
     if ((status = mapping__mirror_check(fn, m)) || (status = mapping__check_stream(fn, stream)) ||
         (status = mapping__check_same_device(fn, m->st->dev, stream)) ||
+        (status = mapping__mirror_refuse_capture(fn, m->st->dev, stream)) ||
         (status = mapping__mirror_enter_fast(fn, m->st, t == MIRROR_GPU)))
         return status;
     return mapping__mirror_sync_checked(fn, stream, m, t);

@@ -621,12 +621,27 @@ static mapping_status sync_side(const char *fn, mapping_multimirror *m, mapping_
     return job.st;
 }
 
+/* A multimirror's state would follow a capture into a CUDA graph, not each
+ * replay: refused (MAPPING_ERR_UNSUPPORTED) on a capturing stream of device
+ * `device`, or (device -1, stream NULL) while any device's blocking stream
+ * is captured (its copies from every replica would run on them). */
+static mapping_status refuse_capture(const char *fn, const mapping_multimirror *m, mapping_stream *stream, int device)
+{
+    static const char why[] = "a multimirror's state would follow the capture, not each replay of the graph";
+    mapping_status st = MAPPING_OK;
+    for (int j = 0; j < m->count && st == MAPPING_OK; j++)
+        if ((device < 0 || j == device) && mapping__can_capture(m->dev[j]))
+            st = mapping__stream_refuse_capture_why(m->dev[j], stream, fn, why);
+    return st;
+}
+
 mapping_status mapping_multimirror_sync_to_gpu(mapping_stream *stream, mapping_multimirror *m, int device)
 {
     static const char fn[] = "mapping_multimirror_sync_to_gpu";
     mapping_status st;
     if ((st = check_handle(fn, m)) || (st = check_device_index(fn, m, device)) ||
-        (st = mapping__check_stream(fn, stream)) || (st = mapping__check_same_device(fn, m->dev[device], stream)))
+        (st = mapping__check_stream(fn, stream)) || (st = mapping__check_same_device(fn, m->dev[device], stream)) ||
+        (st = refuse_capture(fn, m, stream, device)))
         return st;
     return sync_side(fn, m, stream, 1 + device);
 }
@@ -635,7 +650,7 @@ mapping_status mapping_multimirror_sync_to_cpu(mapping_multimirror *m)
 {
     static const char fn[] = "mapping_multimirror_sync_to_cpu";
     mapping_status st;
-    if ((st = check_handle(fn, m)))
+    if ((st = check_handle(fn, m)) || (st = refuse_capture(fn, m, NULL, -1)))
         return st;
     return sync_side(fn, m, NULL, 0);
 }

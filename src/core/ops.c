@@ -299,6 +299,11 @@ bool mapping__can_diff(const mapping_device *dev)
     return dev->be->diff_blocks != NULL;
 }
 
+bool mapping__can_capture(const mapping_device *dev)
+{
+    return dev->be->stream_capture_status != NULL;
+}
+
 bool mapping__can_scatter(const mapping_device *dev)
 {
     return dev->be->scatter != NULL;

@@ -70,6 +70,9 @@ bool mapping__can_copy_peer_direct(const mapping_device *src, const mapping_devi
 
 /* ---- what the device's back end can do (optional table entries) ---- */
 bool mapping__can_scatter(const mapping_device *dev);
+/* Whether the back end has stream capture (CUDA graphs): where it has not,
+ * no capture check is needed (mapping__stream_refuse_capture). */
+bool mapping__can_capture(const mapping_device *dev);
 bool mapping__can_diff(const mapping_device *dev);
 bool mapping__can_gather(const mapping_device *dev);
 bool mapping__can_prefetch(const mapping_device *dev);
