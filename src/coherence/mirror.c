@@ -63,10 +63,9 @@ static mapping_status check_create_args(const char *fn, mapping_device *dev, siz
     *out = NULL;
     if (bytes == 0)
         return mapping__fail(MAPPING_ERR_ZERO_SIZE, "%s: bytes is 0", fn);
-    const unsigned known =
-        MAPPING_MIRROR_UNIFIED | MAPPING_MIRROR_PIN | MAPPING_MIRROR_TRACK_WRITES | MAPPING_MIRROR_DEVICE_DIFF;
-    if (flags & ~known)
-        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: unknown flags 0x%x", fn, flags & ~known);
+    if (flags & ~(unsigned)MIRROR_CREATE_FLAGS)
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: unknown flags 0x%x", fn,
+                             flags & ~(unsigned)MIRROR_CREATE_FLAGS);
     return MAPPING_OK;
 }
 
@@ -116,6 +115,7 @@ mapping_status mapping_mirror_create(mapping_device *dev, size_t bytes, unsigned
     static const char fn[] = "mapping_mirror_create";
     mapping_status status = check_create_args(fn, dev, bytes, flags, out);
     mirror_state *st = NULL;
+    mapping__mirror_reap(); /* families CUDA graphs gave up: their memory first */
     if (status || (status = mapping__mirror_state_new(fn, dev, bytes, &st)))
         return status;
     if ((status = create_sides(st, bytes, flags)) == MAPPING_OK) {
@@ -204,10 +204,17 @@ mapping_status mapping_mirror_adopt(mapping_device *dev, void *cpu_ptr, mapping_
     return status;
 }
 
+void mapping__mirror_family_release(mirror_state *st)
+{
+    if (--st->refs == 0)
+        (mapping__device_alive(st->dev, st->dev_serial) ? state_free : state_forget)(st);
+}
+
 void mapping_mirror_destroy(mapping_mirror *m)
 {
     if (!m)
         return;
+    mapping__mirror_reap(); /* families CUDA graphs gave up */
     mapping_status status = mapping__mirror_check("mapping_mirror_destroy", m);
     bool device_closed = status == MAPPING_ERR_INVALID_HANDLE && mapping__handle_live(MAPPING_HANDLE_MIRROR, m);
     if ((status != MAPPING_OK && !device_closed) || !mapping__handle_remove(MAPPING_HANDLE_MIRROR, m))

@@ -44,6 +44,21 @@ static inline mapping_status mapping__mirror_refuse_capture(const char *fn, mapp
 /* The sync of mapping_mirror_sync_to_gpu / _cpu (mirror_sync.c) on checked
  * arguments, after mapping__mirror_enter. */
 mapping_status mapping__mirror_sync_checked(const char *fn, mapping_stream *stream, mapping_mirror *m, int t);
+/* The flags mapping_mirror_create, _wrap and _create_sharded know. */
+enum {
+    MIRROR_CREATE_FLAGS =
+        MAPPING_MIRROR_UNIFIED | MAPPING_MIRROR_PIN | MAPPING_MIRROR_TRACK_WRITES | MAPPING_MIRROR_DEVICE_DIFF
+};
+
+/* A hold on the family that is not a handle (a CUDA graph's, mirror_graph.c)
+ * let go: the last hold frees the family, as mapping_mirror_destroy would
+ * (mirror.c). */
+void           mapping__mirror_family_release(mirror_state *st);
+/* A sync of the handle's bytes to t recorded on `stream`, which is being
+ * captured into a CUDA graph: each replay moves what is stale then
+ * (mirror_graph.c); max_ranges 0: the default table. Checked arguments. */
+mapping_status mapping__mirror_graph_sync(const char *fn, mapping_stream *stream, mapping_mirror *m, int t,
+                                          size_t max_ranges);
 /* mapping_mirror_wrap on a checked device (mirror.c); errors name fn. */
 mapping_status mapping__mirror_wrap(const char *fn, mapping_device *dev, void *cpu_ptr, size_t bytes, unsigned flags,
                                     mapping_mirror **out);

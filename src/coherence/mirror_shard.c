@@ -22,10 +22,9 @@ static mapping_status check_shard_args(const char *fn, mapping_device *const *de
     if (bytes / granule < (size_t)count)
         return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: %zu granules cannot fill %d shards", fn,
                              bytes / granule, count);
-    const unsigned known =
-        MAPPING_MIRROR_UNIFIED | MAPPING_MIRROR_PIN | MAPPING_MIRROR_TRACK_WRITES | MAPPING_MIRROR_DEVICE_DIFF;
-    if (flags & ~known)
-        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: unknown flags 0x%x", fn, flags & ~known);
+    if (flags & ~(unsigned)MIRROR_CREATE_FLAGS)
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: unknown flags 0x%x", fn,
+                             flags & ~(unsigned)MIRROR_CREATE_FLAGS);
     if ((uintptr_t)cpu_ptr + bytes < (uintptr_t)cpu_ptr)
         return mapping__fail(MAPPING_ERR_OUT_OF_RANGE, "%s: cpu_ptr %p + %zu bytes wraps around", fn, cpu_ptr, bytes);
     for (int i = 0; i < count; i++)

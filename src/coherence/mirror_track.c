@@ -70,33 +70,13 @@ static void track_drop(struct mirror_track *t)
 
 /* ---- collect: the bytes the program changed ---- */
 
-/* The changed bytes of one collect, as offsets within the family. */
+/* What one collect found, as offsets within the family: the written page
+ * runs, then the changed byte runs. */
 typedef struct collected {
-    mirror_state  *st;
-    mapping_range *v;     /* written page runs, then changed byte runs */
-    size_t         n, cap;
-    bool           oom;
-    uint64_t       pages; /* pages reported, for the statistics */
+    mirror_state      *st;
+    mapping_range_list list;
+    uint64_t           pages; /* pages reported, for the statistics */
 } collected;
-
-static void push_range(collected *c, size_t lo, size_t hi)
-{
-    if (c->n && c->v[c->n - 1].hi == lo) { /* runs of one scan may touch */
-        c->v[c->n - 1].hi = hi;
-        return;
-    }
-    if (c->n == c->cap) {
-        size_t cap = c->cap ? 2 * c->cap : 64;
-        mapping_range *v = mapping_os_realloc(c->v, cap * sizeof *v);
-        if (!v) {
-            c->oom = true;
-            return;
-        }
-        c->v = v;
-        c->cap = cap;
-    }
-    c->v[c->n++] = (mapping_range){lo, hi};
-}
 
 static void on_written(void *user, uintptr_t lo, uintptr_t hi)
 {
@@ -105,13 +85,14 @@ static void on_written(void *user, uintptr_t lo, uintptr_t hi)
     c->pages += (hi - lo) / mapping_os_page_size();
     lo = lo < base ? base : lo; /* clip to the mirror (a wrap's first and last pages may hold other data) */
     hi = hi > end ? end : hi;
-    if (lo < hi)
-        push_range(c, lo - base, hi - base);
+    if (lo < hi) /* runs of one scan may touch */
+        mapping__range_list_push(&c->list, lo - base, hi - base);
 }
 
 static void on_changed(void *user, size_t lo, size_t hi)
 {
-    push_range(user, lo, hi);
+    collected *c = user;
+    mapping__range_list_push(&c->list, lo, hi);
 }
 
 /* The changed bytes of the written pages pages[0..n), skipping bytes with
@@ -162,15 +143,15 @@ static mapping_status track_collect(const char *fn, mirror_state *st, bool uploa
         mapping__count(&st->dev->counters.tracked_pages, pages.pages);
     if (region->walks != walks)
         mapping__count(&st->dev->counters.tracking_walks, region->walks - walks);
-    if (pages.n && !pages.oom)
-        diff_pages(st, pages.v, pages.n, &changed);
-    free(pages.v);
-    if (rc || pages.oom || changed.oom) {
-        free(changed.v);
+    if (pages.list.n && !pages.list.oom)
+        diff_pages(st, pages.list.v, pages.list.n, &changed);
+    free(pages.list.v);
+    if (rc || pages.list.oom || changed.list.oom) {
+        free(changed.list.v);
         return collect_failed(fn, st, rc);
     }
-    *out = changed.v;
-    *n = changed.n;
+    *out = changed.list.v;
+    *n = changed.list.n;
     return MAPPING_OK;
 }
 

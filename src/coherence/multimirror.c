@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include "coherence/range_set.h"
 #include "coherence/span_set.h"
 #include "core/ops.h"
 #include "os/os.h"
@@ -335,9 +336,7 @@ mapping_status mapping_multimirror_mark_gpu_modified(mapping_multimirror *m, int
 
 typedef struct written_pages {
     mapping_multimirror *m;
-    mapping_range       *v; /* written page runs, offsets */
-    size_t               n, cap;
-    bool                 oom;
+    mapping_range_list   list; /* written page runs, offsets */
 } written_pages;
 
 static void on_written_page(void *user, uintptr_t lo, uintptr_t hi)
@@ -345,19 +344,8 @@ static void on_written_page(void *user, uintptr_t lo, uintptr_t hi)
     written_pages *w = user;
     uintptr_t base = (uintptr_t)w->m->cpu;
     size_t start = lo > base ? lo - base : 0, end = hi - base < w->m->size ? hi - base : w->m->size;
-    if (start >= end)
-        return;
-    if (w->n == w->cap) {
-        size_t cap = w->cap ? 2 * w->cap : 16;
-        mapping_range *v = mapping_os_realloc(w->v, cap * sizeof *v);
-        if (!v) {
-            w->oom = true;
-            return;
-        }
-        w->v = v;
-        w->cap = cap;
-    }
-    w->v[w->n++] = (mapping_range){start, end};
+    if (start < end)
+        mapping__range_list_push(&w->list, start, end);
 }
 
 typedef struct changed_bytes {
@@ -404,10 +392,11 @@ static mapping_status collect_writes(const char *fn, mapping_multimirror *m, boo
     written_pages w = {.m = m};
     int rc = mapping_track_collect(m->track, on_written_page, &w, upload);
     changed_bytes c = {m, fn, MAPPING_OK};
-    for (size_t i = 0; i < w.n && !w.oom && c.st == MAPPING_OK; i++)
-        mapping_track_shadow_diff(&m->shadow, m->cpu, w.v[i].lo, w.v[i].hi, mapping_os_page_size(), on_changed, &c);
-    free(w.v);
-    if (c.st == MAPPING_OK && (rc || w.oom))
+    for (size_t i = 0; i < w.list.n && !w.list.oom && c.st == MAPPING_OK; i++)
+        mapping_track_shadow_diff(&m->shadow, m->cpu, w.list.v[i].lo, w.list.v[i].hi, mapping_os_page_size(),
+                                  on_changed, &c);
+    free(w.list.v);
+    if (c.st == MAPPING_OK && (rc || w.list.oom))
         c.st = mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: write tracking could not list the written pages", fn);
     return c.st;
 }

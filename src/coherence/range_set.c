@@ -1005,3 +1005,22 @@ bool mapping__rs_valid(const mapping_range_set *s)
     return w.prev_leaf == s->last && !s->last->next && w.count == s->count && w.total == s->total &&
            w.nodes == s->nodes;
 }
+
+void mapping__range_list_push(mapping_range_list *l, size_t lo, size_t hi)
+{
+    if (l->n && l->v[l->n - 1].hi == lo) {
+        l->v[l->n - 1].hi = hi;
+        return;
+    }
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 64;
+        mapping_range *v = mapping_os_realloc(l->v, cap * sizeof *v);
+        if (!v) {
+            l->oom = true;
+            return;
+        }
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n++] = (mapping_range){lo, hi};
+}

@@ -97,4 +97,14 @@ size_t mapping__rs_memory(const mapping_range_set *s);
  * total); O(n), for tests. */
 bool mapping__rs_valid(const mapping_range_set *s);
 
+/* A growable array of ranges (what a write-tracking collect found, before
+ * it becomes marks): free v when done. */
+typedef struct mapping_range_list {
+    mapping_range *v;
+    size_t         n, cap;
+    bool           oom; /* a push found no memory (that range is missing) */
+} mapping_range_list;
+/* Appends [lo, hi), joined to the last range when they touch. */
+void mapping__range_list_push(mapping_range_list *l, size_t lo, size_t hi);
+
 #endif
