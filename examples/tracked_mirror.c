@@ -1,7 +1,7 @@
 /*
  * A write-tracking mirror: the program writes its array like any array
  * (scattered stores, a memset, a loop) and never calls a mark; each sync
- * still moves the pages it wrote (and only those, but for gaps the link
+ * still moves the bytes it changed (and only those, but for gaps the link
  * model merges), which mapping_mirror_stale_bytes and the device's
  * statistics show. Device results come back the usual way (the device's writes are
  * marked: the library cannot see them). Runs on the default back end
@@ -47,11 +47,11 @@ int main(void)
     memset(data + 100000, 0, 1000 * sizeof(float));
     for (size_t i = 2000000; i < 2000000 + 4096; i++)
         data[i] *= 2.0f;
-    size_t stale = mapping_mirror_stale_bytes(m, MAPPING_GPU); /* the written pages */
+    size_t stale = mapping_mirror_stale_bytes(m, MAPPING_GPU); /* the bytes that changed */
     CHECK(mapping_mirror_sync_to_gpu(NULL, m));
     unsigned long long moved = moved_to_gpu(dev) - before;
-    printf("sync after scattered writes: %zu bytes stale (%zu pages) of %zu, %llu moved (gaps cheaper to copy than to "
-           "skip on this link are merged)\n", stale, stale / page, whole, moved);
+    printf("sync after scattered writes: %zu bytes stale of %zu, %llu moved (gaps cheaper to copy than to skip on "
+           "this link are merged)\n", stale, whole, moved);
 
     /* The device side holds every write. */
     float *check = malloc(whole);
