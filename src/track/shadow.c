@@ -6,13 +6,20 @@
 #include "os/os.h"
 #include "track/shadow.h"
 
-/* The shadow's pages are faulted in when it is made: a collect writes a
+/* A large shadow's pages are faulted in when it is made: a collect writes a
  * changed byte into a page of it, and a page fault there (a zero page made
- * private: ~5-8 us on a VM) would cost more than the rest of a 1-byte sync. */
+ * private: ~5-8 us on a VM) would cost more than the rest of a 1-byte sync.
+ * A small one comes from the heap, whose pages are mostly in use already
+ * (a program that wraps and ends many small tracked arrays pays no mmap). */
+enum { SHADOW_HEAP_MAX = 1 << 20 };
+
 int mapping_track_shadow_init(mapping_track_shadow *s, const void *content, size_t size)
 {
-    s->size = size;
-    s->bytes = mapping_os_alloc_pages(size ? size : 1);
+    s->size = size ? size : 1;
+    if (s->size < SHADOW_HEAP_MAX)
+        s->bytes = content ? mapping_os_malloc(s->size) : mapping_os_calloc(1, s->size);
+    else
+        s->bytes = mapping_os_alloc_pages(s->size);
     if (!s->bytes)
         return -ENOMEM;
     if (content)
@@ -22,7 +29,10 @@ int mapping_track_shadow_init(mapping_track_shadow *s, const void *content, size
 
 void mapping_track_shadow_free(mapping_track_shadow *s)
 {
-    mapping_os_free_pages(s->bytes, s->size ? s->size : 1);
+    if (s->size < SHADOW_HEAP_MAX)
+        free(s->bytes);
+    else
+        mapping_os_free_pages(s->bytes, s->size);
     s->bytes = NULL;
     s->size = 0;
 }
