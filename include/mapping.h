@@ -483,6 +483,12 @@ MAPPING_API mapping_status mapping_event_query(const mapping_event *event);
 MAPPING_API mapping_status mapping_event_elapsed(const mapping_event *start, const mapping_event *end,
                                                  double *seconds);
 MAPPING_API void           mapping_event_destroy(mapping_event *event); /* NULL: no-op */
+/* *capturing = 1 if `stream` is being captured into a CUDA graph (work
+ * queued on it becomes graph nodes, run at each replay), else 0; always 0
+ * on back ends without graphs. Asks the driver; invalidates nothing (a
+ * capture whose invalidation is pending counts as capturing).
+ * MAPPING_ERR_NULL_ARGUMENT for a NULL stream or out. Thread-safe. */
+MAPPING_API mapping_status mapping_stream_capturing(mapping_stream *stream, int *capturing);
 
 /* Stream capture (CUDA graphs: cuStreamBeginCapture, torch.cuda.graph). Work
  * queued on a stream being captured does not run: it becomes graph nodes,
@@ -503,9 +509,12 @@ MAPPING_API void           mapping_event_destroy(mapping_event *event); /* NULL:
  * - refused: copies of pageable memory (they would be staged now),
  *   mapping_stream_synchronize, mapping_stream_destroy (nothing destroyed),
  *   mapping_stream_wait_event on an event outside the capture,
- *   mapping_copy_peer, mapping_batch_flush (packs host memory now), mirror
- *   and multimirror syncs and access intents (their bookkeeping would happen
- *   once, at capture), mapping_device_wait_native.
+ *   mapping_copy_peer, mapping_batch_flush (packs host memory now),
+ *   multimirror syncs and mirror access intents (their bookkeeping would
+ *   happen once, at capture), mapping_device_wait_native;
+ * - mirror syncs (mapping_mirror_sync_to_gpu / _to_cpu) are recorded as
+ *   graph syncs: each replay moves what is stale then
+ *   (mapping_mirror_sync_in_graph, below the mirror calls).
  * A blocking call (stream NULL) runs now on the device's native queue (the
  * legacy stream): it is refused while a stream that synchronizes with that
  * queue (created without CU_STREAM_NON_BLOCKING) is being captured, and
@@ -572,7 +581,11 @@ MAPPING_API mapping_status mapping_fill_gpu(mapping_stream *stream, mapping_buff
     X(tracked_pages)                       /* pages write tracking found written (or opened ahead   \
                                               of a stream) at syncs of tracked mirrors */           \
     X(tracking_walks)                      /* such syncs that walked a whole mirror's page table    \
-                                              (uffd, when the fault log could not name the pages) */
+                                              (uffd, when the fault log could not name the pages) */ \
+    X(graph_sync_runs)                     /* mirror syncs run by replays of CUDA graphs            \
+                                              (mapping_mirror_sync_in_graph) */                     \
+    X(graph_sync_overflows)                /* of those, runs whose stale ranges did not fit the     \
+                                              table even joined: the rest stayed stale */
 
 typedef struct mapping_stats {
 #define MAPPING_STATS_FIELD_(field) uint64_t field;
@@ -955,6 +968,40 @@ MAPPING_API mapping_status  mapping_mirror_mark_gpu_modified(mapping_mirror *m, 
  * the target, and the source, are untouched), so no data is lost. */
 MAPPING_API mapping_status  mapping_mirror_sync_to_gpu(mapping_stream *stream, mapping_mirror *m);
 MAPPING_API mapping_status  mapping_mirror_sync_to_cpu(mapping_stream *stream, mapping_mirror *m);
+/* A sync recorded in a CUDA graph (docs/cuda.md, "Mirror syncs in CUDA
+ * graphs"). On a stream being captured (cuStreamBeginCapture,
+ * torch.cuda.graph), mapping_mirror_sync_to_gpu / _to_cpu do this with
+ * max_ranges 0; this form takes the table's size. Nothing is copied now and
+ * the mirror's state does not change now: each replay of the graph (each
+ * cudaGraphLaunch of an executable made from it) moves, in the graph's
+ * order, exactly the bytes of this mirror or view stale on side `to` at
+ * that replay (nothing when none is: a kernel that reads a count of 0), and
+ * they become valid on `to` at that replay. Up to max_ranges (0: 4096, at
+ * most 524280) ranges per replay; more are joined over gaps valid on both
+ * sides, and what still does not fit stays stale for the next sync
+ * (counted in mapping_stats.graph_sync_overflows; each replay's run counts
+ * graph_sync_runs, and the bytes as a sync's: h2d_bytes / h2d_payload_bytes
+ * or d2h_...).
+ * Rules: the mirror belongs to the graph while a replay runs: call nothing
+ * on its family meanwhile, and order the launch after work on its memory
+ * (your kernels, copies the library queued on other streams: same stream or
+ * an event), as for any stream work; replays of it run one at a time. The
+ * graph holds the family: mapping_mirror_destroy while the graph (or an
+ * executable of it) exists frees the handle, and the family's memory goes
+ * once the graph and its executables are destroyed (at the next mirror
+ * create or destroy, or graph sync, or mapping_close). Copies of the
+ * family queued on streams are waited for at the call.
+ * The CPU side must be page-locked (mapping_mirror_create, a wrap with
+ * MAPPING_MIRROR_PIN, memory pinned by CUDA or torch): a replay copies it
+ * directly, zero-copy over the link. MAPPING_ERR_UNSUPPORTED for pageable
+ * memory, unified mirrors, mirrors with write tracking, the device diff or
+ * MAPPING_CHECK=unmarked (their work cannot run in a graph), back ends
+ * without graphs (host, OpenCL), and an invalidated capture;
+ * MAPPING_ERR_INVALID_ARGUMENT for a stream not being captured (or NULL),
+ * a side other than MAPPING_CPU / MAPPING_GPU, max_ranges too large;
+ * MAPPING_ERR_DEVICE_MISMATCH for a stream of another device. */
+MAPPING_API mapping_status  mapping_mirror_sync_in_graph(mapping_stream *stream, mapping_mirror *m,
+                                                         mapping_side to, size_t max_ranges);
 /* Stale bytes of `side` within this mirror or view. This WAITS (blocks the
  * calling thread) for queued copies of the family touching the range, so
  * the answer is exact; to ask "is a sync due?" without waiting, use

@@ -1069,6 +1069,13 @@ class Stream(_Owned):
         """cl_command_queue / CUstream as an int (0 on the host back end)."""
         return _core.stream_native(self._ptr()) or 0
 
+    @property
+    def capturing(self):
+        """True while the stream is being captured into a CUDA graph
+        (torch.cuda.graph, cudaStreamBeginCapture): work queued on it then runs
+        at each replay. Always False on back ends without graphs."""
+        return bool(_core.stream_capturing(self._ptr()))
+
     def synchronize(self):
         """Waits for the queued work; raises its first error (or the first
         exception of a launch_host function)."""
@@ -1413,10 +1420,37 @@ class Mirror(_Owned):
             h = self._hold()
             if sh is None:
                 _core.mirror_sync(None, h.ptr, side)
+            elif _core.stream_capturing(sh.ptr):
+                # Recorded in the graph, which holds the mirror's family itself: no
+                # record on the stream (a host node would run at every replay).
+                _core.mirror_sync(sh.ptr, h.ptr, side)
             else:
                 _core.queued(sh.ptr, (h,), False, _core.mirror_sync, sh.ptr, h.ptr, side)
         if sh is not None:
             self._gpu._stream = _stream_ref(stream)
+
+    def sync_in_graph(self, stream, to="gpu", max_ranges=0):
+        """Records in the CUDA graph being captured on `stream` a sync of this
+        mirror or view to `to` ('gpu' or 'cpu'): each replay of the graph moves
+        the bytes stale then, and the state follows the replay
+        (mapping_mirror_sync_in_graph; sync_to_gpu(stream) on a capturing
+        stream does the same with the default table). max_ranges: ranges per
+        replay (0: 4096); more are joined, or stay stale for the next sync. The
+        graph keeps the mirror's memory alive. The mirror must not be used
+        while a replay runs."""
+        if not isinstance(to, (str, int)) or isinstance(to, bool) or to not in _SIDES:
+            raise _ERR["ERR_INVALID_ARGUMENT"]("Mirror.sync_in_graph: to must be 'cpu' or 'gpu'", -2)
+        try:
+            if type(stream) is not Stream:
+                raise TypeError("Mirror.sync_in_graph: stream must be a mapping.Stream being captured, got %s"
+                                % type(stream).__name__)
+            max_ranges = _size(max_ranges, "Mirror.sync_in_graph: max_ranges")
+            sh = stream._hold()
+            with self._lock:
+                h = self._hold()
+                _core.mirror_sync_in_graph(sh.ptr, h.ptr, _SIDES[to], max_ranges)
+        except Error as e:
+            raise _retag(e, "Mirror.sync_in_graph") from None
 
     def sync_to_gpu(self, stream=None):
         try:

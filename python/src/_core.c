@@ -1783,6 +1783,15 @@ THUNK(mirror_mark, ARG(1, long) == MAPPING_CPU ? mapping_mirror_mark_cpu_modifie
                                                : mapping_mirror_mark_gpu_modified(M_(0), Z_(2), Z_(3)))
 THUNK(mirror_sync, ARG(2, long) == MAPPING_CPU ? mapping_mirror_sync_to_cpu(S_(0), M_(1))
                                                : mapping_mirror_sync_to_gpu(S_(0), M_(1)))
+THUNK(mirror_sync_in_graph, mapping_mirror_sync_in_graph(S_(0), M_(1), (mapping_side)ARG(2, long), Z_(3)))
+/* 1 / 0 as a "handle" (an int to Python). */
+static mapping_status t_stream_capturing(const uintptr_t *a)
+{
+    int on = 0;
+    mapping_status st = mapping_stream_capturing(S_(0), &on);
+    *OUT_(1, void) = (void *)(uintptr_t)on;
+    return st;
+}
 THUNK(mirror_acquire_cpu, mapping_mirror_acquire_cpu(M_(0), ARG(1, unsigned), OUT_(2, void)))
 THUNK(mirror_acquire_gpu, mapping_mirror_acquire_gpu(S_(0), M_(1), ARG(2, unsigned), OUT_(3, mapping_buffer)))
 THUNK(mirror_release_gpu, mapping_mirror_release_gpu(S_(0), M_(1)))
@@ -1832,6 +1841,8 @@ static call_row calls[] = {
     ROW(mirror_view, "pss", 0, RET_HANDLE),
     ROW(mirror_mark, "piss", 1, RET_NONE),
     ROW(mirror_sync, "ppi", 1, RET_NONE),
+    ROW(mirror_sync_in_graph, "ppis", 1, RET_NONE),
+    ROW(stream_capturing, "p", 0, RET_HANDLE),
     ROW(mirror_acquire_cpu, "pu", 1, RET_HANDLE),
     ROW(mirror_acquire_gpu, "ppu", 1, RET_HANDLE),
     ROW(mirror_release_gpu, "pp", 1, RET_NONE),

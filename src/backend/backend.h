@@ -201,6 +201,24 @@ typedef struct mapping_backend {
      * memory): write and read then move it directly, without staging, as
      * they do with `pinned`. The back end may cache what it learns. */
     bool (*host_locked)(void *dev, const void *ptr, size_t bytes);
+
+    /* ---- Copies a captured graph replays with new ranges (optional; mirror
+     * syncs recorded in a graph, src/coherence/mirror_graph.c) ---- */
+    /* Queues on `stream` a copy of the ranges a table lists, read when the
+     * stream reaches the copy, not now (a replay of a captured graph copies
+     * what the table says then): table[0] is the count (at most `capacity`
+     * entries are read), table[1] is reserved, then `capacity` pairs
+     * {offset, bytes}; entry e copies host[offset, +bytes) to
+     * mem[mem_offset + offset, ..), or back when to_host. table and host are
+     * page-locked memory (host_alloc, host_register, or the driver's own)
+     * that the device reaches directly. */
+    mapping_status (*copy_table)(void *dev, void *stream, const uint64_t *table, size_t capacity, void *host,
+                                 void *mem, size_t mem_offset, bool to_host);
+    /* Ties release(user) to the graph being captured on `stream`: it runs
+     * once that graph and every executable made from it are gone and their
+     * launches done, on a driver thread, and must call neither the driver nor
+     * the library. Never called when this fails. */
+    mapping_status (*graph_retain)(void *dev, void *stream, void (*release)(void *user), void *user);
 } mapping_backend;
 
 /* Each back end defines `const mapping_backend mapping_backend_<name>`; the

@@ -13,6 +13,8 @@
 
 /* ---- lifetime ---- */
 
+void (*_Atomic mapping__mirror_reaper)(void);
+
 mapping_status mapping__mirror_state_new(const char *fn, mapping_device *dev, size_t bytes, mirror_state **out)
 {
     mirror_state *st = mapping_os_calloc(1, sizeof *st);

@@ -129,7 +129,7 @@ struct mirror_state {
     /* mapping__handle_removals_any() when the device was last found open:
      * while it stands, the device still is (no lookup per call). */
     uint64_t        dev_checked_removals;
-    int             refs; /* handles of the family */
+    _Atomic int     refs; /* handles of the family, and graphs holding it (mirror_graph.c) */
     bool            busy; /* a sync is running: re-entry (from the log callback) is refused */
 
     /* memory */
@@ -175,6 +175,16 @@ mapping_status mapping__mirror_state_new(const char *fn, mapping_device *dev, si
 void           mapping__mirror_state_free(mirror_state *st);
 /* The adopted device side holds the data: the CPU side is stale. */
 mapping_status mapping__mirror_state_gpu_valid(mirror_state *st);
+/* Frees what CUDA graphs gave up since (mirror_graph.c sets it when a graph
+ * first holds a family; mirror.c calls it at create and destroy): a pointer,
+ * so that mirror.c and mirror_graph.c do not call each other. */
+extern void (*_Atomic mapping__mirror_reaper)(void);
+static inline void mapping__mirror_reap(void)
+{
+    void (*reap)(void) = atomic_load_explicit(&mapping__mirror_reaper, memory_order_acquire);
+    if (reap)
+        reap();
+}
 /* Adds a feature to the family (at creation). */
 void           mapping__mirror_add_feature(mirror_state *st, const mirror_feature *f);
 /* Ends every feature (last first). */

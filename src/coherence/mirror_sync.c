@@ -285,13 +285,37 @@ mapping_status mapping__mirror_sync_checked(const char *fn, mapping_stream *stre
     return status;
 }
 
+/* A back end with graphs: on a stream being captured the sync is recorded
+ * in the graph (*recorded; mirror_graph.c: each replay moves what is stale
+ * then); otherwise the refusals of a capture (a blocking sync while a
+ * blocking stream is captured, an invalidated capture). */
+static __attribute__((noinline)) mapping_status sync_captured(const char *fn, mapping_stream *stream,
+                                                              mapping_mirror *m, int t, bool *recorded)
+{
+    mapping_device *dev = m->st->dev;
+    if (!stream || !mapping__can_graph_copy(dev))
+        return mapping__mirror_refuse_capture(fn, dev, stream);
+    int capture = MAPPING_CAPTURE_NONE;
+    mapping_status status = mapping__stream_capture_status(dev, stream, &capture, NULL);
+    if (status || capture == MAPPING_CAPTURE_NONE)
+        return status;
+    if (capture != MAPPING_CAPTURE_ACTIVE)
+        return mapping__mirror_refuse_capture(fn, dev, stream);
+    *recorded = true;
+    return mapping__mirror_graph_sync(fn, stream, m, t, 0);
+}
+
 static mapping_status sync_public(const char *fn, mapping_stream *stream, mapping_mirror *m, int t)
 {
     mapping_status status;
+    bool recorded = false;
     if ((status = mapping__mirror_check(fn, m)) || (status = mapping__check_stream(fn, stream)) ||
-        (status = mapping__check_same_device(fn, m->st->dev, stream)) ||
-        (status = mapping__mirror_refuse_capture(fn, m->st->dev, stream)) ||
-        (status = mapping__mirror_enter_fast(fn, m->st, t == MIRROR_GPU)))
+        (status = mapping__check_same_device(fn, m->st->dev, stream)))
+        return status;
+    if (__builtin_expect(mapping__can_capture(m->st->dev), 0) &&
+        ((status = sync_captured(fn, stream, m, t, &recorded)) || recorded))
+        return status;
+    if ((status = mapping__mirror_enter_fast(fn, m->st, t == MIRROR_GPU)))
         return status;
     return mapping__mirror_sync_checked(fn, stream, m, t);
 }

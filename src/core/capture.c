@@ -147,3 +147,17 @@ mapping_status mapping__capture_check_wait(const char *fn, mapping_stream *strea
         st = mapping__capture_check_event(fn, event);
     return st;
 }
+
+mapping_status mapping_stream_capturing(mapping_stream *stream, int *capturing)
+{
+    static const char fn[] = "mapping_stream_capturing";
+    mapping_status st;
+    if ((st = mapping__check_ptr(fn, "stream", stream)) || (st = mapping__check_stream(fn, stream)) ||
+        (st = mapping__check_ptr(fn, "capturing", capturing)))
+        return st;
+    int status = MAPPING_CAPTURE_NONE;
+    *capturing = 0;
+    if ((st = mapping__stream_capture_status(stream->dev, stream, &status, NULL)) == MAPPING_OK)
+        *capturing = status == MAPPING_CAPTURE_ACTIVE || status == MAPPING_CAPTURE_INVALIDATED;
+    return st;
+}

@@ -304,6 +304,27 @@ bool mapping__can_capture(const mapping_device *dev)
     return dev->be->stream_capture_status != NULL;
 }
 
+bool mapping__can_graph_copy(const mapping_device *dev)
+{
+    return dev->be->copy_table && dev->be->graph_retain && dev->be->launch_host;
+}
+
+mapping_status mapping__copy_table(mapping_stream *stream, const uint64_t *table, size_t capacity, void *host,
+                                   mapping_buffer *buf, size_t offset, bool to_host)
+{
+    mapping_device *dev = buf->dev;
+    mapping_status st = mapping__fault_check(dev, "copy_table");
+    if (st != MAPPING_OK)
+        return st;
+    return dev->be->copy_table(dev->state, mapping__stream_state(stream), table, capacity, host, buf->mem, offset,
+                               to_host);
+}
+
+mapping_status mapping__graph_retain(mapping_stream *stream, void (*release)(void *user), void *user)
+{
+    return stream->dev->be->graph_retain(stream->dev->state, stream->state, release, user);
+}
+
 bool mapping__can_scatter(const mapping_device *dev)
 {
     return dev->be->scatter != NULL;

@@ -121,6 +121,19 @@ bool           mapping__host_locked_elsewhere(mapping_device *dev, const void *p
 /* mapping_import_stream(dev, NULL): the back end's default native queue. */
 bool           mapping__can_import_default_stream(const mapping_device *dev);
 
+/* ---- copies a captured graph replays with new ranges (mapping_backend.copy_table,
+ * graph_retain: mirror syncs recorded in a CUDA graph) ---- */
+/* The back end has both, and host functions (the graph's planning nodes). */
+bool           mapping__can_graph_copy(const mapping_device *dev);
+/* Queues the copy of the ranges table[] lists when the stream gets there
+ * (see mapping_backend.copy_table); buf's device. Counted nowhere: the
+ * caller counts what each run moved. */
+mapping_status mapping__copy_table(mapping_stream *stream, const uint64_t *table, size_t capacity, void *host,
+                                   mapping_buffer *buf, size_t offset, bool to_host);
+/* release(user) once the graph being captured on stream is gone (see
+ * mapping_backend.graph_retain). */
+mapping_status mapping__graph_retain(mapping_stream *stream, void (*release)(void *user), void *user);
+
 /* ---- the back-end half of object lifetimes (src/core/ only) ---- */
 mapping_status mapping__op_device_info(const mapping_backend *be, int index, mapping_device_info *info);
 mapping_status mapping__op_device_open(const mapping_backend *be, int index, const mapping_device_desc *desc,

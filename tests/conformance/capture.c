@@ -273,17 +273,43 @@ static void gpu_still_stale(cap *c, int r)
     CHECK(mapping_mirror_stale_bytes(c->mirror, MAPPING_GPU) == N);
     CHECK_OK(mapping_mirror_sync_to_gpu(NULL, c->mirror));
 }
-static void cpu_still_stale(cap *c, int r)
-{
-    (void)r;
-    CHECK(mapping_mirror_stale_bytes(c->mirror, MAPPING_CPU) == N);
-    CHECK_OK(mapping_mirror_sync_to_cpu(NULL, c->mirror));
-}
 static void multi_still_stale(cap *c, int r)
 {
     (void)r;
     CHECK(mapping_multimirror_stale_bytes(c->multi, 0) == N);
     CHECK_OK(mapping_multimirror_sync_to_gpu(NULL, c->multi, 0));
+}
+/* Mirror syncs are recorded as graph syncs: each replay moves what is
+ * stale then (tests/conformance/graph_sync.c has the rest). */
+static void mirror_cpu_write(cap *c, int r)
+{
+    test_pattern(mapping_mirror_cpu(c->mirror), N, 500 + (unsigned)r);
+    CHECK_OK(mapping_mirror_mark_cpu_modified(c->mirror, 0, N));
+}
+static void mirror_gpu_has(cap *c, int r)
+{
+    CHECK(mapping_mirror_stale_bytes(c->mirror, MAPPING_GPU) == 0);
+    check_buffer(c, mapping_mirror_gpu(c->mirror), 500 + (unsigned)r);
+}
+static void mirror_gpu_write(cap *c, int r)
+{
+    pattern_into(c, mapping_mirror_gpu(c->mirror), 600 + (unsigned)r);
+    CHECK_OK(mapping_mirror_mark_gpu_modified(c->mirror, 0, N));
+}
+static void mirror_cpu_has(cap *c, int r)
+{
+    unsigned char want[N];
+    test_pattern(want, N, 600 + (unsigned)r);
+    CHECK(mapping_mirror_stale_bytes(c->mirror, MAPPING_CPU) == 0);
+    CHECK_BYTES(mapping_mirror_cpu(c->mirror), want, N);
+}
+static mapping_status mirror_in_graph(cap *c) { return mapping_mirror_sync_in_graph(c->s, c->mirror, MAPPING_GPU, 8); }
+static mapping_status stream_capturing(cap *c)
+{
+    int on = 0;
+    mapping_status st = mapping_stream_capturing(c->s, &on);
+    CHECK(on == 1);
+    return st;
 }
 static mapping_status multi_to_gpu(cap *c)
 {
@@ -320,8 +346,10 @@ static const call_row calls[] = {
     {"mapping_sync_to_gpu", "blocking, beside the capture", RUNS_NOW, blocking_h2d, NULL, NULL, 0},
     {"mapping_sync_to_cpu", "blocking, beside the capture", RUNS_NOW, blocking_d2h, NULL, NULL, 0},
     {"mapping_pipeline_run", "its own streams, beside the capture", RUNS_NOW, pipeline_run, NULL, NULL, 0},
-    {"mapping_mirror_sync_to_gpu", "", REFUSED, mirror_to_gpu, NULL, gpu_still_stale, 1},
-    {"mapping_mirror_sync_to_cpu", "", REFUSED, mirror_to_cpu, NULL, cpu_still_stale, 1},
+    {"mapping_stream_capturing", "", RUNS_NOW, stream_capturing, NULL, NULL, 0},
+    {"mapping_mirror_sync_to_gpu", "a graph sync", RECORDED, mirror_to_gpu, mirror_cpu_write, mirror_gpu_has, 1},
+    {"mapping_mirror_sync_to_cpu", "a graph sync", RECORDED, mirror_to_cpu, mirror_gpu_write, mirror_cpu_has, 1},
+    {"mapping_mirror_sync_in_graph", "", RECORDED, mirror_in_graph, mirror_cpu_write, mirror_gpu_has, 1},
     {"mapping_mirror_acquire_gpu", "", REFUSED, mirror_acquire, NULL, gpu_still_stale, 1},
     {"mapping_mirror_release_gpu", "", REFUSED, mirror_release, NULL, NULL, 1},
     {"mapping_multimirror_sync_to_gpu", "", REFUSED, multi_to_gpu, NULL, multi_still_stale, 1},
@@ -439,9 +467,10 @@ TEST(capture_records_or_refuses_every_stream_call)
     run_rows(0);
 }
 
-/* Mirror syncs and access intents update the mirror's state when called:
- * in a capture, once instead of at each replay. Refused. */
-TEST(capture_refuses_mirror_calls_on_a_capturing_stream)
+/* Mirror syncs are recorded as graph syncs (the state follows each
+ * replay); access intents and multimirror syncs would update the state
+ * when called, once instead of at each replay: refused. */
+TEST(capture_records_mirror_syncs_and_refuses_other_mirror_calls)
 {
     run_rows(1);
 }

@@ -87,6 +87,18 @@
  *   copy) made while the calling thread captures, or while another thread
  *   captures in CU_STREAM_CAPTURE_MODE_GLOBAL and this thread's mode is not
  *   RELAXED, fails with 900 and invalidates that capture.
+ * - Graph-replayable copies: user objects (cuUserObjectCreate, only with
+ *   CU_USER_OBJECT_NO_DESTRUCTOR_SYNC; cuUserObjectRelease;
+ *   cuGraphRetainUserObject, also on the graph of a capture in progress):
+ *   the destructor runs on the host-function thread (driver calls fail
+ *   there) once the graph, its executables and their launches are gone.
+ *   cuMemHostGetDevicePointer_v2 (flags 0, page-locked memory only) gives
+ *   the device's address of page-locked memory: the host address for
+ *   cuMemHostAlloc blocks, another one for registered memory (kernel_reach).
+ *   The library's mapping_copy_table kernel reads its count and ranges when
+ *   it runs; a kernel reaching anything but device memory and mapped
+ *   page-locked memory by its device address is an illegal address.
+ *   Counters "table_copies", "table_copies_empty", "user_objects_destroyed".
  * - Pointers: cuPointerGetAttribute (context, memory type, device ordinal,
  *   managed, range start and size) and cuMemHostGetFlags know device
  *   allocations and page-locked memory (allocated or registered); anything
@@ -175,7 +187,7 @@ static int device_count = 1;
 static size_t register_max, locked_max, locked_now; /* 0: no limit; locked_now under registry_lock */
 static _Thread_local bool in_host_fn;
 static int sticky[MAX_DEVICES]; /* each context's sticky error, 0 when none */
-static bool function_loaded, saxpy_loaded, jacobi_loaded, diff_loaded; /* kernels loaded by cuFuncLoad or a first launch */
+static bool function_loaded, saxpy_loaded, jacobi_loaded, diff_loaded, table_loaded; /* kernels loaded by cuFuncLoad or a first launch */
 static bool copy_entries_split; /* the loaded mapping_copy_entries takes `split` (a 6th parameter) */
 
 /* ---- counters ---- */
@@ -190,7 +202,9 @@ static bool copy_entries_split; /* the loaded mapping_copy_entries takes `split`
     X(largest_pinned_async_copy) X(cuEventCreate) X(cuEventDestroy) X(cuEventQuery) X(cuStreamIsCapturing)   \
     X(cuStreamGetCaptureInfo) X(cuPointerGetAttribute) X(cuThreadExchangeStreamCaptureMode)                 \
     X(captures_invalidated) X(graph_launches) X(largest_host_register) X(cuStreamDestroy)                  \
-    X(cuMemcpyDtoDAsync) X(cuMemsetD8Async) X(cuStreamWaitEvent) X(cuEventRecord)
+    X(cuMemcpyDtoDAsync) X(cuMemsetD8Async) X(cuStreamWaitEvent) X(cuEventRecord)                      \
+    X(cuMemHostGetDevicePointer) X(cuUserObjectCreate) X(user_objects_destroyed) X(table_copies)            \
+    X(table_copies_empty)
 enum {
 #define ENUM_(name) COUNT_##name,
     FAKE_COUNTERS(ENUM_)
@@ -446,6 +460,29 @@ static bool is_pinned(const void *p, size_t n)
     return pin_lookup(p, n, NULL);
 }
 
+/* Mapped page-locked memory (unified addressing): cuMemHostGetDevicePointer
+ * gives the device's address of page-locked host memory, the host address
+ * itself for memory cuMemHostAlloc made, another one for registered memory
+ * (as where CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM is
+ * 0): a back end that hands a kernel the host address of registered memory
+ * makes an illegal address here. */
+#define MAPPED_ALIAS ((uintptr_t)1 << 62)
+
+/* What a kernel reaches at device address a, n bytes: device memory, or
+ * mapped page-locked host memory by its device address; NULL: an illegal
+ * address (pageable memory, freed or unregistered memory). */
+static void *kernel_reach(uintptr_t a, size_t n)
+{
+    pinned b;
+    if (a + n < a)
+        return NULL;
+    if (dev_valid((void *)a, n))
+        return (void *)a;
+    if (a >= MAPPED_ALIAS)
+        return pin_lookup((void *)(a - MAPPED_ALIAS), n, &b) && !b.allocated ? (void *)(a - MAPPED_ALIAS) : NULL;
+    return pin_lookup((void *)a, n, &b) && b.allocated ? (void *)a : NULL;
+}
+
 static CUresult pin_add(void *p, size_t n, bool allocated, void *base, unsigned flags)
 {
     uintptr_t a = (uintptr_t)p;
@@ -668,7 +705,8 @@ static void run_host_fn(host_fn fn, void *user)
 
 /* ---- streams: a worker thread each, the legacy streams too ---- */
 typedef enum {
-    OP_COPY, OP_SET, OP_HOST_FN, OP_RECORD, OP_WAIT, OP_KERNEL, OP_SAXPY, OP_JACOBI, OP_DIFF, OP_FAULT, OP_GRAPH_END
+    OP_COPY, OP_SET, OP_HOST_FN, OP_RECORD, OP_WAIT, OP_KERNEL, OP_SAXPY, OP_JACOBI, OP_DIFF, OP_FAULT, OP_GRAPH_END,
+    OP_TABLE
 } op_kind;
 typedef struct op {
     struct op  *next;
@@ -816,11 +854,37 @@ static void run_diff(op *o)
 
 /* ---- graphs: the nodes a capture recorded, shared by the graph and its
  * executables, and by each launch until its last node ran ---- */
+typedef struct user_object {
+    host_fn destroy;
+    void   *ptr;
+    int     refs;
+} user_object;
+
+typedef struct held_object {
+    user_object *obj;
+    unsigned     count;
+} held_object;
+
 typedef struct graph_body {
-    op    *nodes;
-    size_t count, cap;
-    int    refs;
+    op          *nodes;
+    size_t       count, cap;
+    int          refs;
+    held_object *held; /* user objects the graph holds references to (cuGraphRetainUserObject) */
+    size_t       n_held, cap_held;
 } graph_body;
+
+static void run_host_fn(host_fn fn, void *user);
+
+/* The last reference gone: its destructor runs on the driver's thread of host
+ * functions, where driver calls fail (CUDA forbids them in destructors). */
+static void user_object_release(user_object *o, unsigned n)
+{
+    if (__atomic_sub_fetch(&o->refs, (int)n, __ATOMIC_ACQ_REL) != 0)
+        return;
+    count(COUNT_user_objects_destroyed);
+    run_host_fn(o->destroy, o->ptr);
+    free(o);
+}
 
 static void body_release(graph_body *g)
 {
@@ -828,8 +892,43 @@ static void body_release(graph_body *g)
         return;
     for (size_t i = 0; i < g->count; i++)
         free(g->nodes[i].owned);
+    for (size_t i = 0; i < g->n_held; i++)
+        user_object_release(g->held[i].obj, g->held[i].count);
+    free(g->held);
     free(g->nodes);
     free(g);
+}
+
+/* The back end's mapping_copy_table: user = the table's device address
+ * (mapped page-locked memory), src = the host side's device address, dst =
+ * the device side, value = to_host, bytes = the capacity. The count and the
+ * entries are read when it runs, as on a GPU. */
+static void run_copy_table(op *o)
+{
+    const unsigned long long *table = kernel_reach((uintptr_t)o->user, 16);
+    if (!table) {
+        set_sticky(o->ctx, ILLEGAL_ADDRESS);
+        return;
+    }
+    unsigned long long n = __atomic_load_n(&table[0], __ATOMIC_ACQUIRE);
+    n = n < o->bytes ? n : o->bytes;
+    count(COUNT_table_copies);
+    if (!n)
+        count(COUNT_table_copies_empty);
+    const unsigned long long *e = n ? kernel_reach((uintptr_t)o->user + 16, n * 16) : NULL;
+    if (n && !e) {
+        set_sticky(o->ctx, ILLEGAL_ADDRESS);
+        return;
+    }
+    for (unsigned long long i = 0; i < n; i++) {
+        unsigned char *h = kernel_reach((uintptr_t)o->src + e[2 * i], e[2 * i + 1]);
+        unsigned char *d = kernel_reach((uintptr_t)o->dst + e[2 * i], e[2 * i + 1]);
+        if (!h || !d) {
+            set_sticky(o->ctx, ILLEGAL_ADDRESS);
+            return;
+        }
+        memmove(o->value ? h : d, o->value ? d : h, e[2 * i + 1]);
+    }
 }
 
 static void run_op(op *o)
@@ -850,6 +949,7 @@ static void run_op(op *o)
     case OP_DIFF: if (!skip) run_diff(o); break;
     case OP_FAULT: set_sticky(o->ctx, ILLEGAL_ADDRESS); break;
     case OP_GRAPH_END: body_release(o->user); break;
+    case OP_TABLE: if (!skip) run_copy_table(o); break;
     }
     free(o->owned);
 }
@@ -1322,7 +1422,7 @@ static void context_reset(int ctx)
 {
     count(COUNT_context_resets);
     if (ctx == 0)
-        function_loaded = saxpy_loaded = jacobi_loaded = diff_loaded = false; /* the modules are gone */
+        function_loaded = saxpy_loaded = jacobi_loaded = diff_loaded = table_loaded = false; /* the modules are gone */
     captures_drop(ctx);
     long long leaked = 0;
     for (stream *s; (s = stream_of(ctx)) != NULL;) {
@@ -1537,6 +1637,18 @@ API CUresult cuMemHostGetFlags(unsigned *flags, void *p)
     if (!pin_lookup(p, 1, &b))
         return INVALID_VALUE;
     *flags = b.flags;
+    return OK;
+}
+
+/* The device's address of page-locked host memory (kernel_reach). */
+API CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *d, void *p, unsigned flags)
+{
+    NEED_CONTEXT();
+    count(COUNT_cuMemHostGetDevicePointer);
+    pinned b;
+    if (!d || flags != 0 || !pin_lookup(p, 1, &b))
+        return INVALID_VALUE; /* pageable memory, or flags (which must be 0) */
+    *d = (uintptr_t)p + (b.allocated ? 0 : MAPPED_ALIAS);
     return OK;
 }
 
@@ -2152,6 +2264,58 @@ API CUresult cuGraphDestroy(graph_body *g)
     return OK;
 }
 
+/* User objects (CUDA 11.3): a destructor run when the last reference goes;
+ * graphs hold references (cuGraphRetainUserObject, also on the graph of a
+ * capture in progress), given up when the graph and its executables are
+ * gone and their launches done. flags must be
+ * CU_USER_OBJECT_NO_DESTRUCTOR_SYNC (1), as the driver requires. */
+API CUresult cuUserObjectCreate(user_object **out, void *ptr, host_fn destroy, unsigned initial, unsigned flags)
+{
+    NEED_CONTEXT();
+    count(COUNT_cuUserObjectCreate);
+    if (!out || !destroy || initial == 0 || initial > 0x7fffffff || flags != 1)
+        return INVALID_VALUE;
+    user_object *o = malloc(sizeof *o);
+    if (!o)
+        return OUT_OF_MEMORY;
+    *o = (user_object){destroy, ptr, (int)initial};
+    *out = o;
+    return OK;
+}
+API CUresult cuUserObjectRelease(user_object *o, unsigned n)
+{
+    if (!o || n == 0 || n > (unsigned)__atomic_load_n(&o->refs, __ATOMIC_ACQUIRE))
+        return INVALID_VALUE;
+    user_object_release(o, n);
+    return OK;
+}
+/* flags: CU_GRAPH_USER_OBJECT_MOVE (1) takes the caller's references. */
+API CUresult cuGraphRetainUserObject(graph_body *g, user_object *o, unsigned n, unsigned flags)
+{
+    NEED_CONTEXT();
+    if (!g || !o || n == 0 || (flags & ~1u))
+        return INVALID_VALUE;
+    pthread_mutex_lock(&capture_lock);
+    CUresult r = OK;
+    if (g->n_held == g->cap_held) {
+        size_t cap = g->cap_held ? 2 * g->cap_held : 4;
+        held_object *h = realloc(g->held, cap * sizeof *h);
+        if (h) {
+            g->held = h;
+            g->cap_held = cap;
+        } else {
+            r = OUT_OF_MEMORY;
+        }
+    }
+    if (r == OK) {
+        g->held[g->n_held++] = (held_object){o, n};
+        if (!(flags & 1))
+            __atomic_add_fetch(&o->refs, (int)n, __ATOMIC_ACQ_REL);
+    }
+    pthread_mutex_unlock(&capture_lock);
+    return r;
+}
+
 /* ---- batch copies and prefetches ---- */
 
 typedef struct { int type, id; } location;
@@ -2238,13 +2402,15 @@ API CUresult cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t 
 
 /* ---- modules: the back end's kernels and the examples' saxpy and jacobi,
  * emulated on the stream, from PTX the fake's JIT accepts ---- */
-static int module_token, function_token, saxpy_token, jacobi_token, diff_token;
-static bool module_has_diff; /* the back end's module carries mapping_diff_blocks */
+static int module_token, function_token, saxpy_token, jacobi_token, diff_token, table_token;
+static bool module_has_diff;  /* the back end's module carries mapping_diff_blocks */
+static bool module_has_table; /* ... and mapping_copy_table */
 static bool *loaded_flag(void *fn)
 {
     return fn == &function_token ? &function_loaded : fn == &saxpy_token ? &saxpy_loaded
                                                      : fn == &jacobi_token ? &jacobi_loaded
-                                                     : fn == &diff_token   ? &diff_loaded : NULL;
+                                                     : fn == &diff_token   ? &diff_loaded
+                                                     : fn == &table_token  ? &table_loaded : NULL;
 }
 
 /* The newest PTX ISA the profile's JIT reads, as major * 10 + minor. */
@@ -2327,6 +2493,7 @@ static CUresult module_load(void **module, const void *image, unsigned n, const 
     if (strstr(image, ".entry mapping_copy_entries")) {
         copy_entries_split = strstr(image, "mapping_copy_entries_param_5") != NULL;
         module_has_diff = strstr(image, ".entry mapping_diff_blocks") != NULL;
+        module_has_table = strstr(image, ".entry mapping_copy_table") != NULL;
     }
     *module = &module_token;
     return OK;
@@ -2353,6 +2520,8 @@ API CUresult cuModuleGetFunction(void **fn, void *module, const char *name)
         *fn = &jacobi_token;
     else if (strcmp(name, "mapping_diff_blocks") == 0 && module_has_diff)
         *fn = &diff_token;
+    else if (strcmp(name, "mapping_copy_table") == 0 && module_has_table)
+        *fn = &table_token;
     else
         return NOT_FOUND;
     return OK;
@@ -2408,6 +2577,20 @@ static CUresult launch_diff(stream *s, unsigned gx, unsigned gy, void **params)
                          blocks * 4096, sh, blocks * 4096);
 }
 
+/* table, capacity, host, device, to_host: read when it runs (run_copy_table). */
+static CUresult launch_copy_table(stream *s, unsigned gy, unsigned bx, void **params)
+{
+    CUdeviceptr table = *(CUdeviceptr *)params[0];
+    unsigned long long capacity = *(unsigned long long *)params[1];
+    if (table % 8)
+        return 716; /* CUDA_ERROR_MISALIGNED_ADDRESS */
+    if (bx % 32 != 0 || gy != 1)
+        return INVALID_VALUE; /* a warp per entry, one-dimensional */
+    return submit(s, (op){.kind = OP_TABLE, .user = D(table), .bytes = (size_t)capacity,
+                          .src = D(*(CUdeviceptr *)params[2]), .dst = D(*(CUdeviceptr *)params[3]),
+                          .value = (int)*(unsigned *)params[4]});
+}
+
 static CUresult launch_copy_entries(stream *s, unsigned bx, unsigned gy, void **params)
 {
     CUdeviceptr table = *(CUdeviceptr *)params[1];
@@ -2445,6 +2628,8 @@ API CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, uns
         return INVALID_VALUE;
     if (fn == &jacobi_token) /* u, v, cols, first_row, rows, owned, halo; the grid must cover the block */
         return launch_jacobi(s, gx, gy, bx, by, params);
+    if (fn == &table_token)
+        return launch_copy_table(s, gy, bx, params);
     if (fn == &diff_token) /* mem, shadow, flags, blocks; the grid must cover the blocks */
         return launch_diff(s, gx, gy, params);
     if (fn == &saxpy_token) { /* whole numbers only: the example's a is 2 */

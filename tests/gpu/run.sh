@@ -18,10 +18,13 @@
 #      when the GPU's compute mode is Default (an exclusive-process GPU takes
 #      one process at a time: -j1); the skipped tests' reasons, counted
 #   4. the CUDA example (a real kernel from the shipped PTX)
-#   5. mapping bench --backend cuda --only cuda-raw,cuda-host (every figure a
-#      ratio against direct driver calls, or page-locked memory, in the same
-#      run: memory pinned elsewhere as torch pins it, pageable memory
-#      registered in place, the cost of registering at 4 KiB and 2 MiB pages)
+#   5. mapping bench --backend cuda --only cuda-raw,cuda-host,cuda-graph (every
+#      figure a ratio against direct driver calls, or page-locked memory, in
+#      the same run: memory pinned elsewhere as torch pins it, pageable memory
+#      registered in place, the cost of registering at 4 KiB and 2 MiB pages;
+#      mirror syncs in a CUDA graph replayed 1,000 times against the same loop
+#      called eagerly, per iteration, and the replays whose bytes moved were
+#      not the bytes stale then)
 #   6. the Python package's tests (PyTorch/CuPy interop), up to 90 s, then
 #      Python's cost per call on CUDA against the C call's; without the
 #      package, numpy or pytest: "python: NOT CHECKED", and the result says so
@@ -225,23 +228,24 @@ fi
 if [ "$cuda_available" = 1 ]; then
     t0=$(date +%s)
     if b=$(budget 100 20); then # keeps 90 s for Python
-        limit "$b" "$build/mapping" bench --backend cuda --only cuda-raw,cuda-host --json >"$OUT/bench.json" \
+        limit "$b" "$build/mapping" bench --backend cuda --only cuda-raw,cuda-host,cuda-graph --json >"$OUT/bench.json" \
             2>"$OUT/bench.txt"
         rc=$?
     else
         rc=skip
     fi
     case $rc in
-    0) say "bench cuda-raw, cuda-host: completed in $(($(date +%s) - t0)) s (speed ratio = driver time / mapping time; / page-locked = page-locked time / this time)" ;;
-    skip) say "bench cuda-raw, cuda-host: NOT RUN ($(left 100) s left for it)"; failures+=("bench") ;;
-    124 | 137) say "bench cuda-raw, cuda-host: TIMED OUT after $(($(date +%s) - t0)) s (the tables it finished are in bench.txt)"; failures+=("bench") ;;
-    *) say "bench cuda-raw, cuda-host: FAILED (exit $rc)"; failures+=("bench") ;;
+    0) say "bench cuda-raw, cuda-host, cuda-graph: completed in $(($(date +%s) - t0)) s (speed ratio = driver time / mapping time; / page-locked = page-locked time / this time)" ;;
+    skip) say "bench cuda-raw, cuda-host, cuda-graph: NOT RUN ($(left 100) s left for it)"; failures+=("bench") ;;
+    124 | 137) say "bench cuda-raw, cuda-host, cuda-graph: TIMED OUT after $(($(date +%s) - t0)) s (the tables it finished are in bench.txt)"; failures+=("bench") ;;
+    *) say "bench cuda-raw, cuda-host, cuda-graph: FAILED (exit $rc)"; failures+=("bench") ;;
     esac
     grep -E "^  => " "$OUT/bench.txt" 2>/dev/null | grep -v "registration in place" | sed 's/^  => /  /' |
         tee -a "$summary"
     # figures without a target are in bench.json only
     fig() { grep -o "\"$1\":[^,}]*" "$OUT/bench.json" 2>/dev/null | head -1 | sed 's/.*://'; }
     say "  registration in place (first copy less a registered one): $(fig cuda_register_s_per_gib_4k) s/GiB at 4 KiB pages, $(fig cuda_register_s_per_gib_2m) s/GiB at 2 MiB pages asked for"
+    say "  mirror syncs in a CUDA graph (cuda-graph), us per iteration, graph / eager: nothing stale $(fig cuda_graph_us_per_iteration_clean) / $(fig cuda_graph_us_per_iteration_eager_clean), 16 + 16 ranges of 64 B $(fig cuda_graph_us_per_iteration_stale) / $(fig cuda_graph_us_per_iteration_eager_stale); replays moving other than the stale bytes: $(fig cuda_graph_replays_moving_other_than_stale)"
 else
     say "bench: skipped, cuda is unavailable"
 fi

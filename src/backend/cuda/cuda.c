@@ -744,4 +744,6 @@ const mapping_backend mapping_backend_cuda = {
     .stream_import_default = true,
     .stream_capture_status = mapping__cuda_stream_capture_status,
     .host_locked = mapping__cuda_host_locked_op,
+    .copy_table = mapping__cuda_copy_table,
+    .graph_retain = mapping__cuda_graph_retain,
 };

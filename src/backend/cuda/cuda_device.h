@@ -111,6 +111,7 @@ typedef struct cuda_device {
     cu_module       module;
     cu_function     copy_entries;
     cu_function     diff_blocks; /* mirrors' device-side diff; NULL when it could not be loaded */
+    cu_function     copy_table;  /* graph-replayable copies (cuda_graph.c); NULL when it could not be loaded */
 
     cuda_event_pool   timed_events, untimed_events;
     cuda_locked_cache locked;
@@ -248,5 +249,10 @@ mapping_status mapping__cuda_diff_blocks(void *dev, void *stream, void *mem, siz
  * copies. The context is current. */
 mapping_status mapping__cuda_kernels_load(cuda_device *d);
 void           mapping__cuda_kernels_unload(cuda_device *d);
+
+/* ---- copies a captured graph replays with new ranges (cuda_graph.c) ---- */
+mapping_status mapping__cuda_copy_table(void *dev, void *stream, const uint64_t *table, size_t capacity, void *host,
+                                        void *mem, size_t mem_offset, bool to_host);
+mapping_status mapping__cuda_graph_retain(void *dev, void *stream, void (*release)(void *user), void *user);
 
 #endif /* MAPPING_CUDA_DEVICE_H */

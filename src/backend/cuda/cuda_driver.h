@@ -194,7 +194,13 @@ typedef struct cu_memcpy_attributes {
     X(cuModuleLoadDataEx, (cu_module *module, const void *image, unsigned count, int *options, void **values)) \
     /* What memory a pointer is (CUDA 4.0): imports, and page-locked memory made elsewhere */              \
     X(cuPointerGetAttribute, (void *data, int attribute, cu_deviceptr ptr))                                 \
-    X(cuMemHostGetFlags, (unsigned *flags, void *ptr))
+    X(cuMemHostGetFlags, (unsigned *flags, void *ptr))                                                      \
+    /* Copies a captured graph replays with new ranges (cuda_graph.c): the device's address of page-locked \
+     * memory (3.2), and user objects a graph holds (11.3) */                                              \
+    X(cuMemHostGetDevicePointer_v2, (cu_deviceptr *dptr, void *ptr, unsigned flags))                        \
+    X(cuUserObjectCreate, (void **obj, void *ptr, cu_host_fn destroy, unsigned initial, unsigned flags))    \
+    X(cuUserObjectRelease, (void *obj, unsigned count))                                                     \
+    X(cuGraphRetainUserObject, (void *graph, void *obj, unsigned count, unsigned flags))
 
 typedef struct cuda_driver {
     void *lib;

@@ -121,3 +121,40 @@ extern "C" __global__ void mapping_diff_blocks(const unsigned char *mem, unsigne
     if (threadIdx.x == 0)
         flags[b] = any ? 1 : 0;
 }
+
+// Graph-replayable copies (mirror syncs recorded in a CUDA graph,
+// cuda_graph.c): the table lives in page-locked, mapped host memory and is
+// written by the host (a host node of the graph) before this kernel runs, so
+// each replay copies what the table says then. table[0] is the count of
+// entries (at most `capacity` are read), table[1] is reserved, and entries of
+// {offset, bytes} follow; entry e copies host[offset, +bytes) to
+// device[offset, ..) (to_host == 0) or back. `host` is the device's address
+// of page-locked host memory (cuMemHostGetDevicePointer): the copy is
+// zero-copy over the link. A warp per entry, grid-striding; the host cuts
+// large ranges into pieces so that the warps share the work. A count of 0
+// (nothing stale) reads one word per block and returns.
+struct range_entry {
+    unsigned long long offset;
+    unsigned long long bytes;
+};
+
+extern "C" __global__ void mapping_copy_table(const unsigned long long *table, unsigned long long capacity,
+                                              unsigned char *host, unsigned char *device, unsigned int to_host)
+{
+    __shared__ unsigned long long count;
+    if (threadIdx.x == 0) {
+        unsigned long long n = *(volatile const unsigned long long *)table;
+        count = n < capacity ? n : capacity;
+    }
+    __syncthreads();
+    unsigned lane = threadIdx.x % 32;
+    unsigned long long warp = ((unsigned long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    unsigned long long warps = (unsigned long long)gridDim.x * blockDim.x / 32;
+    const range_entry *entries = reinterpret_cast<const range_entry *>(table + 2);
+    for (unsigned long long e = warp; e < count; e += warps) {
+        range_entry t = entries[e];
+        unsigned char *dst = to_host ? host + t.offset : device + t.offset;
+        const unsigned char *src = to_host ? device + t.offset : host + t.offset;
+        copy_piece(dst, src, t.bytes, lane);
+    }
+}

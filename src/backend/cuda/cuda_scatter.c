@@ -27,6 +27,7 @@
  * the blocks with blockIdx.y == y (at most 65535 pieces: a larger split for
  * a larger entry). */
 enum { KERNEL_THREADS = 256, KERNEL_WARPS = KERNEL_THREADS / 32, KERNEL_MAX_BLOCKS = 65535 };
+enum { KERNEL_COPY, KERNEL_DIFF, KERNEL_TABLE }; /* the module's functions, for load_function */
 static const uint64_t KERNEL_SPLIT = 16 << 10;
 
 static mapping_status by_kernel(cuda_device *d, cu_stream s, cu_deviceptr staging, size_t table_offset,
@@ -60,7 +61,7 @@ static mapping_status load_module(cuda_device *d)
  * (CUDA 12.4), else a launch over nothing, waited for (without it, lazy
  * loading would load it inside a flush or sync, which may synchronize the
  * context behind a stream the caller holds). */
-static cu_result load_function(cuda_device *d, cu_function f, bool diff)
+static cu_result load_function(cuda_device *d, cu_function f, int kind)
 {
     const cuda_driver *cu = d->cu;
     if (cu->cuFuncLoad)
@@ -73,8 +74,9 @@ static cu_result load_function(cuda_device *d, cu_function f, bool diff)
     unsigned gather = 0;
     void *copy_params[] = {&any, &any, &none, &any, &gather, &split};
     void *diff_params[] = {&any, &any, &any, &none};
-    cu_result r = cu->cuLaunchKernel(f, 1, 1, 1, diff ? 128 : 256, 1, 1, 0, d->internal,
-                                     diff ? diff_params : copy_params, NULL);
+    void *table_params[] = {&any, &none, &any, &any, &gather}; /* capacity 0: reads the count only */
+    void **params = kind == KERNEL_DIFF ? diff_params : kind == KERNEL_TABLE ? table_params : copy_params;
+    cu_result r = cu->cuLaunchKernel(f, 1, 1, 1, kind == KERNEL_DIFF ? 128 : 256, 1, 1, 0, d->internal, params, NULL);
     if (r == CU_SUCCESS)
         r = cu->cuStreamSynchronize(d->internal);
     mapping__error_forget(&before);
@@ -86,6 +88,7 @@ mapping_status mapping__cuda_kernels_load(cuda_device *d)
     const cuda_driver *cu = d->cu;
     d->module = NULL;
     d->diff_blocks = NULL;
+    d->copy_table = NULL;
     if (!mapping__cuda_driver_has_kernels(cu) || d->scatter_mode == CUDA_SCATTER_COPIES)
         return MAPPING_OK;
     mapping_status st = load_module(d);
@@ -95,7 +98,7 @@ mapping_status mapping__cuda_kernels_load(cuda_device *d)
     cu_result r = cu->cuModuleGetFunction(&d->copy_entries, d->module, "mapping_copy_entries");
     if (r == CU_SUCCESS) {
         call = cu->cuFuncLoad ? "cuFuncLoad" : "cuLaunchKernel";
-        r = load_function(d, d->copy_entries, false);
+        r = load_function(d, d->copy_entries, KERNEL_COPY);
     }
     if (r != CU_SUCCESS) {
         cu->cuModuleUnload(d->module);
@@ -109,8 +112,15 @@ mapping_status mapping__cuda_kernels_load(cuda_device *d)
      * without it a diff mirror reads back in full (mapping__cuda_diff_blocks:
      * UNSUPPORTED). */
     cu_function f = NULL;
-    if (cu->cuModuleGetFunction(&f, d->module, "mapping_diff_blocks") == CU_SUCCESS && load_function(d, f, true) == CU_SUCCESS)
+    if (cu->cuModuleGetFunction(&f, d->module, "mapping_diff_blocks") == CU_SUCCESS &&
+        load_function(d, f, KERNEL_DIFF) == CU_SUCCESS)
         d->diff_blocks = f;
+    /* The graph-replayable table copy (cuda_graph.c), likewise: without it,
+     * mirror syncs are not recorded in graphs (MAPPING_ERR_UNSUPPORTED). */
+    f = NULL;
+    if (cu->cuModuleGetFunction(&f, d->module, "mapping_copy_table") == CU_SUCCESS &&
+        load_function(d, f, KERNEL_TABLE) == CU_SUCCESS)
+        d->copy_table = f;
     return MAPPING_OK;
 }
 
