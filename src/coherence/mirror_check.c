@@ -257,11 +257,17 @@ static void check_end(mirror_state *st, bool device_closed)
     check_forget(st);
 }
 
+static void check_synced(mapping_stream *stream, mirror_state *st, int t, size_t lo, size_t hi, size_t moved)
+{
+    (void)stream, (void)t, (void)moved;
+    check_snapshot(st, lo, hi);
+}
+
 static const mirror_feature check_feature = {
     .name = "MAPPING_CHECK=unmarked",
     .stages = MIRROR_STAGES_TO_CPU | MIRROR_STAGES_TO_GPU,
     .before_sync = check_before_sync,
-    .synced = check_snapshot,
+    .synced = check_synced,
     .end = check_end,
 };
 

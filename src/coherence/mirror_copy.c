@@ -27,13 +27,13 @@ bool mapping__mirror_use_batch(const mirror_state *st, size_t n, const mapping_l
  * were checked when they were marked, and the batch layer trusts them
  * (mapping__transfer_sorted_ranges). On failure some may be done or
  * queued: later work orders after all of them, and none becomes valid. */
-static mapping_status send_list(mapping_stream *stream, mirror_state *st, int t, const mapping_range *list, size_t n,
-                                size_t largest)
+static mapping_status send_list(mapping_stream *stream, mirror_state *st, int t, unsigned char *host,
+                                const mapping_range *list, size_t n, size_t largest)
 {
     mapping_status status;
     if (!st->batch && (status = mapping__batch_create(st->dev, &st->batch)) != MAPPING_OK)
         return status;
-    status = mapping__transfer_sorted_ranges(stream, st->batch, t == MIRROR_GPU, st->cpu, st->gpu, st->gpu_base, list,
+    status = mapping__transfer_sorted_ranges(stream, st->batch, t == MIRROR_GPU, host, st->gpu, st->gpu_base, list,
                                              n, largest);
     if (status != MAPPING_OK)
         mapping__batch_clear(st->batch);
@@ -43,7 +43,7 @@ static mapping_status send_list(mapping_stream *stream, mirror_state *st, int t,
 mapping_status mapping__mirror_send_sorted(mirror_state *st, int t, const mapping_range *list, size_t n,
                                            size_t largest)
 {
-    return send_list(NULL, st, t, list, n, largest);
+    return send_list(NULL, st, t, st->cpu, list, n, largest);
 }
 
 /* Wrapped CPU memory (mapping_mirror_wrap, _adopt) is the caller's, and
@@ -73,6 +73,13 @@ mapping_status mapping__mirror_check_cpu_writable(mirror_state *st, int t)
 mapping_status mapping__mirror_copy_ranges(mapping_stream *stream, mirror_state *st, int t,
                                            const mapping_range *ranges, size_t n, size_t *done)
 {
+    return mapping__mirror_copy_ranges_from(stream, st, t, st->cpu, ranges, n, done);
+}
+
+mapping_status mapping__mirror_copy_ranges_from(mapping_stream *stream, mirror_state *st, int t,
+                                                unsigned char *host, const mapping_range *ranges, size_t n,
+                                                size_t *done)
+{
     *done = 0;
     mapping_status status = mapping__mirror_check_cpu_writable(st, t);
     if (status)
@@ -83,14 +90,14 @@ mapping_status mapping__mirror_copy_ranges(mapping_stream *stream, mirror_state 
         size_t largest = 0;
         for (size_t i = 0; i < n; i++)
             largest = ranges[i].hi - ranges[i].lo > largest ? ranges[i].hi - ranges[i].lo : largest;
-        status = send_list(stream, st, t, ranges, n, largest);
+        status = send_list(stream, st, t, host, ranges, n, largest);
         *done = n; /* some may be queued even on failure: later work orders after all */
         return status;
     }
     for (; *done < n; ++*done) {
         const mapping_range *r = &ranges[*done];
-        status = t == MIRROR_GPU ? mapping__write(stream, st->cpu + r->lo, st->gpu, st->gpu_base + r->lo, r->hi - r->lo)
-                                 : mapping__read(stream, st->gpu, st->gpu_base + r->lo, st->cpu + r->lo, r->hi - r->lo);
+        status = t == MIRROR_GPU ? mapping__write(stream, host + r->lo, st->gpu, st->gpu_base + r->lo, r->hi - r->lo)
+                                 : mapping__read(stream, st->gpu, st->gpu_base + r->lo, host + r->lo, r->hi - r->lo);
         if (status != MAPPING_OK)
             return status;
     }

@@ -27,6 +27,11 @@ mapping_status mapping__mirror_check_cpu_writable(mirror_state *st, int t);
  * many were queued or done before a failure. */
 mapping_status mapping__mirror_copy_ranges(mapping_stream *stream, mirror_state *st, int t,
                                            const mapping_range *ranges, size_t n, size_t *done);
+/* The same with the host bytes at host (the family's offsets) instead of
+ * st->cpu: an upload from a snapshot (write tracking's shadow). */
+mapping_status mapping__mirror_copy_ranges_from(mapping_stream *stream, mirror_state *st, int t,
+                                                unsigned char *host, const mapping_range *ranges, size_t n,
+                                                size_t *done);
 /* A blocking copy through the batch of a list whose longest range is
  * `largest` bytes (the fast path's: the log, already sorted and merged). */
 mapping_status mapping__mirror_send_sorted(mirror_state *st, int t, const mapping_range *list, size_t n,

@@ -385,9 +385,10 @@ mapping_status mapping__mirror_hook_copied(mapping_stream *stream, mirror_state 
     return first;
 }
 
-void mapping__mirror_hook_synced(mirror_state *st, size_t lo, size_t hi)
+void mapping__mirror_hook_synced(mapping_stream *stream, mirror_state *st, int t, size_t lo, size_t hi,
+                                 size_t moved)
 {
     for (int i = 0; i < st->n_features; i++)
         if (st->features[i]->synced)
-            st->features[i]->synced(st, lo, hi);
+            st->features[i]->synced(stream, st, t, lo, hi, moved);
 }

@@ -113,8 +113,9 @@ typedef struct mirror_feature {
     /* The plan's copies were done (no stream) or queued on stream, with
      * this status. Not OK: the state cannot follow (the sync then fails). */
     mapping_status (*copied)(mapping_stream *stream, mirror_state *st, const sync_plan *p, mapping_status status);
-    /* A sync of [lo, hi) succeeded (its report is out). */
-    void (*synced)(mirror_state *st, size_t lo, size_t hi);
+    /* A sync of [lo, hi) to t on stream succeeded (its report is out),
+     * moving `moved` bytes (0: it found nothing stale). */
+    void (*synced)(mapping_stream *stream, mirror_state *st, int t, size_t lo, size_t hi, size_t moved);
     /* The family ends; device_closed: its device took the buffers. */
     void (*end)(mirror_state *st, bool device_closed);
 } mirror_feature;
@@ -245,6 +246,7 @@ void           mapping__mirror_hook_before_copy(mapping_stream *stream, mirror_s
                                                 size_t n);
 mapping_status mapping__mirror_hook_copied(mapping_stream *stream, mirror_state *st, const sync_plan *p,
                                            mapping_status status);
-void           mapping__mirror_hook_synced(mirror_state *st, size_t lo, size_t hi);
+void           mapping__mirror_hook_synced(mapping_stream *stream, mirror_state *st, int t, size_t lo, size_t hi,
+                                           size_t moved);
 
 #endif

@@ -280,7 +280,7 @@ mapping_status mapping__mirror_sync_checked(const char *fn, mapping_stream *stre
     }
     mapping__mirror_sync_done(&span, stream, m, t, report, status);
     if (status == MAPPING_OK && st->n_features)
-        mapping__mirror_hook_synced(st, m->offset, m->offset + m->size);
+        mapping__mirror_hook_synced(stream, st, t, m->offset, m->offset + m->size, report.moved);
     st->busy = false;
     return status;
 }

@@ -16,10 +16,19 @@
  * stream: in a host function queued after the copy, before the program can
  * know that it completed), so they are not taken for the program's. Bytes
  * with a copy to the CPU queued are not compared until it completes.
+ *
+ * An upload copies from the shadow, after the shadow took the bytes to
+ * send (track_copy): the device then holds exactly the shadow's bytes, and
+ * a write of another thread racing the sync is found by the next collect
+ * whatever its value (had the copy read the CPU side, a byte written
+ * during the sync and then back to the shadow's value would compare
+ * unchanged while the device held the value between). So the program may
+ * go on writing the array while an upload of it is queued.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include "coherence/mirror_copy.h"
 #include "coherence/mirror_features.h"
 #include "os/os.h"
 #include "track/shadow.h"
@@ -28,6 +37,8 @@
 struct mirror_track {
     mapping_track_region *region;
     mapping_track_shadow  shadow;
+    mapping_device       *dev;        /* the shadow is registered with it (page-locked), when registered */
+    bool                  registered;
     _Atomic int           refs;  /* the family, and each queued job */
     _Atomic bool          ended; /* the family ended: a late job takes nothing */
 };
@@ -248,6 +259,18 @@ static mapping_status track_copied(mapping_stream *stream, mirror_state *st, con
     return result;
 }
 
+/* The copy step: an upload sends a snapshot the shadow takes now (see the
+ * top of this file); a download writes the CPU side as for any mirror. */
+static mapping_status track_copy(mapping_stream *stream, mirror_state *st, int t, const mapping_range *v, size_t n,
+                                 size_t *done)
+{
+    if (t != MIRROR_GPU)
+        return mapping__mirror_copy_ranges(stream, st, t, v, n, done);
+    for (size_t i = 0; i < n; i++)
+        mapping_track_shadow_take(&st->track->shadow, st->cpu, v[i].lo, v[i].hi);
+    return mapping__mirror_copy_ranges_from(stream, st, t, st->track->shadow.bytes, v, n, done);
+}
+
 /* mprotect: a blocking copy into the CPU side opens its pages first (and
  * they count as written, as the faults would have counted them; the shadow
  * takes the copy after it). Else the copy faults page by page, and on a
@@ -271,7 +294,8 @@ static void track_marked(mirror_state *st, int x, size_t lo, size_t hi, bool dis
 
 static void track_end(mirror_state *st, bool device_closed)
 {
-    (void)device_closed;
+    if (st->track->registered && !device_closed)
+        mapping__host_unregister(st->track->dev, st->track->shadow.bytes);
     atomic_store(&st->track->ended, true);
     mapping_track_end(st->track->region); /* the watch goes first: the memory may be gone */
     track_drop(st->track);
@@ -280,9 +304,10 @@ static void track_end(mirror_state *st, bool device_closed)
 
 static const mirror_feature track_feature = {
     .name = "write tracking",
-    .stages = MIRROR_STAGES_TO_CPU,
+    .stages = MIRROR_STAGES_TO_CPU | MIRROR_STAGES_TO_GPU,
     .collect = track_collect,
     .marked = track_marked,
+    .copy = track_copy,
     .before_copy = track_before_copy,
     .copied = track_copied,
     .end = track_end,
@@ -329,6 +354,20 @@ static mapping_status begin_failed(const char *fn, const mirror_state *st, int r
     }
 }
 
+/* Uploads read the shadow: page-locked where the CPU side is (a created
+ * mirror's, or one wrapped with MAPPING_MIRROR_PIN), so that they stay DMA.
+ * An optimisation: a back end that cannot register is not an error. */
+static void register_shadow(const mirror_state *st, struct mirror_track *t)
+{
+    if (!(st->owns_cpu || st->pinned) || t->shadow.size < MAPPING_TRACK_SHADOW_LOCK_MIN)
+        return;
+    mapping_error_mark before;
+    mapping__error_mark(&before);
+    t->dev = st->dev;
+    t->registered = mapping__host_register(st->dev, t->shadow.bytes, t->shadow.size) == MAPPING_OK;
+    mapping__error_forget(&before);
+}
+
 static mapping_status check_settings(const char *fn)
 {
     size_t open_min;
@@ -363,6 +402,7 @@ mapping_status mapping__mirror_track_begin(const char *fn, mirror_state *st)
         return begin_failed(fn, st, rc);
     }
     mapping_track_hold(t->region); /* its memory lives as long as t: a queued take clears pages through it */
+    register_shadow(st, t);
     st->track = t;
     st->cpu_writable = true; /* asked: mapping_track_begin refuses memory it could not write */
     mapping__mirror_add_feature(st, &track_feature);

@@ -484,6 +484,10 @@ static mapping_status copy_part(sync_job *job, int from, size_t start, size_t en
     if (job->target == 0)
         return mapping__read(NULL, m->buf[from - 1], start, m->cpu + start, n);
     mapping_buffer *dst = m->buf[job->target - 1];
+    if (from == 0 && m->track) { /* tracked: from a snapshot the shadow takes now (as mirror_track.c's uploads) */
+        mapping_track_shadow_take(&m->shadow, m->cpu, start, end);
+        return mapping__write(job->stream, m->shadow.bytes + start, dst, start, n);
+    }
     if (from == 0)
         return mapping__write(job->stream, m->cpu + start, dst, start, n);
     return mapping__copy_peer(job->stream, m->buf[from - 1], start, dst, start, n);

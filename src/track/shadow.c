@@ -11,12 +11,11 @@
  * private: ~5-8 us on a VM) would cost more than the rest of a 1-byte sync.
  * A small one comes from the heap, whose pages are mostly in use already
  * (a program that wraps and ends many small tracked arrays pays no mmap). */
-enum { SHADOW_HEAP_MAX = 1 << 20 };
 
 int mapping_track_shadow_init(mapping_track_shadow *s, const void *content, size_t size)
 {
     s->size = size ? size : 1;
-    if (s->size < SHADOW_HEAP_MAX)
+    if (s->size < MAPPING_TRACK_SHADOW_LOCK_MIN)
         s->bytes = content ? mapping_os_malloc(s->size) : mapping_os_calloc(1, s->size);
     else
         s->bytes = mapping_os_alloc_pages(s->size);
@@ -29,7 +28,7 @@ int mapping_track_shadow_init(mapping_track_shadow *s, const void *content, size
 
 void mapping_track_shadow_free(mapping_track_shadow *s)
 {
-    if (s->size < SHADOW_HEAP_MAX)
+    if (s->size < MAPPING_TRACK_SHADOW_LOCK_MIN)
         free(s->bytes);
     else
         mapping_os_free_pages(s->bytes, s->size);

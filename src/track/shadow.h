@@ -22,6 +22,9 @@
 #include <stddef.h>
 
 enum { MAPPING_TRACK_SHADOW_RUNS = 64, MAPPING_TRACK_SHADOW_GAP = 64 };
+/* From this size on a shadow is whole pages of its own (mmap), which a
+ * driver can page-lock in place; below it, a heap block. */
+enum { MAPPING_TRACK_SHADOW_LOCK_MIN = 1 << 20 };
 
 typedef struct mapping_track_shadow {
     unsigned char *bytes;
