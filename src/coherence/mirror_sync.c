@@ -8,7 +8,8 @@
  *            feature's: unified memory prefetches)
  *   commit   valid now (blocking) or when the stream gets there (pending, a
  *            queued entry); the features' copied hook
- * and the report (mirror_observe.c). A sync in which no feature takes part
+ * and the report (mirror_observe.c); the public calls are mirror_sync_call.c's,
+ * and an eviction's write-back is mapping__mirror_sync_family. A sync in which no feature takes part
  * (MIRROR_STAGES_TO_*) whose only stale ranges are marks of the other side in
  * the log takes a shorter way: the log is the list (sync_whole_with_log).
  */
@@ -285,22 +286,14 @@ mapping_status mapping__mirror_sync_checked(const char *fn, mapping_stream *stre
     return status;
 }
 
-static mapping_status sync_public(const char *fn, mapping_stream *stream, mapping_mirror *m, int t)
+mapping_status mapping__mirror_sync_family(const char *fn, mirror_state *st, int t)
 {
-    mapping_status status;
-    if ((status = mapping__mirror_check(fn, m)) || (status = mapping__check_stream(fn, stream)) ||
-        (status = mapping__check_same_device(fn, m->st->dev, stream)) ||
-        (status = mapping__mirror_enter_fast(fn, m->st, t == MIRROR_GPU)))
-        return status;
-    return mapping__mirror_sync_checked(fn, stream, m, t);
-}
-
-mapping_status mapping_mirror_sync_to_gpu(mapping_stream *stream, mapping_mirror *m)
-{
-    return sync_public("mapping_mirror_sync_to_gpu", stream, m, MIRROR_GPU);
-}
-
-mapping_status mapping_mirror_sync_to_cpu(mapping_stream *stream, mapping_mirror *m)
-{
-    return sync_public("mapping_mirror_sync_to_cpu", stream, m, MIRROR_CPU);
+    mapping_mirror whole = {st, 0, st->size}; /* not a handle: the stages read its range */
+    mirror_sync_report report = {0};
+    mapping_trace_span span = mapping__trace_begin();
+    mapping_status status = sync_stages(fn, NULL, &whole, t, &report);
+    mapping__mirror_sync_done(&span, NULL, &whole, t, report, status);
+    if (status == MAPPING_OK && st->n_features)
+        mapping__mirror_hook_synced(st, 0, st->size);
+    return status;
 }
