@@ -30,8 +30,10 @@ static inline mapping_status mapping__mirror_check(const char *fn, const mapping
 /* The sync of mapping_mirror_sync_to_gpu / _cpu (mirror_sync.c) on checked
  * arguments, after mapping__mirror_enter. */
 mapping_status mapping__mirror_sync_checked(const char *fn, mapping_stream *stream, mapping_mirror *m, int t);
-/* A blocking sync of the whole family to t through the stages, with its
- * report, inside a call on the family (an eviction's write-back). */
+/* A blocking sync of the whole family to t, with its report, inside a call
+ * on the family: an eviction's write-back (mirror_sync.c). It leaves busy
+ * alone: an eviction may run on another thread than the family's calls,
+ * whose handle checks read busy without a lock. */
 mapping_status mapping__mirror_sync_family(const char *fn, mirror_state *st, int t);
 /* mapping_mirror_wrap on a checked device (mirror.c); errors name fn. */
 mapping_status mapping__mirror_wrap(const char *fn, mapping_device *dev, void *cpu_ptr, size_t bytes, unsigned flags,

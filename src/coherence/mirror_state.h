@@ -147,7 +147,10 @@ struct mirror_state {
      * while it stands, the device still is (no lookup per call). */
     uint64_t        dev_checked_removals;
     int             refs; /* handles of the family */
-    bool            busy; /* a sync is running: re-entry (from the log callback) is refused */
+    /* A sync is running: re-entry (from the log callback) is refused. Only
+     * the family's own calls set it (an eviction on another thread does
+     * not: mapping__mirror_sync_family), so a handle check reads it plainly. */
+    bool            busy;
 
     /* memory */
     size_t          size;

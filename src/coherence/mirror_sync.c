@@ -9,7 +9,7 @@
  *   commit   valid now (blocking) or when the stream gets there (pending, a
  *            queued entry); the features' copied hook
  * and the report (mirror_observe.c); the public calls are mirror_sync_call.c's,
- * and an eviction's write-back is mapping__mirror_sync_family. A sync in which no feature takes part
+ * an eviction's write-back mapping__mirror_sync_family. A sync in which no feature takes part
  * (MIRROR_STAGES_TO_*) whose only stale ranges are marks of the other side in
  * the log takes a shorter way: the log is the list (sync_whole_with_log).
  */
@@ -21,6 +21,11 @@
 #include "coherence/mirror_observe.h"
 #include "coherence/mirror_plan.h"
 #include "coherence/mirror_queue.h"
+
+/* The stages are inlined into both of their callers (the public sync and
+ * an eviction's write-back, mapping__mirror_sync_family), so that the
+ * public sync's fast paths are as they were with one caller. */
+#define STAGE static inline __attribute__((always_inline))
 
 /* ---- the fast path: marks of the other side in the log, nothing else ---- */
 
@@ -146,7 +151,7 @@ static bool fast_path(const mirror_state *st, mapping_stream *stream, const mapp
 /* ---- the stages ---- */
 
 /* The log applied, completed copies folded, the features' checks. */
-static mapping_status stage_prepare(const char *fn, mapping_stream *stream, mirror_state *st, int t, size_t lo,
+STAGE mapping_status stage_prepare(const char *fn, mapping_stream *stream, mirror_state *st, int t, size_t lo,
                                     size_t hi)
 {
     mapping_status status;
@@ -158,7 +163,7 @@ static mapping_status stage_prepare(const char *fn, mapping_stream *stream, mirr
 }
 
 /* The plan, refined by the features; p->n_exact == 0: nothing to copy. */
-static mapping_status stage_plan(const char *fn, mapping_stream *stream, mirror_state *st, int t, size_t lo, size_t hi,
+STAGE mapping_status stage_plan(const char *fn, mapping_stream *stream, mirror_state *st, int t, size_t lo, size_t hi,
                                  sync_plan *p)
 {
     mapping_status status;
@@ -169,7 +174,7 @@ static mapping_status stage_plan(const char *fn, mapping_stream *stream, mirror_
 }
 
 /* The copy step; *done: how many of the plan's copies were done or queued. */
-static mapping_status stage_copy(mapping_stream *stream, mirror_state *st, const sync_plan *p, size_t *done)
+STAGE mapping_status stage_copy(mapping_stream *stream, mirror_state *st, const sync_plan *p, size_t *done)
 {
     *done = 0;
     if (!p->n_merged)
@@ -187,7 +192,7 @@ static mapping_status stage_copy(mapping_stream *stream, mirror_state *st, const
  * the stream reaches a queued entry (pending until then). Takes p->exact
  * when the entry does. Without an event the state cannot follow the
  * stream: it waits for the stream instead. */
-static mapping_status stage_commit(mapping_stream *stream, mirror_state *st, sync_plan *p)
+STAGE mapping_status stage_commit(mapping_stream *stream, mirror_state *st, sync_plan *p)
 {
     int t = p->target;
     if (!stream || !p->n_merged) {
@@ -213,7 +218,7 @@ static mapping_status stage_commit(mapping_stream *stream, mirror_state *st, syn
 
 /* After the copy step: the features see what was copied, then the state
  * follows (or, on failure, only orders later work after what was queued). */
-static mapping_status stage_finish(mapping_stream *stream, mirror_state *st, const mapping_mirror *m, sync_plan *p,
+STAGE mapping_status stage_finish(mapping_stream *stream, mirror_state *st, const mapping_mirror *m, sync_plan *p,
                                    mapping_status status, size_t done)
 {
     if (st->n_features) {
@@ -234,7 +239,7 @@ static mapping_status stage_finish(mapping_stream *stream, mirror_state *st, con
     return stage_commit(stream, st, p);
 }
 
-static mapping_status sync_stages(const char *fn, mapping_stream *stream, mapping_mirror *m, int t,
+STAGE mapping_status sync_stages(const char *fn, mapping_stream *stream, mapping_mirror *m, int t,
                                   mirror_sync_report *report)
 {
     mirror_state *st = m->st;
@@ -288,10 +293,10 @@ mapping_status mapping__mirror_sync_checked(const char *fn, mapping_stream *stre
 
 mapping_status mapping__mirror_sync_family(const char *fn, mirror_state *st, int t)
 {
-    mapping_mirror whole = {st, 0, st->size}; /* not a handle: the stages read its range */
+    mapping_mirror whole = {st, 0, st->size}; /* not a registered handle: the stages read its range */
     mirror_sync_report report = {0};
     mapping_trace_span span = mapping__trace_begin();
-    mapping_status status = sync_stages(fn, NULL, &whole, t, &report);
+    mapping_status status = sync_stages(fn, NULL, &whole, t, &report); /* not busy: see mirror_api.h */
     mapping__mirror_sync_done(&span, NULL, &whole, t, report, status);
     if (status == MAPPING_OK && st->n_features)
         mapping__mirror_hook_synced(st, 0, st->size);
