@@ -1172,6 +1172,23 @@ MAPPING_API size_t          mapping_multimirror_stale_bytes(const mapping_multim
  * for the multimirror's life; calling it again is a no-op.
  * MAPPING_ERR_UNSUPPORTED without a mechanism (mapping_write_tracking). */
 MAPPING_API mapping_status  mapping_multimirror_track_writes(mapping_multimirror *m);
+/* Memory budgets (see mapping_mirror_evict): the replica on a device that
+ * had a budget when the multimirror was made counts against it and may be
+ * evicted, least recently used first, when its device needs room (never
+ * while a sync of the multimirror is queued and not complete, nor while a
+ * call on it runs on another thread). An eviction of replica j writes the
+ * bytes only j holds (stale on the CPU, valid on j) back to the CPU, frees
+ * j's buffer (mapping_multimirror_gpu gives NULL) and leaves j stale
+ * everywhere; the next sync to j makes it again (all of its bytes then
+ * move, each from the cheapest side) or fails with
+ * MAPPING_ERR_OUT_OF_DEVICE_MEMORY changing nothing; a mark of j is refused
+ * with MAPPING_ERR_INVALID_ARGUMENT meanwhile. mapping_multimirror_evict
+ * evicts replica `device` now, on any device, after the syncs queued on the
+ * multimirror (it waits); MAPPING_OK with nothing done when it is not
+ * resident. mapping_multimirror_is_resident: 1 when replica `device` has
+ * its buffer, 0 when not or for a bad handle or index (error recorded). */
+MAPPING_API mapping_status  mapping_multimirror_evict(mapping_multimirror *m, int device);
+MAPPING_API int             mapping_multimirror_is_resident(const mapping_multimirror *m, int device);
 
 
 /* ==== Batches and pipelines (src/transfer/) ==== */

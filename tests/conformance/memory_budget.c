@@ -526,3 +526,49 @@ TEST(budget_evictions_across_threads_keep_every_familys_data)
     CHECK(resident_of(dev) == base);
     CHECK_OK(mapping_device_set_memory_budget(dev, 0));
 }
+
+/* Multimirrors, per device: replica j evicted writes back what only it
+ * holds, refuses marks, comes back at the next sync to it; the budget
+ * evicts replicas too. */
+TEST(multimirror_replicas_are_evicted_per_device)
+{
+    mapping_device *d0 = test_device(), *d1 = test_device2();
+    enum { N = 64 * KIB };
+    uint64_t base1 = resident_of(d1);
+    CHECK_OK(mapping_device_set_memory_budget(d1, base1 + N + N / 2));
+    mapping_device *devs[2] = {d0, d1};
+    mapping_multimirror *m;
+    CHECK_OK(mapping_multimirror_create(devs, 2, N, &m));
+    unsigned char *cpu = mapping_multimirror_cpu(m);
+    CHECK_OK(mapping_multimirror_sync_to_gpu(NULL, m, 1));
+    /* Replica 1 writes 100 bytes; replica 0 has them not; the CPU neither. */
+    CHECK_OK(mapping_fill_gpu(NULL, mapping_multimirror_gpu(m, 1), 1000, 100, 0x66));
+    CHECK_OK(mapping_multimirror_mark_gpu_modified(m, 1, 1000, 100));
+    mapping_stats before = test_stats(d1);
+    CHECK_OK(mapping_multimirror_evict(m, 1));
+    mapping_stats after = test_stats(d1);
+    CHECK(mapping_multimirror_is_resident(m, 1) == 0 && mapping_multimirror_is_resident(m, 0) == 1);
+    CHECK(mapping_multimirror_gpu(m, 1) == NULL);
+    CHECK(after.evictions == before.evictions + 1 && after.evict_writeback_bytes - before.evict_writeback_bytes == 100);
+    for (int i = 0; i < 100; i++)
+        CHECK(cpu[1000 + i] == 0x66);
+    CHECK(mapping_multimirror_stale_bytes(m, -1) == 0 && mapping_multimirror_stale_bytes(m, 1) == N);
+    CHECK_REFUSED(mapping_multimirror_mark_gpu_modified(m, 1, 0, 1), MAPPING_ERR_INVALID_ARGUMENT);
+    /* Replica 0 marking those bytes still conflicts: replica 1's change is the CPU's now, unseen by replica 0. */
+    CHECK_REFUSED(mapping_multimirror_mark_gpu_modified(m, 0, 1000, 100), MAPPING_ERR_CONFLICT);
+    CHECK_OK(mapping_multimirror_sync_to_gpu(NULL, m, 1)); /* made again */
+    CHECK(mapping_multimirror_is_resident(m, 1) == 1 && mapping_multimirror_stale_bytes(m, 1) == 0);
+    unsigned char back[N];
+    CHECK_OK(mapping_sync_to_cpu_range(NULL, mapping_multimirror_gpu(m, 1), 0, back, N));
+    CHECK_BYTES(back, cpu, N);
+    /* The budget: a plain buffer on device 1 takes the replica's room. */
+    mapping_buffer *buf;
+    CHECK_OK(mapping_allocate_gpu(d1, N, &buf));
+    CHECK(mapping_multimirror_is_resident(m, 1) == 0);
+    mapping_free_gpu(buf);
+    CHECK_REFUSED(mapping_multimirror_evict(m, 2), MAPPING_ERR_INVALID_ARGUMENT);
+    CHECK_REFUSED(mapping_multimirror_evict(NULL, 0), MAPPING_ERR_NULL_ARGUMENT);
+    CHECK(mapping_multimirror_is_resident(m, 5) == 0 && mapping_multimirror_is_resident(NULL, 0) == 0);
+    mapping_multimirror_destroy(m);
+    CHECK_OK(mapping_device_set_memory_budget(d1, 0));
+}

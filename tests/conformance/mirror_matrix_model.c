@@ -152,7 +152,7 @@ typedef struct fam {
     int             nh;
     mapping_multimirror *mm;
     int             tracked, diff;
-    int             res; /* budget sequences: the device side is resident (as last observed) */
+    int             res[MAXDEV]; /* budget sequences: device side j is resident (as last observed) */
     /* the model: side 0 the CPU, 1 + j device side j */
     unsigned char  *mem[NSIDE], *known[NSIDE], *valid[NSIDE], *mod[NSIDE];
     unsigned char  *base; /* the CPU content the last call saw (tracked) */
@@ -599,25 +599,38 @@ static uint64_t conflicts_now(world *w)
 
 /* ---- memory budgets (issue 40) ---- */
 
-/* An eviction, as the model sees it: the family's collect (returned: 1
- * when it found a tracked conflict), then every byte stale on the CPU
- * synced to it (*back of them); the device side stale, unmodified and
- * unknown everywhere. */
-static int model_evict(world *w, fam *f, size_t *back)
+/* An eviction of device side j, as the model sees it: the family's
+ * collect (returned: 1 when it found a tracked conflict), then the bytes
+ * only j holds (stale on the CPU, valid on j) copied to the CPU (*back of
+ * them); j stale and unknown everywhere. A mirror's CPU modifications the
+ * device had seen are no longer any (its new staleness is initial), and its
+ * device's were written back; a multimirror keeps every side's (the
+ * library keeps j's as the CPU's: the same conflicts). */
+static int model_evict(world *w, fam *f, int j, size_t *back)
 {
-    int tc = model_collect(w, f);
-    *back = model_stale(f, 0, 0, f->n);
-    model_sync(f, 0, 0, f->n);
-    /* CPU modifications the device had seen are no longer any: its new
-     * staleness is initial, not theirs (those it had not seen stay). */
-    for (size_t b = 0; b < f->n; b++)
-        f->mod[0][b] &= (unsigned char)!f->valid[1][b];
-    memset(f->valid[1], 0, f->n);
-    memset(f->mod[1], 0, f->n);
-    memset(f->known[1], 0, f->n);
-    f->all_known[1] = 0;
-    f->gbuf[0] = NULL;
+    int s = 1 + j, tc = model_collect(w, f);
+    *back = 0;
+    for (size_t b = 0; b < f->n; b++) {
+        if (!f->valid[0][b] && f->valid[s][b]) {
+            f->mem[0][b] = f->base[b] = f->mem[s][b];
+            f->valid[0][b] = 1;
+            ++*back;
+        }
+        if (!f->multi)
+            f->mod[0][b] &= (unsigned char)!f->valid[s][b];
+    }
+    memset(f->valid[s], 0, f->n);
+    if (!f->multi)
+        memset(f->mod[s], 0, f->n);
+    memset(f->known[s], 0, f->n);
+    f->all_known[s] = 0;
+    f->gbuf[j] = NULL;
     return tc;
+}
+
+static int resident_now(const fam *f, int j)
+{
+    return f->multi ? mapping_multimirror_is_resident(f->mm, j) : mapping_mirror_is_resident(f->h[0]);
 }
 
 /* After a call: the families whose device side went (evicted: the model
@@ -632,19 +645,21 @@ static int observe_residency(world *w)
     uint64_t back[MAXDEV] = {0};
     for (int i = 0; i < w->nf; i++) {
         fam *f = &w->f[i];
-        int r = f->multi ? 1 : mapping_mirror_is_resident(f->h[0]);
-        if (f->res && !r) {
-            size_t b = 0;
-            tcs += model_evict(w, f, &b);
-            back[f->dev[0]] += b;
-            w->evictions_seen++;
-            trace(w, "family %d: evicted, %zu bytes written back", i, b);
-        } else if (!f->res && r) {
-            f->gbuf[0] = mapping_mirror_gpu(f->h[0]);
-            w->materialized_seen++;
-            trace(w, "family %d: resident again", i);
+        for (int j = 0; j < f->ndev; j++) {
+            int r = resident_now(f, j);
+            if (f->res[j] && !r) {
+                size_t b = 0;
+                tcs += model_evict(w, f, j, &b);
+                back[f->dev[j]] += b;
+                w->evictions_seen++;
+                trace(w, "family %d: device side %d evicted, %zu bytes written back", i, j, b);
+            } else if (!f->res[j] && r) {
+                f->gbuf[j] = f->multi ? mapping_multimirror_gpu(f->mm, j) : mapping_mirror_gpu(f->h[0]);
+                w->materialized_seen++;
+                trace(w, "family %d: device side %d resident again", i, j);
+            }
+            f->res[j] = r;
         }
-        f->res = r;
     }
     for (int d = 0; d < w->ndev; d++) {
         mapping_stats st;
@@ -697,18 +712,18 @@ static void model_restore(world *w, fam *f)
 /* A call that had to make the family's device side again failed: only for
  * want of room in a budget, saying so, with nothing changed (the model is
  * put back; the memory checks follow). */
-static void check_no_room(world *w, fam *f, mapping_status st, const char *what)
+static void check_no_room(world *w, fam *f, int j, mapping_status st, const char *what)
 {
-    if (st != MAPPING_ERR_OUT_OF_DEVICE_MEMORY || !w->budget[f->dev[0]] ||
+    if (st != MAPPING_ERR_OUT_OF_DEVICE_MEMORY || !w->budget[f->dev[j]] ||
         !strstr(mapping_last_error_message(), "memory budget"))
         fail(w, "%s returned %s (%s); only a budget with no room may refuse it", what, mapping_status_name(st),
              mapping_last_error_message());
-    if (mapping_mirror_is_resident(f->h[0]))
-        fail(w, "%s failed for want of room, yet the family is resident", what);
+    if (resident_now(f, j))
+        fail(w, "%s failed for want of room, yet the device side is resident", what);
     model_restore(w, f);
     w->oom_seen++;
     trace(w, "  no room in the budget (%llu bytes): refused, nothing changed",
-          (unsigned long long)w->budget[f->dev[0]]);
+          (unsigned long long)w->budget[f->dev[j]]);
 }
 
 /* Device bytes of [lo, hi) a mark made valid that the model does not know
@@ -1040,7 +1055,7 @@ static void op_gpu_write(world *w, bool write)
         conflict = model_conflict(f, 1 + j, lo, hi);
     }
     /* Evicted (budgets): no device bytes to write or mark; the mark is refused. */
-    bool gone = !f->res;
+    bool gone = !f->res[j];
     if (write && !conflict && !gone)
         device_store(w, f, j, NULL, lo, hi);
     trace(w, "family %d handle %d: %smark_gpu_modified(side %d, [%zu, %zu))%s", fi, k,
@@ -1163,7 +1178,7 @@ static void do_sync(world *w, int to_cpu, int fi, int k, int j, mstream *ms, int
             EXPECT(w, mapping_device_stats(w->dev[f->dev[d]], &mb[d]), MAPPING_OK);
     uint64_t c0 = conflicts_now(w);
     int tc = model_collect(w, f) | carried_tc;
-    bool remake = !to_cpu && !f->res; /* evicted: the sync makes the device side again, if there is room */
+    bool remake = !to_cpu && !f->res[j]; /* evicted: the sync makes the device side again, if there is room */
     if (remake)
         model_save(w, f);
     sync_plan plan = model_sync(f, target, lo, hi);
@@ -1176,7 +1191,7 @@ static void do_sync(world *w, int to_cpu, int fi, int k, int j, mstream *ms, int
     else
         st = (to_cpu ? mapping_mirror_sync_to_cpu : mapping_mirror_sync_to_gpu)(ms ? ms->s : NULL, f->h[k]);
     if (st != MAPPING_OK && remake) {
-        check_no_room(w, f, st, "sync to the GPU");
+        check_no_room(w, f, j, st, "sync to the GPU");
         check_conflicts(w, c0, 0, tc);
         return;
     }
@@ -1300,7 +1315,7 @@ static void op_acquire_gpu(world *w)
     legacy_presync(w, fi, 0);
     uint64_t c0 = conflicts_now(w);
     int tc = model_collect(w, f);
-    bool remake = !f->res; /* evicted: the acquire makes the device side again, if there is room */
+    bool remake = !f->res[0]; /* evicted: the acquire makes the device side again, if there is room */
     if (remake)
         model_save(w, f);
     sync_plan plan = {0};
@@ -1313,7 +1328,7 @@ static void op_acquire_gpu(world *w)
     mapping_buffer *buf = NULL;
     mapping_status st = mapping_mirror_acquire_gpu(ms ? ms->s : NULL, f->h[k], access, &buf);
     if (st != MAPPING_OK && remake) {
-        check_no_room(w, f, st, "acquire_gpu");
+        check_no_room(w, f, 0, st, "acquire_gpu");
         check_conflicts(w, c0, 0, tc);
         return;
     }
@@ -1612,14 +1627,14 @@ static void setup(world *w)
      * under a budget, a family the next one's creation evicted has none. */
     for (int i = 0; i < w->nf; i++) {
         fam *f = &w->f[i];
-        f->res = f->multi || mapping_mirror_is_resident(f->h[0]);
-        if (!f->res) {
-            f->gbuf[0] = NULL;
-            continue;
-        }
-        if (!f->multi)
-            f->gbuf[0] = mapping_mirror_gpu(f->h[0]);
         for (int j = 0; j < f->ndev; j++) {
+            f->res[j] = resident_now(f, j);
+            if (!f->res[j]) {
+                f->gbuf[j] = NULL;
+                continue;
+            }
+            if (!f->multi)
+                f->gbuf[0] = mapping_mirror_gpu(f->h[0]);
             for (size_t b = 0; b < f->n; b++)
                 f->mem[1 + j][b] = (unsigned char)(0xA5 ^ (b * 29) ^ (size_t)j);
             EXPECT(w, mapping_sync_to_gpu_range(NULL, f->mem[1 + j], f->gbuf[j], f->goff[j], f->n), MAPPING_OK);
@@ -1638,7 +1653,7 @@ static void setup(world *w)
     for (int d = 0; d < w->ndev && w->budget_on; d++)
         trace(w, "device %d: memory budget %llu bytes", d, (unsigned long long)w->budget[d]);
     for (int i = 0; i < w->nf; i++)
-        if (!w->f[i].res)
+        if (!w->f[i].res[0])
             trace(w, "family %d: evicted by the next family's creation", i);
 }
 
@@ -1649,16 +1664,14 @@ static void op_evict(world *w)
 {
     int fi = (int)pick(w, (size_t)w->nf);
     fam *f = &w->f[fi];
-    if (f->multi)
-        return;
-    int k = pick_handle(w, f);
+    int k = f->multi ? 0 : pick_handle(w, f), j = (int)pick(w, (size_t)f->ndev);
     uint64_t c0 = conflicts_now(w);
     int tc = model_collect(w, f);
-    trace(w, "family %d handle %d: evict%s", fi, k, f->res ? "" : " (not resident: nothing)");
-    EXPECT(w, mapping_mirror_evict(f->h[k]), MAPPING_OK);
+    trace(w, "family %d handle %d: evict device side %d%s", fi, k, j, f->res[j] ? "" : " (not resident: nothing)");
+    EXPECT(w, f->multi ? mapping_multimirror_evict(f->mm, j) : mapping_mirror_evict(f->h[k]), MAPPING_OK);
     check_conflicts(w, c0, 0, tc);
-    if (f->res)
-        fail(w, "mapping_mirror_evict: the family is still resident");
+    if (f->res[j])
+        fail(w, "evict: device side %d is still resident", j);
 }
 
 static void op_hint(world *w)
