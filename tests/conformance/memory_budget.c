@@ -6,6 +6,7 @@
  * feature matrix (mirror_matrix_model.c) runs random budgets as well.
  */
 #include <stdint.h>
+#include <unistd.h>
 #include "harness.h"
 
 enum { KIB = 1024, MB = 1 << 20 };
@@ -571,4 +572,29 @@ TEST(multimirror_replicas_are_evicted_per_device)
     CHECK(mapping_multimirror_is_resident(m, 5) == 0 && mapping_multimirror_is_resident(NULL, 0) == 0);
     mapping_multimirror_destroy(m);
     CHECK_OK(mapping_device_set_memory_budget(d1, 0));
+}
+
+/* Each eviction is a trace event, with the bytes written back. */
+TEST(eviction_is_a_trace_event)
+{
+    mapping_device *dev = test_device();
+    char path[] = "/tmp/mapping-evict-trace-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    mapping_mirror *m = test_synced_mirror(dev, 8 * KIB, 0, 60);
+    CHECK_OK(mapping_mirror_mark_gpu_modified(m, 0, 100));
+    CHECK_OK(mapping_trace_start(path));
+    CHECK_OK(mapping_mirror_evict(m));
+    CHECK_OK(mapping_trace_stop());
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL);
+    static char text[1 << 16];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    unlink(path);
+    text[n] = 0;
+    CHECK(strstr(text, "\"mirror eviction\"") != NULL);
+    CHECK(strstr(text, "\"bytes_written_back\":100") != NULL);
+    mapping_mirror_destroy(m);
 }
