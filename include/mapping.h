@@ -213,7 +213,8 @@ typedef struct mapping_stream mapping_stream;
 typedef struct mapping_event  mapping_event;
 
 /* Desc structs: zero always means default, so (mapping_device_desc){0} is
- * always valid and new fields never break callers. */
+ * always valid and new fields never break callers (mapping_open passes the
+ * desc's size: see mapping_open_sized). */
 typedef struct mapping_device_desc {
     /* "host", "opencl", "cuda". NULL = $MAPPING_BACKEND if set, else the best
      * available: CUDA, then an OpenCL GPU or accelerator, then host (an
@@ -922,7 +923,9 @@ MAPPING_API size_t          mapping_mirror_size(const mapping_mirror *m);
  * a NULL or invalid handle. */
 MAPPING_API void           *mapping_mirror_cpu(mapping_mirror *m);
 /* The family's device buffer; no sync. A view starts at
- * mapping_mirror_gpu_offset(view) within it. NULL for NULL. */
+ * mapping_mirror_gpu_offset(view) within it. NULL for NULL, and while the
+ * device side is evicted (memory budgets, below: a buffer made again is a
+ * new one, so take it from mapping_mirror_acquire_gpu each time). */
 MAPPING_API mapping_buffer *mapping_mirror_gpu(mapping_mirror *m);
 MAPPING_API size_t          mapping_mirror_gpu_offset(const mapping_mirror *m);
 /* 1 if one unified allocation serves both sides, 0 otherwise (or NULL). */
