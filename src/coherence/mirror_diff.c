@@ -381,6 +381,8 @@ static void diff_evicted(mirror_state *st)
     mapping__free_gpu(d->shadow);
     mapping__free_gpu(d->flags);
     d->shadow = d->flags = NULL;
+    free(d->host_flags);
+    d->host_flags = NULL;
     mapping__rs_free(&d->known);
 }
 
