@@ -213,7 +213,8 @@ typedef struct mapping_stream mapping_stream;
 typedef struct mapping_event  mapping_event;
 
 /* Desc structs: zero always means default, so (mapping_device_desc){0} is
- * always valid and new fields never break callers. */
+ * always valid and new fields never break callers (mapping_open passes the
+ * desc's size: see mapping_open_sized). */
 typedef struct mapping_device_desc {
     /* "host", "opencl", "cuda". NULL = $MAPPING_BACKEND if set, else the best
      * available: CUDA, then an OpenCL GPU or accelerator, then host (an
@@ -241,6 +242,15 @@ typedef struct mapping_device_desc {
      * less one, at most 5; docs/cuda.md). An empty variable counts as unset. */
     double link_bandwidth; /* bytes per second */
     double link_latency;   /* seconds per transfer */
+    /* Device memory budget in bytes (0.2.0): the device sides of mirrors and
+     * multimirrors, a diff mirror's shadow, and the buffers the program
+     * allocates (mapping_allocate_gpu) count against it; when an allocation
+     * or a mirror sync would exceed it, the device sides of other mirrors
+     * are evicted, least recently used first (docs/mirrors.md, "Larger than
+     * the device"). 0 = no budget, or $MAPPING_MEMORY_BUDGET when set
+     * (decimal digits, bytes, 0 to 2^60: 0 is no budget). Change it later
+     * with mapping_device_set_memory_budget. */
+    uint64_t memory_budget;
 } mapping_device_desc;
 
 /* Capability bits (mapping_device_info.caps).
@@ -314,6 +324,24 @@ MAPPING_API mapping_status mapping_list_devices(const char *backend, mapping_dev
  * object (opening the same index twice gives two objects whose buffers must
  * not be mixed). Thread-safe. */
 MAPPING_API mapping_status mapping_open(const mapping_device_desc *desc, mapping_device **out);
+/* ABI: mapping_device_desc grows (fields are appended, never inserted,
+ * reordered or removed) while the soname stays libmapping.so.0, so the
+ * library is told how large the caller's desc is: mapping_open is a macro
+ * (as mapping_device_stats is) that passes sizeof(mapping_device_desc) of
+ * the header the caller was compiled with to mapping_open_sized, which
+ * reads exactly desc_size bytes of *desc and takes the fields past them as
+ * 0 (their defaults). The exported function mapping_open itself (a program
+ * built before the macro, or a call written (mapping_open)(desc, out))
+ * reads the 0.1.0 layout only: backend, device, link_bandwidth,
+ * link_latency (32 bytes on LP64). desc_size must be at least that 0.1.0
+ * size and at most 4096 (MAPPING_ERR_INVALID_ARGUMENT); ignored when desc
+ * is NULL. Bytes of a desc longer than this library knows must be 0 (a
+ * newer header's fields this library cannot honour): else
+ * MAPPING_ERR_UNSUPPORTED, naming the first such byte. */
+MAPPING_API mapping_status mapping_open_sized(const mapping_device_desc *desc, mapping_device **out, size_t desc_size);
+/* Variadic, so that a compound literal with several fields passes as one
+ * argument: mapping_open(&(mapping_device_desc){.backend = "host", .device = 1}, &dev). */
+#define mapping_open(...) mapping_open_sized(__VA_ARGS__, sizeof(mapping_device_desc))
 /* Waits for all of the device's streams, and for the work queued on other
  * devices' streams that reads this device's memory (a mapping_copy_peer from
  * one of its buffers, a multimirror sync that copies from its replica), so
@@ -345,6 +373,24 @@ typedef struct mapping_link {
 } mapping_link;
 MAPPING_API mapping_status mapping_device_link(mapping_device *dev, mapping_link *out);
 MAPPING_API mapping_status mapping_device_set_link(mapping_device *dev, const mapping_link *link);
+
+/* The device memory budget (see mapping_device_desc.memory_budget and
+ * docs/mirrors.md, "Larger than the device"). What counts against it, in
+ * "resident" bytes: the device side of every mirror that is resident (not
+ * evicted), a diff mirror's shadow and flags, every multimirror replica,
+ * and every buffer from mapping_allocate_gpu. Not counted: the library's
+ * own working memory (batch staging, pipeline chunk buffers, the link
+ * probe), imported buffers and unified memory. Without a budget (0, the
+ * default) nothing is ever evicted; resident bytes are still counted.
+ *
+ * mapping_device_set_memory_budget sets it (0: none). A budget below what
+ * is resident evicts what it can now, least recently used first, and
+ * succeeds: later allocations fail until enough is freed. bytes above 2^60 is MAPPING_ERR_INVALID_ARGUMENT.
+ * mapping_device_memory_budget gives the budget and the resident bytes
+ * (either pointer may be NULL). Thread-safe. */
+MAPPING_API mapping_status mapping_device_set_memory_budget(mapping_device *dev, uint64_t bytes);
+MAPPING_API mapping_status mapping_device_memory_budget(const mapping_device *dev, uint64_t *budget,
+                                                        uint64_t *resident);
 
 /* Native handles, so users run their own kernels on the library's objects.
  *   OpenCL: context = cl_context, device = cl_device_id, platform = cl_platform_id,
@@ -585,7 +631,17 @@ MAPPING_API mapping_status mapping_fill_gpu(mapping_stream *stream, mapping_buff
     X(graph_sync_runs)                     /* mirror syncs run by replays of CUDA graphs            \
                                               (mapping_mirror_sync_in_graph) */                     \
     X(graph_sync_overflows)                /* of those, runs whose stale ranges did not fit the     \
-                                              table even joined: the rest stayed stale */
+                                              table even joined: the rest stayed stale */           \
+    X(evictions)                           /* device sides of mirrors evicted (memory budget, or     \
+                                              mapping_mirror_evict), multimirror replicas included */ \
+    X(evict_writeback_bytes)               /* bytes evictions wrote back to the CPU first: exactly   \
+                                              the bytes stale there (the device's modifications) */  \
+    X(evict_reupload_bytes)                /* bytes uploaded again into a device side because an     \
+                                              eviction had dropped them (valid there before it, not  \
+                                              changed on the CPU since) */                           \
+    X(peak_resident_bytes)                 /* the most bytes resident at once (see                   \
+                                              mapping_device_memory_budget); a reset starts it again \
+                                              from the bytes resident then */
 
 typedef struct mapping_stats {
 #define MAPPING_STATS_FIELD_(field) uint64_t field;
@@ -938,7 +994,9 @@ MAPPING_API size_t          mapping_mirror_size(const mapping_mirror *m);
  * a NULL or invalid handle. */
 MAPPING_API void           *mapping_mirror_cpu(mapping_mirror *m);
 /* The family's device buffer; no sync. A view starts at
- * mapping_mirror_gpu_offset(view) within it. NULL for NULL. */
+ * mapping_mirror_gpu_offset(view) within it. NULL for NULL, and while the
+ * device side is evicted (memory budgets, below: a buffer made again is a
+ * new one, so take it from mapping_mirror_acquire_gpu each time). */
 MAPPING_API mapping_buffer *mapping_mirror_gpu(mapping_mirror *m);
 MAPPING_API size_t          mapping_mirror_gpu_offset(const mapping_mirror *m);
 /* 1 if one unified allocation serves both sides, 0 otherwise (or NULL). */
@@ -1047,6 +1105,65 @@ MAPPING_API mapping_status  mapping_mirror_acquire_cpu(mapping_mirror *m, unsign
 MAPPING_API mapping_status  mapping_mirror_acquire_gpu(mapping_stream *stream, mapping_mirror *m, unsigned access,
                                                        mapping_buffer **buf);
 MAPPING_API mapping_status  mapping_mirror_release_gpu(mapping_stream *stream, mapping_mirror *m);
+
+/* Mirrors larger than the device (docs/mirrors.md, "Larger than the
+ * device"). On a device with a memory budget (mapping_device_desc
+ * .memory_budget, mapping_device_set_memory_budget), an allocation or a
+ * mirror sync that would exceed it first evicts the device sides of other
+ * mirror families of the device, least recently used first (a family is
+ * used by every call on any of its handles). An eviction:
+ * - writes back to the CPU exactly the bytes stale there (the device's
+ *   modifications; with MAPPING_MIRROR_DEVICE_DIFF only the changed
+ *   blocks), as a blocking sync to the CPU would;
+ * - frees the device side (and a diff mirror's shadow): the family is then
+ *   valid on the CPU everywhere and stale on the GPU everywhere, as at
+ *   create (not a modification: marks and conflicts are as before), and
+ *   mapping_mirror_gpu gives NULL;
+ * - is undone by the next call that needs the device side: a sync to the
+ *   GPU or mapping_mirror_acquire_gpu allocates the family's whole buffer
+ *   again (mapping_mirror_gpu_offset of every view is unchanged) and
+ *   uploads what that call needs (the view's stale bytes; nothing for a
+ *   write-only acquire). mapping_mirror_mark_gpu_modified of a family whose
+ *   device side is not resident is refused with MAPPING_ERR_INVALID_ARGUMENT
+ *   (there are no device bytes to mark: acquire it first).
+ * Never evicted automatically: a family acquired for the GPU and not
+ * released (mapping_mirror_acquire_gpu until mapping_mirror_release_gpu),
+ * one with work queued on any stream not known to be complete, one being
+ * called on another thread at that moment, one hinted
+ * MAPPING_RESIDENCY_KEEP; never at all: unified mirrors and adopted ones
+ * (mapping_mirror_adopt: the buffer is the caller's), which do not count
+ * against the budget. So a kernel that uses several mirrors should acquire
+ * them (a plain sync does not keep a device side resident until the
+ * kernel runs; the buffer of an evicted family is freed). Evictions are
+ * advisory: they never change the data a program reads. An allocation
+ * that eviction cannot make room for fails with
+ * MAPPING_ERR_OUT_OF_DEVICE_MEMORY, naming the budget and what holds it;
+ * a failed materialization leaves the family as it was (valid on the CPU).
+ * Counted in mapping_stats.evictions, evict_writeback_bytes,
+ * evict_reupload_bytes and peak_resident_bytes; each eviction is a trace
+ * event ("mirror eviction"). */
+typedef enum mapping_residency {
+    MAPPING_RESIDENCY_DEFAULT = 0,    /* evicted least recently used first */
+    MAPPING_RESIDENCY_KEEP = 1,       /* never evicted automatically (mapping_mirror_evict still does) */
+    MAPPING_RESIDENCY_EVICT_FIRST = 2 /* evicted before the others (least recently used first among them) */
+} mapping_residency;
+/* A residency hint for the family of m (every handle of it): advisory, it
+ * never changes results. Also on a device without a budget (it applies
+ * once one is set). MAPPING_ERR_INVALID_ARGUMENT for another value;
+ * MAPPING_ERR_UNSUPPORTED for a unified or adopted mirror. */
+MAPPING_API mapping_status mapping_mirror_set_residency(mapping_mirror *m, mapping_residency hint);
+/* Evicts the family's device side now (as above), whatever its hint and
+ * whether or not the device has a budget: waits for the work queued on the
+ * family first (blocking), writes back the bytes stale on the CPU, frees
+ * the device memory. MAPPING_OK with nothing done when it is not resident.
+ * MAPPING_ERR_BUSY while the family is acquired for the GPU (not
+ * released); MAPPING_ERR_UNSUPPORTED for a unified or adopted mirror; a
+ * failed write-back returns its status and leaves the family resident and
+ * unchanged. */
+MAPPING_API mapping_status mapping_mirror_evict(mapping_mirror *m);
+/* 1 when the family's device side is allocated (not evicted), 0 when not
+ * or for a bad handle. Never waits. */
+MAPPING_API int            mapping_mirror_is_resident(const mapping_mirror *m);
 
 /* Several devices (see also mapping_copy_peer, mapping_multimirror_*).
  * A sharded layout, for the data-parallel case: the caller's host array
@@ -1163,6 +1280,23 @@ MAPPING_API size_t          mapping_multimirror_stale_bytes(const mapping_multim
  * for the multimirror's life; calling it again is a no-op.
  * MAPPING_ERR_UNSUPPORTED without a mechanism (mapping_write_tracking). */
 MAPPING_API mapping_status  mapping_multimirror_track_writes(mapping_multimirror *m);
+/* Memory budgets (see mapping_mirror_evict): the replica on a device that
+ * had a budget when the multimirror was made counts against it and may be
+ * evicted, least recently used first, when its device needs room (never
+ * while a sync of the multimirror is queued and not complete, nor while a
+ * call on it runs on another thread). An eviction of replica j writes the
+ * bytes only j holds (stale on the CPU, valid on j) back to the CPU, frees
+ * j's buffer (mapping_multimirror_gpu gives NULL) and leaves j stale
+ * everywhere; the next sync to j makes it again (all of its bytes then
+ * move, each from the cheapest side) or fails with
+ * MAPPING_ERR_OUT_OF_DEVICE_MEMORY changing nothing; a mark of j is refused
+ * with MAPPING_ERR_INVALID_ARGUMENT meanwhile. mapping_multimirror_evict
+ * evicts replica `device` now, on any device, after the syncs queued on the
+ * multimirror (it waits); MAPPING_OK with nothing done when it is not
+ * resident. mapping_multimirror_is_resident: 1 when replica `device` has
+ * its buffer, 0 when not or for a bad handle or index (error recorded). */
+MAPPING_API mapping_status  mapping_multimirror_evict(mapping_multimirror *m, int device);
+MAPPING_API int             mapping_multimirror_is_resident(const mapping_multimirror *m, int device);
 
 
 /* ==== Batches and pipelines (src/transfer/) ==== */

@@ -172,12 +172,19 @@ static int print_default(int json, const mapping_backend_info *backends, int nb)
     if (st == MAPPING_OK) {
         printf(json ? "],\"default\":\"%s\"" : "\ndefault back end: %s (MAPPING_BACKEND overrides)\n",
                mapping_backend_name(dev));
+        uint64_t budget = 0; /* of the default device: $MAPPING_MEMORY_BUDGET, else none */
+        mapping_device_memory_budget(dev, &budget, NULL);
         if (json) { /* write tracking is the process's, not a device's (MAPPING_TRACK overrides) */
             printf(",\"write_tracking\":");
             mapping_json_fputs(mapping_write_tracking_description(), stdout);
-            printf("}\n");
+            printf(",\"memory_budget\":%llu}\n", (unsigned long long)budget);
         } else {
             printf("write tracking: %s (MAPPING_TRACK overrides)\n", mapping_write_tracking_description());
+            if (budget)
+                printf("memory budget: %llu bytes (%.2f GiB) per device opened without one (MAPPING_MEMORY_BUDGET)\n",
+                       (unsigned long long)budget, (double)budget / (1u << 30));
+            else
+                printf("memory budget: none (MAPPING_MEMORY_BUDGET or mapping_device_desc.memory_budget sets one)\n");
         }
         mapping_close(dev);
         return 0;

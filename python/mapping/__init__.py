@@ -417,6 +417,27 @@ class Device(_Owned):
         h = self._hold()
         _core.device_set_link(h.ptr, float(latency), float(bandwidth))
 
+    @property
+    def memory_budget(self):
+        """The device's memory budget in bytes (0: none; docs/mirrors.md,
+        "Larger than the device"). Setting it (an int >= 0) evicts the device
+        sides of mirrors, least recently used first, down to it."""
+        h = self._hold()
+        return _core.memory_budget(h.ptr)[0]
+
+    @memory_budget.setter
+    def memory_budget(self, nbytes):
+        nbytes = _budget(nbytes, "Device.memory_budget")
+        h = self._hold()
+        _core.set_memory_budget(h.ptr, nbytes)
+
+    @property
+    def resident_bytes(self):
+        """Device bytes counted against the budget now: mirror device sides
+        that are resident and buffers from allocate_gpu."""
+        h = self._hold()
+        return _core.memory_budget(h.ptr)[1]
+
     def close(self):
         if self._h is None:
             return
@@ -456,20 +477,35 @@ _opencl_devices = weakref.WeakValueDictionary()
 _registry_lock = _threading.RLock()
 
 
-def open(backend=None, device=None, context=None, queue=None):  # noqa: A001 (the library's own name)
+def _budget(nbytes, what):
+    if isinstance(nbytes, bool) or not isinstance(nbytes, int):
+        raise TypeError("%s must be an int number of bytes, got %s" % (what, type(nbytes).__name__))
+    if not 0 <= nbytes <= 2 ** 60:
+        raise ValueError("%s=%d is not a memory budget (0 to 2**60 bytes; 0: none)" % (what, nbytes))
+    return nbytes
+
+
+def open(backend=None, device=None, context=None, queue=None, budget=None):  # noqa: A001 (the library's own name)
     """Opens a device: open(backend="host"|"opencl"|"cuda", device=N); with no
     arguments $MAPPING_BACKEND / $MAPPING_DEVICE or the best available.
     open(context=pyopencl.Context[, queue=pyopencl.CommandQueue]) opens on
-    PyOpenCL's context, so its buffers and queues go to this device."""
+    PyOpenCL's context, so its buffers and queues go to this device.
+    budget=N: a device memory budget of N bytes (mirrors larger than the
+    device: docs/mirrors.md; None: $MAPPING_MEMORY_BUDGET, else none)."""
+    if budget is not None:
+        budget = _budget(budget, "open: budget")
     if context is not None:
-        return open_opencl(context, queue=queue)
+        dev = open_opencl(context, queue=queue)
+        if budget:
+            dev.memory_budget = budget
+        return dev
     if backend is not None and not isinstance(backend, str):
         raise TypeError("open: backend must be a str such as 'host', 'opencl' or 'cuda'")
     if device is not None:
         device = _index(device, "open: device")
         if not 0 <= device < 2 ** 31:
             raise ValueError("open: device=%d is not a device index (0, 1, ...)" % device)
-    return Device(_core.open(backend, -1 if device is None else device))
+    return Device(_core.open(backend, -1 if device is None else device, budget or 0))
 
 
 def _int_ptr(obj, what):
@@ -1254,6 +1290,7 @@ class Event(_Owned):
 
 _ACCESS = {"r": 1, "w": 2, "rw": 3, "wr": 3}
 _SIDES = {"cpu": 1, "gpu": 2, CPU: 1, GPU: 2, 1: 1, 2: 2}
+_RESIDENCY = {"default": 0, "keep": 1, "evict_first": 2}
 
 
 class _Access:
@@ -1329,9 +1366,46 @@ class Mirror(_Owned):
 
     @property
     def buffer(self):
-        """The family's device Buffer; this mirror's bytes start at gpu_offset."""
-        self._ptr()
+        """The family's device Buffer; this mirror's bytes start at gpu_offset.
+        Under a memory budget the device side may be evicted (is_resident
+        False): then this raises; m.gpu() makes it again."""
+        h = self._hold()
+        gpu = _core.mirror_parts(h.ptr)[2]
+        if not gpu:
+            raise _ERR["ERR_INVALID_ARGUMENT"]("the mirror's device side is not resident (evicted under the device's "
+                                               "memory budget): acquire it with m.gpu()", -2)
+        self._refresh_gpu(gpu)
         return self._gpu
+
+    def _refresh_gpu(self, gpu):
+        # an eviction freed the family's buffer and a later call made another
+        if self._gpu._h is None or self._gpu._h.ptr != gpu:
+            self._gpu._h = _Handle(gpu, None, self._h)
+
+    @property
+    def is_resident(self):
+        """True while the family's device side is allocated (not evicted
+        under the device's memory budget)."""
+        h = self._hold()
+        return _core.mirror_resident(h.ptr)
+
+    def evict(self):
+        """Evicts the family's device side now: waits for its queued work,
+        writes back exactly the bytes stale on the CPU, frees the device
+        memory. The next sync to the GPU or m.gpu() makes it again."""
+        with self._lock:
+            h = self._hold()
+            _core.mirror_evict(h.ptr)
+
+    def set_residency(self, hint):
+        """A residency hint for the family under the memory budget:
+        "default" (least recently used first), "keep" (never evicted by the
+        budget) or "evict_first". Advisory: never changes results."""
+        if not isinstance(hint, str) or hint not in _RESIDENCY:
+            raise _ERR["ERR_INVALID_ARGUMENT"]("hint must be 'default', 'keep' or 'evict_first'", -2)
+        with self._lock:
+            h = self._hold()
+            _core.mirror_set_residency(h.ptr, _RESIDENCY[hint])
 
     def _range(self, key, byte_range, call):
         """(byte offset, nbytes, the selection's shape) of key, numpy-indexed
@@ -1545,7 +1619,7 @@ class Mirror(_Owned):
         def enter():
             with self._lock:
                 h = self._hold()
-                _core.mirror_acquire_gpu(_sp(sh), h.ptr, _ACCESS[access])
+                self._refresh_gpu(_core.mirror_acquire_gpu(_sp(sh), h.ptr, _ACCESS[access]))
             if sh is not None:
                 self._gpu._stream = _stream_ref(stream)
             return self._gpu
@@ -1769,6 +1843,8 @@ class MultiMirror(_Owned):
             with self._lock:
                 h = self._hold()
                 _queue(sh, (h,), _core.multimirror_sync, _sp(sh), h.ptr, i)
+                if i >= 0:
+                    self._refresh_replica(h, i)
         except Error as e:
             raise _retag(e, "MultiMirror.sync") from None
 
@@ -1780,6 +1856,37 @@ class MultiMirror(_Owned):
                 return _core.multimirror_stale(h.ptr, i)
         except Error as e:
             raise _retag(e, "MultiMirror.stale_bytes") from None
+
+    def evict(self, device):
+        """Evicts replica `device` now (after the syncs queued on the
+        multimirror): what only it holds goes back to the host array; the
+        next sync(device) makes it again (a replica on a device with a
+        memory budget is also evicted when its device needs room)."""
+        i = self._side(device, "evict")
+        if i < 0:
+            raise _ERR["ERR_INVALID_ARGUMENT"]("evict: the host array is never evicted; give a device index", -2)
+        with self._lock:
+            h = self._hold()
+            _core.multimirror_evict(h.ptr, i)
+            self._refresh_replica(h, i)
+
+    def is_resident(self, device):
+        """True while replica `device` is allocated (not evicted)."""
+        i = self._side(device, "is_resident")
+        if i < 0:
+            raise _ERR["ERR_INVALID_ARGUMENT"]("is_resident: give a device index", -2)
+        with self._lock:
+            h = self._hold()
+            return _core.multimirror_resident(h.ptr, i)
+
+    def _refresh_replica(self, h, i):
+        # an eviction freed replica i's buffer and a later sync made another (None meanwhile)
+        g = _core.multimirror_parts(h.ptr, len(self.devices))[2][i]
+        r = self.replicas[i]
+        if not g:
+            r._h = None
+        elif r._h is None or r._h.ptr != g:
+            r._h = _Handle(g, None, self._h)
 
     def close(self):
         """Closes it; a call another thread is making finishes first."""

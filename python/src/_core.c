@@ -184,16 +184,25 @@ static PyObject *core_open(PyObject *self, PyObject *args)
     (void)self;
     const char *backend = NULL;
     int index = -1;
-    if (!PyArg_ParseTuple(args, "zi", &backend, &index))
+    unsigned long long budget = 0;
+    if (!PyArg_ParseTuple(args, "zi|K", &backend, &index, &budget))
         return NULL;
     mapping_device *dev = NULL;
     mapping_status st;
     Py_BEGIN_ALLOW_THREADS
-    if (!backend && index < 0)
+    if (!backend && index < 0 && !budget)
         st = mapping_open(NULL, &dev);
+    else if (!backend && index < 0) /* the environment's back end and device, this budget */
+        st = mapping_open(NULL, &dev) == MAPPING_OK ? mapping_device_set_memory_budget(dev, budget) : mapping_last_error();
     else
-        st = mapping_open(&(mapping_device_desc){.backend = backend, .device = index < 0 ? 0 : index}, &dev);
+        st = mapping_open(&(mapping_device_desc){.backend = backend, .device = index < 0 ? 0 : index,
+                                                 .memory_budget = budget},
+                          &dev);
     Py_END_ALLOW_THREADS
+    if (st != MAPPING_OK && dev) {
+        mapping_close(dev);
+        dev = NULL;
+    }
     CHECK_ST(st);
     return from_ptr(dev);
 }
@@ -302,6 +311,34 @@ static PyObject *core_stats(PyObject *self, PyObject *arg)
     return d;
 }
 
+
+/* (budget, resident bytes) of a device. */
+static PyObject *core_memory_budget(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    uint64_t budget = 0, resident = 0;
+    CHECK_ST(mapping_device_memory_budget(as_ptr(arg), &budget, &resident));
+    return Py_BuildValue("(KK)", (unsigned long long)budget, (unsigned long long)resident);
+}
+
+static PyObject *core_mirror_resident(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    return PyBool_FromLong(mapping_mirror_is_resident(as_ptr(arg)));
+}
+
+static PyObject *core_multimirror_resident(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "expected 2 arguments, got %zd", nargs);
+        return NULL;
+    }
+    long j = PyLong_AsLong(args[1]);
+    if (PyErr_Occurred())
+        return NULL;
+    return PyBool_FromLong(mapping_multimirror_is_resident(as_ptr(args[0]), (int)j));
+}
 
 static PyObject *core_device_link(PyObject *self, PyObject *arg)
 {
@@ -1795,6 +1832,10 @@ static mapping_status t_stream_capturing(const uintptr_t *a)
 THUNK(mirror_acquire_cpu, mapping_mirror_acquire_cpu(M_(0), ARG(1, unsigned), OUT_(2, void)))
 THUNK(mirror_acquire_gpu, mapping_mirror_acquire_gpu(S_(0), M_(1), ARG(2, unsigned), OUT_(3, mapping_buffer)))
 THUNK(mirror_release_gpu, mapping_mirror_release_gpu(S_(0), M_(1)))
+THUNK(mirror_evict, mapping_mirror_evict(M_(0)))
+THUNK(mirror_set_residency, mapping_mirror_set_residency(M_(0), (mapping_residency)ARG(1, long)))
+THUNK(set_memory_budget, mapping_device_set_memory_budget(D_, (uint64_t)Z_(1)))
+THUNK(multimirror_evict, mapping_multimirror_evict(ARG(0, mapping_multimirror *), ARG(1, int)))
 THUNK(batch_create, mapping_batch_create(D_, OUT_(1, mapping_batch)))
 VOID_THUNK(batch_destroy, mapping_batch_destroy(ARG(0, mapping_batch *)))
 THUNK(batch_flush, mapping_batch_flush(S_(0), ARG(1, mapping_batch *)))
@@ -1846,6 +1887,10 @@ static call_row calls[] = {
     ROW(mirror_acquire_cpu, "pu", 1, RET_HANDLE),
     ROW(mirror_acquire_gpu, "ppu", 1, RET_HANDLE),
     ROW(mirror_release_gpu, "pp", 1, RET_NONE),
+    ROW(mirror_evict, "p", 1, RET_NONE),
+    ROW(mirror_set_residency, "pi", 0, RET_NONE),
+    ROW(set_memory_budget, "ps", 1, RET_NONE), /* it may evict: a write-back */
+    ROW(multimirror_evict, "pi", 1, RET_NONE),
     ROW(batch_create, "p", 0, RET_HANDLE),
     ROW(batch_destroy, "p", 1, RET_NONE),
     ROW(batch_flush, "pp", 1, RET_NONE),
@@ -2181,7 +2226,7 @@ static PyMethodDef core_methods[] = {
     FAST(mirror_stale, NULL), FAST(mirror_needs_sync, NULL), FAST(batch_add, NULL), ONE(batch_count, NULL),
     FAST(pipeline_create, NULL), FAST(pipeline_run, NULL),
     VAR(to_dlpack, NULL), FAST(import_dlpack, NULL), FAST(bench_copies, NULL), FAST(pin, NULL), FAST(mirror_sharded, NULL), FAST(multimirror_create, NULL), FAST(multimirror_parts, NULL),
-    FAST(multimirror_stale, NULL),
+    FAST(multimirror_stale, NULL), ONE(memory_budget, NULL), ONE(mirror_resident, NULL), FAST(multimirror_resident, NULL),
     FAST(keep_until, NULL), FAST(queued, NULL), NONE_(drain, NULL), NONE_(after_fork_child, NULL),
     FAST(launch_host, NULL), ONE(host_fn_flag, NULL), NONE_(host_fns_pending, NULL), NONE_(in_host_fn, NULL),
     ONE(defer, NULL), NONE_(exit_gate, NULL),

@@ -17,7 +17,9 @@ static void state_forget(mirror_state *st)
 
 static void state_free(mirror_state *st)
 {
-    if (mapping__mirror_drain(st) != MAPPING_OK) {
+    mapping__mirror_resident_retire(st, false); /* no eviction may start or run from here on */
+    bool left_to_close = mapping__mirror_drain(st) != MAPPING_OK;
+    if (left_to_close) {
         /* A queued copy may still read or write the memory: rather than free
          * it under the copy, leave it to mapping_close (it frees what a
          * device still holds). */
@@ -27,7 +29,7 @@ static void state_free(mirror_state *st)
         st->owns_cpu = false;
         st->pinned = false;
     }
-    mapping__mirror_end_features(st, st->gpu == NULL); /* before the memory goes */
+    mapping__mirror_end_features(st, left_to_close); /* before the memory goes */
     if (st->batch)
         mapping__batch_destroy(st->batch);
     if (st->gpu && !st->borrowed_gpu)
@@ -69,12 +71,16 @@ static mapping_status check_create_args(const char *fn, mapping_device *dev, siz
     return MAPPING_OK;
 }
 
-/* The features the flags ask for (and MAPPING_CHECK's), then the handle. */
+/* The features the flags ask for (and MAPPING_CHECK's; residency on a
+ * device with a memory budget, for a device side of the library's own),
+ * then the handle. */
 static mapping_status finish_family(const char *fn, mirror_state *st, unsigned flags, mapping_mirror **out)
 {
     mapping_status status;
+    bool evictable = atomic_load(&st->dev->budget) && !st->unified && !st->borrowed_gpu;
     if (((flags & MAPPING_MIRROR_TRACK_WRITES) && (status = mapping__mirror_track_begin(fn, st))) ||
         ((flags & MAPPING_MIRROR_DEVICE_DIFF) && (status = mapping__mirror_diff_begin(fn, st))) ||
+        (evictable && (status = mapping__mirror_resident_begin(fn, st, false))) ||
         (status = handle_new(fn, st, 0, st->size, out)))
         return status;
     mapping__mirror_check_begin(st);
@@ -84,7 +90,7 @@ static mapping_status finish_family(const char *fn, mirror_state *st, unsigned f
 /* The two sides of a created mirror: unified memory where asked and
  * possible, else a device buffer and page-locked host memory (whole pages
  * when tracked: no other data may share a watched page). */
-static mapping_status create_sides(mirror_state *st, size_t bytes, unsigned flags)
+static mapping_status create_sides(const char *fn, mirror_state *st, size_t bytes, unsigned flags)
 {
     mapping_error_mark before;
     mapping__error_mark(&before);
@@ -95,7 +101,7 @@ static mapping_status create_sides(mirror_state *st, size_t bytes, unsigned flag
     size_t cpu_bytes = tracked ? mapping__mirror_track_alloc_bytes(bytes) : bytes, page = mapping_os_page_size();
     void *cpu = NULL;
     mapping_status status;
-    if ((status = mapping__allocate_gpu(st->dev, bytes, &st->gpu)) ||
+    if ((status = mapping__allocate_gpu_counted(fn, st->dev, bytes, &st->gpu)) ||
         (status = mapping__allocate_cpu(st->dev, cpu_bytes, &cpu)))
         return status;
     if (tracked && (uintptr_t)cpu % page) { /* not on a page (a heap block): a page more, and start on one */
@@ -118,7 +124,7 @@ mapping_status mapping_mirror_create(mapping_device *dev, size_t bytes, unsigned
     mapping__mirror_reap(); /* families CUDA graphs gave up: their memory first */
     if (status || (status = mapping__mirror_state_new(fn, dev, bytes, &st)))
         return status;
-    if ((status = create_sides(st, bytes, flags)) == MAPPING_OK) {
+    if ((status = create_sides(fn, st, bytes, flags)) == MAPPING_OK) {
         memset(st->cpu, 0, st->owns_cpu ? st->cpu_bytes : bytes);
         st->gpu->owner = "mirror"; /* the public free refuses it: the mirror would use it after */
         if ((status = finish_family(fn, st, flags, out)) == MAPPING_OK)
@@ -139,7 +145,7 @@ mapping_status mapping__mirror_wrap(const char *fn, mapping_device *dev, void *c
     /* Pinning is an optimisation: a back end that cannot is not an error. */
     if ((flags & MAPPING_MIRROR_PIN) && mapping__host_register(dev, cpu_ptr, bytes) == MAPPING_OK)
         st->pinned = true;
-    if ((status = mapping__allocate_gpu(dev, bytes, &st->gpu)) == MAPPING_OK) {
+    if ((status = mapping__allocate_gpu_counted(fn, dev, bytes, &st->gpu)) == MAPPING_OK) {
         st->gpu->owner = "mirror"; /* the public free refuses it: the mirror would use it after */
         status = finish_family(fn, st, flags, out);
     }
@@ -235,7 +241,9 @@ mapping_status mapping_mirror_view(mapping_mirror *parent, size_t offset, size_t
     if ((st = mapping__check_range(fn, "view", offset, bytes, parent->size)) ||
         (st = mapping__mirror_enter_fast(fn, parent->st, false)))
         return st;
-    return handle_new(fn, parent->st, parent->offset + offset, bytes, out);
+    st = handle_new(fn, parent->st, parent->offset + offset, bytes, out);
+    mapping__mirror_leave_fast(parent->st);
+    return st;
 }
 
 /* For the getters that return 0 / NULL on a bad handle: a live handle of an
@@ -257,7 +265,14 @@ void *mapping_mirror_cpu(mapping_mirror *m)
 
 mapping_buffer *mapping_mirror_gpu(mapping_mirror *m)
 {
-    return mirror_readable(m) ? m->st->gpu : NULL;
+    if (!mirror_readable(m))
+        return NULL;
+    return m->st->resident ? mapping__mirror_resident_gpu(m->st) : m->st->gpu;
+}
+
+int mapping_mirror_is_resident(const mapping_mirror *m)
+{
+    return mirror_readable(m) && mapping__mirror_resident_is(m->st);
 }
 
 size_t mapping_mirror_gpu_offset(const mapping_mirror *m)

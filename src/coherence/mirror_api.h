@@ -59,6 +59,12 @@ void           mapping__mirror_family_release(mirror_state *st);
  * (mirror_graph.c); max_ranges 0: the default table. Checked arguments. */
 mapping_status mapping__mirror_graph_sync(const char *fn, mapping_stream *stream, mapping_mirror *m, int t,
                                           size_t max_ranges);
+
+/* A blocking sync of the whole family to t, with its report, inside a call
+ * on the family: an eviction's write-back (mirror_sync.c). It leaves busy
+ * alone: an eviction may run on another thread than the family's calls,
+ * whose handle checks read busy without a lock. */
+mapping_status mapping__mirror_sync_family(const char *fn, mirror_state *st, int t);
 /* mapping_mirror_wrap on a checked device (mirror.c); errors name fn. */
 mapping_status mapping__mirror_wrap(const char *fn, mapping_device *dev, void *cpu_ptr, size_t bytes, unsigned flags,
                                     mapping_mirror **out);

@@ -107,8 +107,8 @@ static mapping_status ensure_buffers(mirror_state *st)
         return MAPPING_OK;
     size_t blocks = (st->size + MAPPING_DIFF_BLOCK - 1) / MAPPING_DIFF_BLOCK;
     mapping_status status;
-    if ((status = mapping__allocate_gpu(st->dev, st->size, &d->shadow)) ||
-        (status = mapping__allocate_gpu(st->dev, blocks, &d->flags)))
+    if ((status = mapping__allocate_gpu_counted("mirror diff (shadow)", st->dev, st->size, &d->shadow)) ||
+        (status = mapping__allocate_gpu_counted("mirror diff (flags)", st->dev, blocks, &d->flags)))
         goto fail;
     if (!(d->host_flags = mapping_os_malloc(blocks))) {
         status = mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mirror diff: out of memory for %zu block flags", blocks);
@@ -373,6 +373,19 @@ static void diff_cpu_diverged(mirror_state *st, size_t lo, size_t hi)
     diff_forget(st, lo, hi);
 }
 
+/* The device side is evicted: the shadow goes with it, and nothing is
+ * known (the next upload refreshes it). */
+static void diff_evicted(mirror_state *st)
+{
+    struct mirror_diff *d = st->diff;
+    mapping__free_gpu(d->shadow);
+    mapping__free_gpu(d->flags);
+    d->shadow = d->flags = NULL;
+    free(d->host_flags);
+    d->host_flags = NULL;
+    mapping__rs_free(&d->known);
+}
+
 /* Frees the shadow (not when the device was closed: it took the buffers). */
 static void diff_end(mirror_state *st, bool device_closed)
 {
@@ -393,6 +406,7 @@ static const mirror_feature diff_feature = {
     .cpu_diverged = diff_cpu_diverged,
     .refine = diff_refine,
     .copied = diff_copied,
+    .evicted = diff_evicted,
     .end = diff_end,
 };
 

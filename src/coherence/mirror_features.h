@@ -5,6 +5,7 @@
  *   device diff      MAPPING_MIRROR_DEVICE_DIFF    mirror_diff.c
  *   unmarked check   MAPPING_CHECK=unmarked        mirror_check.c
  *   unified memory   MAPPING_MIRROR_UNIFIED        mirror_unified.c
+ *   residency        a device memory budget        mirror_resident.c
  * A begin adds the feature to the family (mapping__mirror_add_feature); its
  * end hook undoes it.
  */
@@ -33,5 +34,24 @@ void           mapping__mirror_check_begin(mirror_state *st);
 /* Allocates unified memory for st (st->gpu, st->cpu) if the back end can
  * and adds the feature; MAPPING_ERR_UNSUPPORTED (recorded) when it cannot. */
 mapping_status mapping__mirror_unified_begin(mirror_state *st);
+
+/* Residency under the device's memory budget: the family may be evicted
+ * (registered with core's budget) and is made again when a call needs its
+ * device side. locked: begun inside a call on the family, which its
+ * call_end ends (the family's lock is taken now). */
+mapping_status mapping__mirror_resident_begin(const char *fn, mirror_state *st, bool locked);
+/* Evicts the family now (mapping_mirror_evict; in a call on the family):
+ * waits for its queued work first; MAPPING_ERR_BUSY while acquired. */
+mapping_status mapping__mirror_resident_evict(const char *fn, mirror_state *st);
+/* The family ends: off the device's list first, after an eviction running
+ * on another thread (nothing when it has no residency, or the device was
+ * closed first). */
+void           mapping__mirror_resident_retire(mirror_state *st, bool device_closed);
+/* MAPPING_RESIDENCY_* for the budget's choice. */
+void           mapping__mirror_resident_hint(mirror_state *st, int hint);
+/* The device buffer (NULL while evicted), read under the family's lock. */
+mapping_buffer *mapping__mirror_resident_gpu(mirror_state *st);
+/* Whether the device side is allocated (true without the feature). */
+bool           mapping__mirror_resident_is(const mirror_state *st);
 
 #endif

@@ -26,9 +26,10 @@ size_t mapping_mirror_stale_bytes(const mapping_mirror *m, mapping_side side)
         return 0; /* recorded */
     if (st->queue.n)
         mapping__mirror_order(st, NULL, lo, hi, MIRROR_ACCESS);
-    if (mapping__mirror_log_flush(st) != MAPPING_OK)
-        return 0; /* out of memory, recorded */
-    return mapping__rs_bytes_in(&st->stale[side - 1], lo, hi);
+    size_t stale = mapping__mirror_log_flush(st) == MAPPING_OK ? mapping__rs_bytes_in(&st->stale[side - 1], lo, hi)
+                                                               : 0; /* out of memory, recorded */
+    mapping__mirror_leave_fast(st);
+    return stale;
 }
 
 /* Does [lo, hi) hold a byte stale on side t that no queued copy to t covers?
@@ -63,8 +64,10 @@ mapping_status mapping_mirror_needs_sync(const mapping_mirror *m, mapping_side s
     /* CPU writes found (a tracked mirror) and marks still in the log are
      * not in the sets yet: both become marks first, which waits for nothing
      * unless the program wrote bytes a queued copy uses. */
-    if ((status = mapping__mirror_enter_fast(fn, st, false)) || (status = mapping__mirror_log_flush(st)))
+    if ((status = mapping__mirror_enter_fast(fn, st, false)))
         return status; /* recorded */
-    *out = stale_unqueued(st, side - 1, m->offset, m->offset + m->size);
-    return MAPPING_OK;
+    if ((status = mapping__mirror_log_flush(st)) == MAPPING_OK)
+        *out = stale_unqueued(st, side - 1, m->offset, m->offset + m->size);
+    mapping__mirror_leave_fast(st);
+    return status;
 }

@@ -191,7 +191,39 @@ static mapping_status apply_cpu_writes(const char *fn, mirror_state *st, const m
     return status;
 }
 
+/* The features' call_begin, in order; on a failure the ends of those
+ * begun, last first. */
+static mapping_status call_begin(const char *fn, mirror_state *st)
+{
+    for (int i = 0; i < st->n_features; i++) {
+        const mirror_feature *f = st->features[i];
+        mapping_status status = f->call_begin ? f->call_begin(fn, st) : MAPPING_OK;
+        if (status == MAPPING_OK)
+            continue;
+        while (i-- > 0)
+            if (st->features[i]->call_end)
+                st->features[i]->call_end(st);
+        return status;
+    }
+    return MAPPING_OK;
+}
+
+void mapping__mirror_leave(mirror_state *st)
+{
+    for (int i = st->n_features; i-- > 0;)
+        if (st->features[i]->call_end)
+            st->features[i]->call_end(st);
+}
+
 mapping_status mapping__mirror_enter(const char *fn, mirror_state *st, bool upload)
+{
+    mapping_status status = call_begin(fn, st);
+    if (status == MAPPING_OK && (status = mapping__mirror_collect(fn, st, upload)) != MAPPING_OK)
+        mapping__mirror_leave(st);
+    return status;
+}
+
+mapping_status mapping__mirror_collect(const char *fn, mirror_state *st, bool upload)
 {
     /* Copies that completed are folded first: their bytes are the
      * program's to write from then on (a collect skips bytes still queued). */
@@ -210,6 +242,29 @@ mapping_status mapping__mirror_enter(const char *fn, mirror_state *st, bool uplo
         if (status != MAPPING_OK)
             return status;
     }
+    return MAPPING_OK;
+}
+
+/* ---- eviction: the device side goes ---- */
+
+mapping_status mapping__mirror_state_evicted(const char *fn, mirror_state *st)
+{
+    mapping_status status;
+    if ((status = mapping__mirror_log_flush(st)))
+        return status;
+    if (st->queue.n || st->stale[MIRROR_CPU].count)
+        return mapping__fail(MAPPING_ERR_INTERNAL, "%s: an eviction with %s", fn,
+                             st->queue.n ? "work queued on the mirror" : "bytes stale on the CPU");
+    /* One range: reserve it first, the rest cannot fail. */
+    if ((status = mapping__rs_reserve(&st->stale[MIRROR_GPU], 1)))
+        return status;
+    for (int i = 0; i < st->n_features; i++)
+        if (st->features[i]->evicted)
+            st->features[i]->evicted(st);
+    mapping__rs_add(&st->stale[MIRROR_GPU], 0, st->size);
+    mapping__rs_free(&st->modified[MIRROR_GPU]); /* written back: seen by the CPU */
+    mapping__rs_free(&st->pending[MIRROR_GPU]);
+    mapping__rs_free(&st->pending[MIRROR_CPU]);
     return MAPPING_OK;
 }
 
@@ -391,4 +446,13 @@ void mapping__mirror_hook_synced(mapping_stream *stream, mirror_state *st, int t
     for (int i = 0; i < st->n_features; i++)
         if (st->features[i]->synced)
             st->features[i]->synced(stream, st, t, lo, hi, moved);
+}
+
+mapping_status mapping__mirror_hook_device_use(const char *fn, mirror_state *st, int use)
+{
+    mapping_status status = MAPPING_OK;
+    for (int i = 0; i < st->n_features && status == MAPPING_OK; i++)
+        if (st->features[i]->device_use)
+            status = st->features[i]->device_use(fn, st, use);
+    return status;
 }

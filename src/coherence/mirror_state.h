@@ -84,11 +84,28 @@ typedef struct mirror_state mirror_state;
  * feature has nothing to do at that point (in the spirit of the back-end
  * table). A family without features (n_features == 0) runs none of this:
  * its fast paths test that one word. */
+/* What a call needs of the device side (the device_use hook). */
+enum {
+    MIRROR_USE_ACQUIRE, /* acquire_gpu: the device side must exist (made again after an eviction) */
+    MIRROR_USE_MARK     /* mark_gpu_modified: device bytes must exist (refused, not made) */
+};
+
 typedef struct mirror_feature {
     const char *name;
     /* The sync directions whose stages it takes part in (MIRROR_STAGES_TO_*):
      * a sync in another direction may take the fast path. */
     unsigned stages;
+    /* A public call on the family begins (before the collect) and ends:
+     * every begin that succeeded has its end. The residency feature holds
+     * the family's lock between them (an eviction from another thread
+     * waits, or skips the family). */
+    mapping_status (*call_begin)(const char *fn, mirror_state *st);
+    void (*call_end)(mirror_state *st);
+    /* The call needs the device side (MIRROR_USE_*): may make it, or refuse. */
+    mapping_status (*device_use)(const char *fn, mirror_state *st, int use);
+    /* The family's device side is being evicted (its GPU side becomes stale
+     * everywhere and its memory goes): drop what lives there. */
+    void (*evicted)(mirror_state *st);
     /* Every call, before the state is read: the CPU side's bytes the
      * program changed since the last call, sorted and disjoint, malloc'd
      * into *out (NULL, 0: none). upload: the call syncs to the GPU. */
@@ -120,7 +137,7 @@ typedef struct mirror_feature {
     void (*end)(mirror_state *st, bool device_closed);
 } mirror_feature;
 
-enum { MIRROR_FEATURES_MAX = 4 };
+enum { MIRROR_FEATURES_MAX = 5 };
 enum { MIRROR_STAGES_TO_CPU = 1u << MIRROR_CPU, MIRROR_STAGES_TO_GPU = 1u << MIRROR_GPU };
 
 struct mirror_state {
@@ -131,7 +148,10 @@ struct mirror_state {
      * while it stands, the device still is (no lookup per call). */
     uint64_t        dev_checked_removals;
     _Atomic int     refs; /* handles of the family, and graphs holding it (mirror_graph.c) */
-    bool            busy; /* a sync is running: re-entry (from the log callback) is refused */
+    /* A sync is running: re-entry (from the log callback) is refused. Only
+     * the family's own calls set it (an eviction on another thread does
+     * not: mapping__mirror_sync_family), so a handle check reads it plainly. */
+    bool            busy;
 
     /* memory */
     size_t          size;
@@ -152,6 +172,7 @@ struct mirror_state {
 
     /* queued work */
     mirror_queue   queue;
+    int            acquired; /* acquire_gpu calls not released yet (the device side is held) */
     mapping_batch *batch; /* many-range syncs go through it; made on first need */
 
     /* features, and their private state (NULL when off) */
@@ -160,6 +181,7 @@ struct mirror_state {
     unsigned              stages; /* the features' MIRROR_STAGES_TO_*, or-ed: one word for the fast path */
     struct mirror_track  *track; /* MAPPING_MIRROR_TRACK_WRITES (mirror_track.c) */
     struct mirror_diff   *diff;  /* MAPPING_MIRROR_DEVICE_DIFF (mirror_diff.c) */
+    struct mirror_resident *resident; /* memory budget, eviction (mirror_resident.c) */
 };
 
 struct mapping_mirror {
@@ -192,14 +214,25 @@ void           mapping__mirror_add_feature(mirror_state *st, const mirror_featur
 void           mapping__mirror_end_features(mirror_state *st, bool device_closed);
 
 /* The start of every public call, after the handle was checked: the
- * features' collect, whose CPU writes become CPU marks of the bytes they
- * changed (a write to bytes stale on the CPU is a conflict, counted; the
- * device's content wins). upload: the call syncs to the GPU. */
+ * features' call_begin, then their collect (mapping__mirror_collect). On
+ * failure nothing is held; on success mapping__mirror_leave ends the call.
+ * upload: the call syncs to the GPU. */
 mapping_status mapping__mirror_enter(const char *fn, mirror_state *st, bool upload);
 static inline mapping_status mapping__mirror_enter_fast(const char *fn, mirror_state *st, bool upload)
 {
     return __builtin_expect(st->n_features == 0, 1) ? MAPPING_OK : mapping__mirror_enter(fn, st, upload);
 }
+/* The end of a call that entered: the features' call_end. */
+void mapping__mirror_leave(mirror_state *st);
+static inline void mapping__mirror_leave_fast(mirror_state *st)
+{
+    if (__builtin_expect(st->n_features != 0, 0))
+        mapping__mirror_leave(st);
+}
+/* The features' collect: CPU writes become CPU marks of the bytes they
+ * changed (a write to bytes stale on the CPU is a conflict, counted; the
+ * device's content wins). Completed copies are folded first. */
+mapping_status mapping__mirror_collect(const char *fn, mirror_state *st, bool upload);
 
 /* Marks side x modified over [lo, hi): x valid, the other side stale.
  * MAPPING_ERR_CONFLICT (counted, nothing changes) when the other side holds
@@ -222,6 +255,14 @@ static inline void mapping__mirror_whole_synced(mirror_state *st, int t)
     mapping__rs_free(&st->modified[1 - t]);
     st->log.n = 0;
 }
+
+/* The device side goes (an eviction): stale on the GPU everywhere, as at
+ * create, with nothing queued; the features' evicted hooks drop what lives
+ * there. The caller wrote back every byte stale on the CPU first and frees
+ * the memory after: MAPPING_ERR_INTERNAL (nothing changes) when bytes are
+ * still stale on the CPU or work is queued. Modifications of the CPU side
+ * not yet synced stay modifications (conflicts are as before). */
+mapping_status mapping__mirror_state_evicted(const char *fn, mirror_state *st);
 
 /* Folds every queued entry whose event has completed. */
 void           mapping__mirror_fold_completed(mirror_state *st);
@@ -248,5 +289,6 @@ mapping_status mapping__mirror_hook_copied(mapping_stream *stream, mirror_state 
                                            mapping_status status);
 void           mapping__mirror_hook_synced(mapping_stream *stream, mirror_state *st, int t, size_t lo, size_t hi,
                                            size_t moved);
+mapping_status mapping__mirror_hook_device_use(const char *fn, mirror_state *st, int use);
 
 #endif

@@ -8,7 +8,8 @@
  *            feature's: unified memory prefetches)
  *   commit   valid now (blocking) or when the stream gets there (pending, a
  *            queued entry); the features' copied hook
- * and the report (mirror_observe.c). A sync in which no feature takes part
+ * and the report (mirror_observe.c); the public calls are mirror_sync_call.c's,
+ * an eviction's write-back mapping__mirror_sync_family. A sync in which no feature takes part
  * (MIRROR_STAGES_TO_*) whose only stale ranges are marks of the other side in
  * the log takes a shorter way: the log is the list (sync_whole_with_log).
  */
@@ -20,6 +21,11 @@
 #include "coherence/mirror_observe.h"
 #include "coherence/mirror_plan.h"
 #include "coherence/mirror_queue.h"
+
+/* The stages are inlined into both of their callers (the public sync and
+ * an eviction's write-back, mapping__mirror_sync_family), so that the
+ * public sync's fast paths are as they were with one caller. */
+#define STAGE static inline __attribute__((always_inline))
 
 /* ---- the fast path: marks of the other side in the log, nothing else ---- */
 
@@ -145,7 +151,7 @@ static bool fast_path(const mirror_state *st, mapping_stream *stream, const mapp
 /* ---- the stages ---- */
 
 /* The log applied, completed copies folded, the features' checks. */
-static mapping_status stage_prepare(const char *fn, mapping_stream *stream, mirror_state *st, int t, size_t lo,
+STAGE mapping_status stage_prepare(const char *fn, mapping_stream *stream, mirror_state *st, int t, size_t lo,
                                     size_t hi)
 {
     mapping_status status;
@@ -157,7 +163,7 @@ static mapping_status stage_prepare(const char *fn, mapping_stream *stream, mirr
 }
 
 /* The plan, refined by the features; p->n_exact == 0: nothing to copy. */
-static mapping_status stage_plan(const char *fn, mapping_stream *stream, mirror_state *st, int t, size_t lo, size_t hi,
+STAGE mapping_status stage_plan(const char *fn, mapping_stream *stream, mirror_state *st, int t, size_t lo, size_t hi,
                                  sync_plan *p)
 {
     mapping_status status;
@@ -168,7 +174,7 @@ static mapping_status stage_plan(const char *fn, mapping_stream *stream, mirror_
 }
 
 /* The copy step; *done: how many of the plan's copies were done or queued. */
-static mapping_status stage_copy(mapping_stream *stream, mirror_state *st, const sync_plan *p, size_t *done)
+STAGE mapping_status stage_copy(mapping_stream *stream, mirror_state *st, const sync_plan *p, size_t *done)
 {
     *done = 0;
     if (!p->n_merged)
@@ -186,7 +192,7 @@ static mapping_status stage_copy(mapping_stream *stream, mirror_state *st, const
  * the stream reaches a queued entry (pending until then). Takes p->exact
  * when the entry does. Without an event the state cannot follow the
  * stream: it waits for the stream instead. */
-static mapping_status stage_commit(mapping_stream *stream, mirror_state *st, sync_plan *p)
+STAGE mapping_status stage_commit(mapping_stream *stream, mirror_state *st, sync_plan *p)
 {
     int t = p->target;
     if (!stream || !p->n_merged) {
@@ -212,7 +218,7 @@ static mapping_status stage_commit(mapping_stream *stream, mirror_state *st, syn
 
 /* After the copy step: the features see what was copied, then the state
  * follows (or, on failure, only orders later work after what was queued). */
-static mapping_status stage_finish(mapping_stream *stream, mirror_state *st, const mapping_mirror *m, sync_plan *p,
+STAGE mapping_status stage_finish(mapping_stream *stream, mirror_state *st, const mapping_mirror *m, sync_plan *p,
                                    mapping_status status, size_t done)
 {
     if (st->n_features) {
@@ -233,7 +239,7 @@ static mapping_status stage_finish(mapping_stream *stream, mirror_state *st, con
     return stage_commit(stream, st, p);
 }
 
-static mapping_status sync_stages(const char *fn, mapping_stream *stream, mapping_mirror *m, int t,
+STAGE mapping_status sync_stages(const char *fn, mapping_stream *stream, mapping_mirror *m, int t,
                                   mirror_sync_report *report)
 {
     mirror_state *st = m->st;
@@ -285,47 +291,14 @@ mapping_status mapping__mirror_sync_checked(const char *fn, mapping_stream *stre
     return status;
 }
 
-/* A back end with graphs: on a stream being captured the sync is recorded
- * in the graph (*recorded; mirror_graph.c: each replay moves what is stale
- * then); otherwise the refusals of a capture (a blocking sync while a
- * blocking stream is captured, an invalidated capture). */
-static __attribute__((noinline)) mapping_status sync_captured(const char *fn, mapping_stream *stream,
-                                                              mapping_mirror *m, int t, bool *recorded)
+mapping_status mapping__mirror_sync_family(const char *fn, mirror_state *st, int t)
 {
-    mapping_device *dev = m->st->dev;
-    if (!stream || !mapping__can_graph_copy(dev))
-        return mapping__mirror_refuse_capture(fn, dev, stream);
-    int capture = MAPPING_CAPTURE_NONE;
-    mapping_status status = mapping__stream_capture_status(dev, stream, &capture, NULL);
-    if (status || capture == MAPPING_CAPTURE_NONE)
-        return status;
-    if (capture != MAPPING_CAPTURE_ACTIVE)
-        return mapping__mirror_refuse_capture(fn, dev, stream);
-    *recorded = true;
-    return mapping__mirror_graph_sync(fn, stream, m, t, 0);
-}
-
-static mapping_status sync_public(const char *fn, mapping_stream *stream, mapping_mirror *m, int t)
-{
-    mapping_status status;
-    bool recorded = false;
-    if ((status = mapping__mirror_check(fn, m)) || (status = mapping__check_stream(fn, stream)) ||
-        (status = mapping__check_same_device(fn, m->st->dev, stream)))
-        return status;
-    if (__builtin_expect(mapping__can_capture(m->st->dev), 0) &&
-        ((status = sync_captured(fn, stream, m, t, &recorded)) || recorded))
-        return status;
-    if ((status = mapping__mirror_enter_fast(fn, m->st, t == MIRROR_GPU)))
-        return status;
-    return mapping__mirror_sync_checked(fn, stream, m, t);
-}
-
-mapping_status mapping_mirror_sync_to_gpu(mapping_stream *stream, mapping_mirror *m)
-{
-    return sync_public("mapping_mirror_sync_to_gpu", stream, m, MIRROR_GPU);
-}
-
-mapping_status mapping_mirror_sync_to_cpu(mapping_stream *stream, mapping_mirror *m)
-{
-    return sync_public("mapping_mirror_sync_to_cpu", stream, m, MIRROR_CPU);
+    mapping_mirror whole = {st, 0, st->size}; /* not a registered handle: the stages read its range */
+    mirror_sync_report report = {0};
+    mapping_trace_span span = mapping__trace_begin();
+    mapping_status status = sync_stages(fn, NULL, &whole, t, &report); /* not busy: see mirror_api.h */
+    mapping__mirror_sync_done(&span, NULL, &whole, t, report, status);
+    if (status == MAPPING_OK && st->n_features)
+        mapping__mirror_hook_synced(NULL, st, t, 0, st->size, report.moved);
+    return status;
 }

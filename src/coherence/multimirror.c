@@ -10,16 +10,26 @@
  * not touch.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include "coherence/range_set.h"
 #include "coherence/span_set.h"
 #include "core/ops.h"
 #include "os/os.h"
+#include "os/trace.h"
 #include "track/shadow.h"
 #include "track/write_track.h"
 
 enum { MAX_SIDES = MAPPING_MULTIMIRROR_MAX_DEVICES + 1 };
+
+/* A replica the memory budget of its device may evict (core/budget.c). */
+struct replica_node {
+    mapping_reclaimable        node; /* first: the hook finds the replica from it */
+    struct mapping_multimirror *m;
+    int                        j;
+    bool                       registered;
+};
 
 struct mapping_multimirror {
     int              count; /* devices */
@@ -46,6 +56,13 @@ struct mapping_multimirror {
      * (track/shadow.h): a written page's changed bytes become CPU marks. */
     mapping_track_region *track;
     mapping_track_shadow  shadow;
+    /* Memory budgets: replica j of a device that had a budget when the
+     * multimirror was made may be evicted (its buffer NULL until a sync to
+     * it makes it again). While any may, every call holds `lock`, so that
+     * an eviction from another thread waits for no call or skips it. */
+    struct replica_node rep[MAPPING_MULTIMIRROR_MAX_DEVICES];
+    bool                budgeted;
+    pthread_mutex_t     lock; /* error-checking: a call from its own eviction's callback is BUSY */
 };
 
 static mapping_status check_handle(const char *fn, const mapping_multimirror *m)
@@ -73,6 +90,13 @@ static mapping_status oom(const char *fn)
 {
     return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of host memory for the range sets", fn);
 }
+
+/* Memory budgets (the end of this file): a call begins (the lock, while a
+ * replica may be evicted) and ends. */
+static mapping_status call_begin(const char *fn, mapping_multimirror *m);
+static void           call_end(mapping_multimirror *m);
+static void           budget_leave(mapping_multimirror *m);
+static void           budget_join(mapping_multimirror *m);
 
 /* Waits for the queued syncs, except those to side `keep_side` on
  * `keep_stream` (ordered already by that stream); -1 / NULL keeps none. */
@@ -182,7 +206,7 @@ mapping_status mapping_multimirror_create(mapping_device *const *devices, int co
         m->dev_serial[j] = devices[j]->serial;
     st = alloc_host_array(m, devices[0], bytes);
     for (int j = 0; j < count && st == MAPPING_OK; j++) {
-        st = mapping__allocate_gpu(devices[j], bytes, &m->buf[j]);
+        st = mapping__allocate_gpu_counted(fn, devices[j], bytes, &m->buf[j]);
         if (st == MAPPING_OK)
             m->buf[j]->owner = "multimirror"; /* mapping_free_gpu refuses it */
         if (st == MAPPING_OK && !mapping__span_set_add(&m->stale[1 + j], 0, bytes))
@@ -197,6 +221,7 @@ mapping_status mapping_multimirror_create(mapping_device *const *devices, int co
         release(m);
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory for the handle registry", fn);
     }
+    budget_join(m);
     *out = m;
     return MAPPING_OK;
 }
@@ -213,6 +238,7 @@ void mapping_multimirror_destroy(mapping_multimirror *m)
     int closed = -1;
     for (int j = 0; j < m->count && closed < 0; j++)
         closed = mapping__device_alive(m->dev[j], m->dev_serial[j]) ? -1 : j;
+    budget_leave(m); /* no eviction may start or run from here on */
     release(m);
     if (closed >= 0) /* its host memory is freed; what the device held went with it */
         mapping__fail(MAPPING_ERR_INVALID_HANDLE, "mapping_multimirror_destroy: device %d of %p was closed first", closed,
@@ -246,9 +272,11 @@ mapping_buffer *mapping_multimirror_gpu(mapping_multimirror *m, int device)
 {
     static const char fn[] = "mapping_multimirror_gpu";
     if (!mapping__handle_live(MAPPING_HANDLE_MULTIMIRROR, m) || check_device_index(fn, m, device) != MAPPING_OK ||
-        !side_alive(fn, m, device))
+        !side_alive(fn, m, device) || call_begin(fn, m) != MAPPING_OK)
         return NULL;
-    return m->buf[device];
+    mapping_buffer *buf = m->buf[device]; /* NULL while evicted */
+    call_end(m);
+    return buf;
 }
 
 static mapping_status collect_writes(const char *fn, mapping_multimirror *m, bool upload);
@@ -258,12 +286,14 @@ size_t mapping_multimirror_stale_bytes(const mapping_multimirror *m, int device)
     static const char fn[] = "mapping_multimirror_stale_bytes";
     if (check_handle(fn, m) != MAPPING_OK)
         return 0;
-    if (device != -1 && check_device_index(fn, m, device) != MAPPING_OK)
+    if ((device != -1 && check_device_index(fn, m, device) != MAPPING_OK) ||
+        call_begin(fn, (mapping_multimirror *)m) != MAPPING_OK)
         return 0;
     settle((mapping_multimirror *)m, -1, NULL); /* so the answer is exact: state follows completion */
-    if (collect_writes(fn, (mapping_multimirror *)m, false) != MAPPING_OK)
-        return 0; /* recorded */
-    return m->stale[1 + device].bytes;
+    size_t stale = collect_writes(fn, (mapping_multimirror *)m, false) == MAPPING_OK ? m->stale[1 + device].bytes
+                                                                                   : 0; /* recorded */
+    call_end((mapping_multimirror *)m);
+    return stale;
 }
 
 /* ---- marking ---- */
@@ -316,9 +346,12 @@ mapping_status mapping_multimirror_mark_cpu_modified(mapping_multimirror *m, siz
     static const char fn[] = "mapping_multimirror_mark_cpu_modified";
     mapping_status st;
     if ((st = check_handle(fn, m)) || (st = mapping__check_range(fn, "the multimirror", offset, bytes, m->size)) ||
-        (st = settle(m, -1, NULL)) || (st = collect_writes(fn, m, false)))
+        (st = call_begin(fn, m)))
         return st;
-    return mark(fn, m, 0, offset, bytes);
+    if ((st = settle(m, -1, NULL)) == MAPPING_OK && (st = collect_writes(fn, m, false)) == MAPPING_OK)
+        st = mark(fn, m, 0, offset, bytes);
+    call_end(m);
+    return st;
 }
 
 mapping_status mapping_multimirror_mark_gpu_modified(mapping_multimirror *m, int device, size_t offset, size_t bytes)
@@ -326,10 +359,17 @@ mapping_status mapping_multimirror_mark_gpu_modified(mapping_multimirror *m, int
     static const char fn[] = "mapping_multimirror_mark_gpu_modified";
     mapping_status st;
     if ((st = check_handle(fn, m)) || (st = check_device_index(fn, m, device)) ||
-        (st = mapping__check_range(fn, "the multimirror", offset, bytes, m->size)) || (st = settle(m, -1, NULL)) ||
-        (st = collect_writes(fn, m, false)))
+        (st = mapping__check_range(fn, "the multimirror", offset, bytes, m->size)) || (st = call_begin(fn, m)))
         return st;
-    return mark(fn, m, 1 + device, offset, bytes);
+    if ((st = settle(m, -1, NULL)) == MAPPING_OK && (st = collect_writes(fn, m, false)) == MAPPING_OK)
+        st = m->buf[device] ? mark(fn, m, 1 + device, offset, bytes)
+                            : mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, /* evicted: no device bytes to mark */
+                                            "%s: device side %d is not resident (evicted under its device's memory "
+                                            "budget, or by mapping_multimirror_evict): there are no device bytes to "
+                                            "mark; sync to it first",
+                                            fn, device);
+    call_end(m);
+    return st;
 }
 
 /* ---- write tracking (as MAPPING_MIRROR_TRACK_WRITES, mirror_track.c) ---- */
@@ -401,12 +441,21 @@ static mapping_status collect_writes(const char *fn, mapping_multimirror *m, boo
     return c.st;
 }
 
+static mapping_status track_writes(const char *fn, mapping_multimirror *m);
+
 mapping_status mapping_multimirror_track_writes(mapping_multimirror *m)
 {
     static const char fn[] = "mapping_multimirror_track_writes";
     mapping_status st;
-    if ((st = check_handle(fn, m)))
+    if ((st = check_handle(fn, m)) || (st = call_begin(fn, m)))
         return st;
+    st = track_writes(fn, m);
+    call_end(m);
+    return st;
+}
+
+static mapping_status track_writes(const char *fn, mapping_multimirror *m)
+{
     if (m->track)
         return MAPPING_OK;
     int rc = mapping_track_begin(m->cpu, m->size, &m->track);
@@ -564,13 +613,17 @@ static mapping_status record_queued(const char *fn, mapping_multimirror *m, mapp
     return MAPPING_OK;
 }
 
+static mapping_status make_replica(const char *fn, mapping_multimirror *m, int j);
+
 static mapping_status sync_side(const char *fn, mapping_multimirror *m, mapping_stream *stream, int target)
 {
     mapping_span_set *stale = &m->stale[target];
     /* Sources must hold their bytes before a copy reads them: wait for syncs
-     * queued elsewhere (those to this side on this stream are ordered). */
+     * queued elsewhere (those to this side on this stream are ordered). A
+     * replica evicted is made again (after the collect, as every call). */
     mapping_status settled = settle(m, target, stream);
-    if (settled != MAPPING_OK || (settled = collect_writes(fn, m, target != 0)) != MAPPING_OK)
+    if (settled != MAPPING_OK || (settled = collect_writes(fn, m, target != 0)) != MAPPING_OK ||
+        (target && (settled = make_replica(fn, m, target - 1)) != MAPPING_OK))
         return settled;
     if (stale->n == 0)
         return MAPPING_OK;
@@ -634,16 +687,219 @@ mapping_status mapping_multimirror_sync_to_gpu(mapping_stream *stream, mapping_m
     mapping_status st;
     if ((st = check_handle(fn, m)) || (st = check_device_index(fn, m, device)) ||
         (st = mapping__check_stream(fn, stream)) || (st = mapping__check_same_device(fn, m->dev[device], stream)) ||
-        (st = refuse_capture(fn, m, stream, device)))
+        (st = refuse_capture(fn, m, stream, device)) || (st = call_begin(fn, m)))
         return st;
-    return sync_side(fn, m, stream, 1 + device);
+    st = sync_side(fn, m, stream, 1 + device);
+    call_end(m);
+    return st;
 }
 
 mapping_status mapping_multimirror_sync_to_cpu(mapping_multimirror *m)
 {
     static const char fn[] = "mapping_multimirror_sync_to_cpu";
     mapping_status st;
-    if ((st = check_handle(fn, m)) || (st = refuse_capture(fn, m, NULL, -1)))
+    if ((st = check_handle(fn, m)) || (st = refuse_capture(fn, m, NULL, -1)) || (st = call_begin(fn, m)))
         return st;
-    return sync_side(fn, m, NULL, 0);
+    st = sync_side(fn, m, NULL, 0);
+    call_end(m);
+    return st;
+}
+
+/* ---- memory budgets: replicas evicted and made again ---- */
+
+static mapping_status call_begin(const char *fn, mapping_multimirror *m)
+{
+    int rc = m->budgeted ? pthread_mutex_lock(&m->lock) : 0;
+    if (rc == EDEADLK)
+        return mapping__fail(MAPPING_ERR_BUSY, "%s: the multimirror %p is being evicted (called from a callback of "
+                                               "that eviction)", fn, (void *)m);
+    if (rc)
+        return mapping__fail(MAPPING_ERR_INTERNAL, "%s: the multimirror's lock: error %d", fn, rc);
+    for (int j = 0; j < m->count && m->budgeted; j++)
+        if (m->rep[j].registered)
+            mapping__reclaimable_touch(m->dev[j], &m->rep[j].node);
+    return MAPPING_OK;
+}
+
+static void call_end(mapping_multimirror *m)
+{
+    if (m->budgeted)
+        pthread_mutex_unlock(&m->lock);
+}
+
+/* Whether queued syncs are all complete (then settled): an eviction by the
+ * budget never waits for a stream. */
+static bool all_settled(mapping_multimirror *m)
+{
+    for (size_t i = 0; i < m->n_queued; i++)
+        if (mapping__event_query(m->queued[i].event) != MAPPING_OK)
+            return false;
+    return settle(m, -1, NULL) == MAPPING_OK;
+}
+
+/* The bytes replica j holds that the CPU does not: stale on the CPU and
+ * not on j (malloc'd list; NULL with *n = 0 when none). */
+static mapping_span *replica_only(const mapping_multimirror *m, int j, size_t *n_out)
+{
+    const mapping_span_set *cpu = &m->stale[0], *rj = &m->stale[1 + j];
+    mapping_span *v = mapping_os_malloc((cpu->n + rj->n + 1) * sizeof *v);
+    size_t n = 0;
+    for (size_t i = 0; v && i < cpu->n; i++) {
+        size_t pos = cpu->v[i].start, end = cpu->v[i].end;
+        for (size_t k = mapping__span_set_first_after(rj, pos); k < rj->n && pos < end; k++) {
+            if (rj->v[k].start >= end)
+                break;
+            if (rj->v[k].start > pos)
+                v[n++] = (mapping_span){pos, rj->v[k].start};
+            pos = rj->v[k].end;
+        }
+        if (pos < end)
+            v[n++] = (mapping_span){pos, end};
+    }
+    *n_out = n;
+    return v;
+}
+
+/* Copies what only replica j holds to the CPU (blocking), which becomes
+ * valid there; *back: the bytes. */
+static mapping_status write_back(const char *fn, mapping_multimirror *m, int j, size_t *back)
+{
+    size_t n = 0;
+    mapping_span *v = replica_only(m, j, &n);
+    mapping_status st = v ? MAPPING_OK : oom(fn);
+    for (size_t i = 0; i < n && st == MAPPING_OK; i++) {
+        st = mapping__read(NULL, m->buf[j], v[i].start, m->cpu + v[i].start, v[i].end - v[i].start);
+        if (st == MAPPING_OK && !mapping__span_set_remove(&m->stale[0], v[i].start, v[i].end))
+            st = oom(fn);
+        if (st == MAPPING_OK && m->track)
+            copied_to_cpu(m, v[i].start, v[i].end);
+        if (st == MAPPING_OK)
+            *back += v[i].end - v[i].start;
+    }
+    free(v);
+    return st;
+}
+
+/* Replica j goes: what only it holds is written back, its modifications
+ * become the CPU's (the CPU holds them now; the other sides have not seen
+ * them), it is stale everywhere, and its memory returns to the budget.
+ * Nothing is queued (the caller settled). */
+static mapping_status evict_replica(const char *fn, mapping_multimirror *m, int j, bool explicit_)
+{
+    mapping_trace_span span = mapping__trace_begin();
+    size_t back = 0;
+    mapping_status st = collect_writes(fn, m, false);
+    if (st == MAPPING_OK)
+        st = write_back(fn, m, j, &back);
+    mapping_span_set *mod = &m->modified[1 + j];
+    for (size_t i = 0; i < mod->n && st == MAPPING_OK; i++)
+        if (!mapping__span_set_add(&m->modified[0], mod->v[i].start, mod->v[i].end))
+            st = oom(fn);
+    if (st == MAPPING_OK && (!mapping__span_set_reserve(&m->stale[1 + j], 1)))
+        st = oom(fn);
+    MAPPING_TRACE_END(span, .name = "multimirror eviction", .cat = "mirror", .device = m->dev[j],
+                      .device_name = m->dev[j]->info.name, .buffer = m->buf[j], .direction = "d2h", .status = st,
+                      .args = {{"bytes", m->size}, {"bytes_written_back", back}, {"explicit", explicit_}});
+    if (st != MAPPING_OK)
+        return st; /* still resident: what was written back is valid on both sides */
+    mapping__span_set_free(mod);
+    mapping__span_set_add(&m->stale[1 + j], 0, m->size);
+    atomic_store(&m->rep[j].node.bytes, 0);
+    mapping__free_gpu(m->buf[j]);
+    m->buf[j] = NULL;
+    mapping__count(&m->dev[j]->counters.evictions, 1);
+    mapping__count(&m->dev[j]->counters.evict_writeback_bytes, back);
+    return MAPPING_OK;
+}
+
+static bool replica_evict_hook(mapping_reclaimable *node)
+{
+    struct replica_node *r = (struct replica_node *)node;
+    mapping_multimirror *m = r->m;
+    if (pthread_mutex_trylock(&m->lock) != 0)
+        return false; /* in a call on another thread */
+    mapping_error_mark before;
+    mapping__error_mark(&before);
+    bool done = m->buf[r->j] && all_settled(m) &&
+                evict_replica("multimirror eviction (memory budget)", m, r->j, false) == MAPPING_OK;
+    mapping__error_forget(&before); /* not the caller's error: the budget tries another */
+    pthread_mutex_unlock(&m->lock);
+    return done;
+}
+
+/* Replica j after an eviction: a buffer again, stale everywhere (the sync
+ * that asks fills it). */
+static mapping_status make_replica(const char *fn, mapping_multimirror *m, int j)
+{
+    if (m->buf[j])
+        return MAPPING_OK;
+    mapping_status st = mapping__allocate_gpu_counted(fn, m->dev[j], m->size, &m->buf[j]);
+    if (st != MAPPING_OK)
+        return st; /* nothing changed */
+    m->buf[j]->owner = "multimirror";
+    atomic_store(&m->rep[j].node.bytes, m->size);
+    return MAPPING_OK;
+}
+
+/* At creation: the replicas of devices with a budget may be evicted. */
+static void budget_join(mapping_multimirror *m)
+{
+    for (int j = 0; j < m->count; j++)
+        m->budgeted = m->budgeted || atomic_load(&m->dev[j]->budget) != 0;
+    if (!m->budgeted)
+        return;
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ERRORCHECK);
+    pthread_mutex_init(&m->lock, &attr);
+    pthread_mutexattr_destroy(&attr);
+    for (int j = 0; j < m->count; j++) {
+        struct replica_node *r = &m->rep[j];
+        if (!atomic_load(&m->dev[j]->budget))
+            continue;
+        *r = (struct replica_node){.m = m, .j = j, .registered = true};
+        r->node.evict = replica_evict_hook;
+        atomic_init(&r->node.bytes, m->size);
+        mapping__reclaimable_touch(m->dev[j], &r->node);
+        mapping__reclaimable_add(m->dev[j], &r->node);
+    }
+}
+
+/* At destroy: off the devices' lists, after an eviction running elsewhere. */
+static void budget_leave(mapping_multimirror *m)
+{
+    if (!m->budgeted)
+        return;
+    pthread_mutex_lock(&m->lock);
+    for (int j = 0; j < m->count; j++)
+        if (m->rep[j].registered && mapping__device_alive(m->dev[j], m->dev_serial[j]))
+            mapping__reclaimable_remove(m->dev[j], &m->rep[j].node);
+    pthread_mutex_unlock(&m->lock);
+    pthread_mutex_destroy(&m->lock);
+    m->budgeted = false;
+}
+
+mapping_status mapping_multimirror_evict(mapping_multimirror *m, int device)
+{
+    static const char fn[] = "mapping_multimirror_evict";
+    mapping_status st;
+    if ((st = check_handle(fn, m)) || (st = check_device_index(fn, m, device)) || (st = call_begin(fn, m)))
+        return st;
+    if ((st = settle(m, -1, NULL)) == MAPPING_OK) /* ordered after its queued syncs */
+        st = m->buf[device] ? evict_replica(fn, m, device, true) : collect_writes(fn, m, false);
+    call_end(m);
+    return st;
+}
+
+int mapping_multimirror_is_resident(const mapping_multimirror *m, int device)
+{
+    static const char fn[] = "mapping_multimirror_is_resident";
+    if (check_handle(fn, m) != MAPPING_OK || check_device_index(fn, m, device) != MAPPING_OK)
+        return 0;
+    mapping_multimirror *mm = (mapping_multimirror *)m;
+    if (call_begin(fn, mm) != MAPPING_OK)
+        return 0;
+    int resident = mm->buf[device] != NULL;
+    call_end(mm);
+    return resident;
 }

@@ -10,13 +10,23 @@ typedef struct buffer_import {
     size_t offset;
 } buffer_import;
 
+/* How a new buffer counts against the device's memory budget (budget.c). */
+typedef enum { UNCOUNTED, COUNTED, COUNTED_PLAIN } buffer_count;
+
 static mapping_status buffer_new(const char *fn, mapping_device *dev, size_t bytes, void **host,
-                                 const buffer_import *import, mapping_buffer **out)
+                                 const buffer_import *import, buffer_count count, mapping_buffer **out)
 {
+    /* Room in the budget first (it may evict mirrors): nothing to undo there. */
+    mapping_status st = count ? mapping__budget_reserve(fn, dev, bytes, count == COUNTED_PLAIN) : MAPPING_OK;
+    if (st != MAPPING_OK)
+        return st;
     mapping_buffer *buf = mapping_os_handle_alloc(sizeof *buf); /* see os/handle_arena.c */
-    if (!buf)
+    if (!buf) {
+        if (count)
+            mapping__budget_release(dev, bytes, count == COUNTED_PLAIN);
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
-    mapping_status st = mapping__fault_check(dev, fn);
+    }
+    st = mapping__fault_check(dev, fn);
     if (st == MAPPING_OK)
         st = import ? mapping__op_buffer_import(dev, import->native, import->offset, bytes, &buf->mem)
              : host ? mapping__op_buffer_alloc_unified(dev, bytes, &buf->mem, host)
@@ -32,10 +42,14 @@ static mapping_status buffer_new(const char *fn, mapping_device *dev, size_t byt
     }
     if (st != MAPPING_OK) {
         mapping_os_handle_free(buf);
+        if (count)
+            mapping__budget_release(dev, bytes, count == COUNTED_PLAIN);
         return st;
     }
     buf->dev = dev;
     buf->size = bytes;
+    buf->counted = count ? bytes : 0;
+    buf->plain = count == COUNTED_PLAIN;
     mapping__list_add(dev, &dev->buffers, &buf->node);
     *out = buf;
     return MAPPING_OK;
@@ -44,7 +58,13 @@ static mapping_status buffer_new(const char *fn, mapping_device *dev, size_t byt
 mapping_status mapping__allocate_gpu(mapping_device *dev, size_t bytes, mapping_buffer **out)
 {
     *out = NULL;
-    return buffer_new("mapping_allocate_gpu", dev, bytes, NULL, NULL, out);
+    return buffer_new("mapping_allocate_gpu", dev, bytes, NULL, NULL, UNCOUNTED, out);
+}
+
+mapping_status mapping__allocate_gpu_counted(const char *fn, mapping_device *dev, size_t bytes, mapping_buffer **out)
+{
+    *out = NULL;
+    return buffer_new(fn, dev, bytes, NULL, NULL, COUNTED, out);
 }
 
 void mapping__free_gpu(mapping_buffer *buf)
@@ -60,6 +80,8 @@ void mapping__free_gpu(mapping_buffer *buf)
     } else {
         mapping__op_buffer_free(dev, buf->mem);
     }
+    if (buf->counted)
+        mapping__budget_release(dev, buf->counted, buf->plain);
     mapping_os_handle_free(buf);
 }
 
@@ -72,7 +94,7 @@ mapping_status mapping_allocate_gpu(mapping_device *dev, size_t bytes, mapping_b
     *out = NULL;
     if (bytes == 0)
         return mapping__fail(MAPPING_ERR_ZERO_SIZE, "%s: bytes is 0", fn);
-    return mapping__allocate_gpu(dev, bytes, out);
+    return buffer_new(fn, dev, bytes, NULL, NULL, COUNTED_PLAIN, out);
 }
 
 void mapping_free_gpu(mapping_buffer *buf)
@@ -117,7 +139,7 @@ mapping_status mapping__allocate_unified(const char *fn, mapping_device *dev, si
 {
     if (!mapping__can_allocate_unified(dev))
         return MAPPING_ERR_UNSUPPORTED;
-    return buffer_new(fn, dev, bytes, host, NULL, out);
+    return buffer_new(fn, dev, bytes, host, NULL, UNCOUNTED, out);
 }
 
 /* Memory the caller owns as a buffer (src/core/import.c validates). */
@@ -129,7 +151,7 @@ mapping_status mapping__import_gpu(mapping_device *dev, void *native, size_t off
         return mapping__fail(MAPPING_ERR_UNSUPPORTED, "mapping_import_gpu: back end %s cannot import device memory",
                              dev->be->name);
     const buffer_import import = {native, offset};
-    mapping_status st = buffer_new("mapping_import_gpu", dev, bytes, NULL, &import, out);
+    mapping_status st = buffer_new("mapping_import_gpu", dev, bytes, NULL, &import, UNCOUNTED, out);
     if (st == MAPPING_OK) {
         (*out)->release = release;
         (*out)->release_user = user;

@@ -105,6 +105,14 @@ struct mapping_device {
      * which every stream made from then on waits for; NULL when none.
      * Under objects_lock. */
     struct mapping_native_marks *native_marks;
+    /* The memory budget (core/budget.c): counted device memory (mirror
+     * sides, the program's buffers) and the owners of memory it may evict. */
+    _Atomic uint64_t  budget;         /* bytes; 0: none */
+    _Atomic uint64_t  resident;       /* counted bytes allocated now */
+    _Atomic uint64_t  resident_plain; /* of which buffers from mapping_allocate_gpu */
+    _Atomic uint64_t  use_clock;      /* the last use stamp given out (least recently used first) */
+    pthread_mutex_t   reclaim_lock;   /* the list below; one eviction at a time per device */
+    mapping_list_node reclaimables;
 
     _Atomic int fault_countdown; /* > 0: that many more operations succeed */
     _Atomic int fault_armed;
@@ -125,6 +133,10 @@ struct mapping_buffer {
     /* Imported (mapping_import_gpu): memory the caller owns; freeing drops
      * the library's handle and then calls release(release_user). */
     bool              imported;
+    /* Bytes counted against the device's budget (0: not counted); plain:
+     * the program's own (mapping_allocate_gpu), never evicted. */
+    size_t            counted;
+    bool              plain;
     void            (*release)(void *user);
     void             *release_user;
 };
@@ -293,6 +305,52 @@ mapping_status mapping__device_link(mapping_device *dev, mapping_link *out);
  * bandwidth as in mapping_link. Only where mapping__can_copy_peer_direct. */
 mapping_status mapping__peer_link_measure(mapping_device *src, mapping_device *dst, mapping_link *out);
 /* Stream and event operations, and transfers: src/core/ops.h. */
+
+/* ---- the memory budget (src/core/budget.c) ----
+ * Counted device memory: the program's buffers (mapping_allocate_gpu) and
+ * the memory of objects that register a mapping_reclaimable (mirror device
+ * sides, multimirror replicas: the coherence layer). When a counted
+ * allocation would exceed the budget, core evicts registered owners, least
+ * recently used first (EVICT_FIRST hints before the others, KEEP never),
+ * by calling their evict hook until the allocation fits; core knows
+ * nothing else of them. */
+typedef struct mapping_reclaimable mapping_reclaimable;
+struct mapping_reclaimable {
+    mapping_list_node node;
+    _Atomic uint64_t  stamp; /* the device's use_clock at the last use */
+    _Atomic int       hint;  /* mapping_residency */
+    _Atomic size_t    bytes; /* counted device bytes it holds now; 0: nothing to evict */
+    uint64_t          tried; /* the reclaim round that last tried it (reclaim_lock held) */
+    /* Evicts it now if it can (not in use on any thread, nothing queued):
+     * true when it freed its memory. Called with the device's reclaim_lock
+     * held, on the thread that needs the memory; it must not allocate
+     * counted memory (an allocation it makes is refused, not reclaimed). */
+    bool (*evict)(mapping_reclaimable *r);
+};
+void mapping__reclaimable_add(mapping_device *dev, mapping_reclaimable *r);
+void mapping__reclaimable_remove(mapping_device *dev, mapping_reclaimable *r);
+/* r was used now: the last to be evicted of its hint. */
+static inline void mapping__reclaimable_touch(mapping_device *dev, mapping_reclaimable *r)
+{
+    atomic_store_explicit(&r->stamp, atomic_fetch_add_explicit(&dev->use_clock, 1, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+}
+/* Counts `bytes` more resident, evicting registered owners while the
+ * budget would be exceeded; MAPPING_ERR_OUT_OF_DEVICE_MEMORY (recorded
+ * under fn, naming the budget and what holds it) when it cannot. plain:
+ * the program's own buffer. */
+mapping_status mapping__budget_reserve(const char *fn, mapping_device *dev, size_t bytes, bool plain);
+void           mapping__budget_release(mapping_device *dev, size_t bytes, bool plain);
+/* Evicts owners until resident <= target or none can be: how many. */
+size_t         mapping__budget_reclaim(mapping_device *dev, uint64_t target);
+/* True on a thread inside an eviction (its evict hook runs). */
+bool           mapping__budget_reclaiming(void);
+/* $MAPPING_MEMORY_BUDGET: decimal digits, 0 to 2^60 (0, unset or empty:
+ * no budget); false for anything else. */
+bool           mapping__budget_from_env(uint64_t *out);
+/* A device buffer counted against the budget (a mirror's device side, a
+ * multimirror replica, a diff shadow): errors name fn. */
+mapping_status mapping__allocate_gpu_counted(const char *fn, mapping_device *dev, size_t bytes, mapping_buffer **out);
 
 /* ---- unified memory as a buffer (src/core/buffer.c), for unified mirrors:
  * freed by mapping_free_gpu; *host is its CPU address. ---- */

@@ -79,7 +79,38 @@ void mapping__list_remove(mapping_device *dev, mapping_list_node *node)
     pthread_mutex_unlock(&dev->objects_lock);
 }
 
-mapping_status mapping_open(const mapping_device_desc *desc, mapping_device **out)
+/* The desc of 0.1.0: what the exported mapping_open reads. */
+#define DESC_0_1_BYTES (offsetof(mapping_device_desc, link_latency) + sizeof(double))
+enum { DESC_MAX_BYTES = 4096 };
+
+/* The caller's desc of desc_size bytes as this library's (fields past it
+ * 0); a longer one must hold zeros past what this library knows. */
+static mapping_status desc_read(const char *fn, const mapping_device_desc *desc, size_t desc_size,
+                                mapping_device_desc *d)
+{
+    *d = (mapping_device_desc){0};
+    if (!desc)
+        return MAPPING_OK;
+    if (desc_size < DESC_0_1_BYTES || desc_size > DESC_MAX_BYTES)
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT,
+                             "%s: desc_size %zu is not the size of a mapping_device_desc (%zu to %d bytes)", fn,
+                             desc_size, (size_t)DESC_0_1_BYTES, (int)DESC_MAX_BYTES);
+    memcpy(d, desc, desc_size < sizeof *d ? desc_size : sizeof *d);
+    for (size_t i = sizeof *d; i < desc_size; i++)
+        if (((const unsigned char *)desc)[i])
+            return mapping__fail(MAPPING_ERR_UNSUPPORTED,
+                                 "%s: byte %zu of the desc (%zu bytes) is set, a field this library (%zu bytes of "
+                                 "desc) does not know: a newer header than the library",
+                                 fn, i, desc_size, sizeof *d);
+    return MAPPING_OK;
+}
+
+mapping_status (mapping_open)(const mapping_device_desc *desc, mapping_device **out)
+{
+    return mapping_open_sized(desc, out, DESC_0_1_BYTES);
+}
+
+mapping_status mapping_open_sized(const mapping_device_desc *desc, mapping_device **out, size_t desc_size)
 {
     static const char fn[] = "mapping_open";
     mapping_status st;
@@ -89,7 +120,16 @@ mapping_status mapping_open(const mapping_device_desc *desc, mapping_device **ou
     if ((st = mapping__settings_check(fn)) || /* every MAPPING_* variable (os/settings.c) */
         (st = mapping__trace_from_environment(fn))) /* $MAPPING_TRACE */
         return st;
-    mapping_device_desc d = desc ? *desc : (mapping_device_desc){0};
+    mapping_device_desc d;
+    if ((st = desc_read(fn, desc, desc_size, &d)))
+        return st;
+    if (!d.memory_budget && !mapping__budget_from_env(&d.memory_budget))
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT,
+                             "%s: MAPPING_MEMORY_BUDGET=\"%s\" is not a memory budget (decimal digits, bytes, 0 to "
+                             "2^60; 0: none)", fn, getenv("MAPPING_MEMORY_BUDGET"));
+    if (d.memory_budget > ((uint64_t)1 << 60))
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: memory_budget %llu is more than 2^60", fn,
+                             (unsigned long long)d.memory_budget);
     if (!d.backend)
         d.backend = env_or_null("MAPPING_BACKEND");
     if (!desc && env_or_null("MAPPING_DEVICE")) { /* desc given: its index, 0 included, is the one asked for */
@@ -139,6 +179,7 @@ mapping_status mapping_open(const mapping_device_desc *desc, mapping_device **ou
     if (!dev)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
     dev->be = be;
+    dev->budget = d.memory_budget;
     if ((st = mapping__op_device_info(be, d.device, &dev->info)) != MAPPING_OK ||
         (st = mapping__op_device_open(be, d.device, &d, &dev->state)) != MAPPING_OK) {
         mapping_os_handle_free(dev);
@@ -162,6 +203,11 @@ mapping_status mapping__device_finish(mapping_device *dev, mapping_device **out)
     mapping__host_registry_init(&dev->host_blocks);
     pthread_mutex_init(&dev->objects_lock, NULL);
     pthread_mutex_init(&dev->link_lock, NULL);
+    pthread_mutex_init(&dev->reclaim_lock, NULL);
+    dev->reclaimables.next = dev->reclaimables.prev = &dev->reclaimables;
+    uint64_t env_budget = 0;
+    if (!dev->budget && mapping__budget_from_env(&env_budget)) /* checked by the opens */
+        dev->budget = env_budget;
     dev->buffers.next = dev->buffers.prev = &dev->buffers;
     dev->streams.next = dev->streams.prev = &dev->streams;
     dev->events.next = dev->events.prev = &dev->events;
@@ -174,6 +220,7 @@ mapping_status mapping__device_finish(mapping_device *dev, mapping_device **out)
         mapping__host_registry_destroy(dev);
         pthread_mutex_destroy(&dev->objects_lock);
         pthread_mutex_destroy(&dev->link_lock);
+        pthread_mutex_destroy(&dev->reclaim_lock);
         mapping__op_device_close(dev);
         mapping_os_handle_free(dev);
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "mapping_open: out of memory for the handle registry");
@@ -231,6 +278,7 @@ void mapping_close(mapping_device *dev)
     mapping__op_device_close(dev);
     pthread_mutex_destroy(&dev->objects_lock);
     pthread_mutex_destroy(&dev->link_lock);
+    pthread_mutex_destroy(&dev->reclaim_lock);
     mapping_os_handle_free(dev);
 }
 

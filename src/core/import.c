@@ -23,6 +23,11 @@ mapping_status mapping_open_opencl(void *cl_context, void *cl_device_id, void *c
         (st = mapping__check_ptr(fn, "cl_device_id", cl_device_id)) ||
         (st = mapping__settings_check(fn))) /* every MAPPING_* variable, as mapping_open */
         return st;
+    uint64_t budget;
+    if (!mapping__budget_from_env(&budget))
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT,
+                             "%s: MAPPING_MEMORY_BUDGET=\"%s\" is not a memory budget (decimal digits, bytes, 0 to "
+                             "2^60; 0: none)", fn, getenv("MAPPING_MEMORY_BUDGET"));
     int which = mapping__backend_index("opencl");
     mapping_backend_info binfo;
     const mapping_backend *be = which >= 0 ? mapping__backend_get(which, &binfo) : NULL;

@@ -52,6 +52,8 @@ void mapping_device_stats_reset(mapping_device *dev)
 #define RESET_(field) atomic_store_explicit(&dev->counters.field, 0, memory_order_relaxed);
     MAPPING_STATS_LIST(RESET_)
 #undef RESET_
+    /* A high-water mark starts again from what is resident now. */
+    atomic_store_explicit(&dev->counters.peak_resident_bytes, atomic_load(&dev->resident), memory_order_relaxed);
 }
 
 /* Appends to the text in buf at *n, snprintf-style: what does not fit is

@@ -35,6 +35,9 @@ static const mapping_setting table[] = {
      "BANDWIDTH[,LATENCY] as plain numbers in bytes/s and seconds, e.g. 25e9,5e-6 (no units); "
      "bandwidth 0 or 1e3 to 1e15, latency 0 to 1",
      "no modelled link", "makes the host back end model a link (a copy takes latency + bytes / bandwidth)"},
+    /* core/budget.c mapping__budget_from_env (mapping_open, mapping_open_opencl) */
+    {"MAPPING_MEMORY_BUDGET", S(COUNT), NULL, 0, 1ull << 60, "decimal digits, 0 to 2^60 (bytes)", "no budget",
+     "the memory budget of every device opened without one in its desc (0: none)"},
     /* backend/host/host.c poison_from_env */
     {"MAPPING_HOST_POISON", S(WORDS), "0,1", 0, 0, "0 or 1", "1 in Debug builds, else 0",
      "whether the host back end fills new device memory with 0xCD"},

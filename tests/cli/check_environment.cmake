@@ -47,7 +47,7 @@ endif()
 # the default device from opening.
 foreach(case "MAPPING_HOST_LINK=nan|MAPPING_HOST_LINK" "MAPPING_HOST_DEVICES=0|MAPPING_HOST_DEVICES"
              "MAPPING_BACKEND=HOST|MAPPING_BACKEND=.HOST. is refused" "MAPPING_DEVICE=5|there is no device 5"
-             "MAPPING_TRACE=/nonexistent-dir/t.json|MAPPING_TRACE")
+             "MAPPING_TRACE=/nonexistent-dir/t.json|MAPPING_TRACE" "MAPPING_MEMORY_BUDGET=1G|MAPPING_MEMORY_BUDGET")
   string(REPLACE "|" ";" case "${case}")
   list(GET case 0 setting)
   list(GET case 1 what)
@@ -59,6 +59,18 @@ foreach(case "MAPPING_HOST_LINK=nan|MAPPING_HOST_LINK" "MAPPING_HOST_DEVICES=0|M
   endif()
   message(STATUS "exit 2, the whole report: ${setting} mapping info --json")
 endforeach()
+# mapping info shows the default device's memory budget ($MAPPING_MEMORY_BUDGET).
+execute_process(COMMAND ${CMAKE_COMMAND} -E env --unset=MAPPING_BACKEND MAPPING_MEMORY_BUDGET=1048576 ${MAPPING}
+                info --json RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 60)
+string(JSON budget ERROR_VARIABLE e GET "${out}" memory_budget)
+if(NOT rc EQUAL 0 OR e OR NOT budget EQUAL 1048576)
+  message(FATAL_ERROR "MAPPING_MEMORY_BUDGET=1048576 mapping info --json: exit ${rc}, memory_budget ${budget} ${e}\n${err}")
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} -E env --unset=MAPPING_BACKEND MAPPING_MEMORY_BUDGET=1048576 ${MAPPING} info
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out TIMEOUT 60)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "memory budget: 1048576 bytes")
+  message(FATAL_ERROR "mapping info does not show MAPPING_MEMORY_BUDGET:\n${out}")
+endif()
 foreach(option runs backend device only sizes direction)
   expect_exit(2 "--${option} is unknown or lacks its value" ${MAPPING} bench --${option})
 endforeach()

@@ -72,6 +72,24 @@
  * out changes no other step's choices), and MAPPING_MODEL_STEPS_ONLY=<list>
  * runs only those steps of it.
  *
+ * Memory budgets (issue 40): half the sequences run under random device
+ * memory budgets, from one family's size up to less than the working set
+ * (the shapes of one device side get a second family on the same device,
+ * so that a call on one evicts the other), with ops that evict a family
+ * now, hint, allocate and free plain buffers, and set a new budget (none,
+ * one smaller than a family, or another random one). The model learns of
+ * every eviction by asking mapping_mirror_is_resident after each call:
+ * an eviction is the family's collect and a sync to the CPU of all of it,
+ * after which its device side is stale and unknown everywhere; the bytes
+ * the device's statistics say were written back must equal the bytes the
+ * model had stale on the CPU. A sync or acquire that must make a device
+ * side again may fail with MAPPING_ERR_OUT_OF_DEVICE_MEMORY when the
+ * budget leaves no room (the others being kept, in flight, or the budget
+ * below the family's size): the model then checks that nothing changed; a
+ * GPU mark of a family that is not resident must be refused. Device bytes
+ * a mark makes valid that the model does not know (a buffer made again)
+ * are read back raw and learnt.
+ *
  * The same engine runs from fuzz input (tests/fuzz/fuzz_model.c): compiled
  * there with MIRROR_MATRIX_FUZZ, it reads its choices from the input bytes
  * and aborts on a mismatch.
@@ -134,6 +152,7 @@ typedef struct fam {
     int             nh;
     mapping_multimirror *mm;
     int             tracked, diff;
+    int             res[MAXDEV]; /* budget sequences: device side j is resident (as last observed) */
     /* the model: side 0 the CPU, 1 + j device side j */
     unsigned char  *mem[NSIDE], *known[NSIDE], *valid[NSIDE], *mod[NSIDE];
     unsigned char  *base; /* the CPU content the last call saw (tracked) */
@@ -171,6 +190,14 @@ typedef struct world {
     size_t          scratch_n;
     unsigned long long steps_total, bytes_checked, conflicts_seen, tracked_conflicts_seen, stale_queries;
     unsigned long long stats_checks, syncs, stream_ops;
+    /* memory budgets (issue 40) */
+    int             budget_on;
+    uint64_t        budget[MAXDEV];
+    mapping_buffer *press[MAXDEV]; /* a plain buffer held on the device */
+    uint64_t        wb_seen[MAXDEV]; /* stats.evict_writeback_bytes at the last look */
+    unsigned char  *save;           /* a family's model, saved before a call that may fail */
+    size_t          save_n;
+    unsigned long long evictions_seen, materialized_seen, oom_seen, budget_seqs;
 } world;
 
 /* ---- reporting ---- */
@@ -553,6 +580,12 @@ static void model_self_check(world *w)
 
 /* ---- checks against the library ---- */
 
+static void refresh_known(fam *f, int s)
+{
+    if (!f->all_known[s])
+        f->all_known[s] = memchr(f->known[s], 0, f->n) == NULL;
+}
+
 static uint64_t conflicts_now(world *w)
 {
     uint64_t n = 0;
@@ -564,18 +597,176 @@ static uint64_t conflicts_now(world *w)
     return n;
 }
 
+/* ---- memory budgets (issue 40) ---- */
+
+/* An eviction of device side j, as the model sees it: the family's
+ * collect (returned: 1 when it found a tracked conflict), then the bytes
+ * only j holds (stale on the CPU, valid on j) copied to the CPU (*back of
+ * them); j stale and unknown everywhere. A mirror's CPU modifications the
+ * device had seen are no longer any (its new staleness is initial), and its
+ * device's were written back; a multimirror keeps every side's (the
+ * library keeps j's as the CPU's: the same conflicts). */
+static int model_evict(world *w, fam *f, int j, size_t *back)
+{
+    int s = 1 + j, tc = model_collect(w, f);
+    *back = 0;
+    for (size_t b = 0; b < f->n; b++) {
+        if (!f->valid[0][b] && f->valid[s][b]) {
+            f->mem[0][b] = f->base[b] = f->mem[s][b];
+            f->valid[0][b] = 1;
+            ++*back;
+        }
+        if (!f->multi)
+            f->mod[0][b] &= (unsigned char)!f->valid[s][b];
+    }
+    memset(f->valid[s], 0, f->n);
+    if (!f->multi)
+        memset(f->mod[s], 0, f->n);
+    memset(f->known[s], 0, f->n);
+    f->all_known[s] = 0;
+    f->gbuf[j] = NULL;
+    return tc;
+}
+
+static int resident_now(const fam *f, int j)
+{
+    return f->multi ? mapping_multimirror_is_resident(f->mm, j) : mapping_mirror_is_resident(f->h[0]);
+}
+
+/* After a call: the families whose device side went (evicted: the model
+ * follows) or came back (made again: its new buffer). The bytes each
+ * device says its evictions wrote back must be the model's. Returns how
+ * many evictions' collects found a tracked conflict. */
+static int observe_residency(world *w)
+{
+    if (!w->budget_on)
+        return 0;
+    int tcs = 0;
+    uint64_t back[MAXDEV] = {0};
+    for (int i = 0; i < w->nf; i++) {
+        fam *f = &w->f[i];
+        for (int j = 0; j < f->ndev; j++) {
+            int r = resident_now(f, j);
+            if (f->res[j] && !r) {
+                size_t b = 0;
+                tcs += model_evict(w, f, j, &b);
+                back[f->dev[j]] += b;
+                w->evictions_seen++;
+                trace(w, "family %d: device side %d evicted, %zu bytes written back", i, j, b);
+            } else if (!f->res[j] && r) {
+                f->gbuf[j] = f->multi ? mapping_multimirror_gpu(f->mm, j) : mapping_mirror_gpu(f->h[0]);
+                w->materialized_seen++;
+                trace(w, "family %d: device side %d resident again", i, j);
+            }
+            f->res[j] = r;
+        }
+    }
+    for (int d = 0; d < w->ndev; d++) {
+        mapping_stats st;
+        EXPECT(w, mapping_device_stats(w->dev[d], &st), MAPPING_OK);
+        uint64_t got = st.evict_writeback_bytes - w->wb_seen[d];
+        w->wb_seen[d] = st.evict_writeback_bytes;
+        if (got != back[d])
+            fail(w, "device %d: evictions wrote back %llu bytes; the evicted families had %llu bytes stale on the CPU",
+                 d, (unsigned long long)got, (unsigned long long)back[d]);
+    }
+    return tcs;
+}
+
+/* A family's model, saved before a call that may fail for want of room in
+ * the budget (nothing may change then), and put back. */
+static void model_save(world *w, const fam *f)
+{
+    size_t n = f->n, need = (size_t)(4 * nsides(f) + 1) * n;
+    if (need > w->save_n) {
+        free(w->save);
+        w->save = malloc(need);
+        w->save_n = w->save ? need : 0;
+        if (!w->save)
+            fail(w, "out of memory");
+    }
+    unsigned char *p = w->save;
+    for (int s = 0; s < nsides(f); s++) {
+        memcpy(p, f->mem[s], n), p += n;
+        memcpy(p, f->known[s], n), p += n;
+        memcpy(p, f->valid[s], n), p += n;
+        memcpy(p, f->mod[s], n), p += n;
+    }
+    memcpy(p, f->base, n);
+}
+
+static void model_restore(world *w, fam *f)
+{
+    size_t n = f->n;
+    const unsigned char *p = w->save;
+    for (int s = 0; s < nsides(f); s++) {
+        memcpy(f->mem[s], p, n), p += n;
+        memcpy(f->known[s], p, n), p += n;
+        memcpy(f->valid[s], p, n), p += n;
+        memcpy(f->mod[s], p, n), p += n;
+        f->all_known[s] = memchr(f->known[s], 0, n) == NULL;
+    }
+    memcpy(f->base, p, n);
+}
+
+/* A call that had to make the family's device side again failed: only for
+ * want of room in a budget, saying so, with nothing changed (the model is
+ * put back; the memory checks follow). */
+static void check_no_room(world *w, fam *f, int j, mapping_status st, const char *what)
+{
+    if (st != MAPPING_ERR_OUT_OF_DEVICE_MEMORY || !w->budget[f->dev[j]] ||
+        !strstr(mapping_last_error_message(), "memory budget"))
+        fail(w, "%s returned %s (%s); only a budget with no room may refuse it", what, mapping_status_name(st),
+             mapping_last_error_message());
+    if (resident_now(f, j))
+        fail(w, "%s failed for want of room, yet the device side is resident", what);
+    model_restore(w, f);
+    w->oom_seen++;
+    trace(w, "  no room in the budget (%llu bytes): refused, nothing changed",
+          (unsigned long long)w->budget[f->dev[j]]);
+}
+
+/* Device bytes of [lo, hi) a mark made valid that the model does not know
+ * (a buffer made again holds anything): the program's device holds them,
+ * so they are read back raw and learnt (never in flight: unknown bytes are
+ * no queued copy's). */
+static void learn_device(world *w, fam *f, int j, size_t lo, size_t hi)
+{
+    int s = 1 + j;
+    if (f->all_known[s])
+        return;
+    for (size_t b = lo; b < hi;) {
+        if (f->known[s][b]) {
+            b++;
+            continue;
+        }
+        size_t e = b;
+        while (e < hi && !f->known[s][e])
+            e++;
+        EXPECT(w, mapping_sync_to_cpu_range(NULL, f->gbuf[j], f->goff[j] + b, w->scratch, e - b), MAPPING_OK);
+        memcpy(f->mem[s] + b, w->scratch, e - b);
+        memset(f->known[s] + b, 1, e - b);
+        b = e;
+    }
+    refresh_known(f, s);
+}
+
 /* After a call: conflicts grew by `explicit_` (refused marks) plus at least
- * one where the collect found a tracked conflict, else by nothing. */
+ * one where the collect found a tracked conflict (the call's own, or that
+ * of an eviction the call made), else by nothing. */
 static void check_conflicts(world *w, uint64_t before, int explicit_, int tracked)
 {
+    int evicted = observe_residency(w);
     uint64_t d = conflicts_now(w) - before;
     w->conflicts_seen += (unsigned)explicit_;
     w->tracked_conflicts_seen += (unsigned)tracked;
     if (w->legacy && tracked && d >= (uint64_t)explicit_)
         return;
-    if (tracked ? d < (uint64_t)explicit_ + 1 : d != (uint64_t)explicit_)
-        fail(w, "stats.conflicts grew by %llu; the model says %d refused mark(s)%s", (unsigned long long)d, explicit_,
-             tracked ? " plus a tracked write over another side's modification (at least 1)" : "");
+    uint64_t least = (uint64_t)explicit_ + (tracked != 0) + (uint64_t)evicted;
+    if (tracked || evicted ? d < least : d != (uint64_t)explicit_)
+        fail(w, "stats.conflicts grew by %llu; the model says %d refused mark(s)%s%s", (unsigned long long)d, explicit_,
+             tracked ? " plus a tracked write over another side's modification (at least 1)" : "",
+             evicted ? " plus tracked conflicts found by evictions" : "");
 }
 
 /* Every side's memory equals the model, where not in flight. */
@@ -628,6 +819,8 @@ static void check_memory(world *w)
         /* Each device side, read back raw. */
         for (int j = 0; j < f->ndev; j++) {
             int s = 1 + j;
+            if (!f->gbuf[j])
+                continue; /* evicted: nothing to compare */
             EXPECT(w, mapping_sync_to_cpu_range(NULL, f->gbuf[j], f->goff[j], w->scratch, f->n), MAPPING_OK);
             w->bytes_checked += f->n;
             if (!any[s] && f->all_known[s] && memcmp(w->scratch, f->mem[s], f->n) == 0)
@@ -641,11 +834,6 @@ static void check_memory(world *w)
     }
 }
 
-static void refresh_known(fam *f, int s)
-{
-    if (!f->all_known[s])
-        f->all_known[s] = memchr(f->known[s], 0, f->n) == NULL;
-}
 
 /* ---- handles and ranges ---- */
 
@@ -866,19 +1054,26 @@ static void op_gpu_write(world *w, bool write)
         tc = 0;
         conflict = model_conflict(f, 1 + j, lo, hi);
     }
-    if (write && !conflict)
+    /* Evicted (budgets): no device bytes to write or mark; the mark is refused. */
+    bool gone = !f->res[j];
+    if (write && !conflict && !gone)
         device_store(w, f, j, NULL, lo, hi);
     trace(w, "family %d handle %d: %smark_gpu_modified(side %d, [%zu, %zu))%s", fi, k,
-          write && !conflict ? "device write, then " : "", j, lo, hi, conflict ? ": the model says CONFLICT" : "");
+          write && !conflict && !gone ? "device write, then " : "", j, lo, hi,
+          gone ? ": not resident, the model says INVALID_ARGUMENT" : conflict ? ": the model says CONFLICT" : "");
     uint64_t c0 = conflicts_now(w);
     mapping_status st = f->multi ? mapping_multimirror_mark_gpu_modified(f->mm, j, lo, hi - lo)
                                  : mapping_mirror_mark_gpu_modified(f->h[k], lo - f->hoff[k], hi - lo);
-    if (st != (conflict ? MAPPING_ERR_CONFLICT : MAPPING_OK))
+    mapping_status want = gone ? MAPPING_ERR_INVALID_ARGUMENT : conflict ? MAPPING_ERR_CONFLICT : MAPPING_OK;
+    if (st != want)
         fail(w, "mark_gpu_modified(side %d, [%zu, %zu)) returned %s, the model says %s (%s)", j, lo, hi,
-             mapping_status_name(st), conflict ? "ERR_CONFLICT" : "OK", st ? mapping_last_error_message() : "");
-    if (!conflict)
+             mapping_status_name(st), mapping_status_name(want), st ? mapping_last_error_message() : "");
+    if (!conflict && !gone) {
         model_mark(f, 1 + j, lo, hi);
-    check_conflicts(w, c0, conflict, tc);
+        if (!write)
+            learn_device(w, f, j, lo, hi); /* the mark says the device holds them, whatever they are */
+    }
+    check_conflicts(w, c0, conflict && !gone, tc);
 }
 
 /* A CPU mark alone (the content unchanged). */
@@ -936,6 +1131,8 @@ static void stats_end(world *w, stats_pair *p, const fam *f, int to_cpu, const s
     w->stats_checks++;
     const mapping_stats *b = &p->before;
     unsigned long long pay = to_cpu ? a.d2h_payload_bytes - b->d2h_payload_bytes : a.h2d_payload_bytes - b->h2d_payload_bytes;
+    if (to_cpu) /* an eviction the call made (a diff's shadow wanted room) wrote back too */
+        pay -= a.evict_writeback_bytes - b->evict_writeback_bytes;
     unsigned long long drv = to_cpu ? a.d2h_bytes - b->d2h_bytes : a.h2d_bytes - b->h2d_bytes;
     unsigned long long peer = a.peer_bytes - b->peer_bytes;
     bool relaxed = w->page_granular && f->tracked;
@@ -981,14 +1178,23 @@ static void do_sync(world *w, int to_cpu, int fi, int k, int j, mstream *ms, int
             EXPECT(w, mapping_device_stats(w->dev[f->dev[d]], &mb[d]), MAPPING_OK);
     uint64_t c0 = conflicts_now(w);
     int tc = model_collect(w, f) | carried_tc;
+    bool remake = !to_cpu && !f->res[j]; /* evicted: the sync makes the device side again, if there is room */
+    if (remake)
+        model_save(w, f);
     sync_plan plan = model_sync(f, target, lo, hi);
-    trace(w, "family %d handle %d: sync to %s%s%s [%zu, %zu): %zu stale", fi, k, to_cpu ? "the CPU" : "device side ",
-          to_cpu ? "" : (j ? "1" : "0"), ms ? " on a stream" : " (blocking)", lo, hi, plan.stale);
+    trace(w, "family %d handle %d: sync to %s%s%s [%zu, %zu): %zu stale%s", fi, k, to_cpu ? "the CPU" : "device side ",
+          to_cpu ? "" : (j ? "1" : "0"), ms ? " on a stream" : " (blocking)", lo, hi, plan.stale,
+          remake ? " (not resident)" : "");
     mapping_status st;
     if (f->multi)
         st = to_cpu ? mapping_multimirror_sync_to_cpu(f->mm) : mapping_multimirror_sync_to_gpu(ms ? ms->s : NULL, f->mm, j);
     else
         st = (to_cpu ? mapping_mirror_sync_to_cpu : mapping_mirror_sync_to_gpu)(ms ? ms->s : NULL, f->h[k]);
+    if (st != MAPPING_OK && remake) {
+        check_no_room(w, f, j, st, "sync to the GPU");
+        check_conflicts(w, c0, 0, tc);
+        return;
+    }
     if (st != MAPPING_OK)
         fail(w, "sync to %s returned %s (%s)", to_cpu ? "the CPU" : "the GPU", mapping_status_name(st),
              mapping_last_error_message());
@@ -1109,18 +1315,29 @@ static void op_acquire_gpu(world *w)
     legacy_presync(w, fi, 0);
     uint64_t c0 = conflicts_now(w);
     int tc = model_collect(w, f);
+    bool remake = !f->res[0]; /* evicted: the acquire makes the device side again, if there is room */
+    if (remake)
+        model_save(w, f);
     sync_plan plan = {0};
     if (access & MAPPING_READ)
         plan = model_sync(f, 1, lo, hi);
     if (access & MAPPING_WRITE)
         model_mark(f, 1, lo, hi);
-    trace(w, "family %d handle %d: acquire_gpu(%s)%s [%zu, %zu)", fi, k, access_name(access),
-          ms ? " on a stream" : " (blocking)", lo, hi);
+    trace(w, "family %d handle %d: acquire_gpu(%s)%s [%zu, %zu)%s", fi, k, access_name(access),
+          ms ? " on a stream" : " (blocking)", lo, hi, remake ? " (not resident)" : "");
     mapping_buffer *buf = NULL;
-    EXPECT(w, mapping_mirror_acquire_gpu(ms ? ms->s : NULL, f->h[k], access, &buf), MAPPING_OK);
+    mapping_status st = mapping_mirror_acquire_gpu(ms ? ms->s : NULL, f->h[k], access, &buf);
+    if (st != MAPPING_OK && remake) {
+        check_no_room(w, f, 0, st, "acquire_gpu");
+        check_conflicts(w, c0, 0, tc);
+        return;
+    }
+    EXPECT(w, st, MAPPING_OK);
+    check_conflicts(w, c0, 0, tc);
     if (buf != f->gbuf[0])
         fail(w, "acquire_gpu gave buffer %p, the mirror's is %p", (void *)buf, (void *)f->gbuf[0]);
-    check_conflicts(w, c0, 0, tc);
+    if (access & MAPPING_WRITE)
+        learn_device(w, f, 0, lo, hi); /* marked: what the device holds (a buffer made again holds anything) */
     refresh_known(f, 1);
     if (ms && w->page_granular && f->tracked && (access & MAPPING_READ))
         add_flight(w, ms, fi, 1 | 2, lo, hi);
@@ -1271,6 +1488,14 @@ static void setup_mirror_family(world *w, fam *f, int dev, size_t n, bool wrap)
     fam_alloc_model(w, f);
 }
 
+/* Device d's budget: from `least` (a family fits) to least + span (often
+ * less than the working set). */
+static void set_budget(world *w, int d, size_t least, size_t span)
+{
+    w->budget[d] = least + pick(w, span + 1);
+    EXPECT(w, mapping_device_set_memory_budget(w->dev[d], w->budget[d]), MAPPING_OK);
+}
+
 static void setup(world *w)
 {
     w->nf = 0;
@@ -1284,6 +1509,11 @@ static void setup(world *w)
     switch (w->c.shape) {
     case SHAPE_WHOLE:
     case SHAPE_VIEWS: {
+        /* Under a budget, a second family on the same device: a call on one
+         * may evict the other. */
+        size_t n1 = w->budget_on ? (1 + pick(w, 2)) * PAGE + pick(w, PAGE) : 0;
+        if (n1)
+            set_budget(w, dev, n > n1 ? n : n1, n + n1);
         fam *f = &w->f[w->nf++];
         setup_mirror_family(w, f, dev, n, pick(w, 3) == 0);
         if (w->c.shape == SHAPE_VIEWS)
@@ -1303,6 +1533,8 @@ static void setup(world *w)
                     fail(w, "view at %zu: gpu offset %zu", off, mapping_mirror_gpu_offset(f->h[k]));
                 f->nh++;
             }
+        if (n1)
+            setup_mirror_family(w, &w->f[w->nf++], dev, n1, pick(w, 3) == 0);
         break;
     }
     case SHAPE_SHARDED: {
@@ -1319,6 +1551,9 @@ static void setup(world *w)
         for (size_t i = 0; i < cap; i++)
             mem[i] = (unsigned char)(i * 13 + 1);
         fam *f0 = &w->f[0], *f1 = &w->f[1];
+        if (w->budget_on) /* one shard per device: each fits, evictions come from the budget ops */
+            for (int d = 0; d < w->ndev; d++)
+                set_budget(w, d, (total + 1) / 2, total);
         unsigned flags = mirror_flags(w, f0);
         f1->tracked = f0->tracked;
         f1->diff = f0->diff;
@@ -1352,6 +1587,9 @@ static void setup(world *w)
         mapping_device *devs[2] = {w->dev[0], w->dev[w->ndev - 1]};
         f->dev[0] = 0;
         f->dev[1] = w->ndev - 1;
+        if (w->budget_on) /* replicas count, and are never evicted */
+            for (int d = 0; d < w->ndev; d++)
+                set_budget(w, d, n, 2 * n);
         EXPECT(w, mapping_multimirror_create(devs, 2, n, &f->mm), MAPPING_OK);
         f->tracked = w->tracked;
         if (f->tracked)
@@ -1385,10 +1623,18 @@ static void setup(world *w)
         w->scratch_n = need;
     }
     /* Device memory starts with a known pattern (a stale side: the library
-     * does not care what it holds), so every byte of every side is known. */
+     * does not care what it holds), so every byte of every side is known;
+     * under a budget, a family the next one's creation evicted has none. */
     for (int i = 0; i < w->nf; i++) {
         fam *f = &w->f[i];
         for (int j = 0; j < f->ndev; j++) {
+            f->res[j] = resident_now(f, j);
+            if (!f->res[j]) {
+                f->gbuf[j] = NULL;
+                continue;
+            }
+            if (!f->multi)
+                f->gbuf[0] = mapping_mirror_gpu(f->h[0]);
             for (size_t b = 0; b < f->n; b++)
                 f->mem[1 + j][b] = (unsigned char)(0xA5 ^ (b * 29) ^ (size_t)j);
             EXPECT(w, mapping_sync_to_gpu_range(NULL, f->mem[1 + j], f->gbuf[j], f->goff[j], f->n), MAPPING_OK);
@@ -1404,10 +1650,130 @@ static void setup(world *w)
               w->f[i].diff ? ", device diff" : "");
     for (int k = 1; k < w->f[0].nh; k++)
         trace(w, "family 0 handle %d: view [%zu, %zu)", k, w->f[0].hoff[k], w->f[0].hoff[k] + w->f[0].hlen[k]);
+    for (int d = 0; d < w->ndev && w->budget_on; d++)
+        trace(w, "device %d: memory budget %llu bytes", d, (unsigned long long)w->budget[d]);
+    for (int i = 0; i < w->nf; i++)
+        if (!w->f[i].res[0])
+            trace(w, "family %d: evicted by the next family's creation", i);
+}
+
+/* ---- budget ops ---- */
+
+/* Evicts a family now (it waits for its queued work). */
+static void op_evict(world *w)
+{
+    int fi = (int)pick(w, (size_t)w->nf);
+    fam *f = &w->f[fi];
+    int k = f->multi ? 0 : pick_handle(w, f), j = (int)pick(w, (size_t)f->ndev);
+    uint64_t c0 = conflicts_now(w);
+    int tc = model_collect(w, f);
+    trace(w, "family %d handle %d: evict device side %d%s", fi, k, j, f->res[j] ? "" : " (not resident: nothing)");
+    EXPECT(w, f->multi ? mapping_multimirror_evict(f->mm, j) : mapping_mirror_evict(f->h[k]), MAPPING_OK);
+    check_conflicts(w, c0, 0, tc);
+    if (f->res[j])
+        fail(w, "evict: device side %d is still resident", j);
+}
+
+static void op_hint(world *w)
+{
+    static const mapping_residency hints[] = {MAPPING_RESIDENCY_DEFAULT, MAPPING_RESIDENCY_KEEP,
+                                              MAPPING_RESIDENCY_EVICT_FIRST};
+    static const char *const names[] = {"DEFAULT", "KEEP", "EVICT_FIRST"};
+    int fi = (int)pick(w, (size_t)w->nf), h = (int)pick(w, 3);
+    fam *f = &w->f[fi];
+    if (f->multi)
+        return;
+    int k = pick_handle(w, f);
+    uint64_t c0 = conflicts_now(w);
+    int tc = model_collect(w, f);
+    trace(w, "family %d handle %d: set_residency(%s)", fi, k, names[h]);
+    EXPECT(w, mapping_mirror_set_residency(f->h[k], hints[h]), MAPPING_OK);
+    check_conflicts(w, c0, 0, tc);
+}
+
+/* A plain buffer of the program's: allocated (it may evict families, or
+ * find no room) or freed. */
+static void op_pressure(world *w)
+{
+    int d = (int)pick(w, (size_t)w->ndev);
+    uint64_t c0 = conflicts_now(w);
+    if (w->press[d]) {
+        trace(w, "device %d: free the plain buffer", d);
+        mapping_free_gpu(w->press[d]);
+        w->press[d] = NULL;
+        return;
+    }
+    size_t n = 1 + pick(w, w->budget[d] ? (size_t)w->budget[d] / 2 : 4 * PAGE);
+    mapping_status st = mapping_allocate_gpu(w->dev[d], n, &w->press[d]);
+    trace(w, "device %d: allocate a plain buffer of %zu bytes: %s", d, n, mapping_status_name(st));
+    if (st == MAPPING_ERR_OUT_OF_DEVICE_MEMORY && w->budget[d] &&
+        strstr(mapping_last_error_message(), "memory budget")) {
+        w->press[d] = NULL;
+        w->oom_seen++;
+    } else if (st != MAPPING_OK) {
+        fail(w, "mapping_allocate_gpu(%zu) returned %s (%s)", n, mapping_status_name(st), mapping_last_error_message());
+    }
+    check_conflicts(w, c0, 0, 0);
+}
+
+/* A new budget for a device: none, one below its smallest family (its
+ * syncs to the device fail for want of room, nothing lost), or from its
+ * largest family to the working set. Lowering it evicts what it can now. */
+static void op_set_budget(world *w)
+{
+    int d = (int)pick(w, (size_t)w->ndev);
+    size_t most = 0, sum = 0, least = (size_t)-1;
+    for (int i = 0; i < w->nf; i++) {
+        const fam *f = &w->f[i];
+        if (f->dev[0] != d && !(f->multi && f->dev[1] == d))
+            continue;
+        most = f->n > most ? f->n : most;
+        least = f->n < least ? f->n : least;
+        sum += f->n;
+    }
+    if (!sum)
+        most = sum = least = 4 * PAGE;
+    int kind = (int)pick(w, 8);
+    uint64_t b = kind == 0 ? 0 : kind == 1 ? 1 + pick(w, least) : most + pick(w, sum + 1);
+    uint64_t c0 = conflicts_now(w);
+    trace(w, "device %d: set_memory_budget(%llu)%s", d, (unsigned long long)b,
+          kind == 0 ? " (none)" : kind == 1 ? " (below a family)" : "");
+    EXPECT(w, mapping_device_set_memory_budget(w->dev[d], b), MAPPING_OK);
+    w->budget[d] = b;
+    check_conflicts(w, c0, 0, 0);
+}
+
+static void op_budget(world *w)
+{
+    size_t op = pick(w, 10);
+    if (op < 4)
+        op_evict(w);
+    else if (op < 5)
+        op_hint(w);
+    else if (op < 8)
+        op_pressure(w);
+    else
+        op_set_budget(w);
+}
+
+/* No budget, no plain buffer: the end of a budget sequence. */
+static void budgets_off(world *w)
+{
+    for (int d = 0; d < w->ndev; d++) {
+        mapping_free_gpu(w->press[d]);
+        w->press[d] = NULL;
+        if (w->budget[d])
+            EXPECT(w, mapping_device_set_memory_budget(w->dev[d], 0), MAPPING_OK);
+        w->budget[d] = 0;
+    }
 }
 
 static void step(world *w)
 {
+    if (w->budget_on && pick(w, 100) < 6) {
+        op_budget(w);
+        return;
+    }
     size_t op = pick(w, 100);
     if (op < 22)
         op_cpu_write(w);
@@ -1441,6 +1807,8 @@ static void finish(world *w)
 {
     w->step = -1;
     sync_all_streams(w, " (the end)");
+    if (w->budget_on) /* room for every family: all of them are compared */
+        budgets_off(w);
     for (int i = 0; i < w->nf; i++) {
         op_sync(w, 1, 1, i, 0);
         for (int j = 0; j < w->f[i].ndev; j++)
@@ -1477,9 +1845,16 @@ static void begin_sequence(world *w)
         EXPECT(w, mapping_device_set_checks(w->dev[d], w->c.race ? MAPPING_DEVICE_CHECK_RACES : 0u), MAPPING_OK);
     /* Tracked where the process has a mechanism (fuzz input: mostly). */
     w->tracked = w->mechanism != MAPPING_TRACK_NONE && (!w->in || pick(w, 4) != 0);
-    trace(w, "seed %u: %s, %s, race checker %s", w->seed, shape_names[w->c.shape],
-          w->c.streams ? "streams" : "blocking", w->c.race ? "on" : "off");
+    w->budget_on = pick(w, 2) == 0;
+    w->budget_seqs += (unsigned)w->budget_on;
+    trace(w, "seed %u: %s, %s, race checker %s%s", w->seed, shape_names[w->c.shape],
+          w->c.streams ? "streams" : "blocking", w->c.race ? "on" : "off", w->budget_on ? ", memory budgets" : "");
     setup(w);
+    for (int d = 0; d < w->ndev; d++) { /* evictions from here on are the model's to check */
+        mapping_stats st;
+        EXPECT(w, mapping_device_stats(w->dev[d], &st), MAPPING_OK);
+        w->wb_seen[d] = st.evict_writeback_bytes;
+    }
     check_memory(w);
 }
 
@@ -1618,6 +1993,7 @@ static void world_close(world *w)
     free(w->src);
     free(w->mask);
     free(w->restore);
+    free(w->save);
 }
 #endif
 
@@ -1718,6 +2094,7 @@ static void recover(world *w)
         fam_free(&w->f[i]);
     w->nf = 0;
     w->keep = NULL;
+    budgets_off(w);
 }
 
 /* MAPPING_MODEL_KEEP_GOING=1: a failed sequence is counted, cleaned up. */
@@ -1911,6 +2288,9 @@ TEST(mirror_matrix_model)
            w->conflicts_seen, w->tracked_conflicts_seen, w->stale_queries, w->stats_checks, test_backend(),
            mapping_write_tracking_description(), env_or("MAPPING_DEVICE_DIFF", "auto"),
            sanitized() ? " (sanitizers: a tenth of the steps)" : "");
+    printf("memory budgets: %llu sequences, %llu evictions, %llu device sides made again, %llu refusals for want of "
+           "room\n",
+           w->budget_seqs, w->evictions_seen, w->materialized_seen, w->oom_seen);
     if (!only)
         for (int c = 0; c < NCELLS; c++)
             printf("  cell %2d %-11s %-8s race %-3s: %6llu steps, %6.2f s\n", c, shape_names[c % 4],
