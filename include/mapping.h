@@ -1130,7 +1130,9 @@ MAPPING_API mapping_status  mapping_mirror_release_gpu(mapping_stream *stream, m
  * released (mapping_mirror_acquire_gpu until mapping_mirror_release_gpu),
  * one with work queued on any stream not known to be complete, one being
  * called on another thread at that moment, one hinted
- * MAPPING_RESIDENCY_KEEP; never at all: unified mirrors and adopted ones
+ * MAPPING_RESIDENCY_KEEP; until the graph is destroyed, one a CUDA graph
+ * syncs (mapping_mirror_sync_in_graph: its nodes address the device
+ * side); never at all: unified mirrors and adopted ones
  * (mapping_mirror_adopt: the buffer is the caller's), which do not count
  * against the budget. So a kernel that uses several mirrors should acquire
  * them (a plain sync does not keep a device side resident until the
@@ -1157,7 +1159,8 @@ MAPPING_API mapping_status mapping_mirror_set_residency(mapping_mirror *m, mappi
  * family first (blocking), writes back the bytes stale on the CPU, frees
  * the device memory. MAPPING_OK with nothing done when it is not resident.
  * MAPPING_ERR_BUSY while the family is acquired for the GPU (not
- * released); MAPPING_ERR_UNSUPPORTED for a unified or adopted mirror; a
+ * released) or synced by a CUDA graph not yet destroyed;
+ * MAPPING_ERR_UNSUPPORTED for a unified or adopted mirror; a
  * failed write-back returns its status and leaves the family resident and
  * unchanged. */
 MAPPING_API mapping_status mapping_mirror_evict(mapping_mirror *m);

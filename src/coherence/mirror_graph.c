@@ -208,8 +208,10 @@ static void node_free(graph_node *g)
     if (g->table && mapping__device_alive(g->dev, g->dev_serial))
         mapping__free_cpu(g->dev, g->table); /* a closed device took it */
     free(g->list);
-    if (g->st)
+    if (g->st) {
+        g->st->graphs--;
         mapping__mirror_family_release(g->st);
+    }
     free(g);
 }
 
@@ -313,8 +315,9 @@ mapping_status mapping__mirror_graph_sync(const char *fn, mapping_stream *stream
         node_free(g);
         return status;
     }
-    g->st = st; /* the graph's now: it holds the family */
+    g->st = st; /* the graph's now: it holds the family (and its device side: never evicted meanwhile) */
     st->refs++;
+    st->graphs++;
     atomic_store_explicit(&mapping__mirror_reaper, reap, memory_order_release);
     return record(stream, g);
 }

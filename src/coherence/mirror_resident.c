@@ -152,11 +152,12 @@ static void note_dropped(mirror_state *st)
 /* ---- eviction ---- */
 
 /* Whether the family may go now (automatic eviction): resident, not
- * acquired, nothing queued (completed work folded first). */
+ * acquired, no CUDA graph syncing it (its nodes address the device side),
+ * nothing queued (completed work folded first). */
 static bool evictable(mirror_state *st)
 {
     struct mirror_resident *r = st->resident;
-    if (!atomic_load_explicit(&r->resident, memory_order_relaxed) || st->acquired)
+    if (!atomic_load_explicit(&r->resident, memory_order_relaxed) || st->acquired || atomic_load(&st->graphs))
         return false;
     if (st->queue.n)
         mapping__mirror_fold_completed(st);
@@ -225,6 +226,9 @@ mapping_status mapping__mirror_resident_evict(const char *fn, mirror_state *st)
     if (st->acquired)
         return mapping__fail(MAPPING_ERR_BUSY, "%s: the mirror is acquired for the GPU (mapping_mirror_acquire_gpu) "
                                                "and not released: release it first", fn);
+    if (atomic_load(&st->graphs))
+        return mapping__fail(MAPPING_ERR_BUSY, "%s: a CUDA graph syncs the mirror (mapping_mirror_sync_in_graph): its "
+                                               "nodes address the device side; destroy the graph first", fn);
     mapping_status status = st->queue.n ? mapping__mirror_order(st, NULL, 0, st->size, MIRROR_ACCESS) : MAPPING_OK;
     if (status == MAPPING_OK && st->queue.n)
         status = mapping__mirror_drain(st);

@@ -147,7 +147,8 @@ struct mirror_state {
     /* mapping__handle_removals_any() when the device was last found open:
      * while it stands, the device still is (no lookup per call). */
     uint64_t        dev_checked_removals;
-    _Atomic int     refs; /* handles of the family, and graphs holding it (mirror_graph.c) */
+    _Atomic int     refs;   /* handles of the family, and graphs holding it (mirror_graph.c) */
+    _Atomic int     graphs; /* of those, CUDA graphs that sync it: its device side may not be evicted */
     /* A sync is running: re-entry (from the log callback) is refused. Only
      * the family's own calls set it (an eviction on another thread does
      * not: mapping__mirror_sync_family), so a handle check reads it plainly. */

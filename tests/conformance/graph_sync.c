@@ -350,6 +350,38 @@ TEST(graph_sync_keeps_its_mirror_alive_until_the_graph_is_gone)
     teardown(&g);
 }
 
+/* A graph's nodes address the mirror's device side: while a graph syncs
+ * it, an eviction (by hand, or under a budget set since) is refused or
+ * skips it; once the graph is gone, it goes. */
+TEST(graph_sync_keeps_its_mirror_resident_under_a_memory_budget)
+{
+    graph_run g;
+    graph_setup(&g);
+    mapping_mirror *m, *other;
+    CHECK_OK(mapping_mirror_create(g.dev, N, 0, &m));
+    memset(mapping_mirror_cpu(m), 3, N);
+    begin(&g);
+    CHECK_OK(mapping_mirror_sync_to_gpu(g.s, m));
+    end(&g);
+    replay(&g);
+    CHECK_STATUS(mapping_mirror_evict(m), MAPPING_ERR_BUSY);
+    CHECK(strstr(mapping_last_error_message(), "graph") != NULL);
+    CHECK_OK(mapping_device_set_memory_budget(g.dev, N)); /* room for one: the next mirror would evict m */
+    /* Making another mirror of N bytes would have to evict m: refused, m stays. */
+    CHECK_STATUS(mapping_mirror_create(g.dev, N, 0, &other), MAPPING_ERR_OUT_OF_DEVICE_MEMORY);
+    CHECK(mapping_mirror_is_resident(m) == 1);
+    replay(&g); /* m's nodes still address its device side */
+    CHECK(mapping_mirror_is_resident(m) == 1);
+    graph_destroy(&g);
+    CHECK_OK(mapping_mirror_create(g.dev, 64, 0, &other)); /* any call reaps the graph's hold */
+    mapping_mirror_destroy(other);
+    CHECK_OK(mapping_mirror_evict(m));
+    CHECK(mapping_mirror_is_resident(m) == 0);
+    CHECK_OK(mapping_device_set_memory_budget(g.dev, 0));
+    mapping_mirror_destroy(m);
+    teardown(&g);
+}
+
 /* Bad input: clear statuses, nothing recorded. */
 TEST(graph_sync_refuses_bad_input_and_mirrors_it_cannot_replay)
 {
