@@ -178,7 +178,9 @@ UNIT_TEST(fake_cuda_legacy_stream_synchronizes_with_blocking_streams)
     CU_OK(CU(r_t (*)(void *), "cuStreamSynchronize")(NULL));
 }
 
-/* A copy past its allocation is refused at the call, and nothing sticks. */
+/* A copy past its allocation is refused at the call, and nothing sticks.
+ * The ranges cross the allocation's end (not start past it: the next
+ * allocation may begin right there, and a driver accepts that address). */
 UNIT_TEST(fake_cuda_refuses_bad_copy_ranges_at_the_call)
 {
     load("MAPPING_TEST_FAKE_CUDA", NULL, 0);
@@ -186,7 +188,7 @@ UNIT_TEST(fake_cuda_refuses_bad_copy_ranges_at_the_call)
     void *s = stream_new(1);
     typedef r_t (*dtod_fn)(dptr_t, dptr_t, size_t, void *);
     CHECK(CU(dtod_fn, "cuMemcpyDtoDAsync_v2")(b, a + 4000, 200, s) == INVALID_VALUE);
-    CHECK(CU(r_t (*)(dptr_t, unsigned char, size_t, void *), "cuMemsetD8Async")(a + 4096, 0, 1, s) == INVALID_VALUE);
+    CHECK(CU(r_t (*)(dptr_t, unsigned char, size_t, void *), "cuMemsetD8Async")(a + 4000, 0, 200, s) == INVALID_VALUE);
     CU_OK(CU(r_t (*)(void *), "cuStreamSynchronize")(s));
     CU_OK(CU(dtod_fn, "cuMemcpyDtoDAsync_v2")(b, a, 4096, s));
     CU_OK(CU(r_t (*)(void *), "cuStreamSynchronize")(s));
