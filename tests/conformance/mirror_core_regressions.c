@@ -491,6 +491,17 @@ static void t2_write_source(void *user)
     atomic_store(&t2_flags[done], 1);
 }
 
+/* A host function that says it began (flag 3), then waits for flag 2: once
+ * it runs, the function before it on its stream has returned and the guard
+ * that function's write opened is closed again (mprotect opens a page for
+ * every thread, so a write of the main thread while that function runs is
+ * not seen; the test writes after). */
+static void t2_began_then_wait(void *user)
+{
+    atomic_store(&t2_flags[3], 1);
+    t2_wait_flag(user);
+}
+
 static bool t2_wait(int i)
 {
     for (int k = 0; k < 5000; k++) {
@@ -587,11 +598,11 @@ static int t2_ordered_child(void *arg)
         return rc;
     if (mapping_launch_host(w.s1, t2_wait_flag, (void *)(intptr_t)0) ||
         mapping_launch_host(w.s1, t2_write_source, (void *)(intptr_t)1) ||
-        mapping_launch_host(w.s1, t2_wait_flag, (void *)(intptr_t)2) ||
+        mapping_launch_host(w.s1, t2_began_then_wait, (void *)(intptr_t)2) ||
         mapping_sync_to_gpu_range(w.s1, t2_host, w.buf, 0, T2_BYTES))
         return 3;
     atomic_store(&t2_flags[0], 1);
-    if (!t2_wait(1))
+    if (!t2_wait(1) || !t2_wait(3))
         return 4;
     fprintf(stderr, "T2-MARK: the ordered host function wrote the source before the upload, unreported\n");
     t2_host[6 * PG + 17] = 3; /* the main thread's racing write: the upload is still queued */
