@@ -70,19 +70,6 @@ size_t mapping__mirror_merge_gap_limit(const mirror_state *st, size_t n, const m
     return limit + ((double)limit < bytes);
 }
 
-/* Copying a gap must never carry stale source bytes over valid target bytes. */
-size_t mapping__mirror_merge_run(const mirror_state *st, int s, const mapping_range *v, size_t n, size_t i,
-                                 size_t limit, size_t *hi)
-{
-    bool any_stale = st->stale[s].count != 0; /* else every gap is valid on the source */
-    size_t end = v[i].hi;
-    for (i++; i < n && v[i].lo - end < limit && !(any_stale && mapping__rs_intersects(&st->stale[s], end, v[i].lo));
-         i++)
-        end = v[i].hi;
-    *hi = end;
-    return i;
-}
-
 size_t mapping__mirror_merge(const mirror_state *st, int s, mapping_range *v, size_t n)
 {
     mapping_link link = {0, 0};

@@ -12,10 +12,21 @@
  * gap is), for a list of n ranges on this link. */
 size_t mapping__mirror_merge_gap_limit(const mirror_state *st, size_t n, const mapping_link *link);
 /* The run of v[i] and the neighbours after it that merge into one copy:
- * each gap below `limit` bytes and valid on the source s. Returns the index
- * after the run; *hi is its end. */
-size_t mapping__mirror_merge_run(const mirror_state *st, int s, const mapping_range *v, size_t n, size_t i,
-                                 size_t limit, size_t *hi);
+ * each gap below `limit` bytes and valid on the source s (copying a gap
+ * must never carry stale source bytes over valid target bytes). Returns the
+ * index after the run; *hi is its end. Inline: the log's fast path calls it
+ * once per marked range. */
+static inline size_t mapping__mirror_merge_run(const mirror_state *st, int s, const mapping_range *v, size_t n,
+                                               size_t i, size_t limit, size_t *hi)
+{
+    bool any_stale = st->stale[s].count != 0; /* else every gap is valid on the source */
+    size_t end = v[i].hi;
+    for (i++; i < n && v[i].lo - end < limit && !(any_stale && mapping__rs_intersects(&st->stale[s], end, v[i].lo));
+         i++)
+        end = v[i].hi;
+    *hi = end;
+    return i;
+}
 /* Merges v[0..n) in place by the link (source s); returns the count. */
 size_t mapping__mirror_merge(const mirror_state *st, int s, mapping_range *v, size_t n);
 

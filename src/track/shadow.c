@@ -43,9 +43,13 @@ static uint64_t load64(const unsigned char *p)
     return v;
 }
 
-/* The first i in [i, hi) where a and b differ, or hi. Eight bytes at a time. */
+/* The first i in [i, hi) where a and b differ, or hi: memcmp (the C
+ * library's, vectorised) over 256-byte blocks, then eight bytes at a time
+ * in the block that differs. */
 static size_t first_change(const unsigned char *a, const unsigned char *b, size_t i, size_t hi)
 {
+    for (; i + 256 <= hi && memcmp(a + i, b + i, 256) == 0; i += 256)
+        ;
     for (; i + 32 <= hi; i += 32)
         if ((load64(a + i) ^ load64(b + i)) | (load64(a + i + 8) ^ load64(b + i + 8)) |
             (load64(a + i + 16) ^ load64(b + i + 16)) | (load64(a + i + 24) ^ load64(b + i + 24)))
