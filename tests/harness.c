@@ -1,8 +1,10 @@
+#include <dlfcn.h>
 #include <errno.h>
 #include <time.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "harness.h"
 
@@ -198,4 +200,21 @@ const char *test_page_perms(const void *p, char out[5])
         }
     fclose(f);
     return out;
+}
+
+void *test_cuda_driver(void)
+{
+    const char *path = getenv("MAPPING_CUDA_LIBRARY");
+    void *lib = dlopen(path && *path ? path : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib)
+        test_skip("cannot load the CUDA driver: %s", dlerror());
+    return lib;
+}
+
+void *test_cuda_symbol(void *lib, const char *name)
+{
+    void *sym = dlsym(lib, name);
+    if (!sym)
+        test_skip("the CUDA driver has no %s", name);
+    return sym;
 }

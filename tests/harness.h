@@ -45,6 +45,43 @@ const char *test_backend(void);
 /* The permissions ("rw-p", ...) /proc/self/maps gives the page at p, or
  * "" where it is not mapped; returns out. */
 const char *test_page_perms(const void *p, char out[5]);
+/* TEST_TSAN, TEST_ASAN: 1 when the tests are built under ThreadSanitizer /
+ * AddressSanitizer (gcc says so with __SANITIZE_*__, clang with
+ * __has_feature), else 0. */
+#if defined(__SANITIZE_THREAD__)
+#define TEST_TSAN 1
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define TEST_ASAN 1
+#endif
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer) && !defined(TEST_TSAN)
+#define TEST_TSAN 1
+#endif
+#if __has_feature(address_sanitizer) && !defined(TEST_ASAN)
+#define TEST_ASAN 1
+#endif
+#endif
+#ifndef TEST_TSAN
+#define TEST_TSAN 0
+#endif
+#ifndef TEST_ASAN
+#define TEST_ASAN 0
+#endif
+
+/* The CUDA driver the cuda back end loads ($MAPPING_CUDA_LIBRARY, else
+ * libcuda.so.1), for tests that call it beside the library; SKIP when it
+ * cannot be loaded. */
+void *test_cuda_driver(void);
+/* Function `name` of that driver; SKIP naming it when the driver lacks it. */
+void *test_cuda_symbol(void *lib, const char *name);
+/* table.name = the driver's `name` (a struct of function pointers named as
+ * the driver's functions). */
+#define TEST_CU_LOAD(table, lib, name)                         \
+    do {                                                       \
+        void *test_sym_ = test_cuda_symbol((lib), #name);      \
+        memcpy(&(table).name, &test_sym_, sizeof test_sym_);   \
+    } while (0)
 /* Prints SKIP with the reason and exits 77. */
 void test_skip(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 /* Fails the test. */

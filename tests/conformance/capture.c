@@ -10,7 +10,6 @@
  * function taking a mapping_stream or mapping_event is missing from it.
  * Runs on the CUDA back end (the fake driver in CI); elsewhere SKIP. */
 #include "harness.h"
-#include <dlfcn.h>
 
 typedef int cu_result_t;
 
@@ -36,17 +35,8 @@ static mapping_device *capture_device(void)
     if (strcmp(test_backend(), "cuda") != 0)
         test_skip("stream capture is CUDA's (this run is on %s)", test_backend());
     mapping_device *dev = test_device();
-    const char *path = getenv("MAPPING_CUDA_LIBRARY");
-    void *lib = dlopen(path && *path ? path : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!lib)
-        test_skip("cannot load the CUDA driver: %s", dlerror());
-#define CU_LOAD_(name)                                        \
-    {                                                         \
-        void *sym = dlsym(lib, #name);                        \
-        if (!sym)                                             \
-            test_skip("the CUDA driver has no %s", #name);    \
-        memcpy(&cu.name, &sym, sizeof sym);                   \
-    }
+    void *lib = test_cuda_driver();
+#define CU_LOAD_(name) TEST_CU_LOAD(cu, lib, name);
     CU_LOAD_(cuCtxPushCurrent_v2) CU_LOAD_(cuCtxPopCurrent_v2) CU_LOAD_(cuStreamBeginCapture_v2)
     CU_LOAD_(cuStreamEndCapture) CU_LOAD_(cuGraphInstantiateWithFlags) CU_LOAD_(cuGraphLaunch)
     CU_LOAD_(cuGraphExecDestroy) CU_LOAD_(cuGraphDestroy) CU_LOAD_(cuStreamCreate) CU_LOAD_(cuStreamDestroy_v2)

@@ -40,17 +40,8 @@ static void graph_setup(graph_run *g)
     if (strcmp(test_backend(), "cuda") != 0)
         test_skip("CUDA graphs are CUDA's (this run is on %s)", test_backend());
     g->dev = test_device();
-    const char *path = getenv("MAPPING_CUDA_LIBRARY");
-    void *lib = dlopen(path && *path ? path : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!lib)
-        test_skip("cannot load the CUDA driver: %s", dlerror());
-#define CU_LOAD_(name)                                        \
-    {                                                         \
-        void *sym = dlsym(lib, #name);                        \
-        if (!sym)                                             \
-            test_skip("the CUDA driver has no %s", #name);    \
-        memcpy(&cu.name, &sym, sizeof sym);                   \
-    }
+    void *lib = test_cuda_driver();
+#define CU_LOAD_(name) TEST_CU_LOAD(cu, lib, name);
     CU_LOAD_(cuCtxPushCurrent_v2) CU_LOAD_(cuCtxPopCurrent_v2) CU_LOAD_(cuStreamBeginCapture_v2)
     CU_LOAD_(cuStreamEndCapture) CU_LOAD_(cuGraphInstantiateWithFlags) CU_LOAD_(cuGraphLaunch)
     CU_LOAD_(cuGraphExecDestroy) CU_LOAD_(cuGraphDestroy)

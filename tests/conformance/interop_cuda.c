@@ -4,7 +4,6 @@
  * does) are accepted by mapping_import_gpu / mapping_import_stream. Runs on
  * the CUDA back end (and on the fake driver in CI); elsewhere SKIP. */
 #include "harness.h"
-#include <dlfcn.h>
 
 typedef int                cu_result_t;
 typedef unsigned long long cu_deviceptr_t;
@@ -23,17 +22,8 @@ TEST(cuda_runtime_pointer_and_stream_are_accepted_by_import)
     if (strcmp(test_backend(), "cuda") != 0)
         test_skip("needs the CUDA back end (this run is on %s)", test_backend());
     mapping_device *dev = test_device();
-    const char *path = getenv("MAPPING_CUDA_LIBRARY");
-    void *lib = dlopen(path && *path ? path : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!lib)
-        test_skip("cannot load the CUDA driver: %s", dlerror());
-#define CU_LOAD_(name)                                        \
-    {                                                         \
-        void *sym = dlsym(lib, #name);                        \
-        if (!sym)                                             \
-            test_skip("the CUDA driver has no %s", #name);    \
-        memcpy(&cu.name, &sym, sizeof sym);                   \
-    }
+    void *lib = test_cuda_driver();
+#define CU_LOAD_(name) TEST_CU_LOAD(cu, lib, name);
     CU_LOAD_(cuCtxPushCurrent_v2) CU_LOAD_(cuCtxPopCurrent_v2) CU_LOAD_(cuMemAlloc_v2) CU_LOAD_(cuMemFree_v2)
     CU_LOAD_(cuStreamCreate) CU_LOAD_(cuStreamDestroy_v2)
 #undef CU_LOAD_

@@ -326,13 +326,8 @@ static void t4_round(mapping_device *dev, mapping_stream *s, mapping_buffer *buf
 
 TEST(mirror_core_regressions_t4_race_guard_end_keeps_mprotect_tracking)
 {
-#if defined(__SANITIZE_THREAD__)
-    test_skip("ThreadSanitizer: T4 wraps the array while a download writes it, on purpose");
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-    test_skip("ThreadSanitizer: T4 wraps the array while a download writes it, on purpose");
-#endif
-#endif
+    if (TEST_TSAN)
+        test_skip("ThreadSanitizer: T4 wraps the array while a download writes it, on purpose");
     setenv("MAPPING_CHECK", "races", 1);
     force_mechanism("mprotect");
     bool host = strcmp(test_backend(), "host") == 0;
