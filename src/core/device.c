@@ -110,42 +110,50 @@ mapping_status (mapping_open)(const mapping_device_desc *desc, mapping_device **
     return mapping_open_sized(desc, out, DESC_0_1_BYTES);
 }
 
-mapping_status mapping_open_sized(const mapping_device_desc *desc, mapping_device **out, size_t desc_size)
+/* $MAPPING_DEVICE: decimal digits only (no sign, space or suffix), at most 1000000. */
+static mapping_status device_from_env(const char *fn, int *device)
 {
-    static const char fn[] = "mapping_open";
+    const char *env = getenv("MAPPING_DEVICE");
+    long index = 0;
+    for (const char *c = env; *c && index <= 1000000; c++)
+        index = *c >= '0' && *c <= '9' ? index * 10 + (*c - '0') : 1000001;
+    if (index > 1000000)
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT,
+                             "%s: MAPPING_DEVICE=\"%s\" is not a device index (decimal digits, 0 to 1000000)", fn, env);
+    *device = (int)index;
+    return MAPPING_OK;
+}
+
+/* What the environment adds to the desc d (the budget, the back end, the
+ * device index where no desc was given), each value checked. */
+static mapping_status desc_resolve(const char *fn, const mapping_device_desc *desc, mapping_device_desc *d)
+{
     mapping_status st;
-    if ((st = mapping__check_ptr(fn, "out", out)))
-        return st;
-    *out = NULL;
-    if ((st = mapping__settings_check(fn)) || /* every MAPPING_* variable (os/settings.c) */
-        (st = mapping__trace_from_environment(fn))) /* $MAPPING_TRACE */
-        return st;
-    mapping_device_desc d;
-    if ((st = desc_read(fn, desc, desc_size, &d)))
-        return st;
-    if (!d.memory_budget && !mapping__budget_from_env(&d.memory_budget))
+    if (!d->memory_budget && !mapping__budget_from_env(&d->memory_budget))
         return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT,
                              "%s: MAPPING_MEMORY_BUDGET=\"%s\" is not a memory budget (decimal digits, bytes, 0 to "
                              "2^60; 0: none)", fn, getenv("MAPPING_MEMORY_BUDGET"));
-    if (d.memory_budget > ((uint64_t)1 << 60))
+    if (d->memory_budget > ((uint64_t)1 << 60))
         return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: memory_budget %llu is more than 2^60", fn,
-                             (unsigned long long)d.memory_budget);
-    if (!d.backend)
-        d.backend = env_or_null("MAPPING_BACKEND");
-    if (!desc && env_or_null("MAPPING_DEVICE")) { /* desc given: its index, 0 included, is the one asked for */
-        /* Decimal digits only (no sign, space or suffix), at most 1000000. */
-        const char *env = getenv("MAPPING_DEVICE");
-        long index = 0;
-        for (const char *c = env; *c && index <= 1000000; c++)
-            index = *c >= '0' && *c <= '9' ? index * 10 + (*c - '0') : 1000001;
-        if (index > 1000000)
-            return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT,
-                                 "%s: MAPPING_DEVICE=\"%s\" is not a device index (decimal digits, 0 to 1000000)", fn,
-                                 env);
-        d.device = (int)index;
-    }
-    if (d.device < 0)
-        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: device index %d is negative", fn, d.device);
+                             (unsigned long long)d->memory_budget);
+    if (!d->backend)
+        d->backend = env_or_null("MAPPING_BACKEND");
+    /* A desc given: its index, 0 included, is the one asked for. */
+    if (!desc && env_or_null("MAPPING_DEVICE") && (st = device_from_env(fn, &d->device)))
+        return st;
+    if (d->device < 0)
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: device index %d is negative", fn, d->device);
+    const char *why = mapping_os_link_check(d->link_bandwidth, d->link_latency);
+    if (why)
+        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: link_bandwidth %g, link_latency %g: %s", fn,
+                             d->link_bandwidth, d->link_latency, why);
+    return MAPPING_OK;
+}
+
+/* The process-wide settings an open reads: $MAPPING_BATCH_MAP (checked
+ * here, used by mapping__device_finish) and $MAPPING_COPY_THREADS (set). */
+static mapping_status process_settings(const char *fn)
+{
     bool map_on;
     if (!batch_map_from_env(&map_on))
         return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: MAPPING_BATCH_MAP=\"%s\" is not 0 or 1", fn,
@@ -156,25 +164,44 @@ mapping_status mapping_open_sized(const mapping_device_desc *desc, mapping_devic
                              "%s: MAPPING_COPY_THREADS=\"%s\" is not a number of threads from 0 to 64", fn,
                              getenv("MAPPING_COPY_THREADS"));
     mapping_os_copy_threads_set(copy_threads);
-    const char *why = mapping_os_link_check(d.link_bandwidth, d.link_latency);
-    if (why)
-        return mapping__fail(MAPPING_ERR_INVALID_ARGUMENT, "%s: link_bandwidth %g, link_latency %g: %s", fn,
-                             d.link_bandwidth, d.link_latency, why);
+    return MAPPING_OK;
+}
 
-    int which = d.backend ? mapping__backend_index(d.backend) : mapping__backend_default();
-    if (which < 0 && !d.backend)
+/* The back end d names (or the default) and its info, with device d->device. */
+static mapping_status backend_choose(const char *fn, const mapping_device_desc *d, const mapping_backend **be,
+                                     mapping_backend_info *info)
+{
+    int which = d->backend ? mapping__backend_index(d->backend) : mapping__backend_default();
+    if (which < 0 && !d->backend)
         return mapping__fail(MAPPING_ERR_NO_BACKEND, "%s: no back end is available", fn);
     if (which < 0)
-        return mapping__fail(MAPPING_ERR_NO_BACKEND, "%s: unknown back end \"%s\" (%s)", fn, d.backend,
+        return mapping__fail(MAPPING_ERR_NO_BACKEND, "%s: unknown back end \"%s\" (%s)", fn, d->backend,
                              mapping__backend_names());
-    mapping_backend_info info;
-    const mapping_backend *be = mapping__backend_get(which, &info);
-    if (!be)
-        return mapping__fail(MAPPING_ERR_NO_BACKEND, "%s: back end %s is unavailable: %s", fn, info.name, info.reason);
-    if (d.device >= info.device_count)
-        return mapping__fail(MAPPING_ERR_NO_DEVICE, "%s: %s has %d device(s); there is no device %d", fn, info.name,
-                             info.device_count, d.device);
+    *be = mapping__backend_get(which, info);
+    if (!*be)
+        return mapping__fail(MAPPING_ERR_NO_BACKEND, "%s: back end %s is unavailable: %s", fn, info->name,
+                             info->reason);
+    if (d->device >= info->device_count)
+        return mapping__fail(MAPPING_ERR_NO_DEVICE, "%s: %s has %d device(s); there is no device %d", fn, info->name,
+                             info->device_count, d->device);
+    return MAPPING_OK;
+}
 
+mapping_status mapping_open_sized(const mapping_device_desc *desc, mapping_device **out, size_t desc_size)
+{
+    static const char fn[] = "mapping_open";
+    mapping_status st;
+    if ((st = mapping__check_ptr(fn, "out", out)))
+        return st;
+    *out = NULL;
+    mapping_device_desc d;
+    const mapping_backend *be = NULL;
+    mapping_backend_info info;
+    if ((st = mapping__settings_check(fn)) ||          /* every MAPPING_* variable (os/settings.c) */
+        (st = mapping__trace_from_environment(fn)) || /* $MAPPING_TRACE */
+        (st = desc_read(fn, desc, desc_size, &d)) || (st = desc_resolve(fn, desc, &d)) ||
+        (st = process_settings(fn)) || (st = backend_choose(fn, &d, &be, &info)))
+        return st;
     mapping_device *dev = mapping_os_handle_alloc(sizeof *dev); /* zeroed; see os/handle_arena.c */
     if (!dev)
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory", fn);
