@@ -73,18 +73,23 @@ static mapping_status check_create_args(const char *fn, mapping_device *dev, siz
 
 /* The features the flags ask for (and MAPPING_CHECK's; residency on a
  * device with a memory budget, for a device side of the library's own),
- * then the handle. */
+ * then the handle. Residency puts the family on the device's list, where
+ * an allocation on another thread may evict it at once: it is begun with
+ * the family's lock held, let go when the family is whole (a feature added
+ * after it would otherwise change the table under that eviction). */
 static mapping_status finish_family(const char *fn, mirror_state *st, unsigned flags, mapping_mirror **out)
 {
     mapping_status status;
     bool evictable = atomic_load(&st->dev->budget) && !st->unified && !st->borrowed_gpu;
     if (((flags & MAPPING_MIRROR_TRACK_WRITES) && (status = mapping__mirror_track_begin(fn, st))) ||
         ((flags & MAPPING_MIRROR_DEVICE_DIFF) && (status = mapping__mirror_diff_begin(fn, st))) ||
-        (evictable && (status = mapping__mirror_resident_begin(fn, st, false))) ||
-        (status = handle_new(fn, st, 0, st->size, out)))
+        (evictable && (status = mapping__mirror_resident_begin(fn, st, true))))
         return status;
-    mapping__mirror_check_begin(st);
-    return MAPPING_OK;
+    if ((status = handle_new(fn, st, 0, st->size, out)) == MAPPING_OK)
+        mapping__mirror_check_begin(st);
+    if (st->resident)
+        mapping__mirror_resident_unlock(st);
+    return status;
 }
 
 /* The two sides of a created mirror: unified memory where asked and

@@ -40,6 +40,9 @@ mapping_status mapping__mirror_unified_begin(mirror_state *st);
  * device side. locked: begun inside a call on the family, which its
  * call_end ends (the family's lock is taken now). */
 mapping_status mapping__mirror_resident_begin(const char *fn, mirror_state *st, bool locked);
+/* Lets go of the lock a family being made took in resident_begin (locked)
+ * once it is whole (mirror.c, finish_family). */
+void           mapping__mirror_resident_unlock(mirror_state *st);
 /* Evicts the family now (mapping_mirror_evict; in a call on the family):
  * waits for its queued work first; MAPPING_ERR_BUSY while acquired. */
 mapping_status mapping__mirror_resident_evict(const char *fn, mirror_state *st);

@@ -298,6 +298,11 @@ mapping_status mapping__mirror_resident_begin(const char *fn, mirror_state *st, 
     return MAPPING_OK;
 }
 
+void mapping__mirror_resident_unlock(mirror_state *st)
+{
+    pthread_mutex_unlock(&st->resident->lock);
+}
+
 void mapping__mirror_resident_hint(mirror_state *st, int hint)
 {
     atomic_store(&st->resident->node.hint, hint);

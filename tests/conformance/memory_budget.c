@@ -466,6 +466,7 @@ typedef struct budget_worker {
     pthread_barrier_t *all_made;
     int                id, rounds;
     int                failed;
+    char               why[200]; /* the failing call, its status and message */
 } budget_worker;
 
 static void *budget_thread(void *arg)
@@ -487,9 +488,20 @@ static void *budget_thread(void *arg)
         unsigned char *cpu = mapping_mirror_cpu(x);
         mapping_buffer *buf;
         unsigned char v = (unsigned char)(w->id * 31 + r);
-        if (mapping_mirror_acquire_gpu(NULL, x, MAPPING_READ | MAPPING_WRITE, &buf) != MAPPING_OK ||
-            mapping_fill_gpu(NULL, buf, mapping_mirror_gpu_offset(x) + (size_t)r * 97 % (N - 64), 64, v) != MAPPING_OK ||
-            mapping_mirror_release_gpu(NULL, x) != MAPPING_OK || mapping_mirror_sync_to_cpu(NULL, x) != MAPPING_OK) {
+        const char *call = "acquire_gpu";
+        mapping_status st = mapping_mirror_acquire_gpu(NULL, x, MAPPING_READ | MAPPING_WRITE, &buf);
+        if (st == MAPPING_OK) {
+            call = "fill_gpu";
+            st = mapping_fill_gpu(NULL, buf, mapping_mirror_gpu_offset(x) + (size_t)r * 97 % (N - 64), 64, v);
+            mapping_status rel = mapping_mirror_release_gpu(NULL, x);
+            if (st == MAPPING_OK && rel != MAPPING_OK)
+                call = "release_gpu", st = rel;
+        }
+        if (st == MAPPING_OK)
+            call = "sync_to_cpu", st = mapping_mirror_sync_to_cpu(NULL, x);
+        if (st != MAPPING_OK) {
+            snprintf(w->why, sizeof w->why, "round %d: %s: %s: %s", r, call, mapping_status_string(st),
+                     mapping_last_error_message());
             w->failed = 2;
             break;
         }
@@ -513,13 +525,13 @@ TEST(budget_evictions_across_threads_keep_every_familys_data)
     CHECK(pthread_barrier_init(&all_made, NULL, 4) == 0);
     mapping_stats before = test_stats(dev);
     for (int i = 0; i < 4; i++) {
-        w[i] = (budget_worker){dev, &all_made, i, 60, 0};
+        w[i] = (budget_worker){dev, &all_made, i, 60, 0, {0}};
         CHECK(pthread_create(&t[i], NULL, budget_thread, &w[i]) == 0);
     }
     for (int i = 0; i < 4; i++) {
         CHECK(pthread_join(t[i], NULL) == 0);
         if (w[i].failed)
-            test_fail(__FILE__, __LINE__, "thread %d failed (%d): %s", i, w[i].failed, mapping_last_error_message());
+            test_fail(__FILE__, __LINE__, "thread %d failed (%d): %s", i, w[i].failed, w[i].why);
     }
     pthread_barrier_destroy(&all_made);
     CHECK(test_stats(dev).evictions > before.evictions);
