@@ -803,13 +803,8 @@ static void *racing_writes(void *arg)
 TEST(tracked_writes_racing_syncs_are_all_carried_by_the_next_sync)
 {
     need_tracking();
-#if defined(__SANITIZE_THREAD__)
-    test_skip("ThreadSanitizer: the writer races the syncs on purpose");
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-    test_skip("ThreadSanitizer: the writer races the syncs on purpose");
-#endif
-#endif
+    if (TEST_TSAN)
+        test_skip("ThreadSanitizer: the writer races the syncs on purpose");
     char *saved = env_save("MAPPING_TRACK_STREAMS");
     mapping_device *dev = test_device();
     size_t pg = page(), n = 96 * pg;
@@ -959,13 +954,8 @@ static void *write_the_array(void *arg)
 TEST(tracked_mirror_ended_while_a_thread_writes_its_array_passes_no_fault_on)
 {
     need_tracking();
-#if defined(__SANITIZE_THREAD__)
-    test_skip("ThreadSanitizer: the writer races the mirror's end on purpose");
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-    test_skip("ThreadSanitizer: the writer races the mirror's end on purpose");
-#endif
-#endif
+    if (TEST_TSAN)
+        test_skip("ThreadSanitizer: the writer races the mirror's end on purpose");
     size_t pg = (size_t)sysconf(_SC_PAGESIZE), n = RACE_PAGES * pg;
     race_array = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     CHECK(race_array != MAP_FAILED);
@@ -1149,16 +1139,11 @@ static int child_tracks_an_array(mapping_device *dev)
  * AddressSanitizer's allocator is not fork-safe. */
 static void skip_under_sanitizers(void)
 {
-#if defined(__SANITIZE_THREAD__)
-    test_skip("ThreadSanitizer: fork() in a multi-threaded process is not supported there");
-#elif defined(__SANITIZE_ADDRESS__)
-    test_skip("AddressSanitizer: its allocator is not fork-safe here (a child can wait forever on an allocator lock "
-              "the other thread held at the fork, seen in gcc 12's libasan); the plain build runs this test");
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
-    test_skip("sanitizer: fork() while another thread allocates is not safe in its runtime");
-#endif
-#endif
+    if (TEST_TSAN)
+        test_skip("ThreadSanitizer: fork() in a multi-threaded process is not supported there");
+    if (TEST_ASAN)
+        test_skip("AddressSanitizer: its allocator is not fork-safe here (a child can wait forever on an allocator lock "
+                  "the other thread held at the fork, seen in gcc 12's libasan); the plain build runs this test");
 }
 
 TEST(tracked_mirrors_begun_and_ended_by_a_thread_survive_forks_of_another)
@@ -1498,13 +1483,8 @@ static void *write_on_go(void *arg)
 TEST(tracked_write_through_a_page_another_threads_fault_opened_is_in_the_next_sync)
 {
     need_tracking();
-#if defined(__SANITIZE_THREAD__)
-    test_skip("ThreadSanitizer: the writer races the sync on purpose");
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-    test_skip("ThreadSanitizer: the writer races the sync on purpose");
-#endif
-#endif
+    if (TEST_TSAN)
+        test_skip("ThreadSanitizer: the writer races the sync on purpose");
     /* mprotect: the handler waits 1 ms between opening the page and
      * setting its bit (a test knob read when the handler is installed, at
      * the first tracked mirror), so every round syncs inside that window.
@@ -1681,13 +1661,8 @@ TEST(tracked_mirror_forked_while_a_thread_is_in_the_handler_works_in_the_child)
         test_skip("the mprotect handler's case; this process tracks with %s", mapping_write_tracking_description());
     if (strcmp(test_backend(), "host") != 0)
         test_skip("the child syncs: the host back end only (a driver is not usable after a fork)");
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-    test_skip("a fork while another thread runs: not under the sanitizers");
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-    test_skip("a fork while another thread runs: not under the sanitizers");
-#endif
-#endif
+    if (TEST_ASAN || TEST_TSAN)
+        test_skip("a fork while another thread runs: not under the sanitizers");
     setenv("MAPPING_TRACK_TEST_OPEN_DELAY_US", "200000", 1); /* read at the first tracked mirror */
     mapping_device *dev = test_device();
     size_t n = 8 * page();

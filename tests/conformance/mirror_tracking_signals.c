@@ -49,13 +49,8 @@ static void use_mprotect(void)
  * tests of those cases do not apply under it. */
 static void not_under_tsan(void)
 {
-#if defined(__SANITIZE_THREAD__)
-    test_skip("ThreadSanitizer delivers asynchronous signals itself, later, with all signals blocked");
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-    test_skip("ThreadSanitizer delivers asynchronous signals itself, later, with all signals blocked");
-#endif
-#endif
+    if (TEST_TSAN)
+        test_skip("ThreadSanitizer delivers asynchronous signals itself, later, with all signals blocked");
 }
 
 static void *map_pages(size_t n, int prot)

@@ -11,17 +11,6 @@
 #include "harness.h"
 #include "os/os.h"
 
-#if defined(__SANITIZE_THREAD__)
-#define MAPPING_TEST_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define MAPPING_TEST_TSAN 1
-#endif
-#endif
-#ifndef MAPPING_TEST_TSAN
-#define MAPPING_TEST_TSAN 0
-#endif
-
 enum { GUARD = 64 };
 
 static void fill_pattern(unsigned char *p, size_t n, unsigned seed)
@@ -138,7 +127,7 @@ UNIT_TEST(parallel_copy_makes_helpers_only_when_asked_and_a_forked_child_makes_i
         bad |= (with_helpers < before + 3 || with_helpers > before + 4) << 3;
         bad |= (copy_and_check((size_t)9 << 20, 0, 1, 9) != 0) << 2;
         bad |= (thread_count() != with_helpers) << 3; /* made once */
-#if !MAPPING_TEST_TSAN /* ThreadSanitizer refuses new threads after a fork of a process with threads */
+#if !TEST_TSAN /* ThreadSanitizer refuses new threads after a fork of a process with threads */
         fflush(NULL);
         pid_t grandchild = fork(); /* the helpers are not in it: it makes its own */
         if (grandchild == 0) {

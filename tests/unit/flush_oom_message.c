@@ -9,10 +9,12 @@
 #include <unistd.h>
 #include "harness.h"
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+/* Any sanitizer (MemorySanitizer too): their shadow memory is virtual
+ * memory RLIMIT_AS counts. */
+#if TEST_ASAN || TEST_TSAN
 #define UNDER_SANITIZER 1
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+#if __has_feature(memory_sanitizer)
 #define UNDER_SANITIZER 1
 #endif
 #endif

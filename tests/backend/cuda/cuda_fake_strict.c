@@ -10,23 +10,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 #include "backend/cuda/cuda_kernels_ptx.h"
-#include "harness.h"
-#include <dlfcn.h>
-
-typedef int r_t;
-typedef unsigned long long dptr_t;
-
-static void *lib;
-
-static void *sym(const char *name)
-{
-    void *s = dlsym(lib, name);
-    if (!s)
-        test_fail(__FILE__, __LINE__, "the fake exports no %s", name);
-    return s;
-}
-#define CU(type, name) ((type)sym(name))
-#define CU_OK(call) CHECK((call) == 0)
+#include "fake_driver.h"
 
 enum {
     INVALID_VALUE = 1, INVALID_PTX = 218, UNSUPPORTED_PTX_VERSION = 222, OPERATING_SYSTEM = 304,

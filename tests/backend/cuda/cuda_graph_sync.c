@@ -13,23 +13,7 @@
  */
 #include <pthread.h>
 #include "backend/cuda/cuda_kernels_ptx.h"
-#include "harness.h"
-#include <dlfcn.h>
-
-typedef int r_t;
-typedef unsigned long long dptr_t;
-
-static void *lib;
-
-static void *sym(const char *name)
-{
-    void *s = dlsym(lib, name);
-    if (!s)
-        test_fail(__FILE__, __LINE__, "the fake exports no %s", name);
-    return s;
-}
-#define CU(type, name) ((type)sym(name))
-#define CU_OK(call) CHECK((call) == 0)
+#include "fake_driver.h"
 
 enum { INVALID_VALUE = 1, ILLEGAL_ADDRESS = 700, NOT_PERMITTED = 800 };
 

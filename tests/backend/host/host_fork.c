@@ -26,13 +26,8 @@ static void hold_stream(void *user)
 
 TEST(a_host_stream_made_before_fork_is_refused_in_the_child_and_destroyed_without_hanging)
 {
-#if defined(__SANITIZE_THREAD__)
-    test_skip("ThreadSanitizer: fork() in a process with threads");
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-    test_skip("ThreadSanitizer: fork() in a process with threads");
-#endif
-#endif
+    if (TEST_TSAN)
+        test_skip("ThreadSanitizer: fork() in a process with threads");
     mapping_device *dev = test_device();
     mapping_stream *s;
     CHECK_OK(mapping_stream_create(dev, &s));
