@@ -1129,7 +1129,8 @@ MAPPING_API mapping_status  mapping_mirror_release_gpu(mapping_stream *stream, m
  * Never evicted automatically: a family acquired for the GPU and not
  * released (mapping_mirror_acquire_gpu until mapping_mirror_release_gpu),
  * one with work queued on any stream not known to be complete, one being
- * called on another thread at that moment, one hinted
+ * called on another thread (when nothing else can go, the allocation waits
+ * up to 100 ms for that call to return, then evicts it), one hinted
  * MAPPING_RESIDENCY_KEEP; until the graph is destroyed, one a CUDA graph
  * syncs (mapping_mirror_sync_in_graph: its nodes address the device
  * side); never at all: unified mirrors and adopted ones

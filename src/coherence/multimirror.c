@@ -812,19 +812,19 @@ static mapping_status evict_replica(const char *fn, mapping_multimirror *m, int 
     return MAPPING_OK;
 }
 
-static bool replica_evict_hook(mapping_reclaimable *node)
+static mapping_evict_result replica_evict_hook(mapping_reclaimable *node)
 {
     struct replica_node *r = (struct replica_node *)node;
     mapping_multimirror *m = r->m;
     if (pthread_mutex_trylock(&m->lock) != 0)
-        return false; /* in a call on another thread */
+        return MAPPING_EVICT_IN_USE; /* in a call on another thread */
     mapping_error_mark before;
     mapping__error_mark(&before);
     bool done = m->buf[r->j] && all_settled(m) &&
                 evict_replica("multimirror eviction (memory budget)", m, r->j, false) == MAPPING_OK;
     mapping__error_forget(&before); /* not the caller's error: the budget tries another */
     pthread_mutex_unlock(&m->lock);
-    return done;
+    return done ? MAPPING_EVICT_DONE : MAPPING_EVICT_REFUSED;
 }
 
 /* Replica j after an eviction: a buffer again, stale everywhere (the sync

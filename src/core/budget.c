@@ -8,7 +8,9 @@
  * must not itself reclaim (a counted allocation it makes fails instead).
  */
 #include <inttypes.h>
+#include <sched.h>
 #include <stdlib.h>
+#include <time.h>
 #include "core/core.h"
 
 static _Thread_local bool reclaiming;
@@ -62,27 +64,74 @@ static mapping_reclaimable *next_victim(mapping_device *dev, uint64_t round)
     return best;
 }
 
-/* Evicts one owner, the first that can go: false when none could. */
-static bool reclaim_one(mapping_device *dev)
+/* Evicts one owner, the first that can go: DONE; else IN_USE when one
+ * could not only because a call on another thread held it, REFUSED when
+ * none could. */
+static mapping_evict_result reclaim_one(mapping_device *dev)
 {
     static _Atomic uint64_t rounds;
     uint64_t round = atomic_fetch_add_explicit(&rounds, 1, memory_order_relaxed) + 1;
-    bool done = false;
+    mapping_evict_result result = MAPPING_EVICT_REFUSED;
     pthread_mutex_lock(&dev->reclaim_lock);
     reclaiming = true;
-    for (mapping_reclaimable *r; !done && (r = next_victim(dev, round));) {
+    for (mapping_reclaimable *r; result != MAPPING_EVICT_DONE && (r = next_victim(dev, round));) {
         r->tried = round;
-        done = r->evict(r);
+        mapping_evict_result got = r->evict(r);
+        if (got != MAPPING_EVICT_REFUSED)
+            result = got;
     }
     reclaiming = false;
     pthread_mutex_unlock(&dev->reclaim_lock);
-    return done;
+    return result;
+}
+
+/* An owner in a call on another thread is idle again when that call
+ * returns: an allocation that found nothing else to evict waits for it,
+ * trying again with the CPU yielded in between (then 50 us sleeps), up to
+ * IN_USE_WAIT_NS, before it gives up. Bounded: two threads whose calls
+ * each need the other's family evicted both fail, as they did at once
+ * before, rather than wait for each other for good. Owners that will not
+ * go (acquired, queued work, KEEP, the allocation's own family) end the
+ * wait at once. */
+enum { IN_USE_SPINS = 64 };
+#define IN_USE_WAIT_NS 100000000ull /* 100 ms */
+
+static void in_use_pause(int tries)
+{
+    if (tries < IN_USE_SPINS) {
+        sched_yield();
+        return;
+    }
+    struct timespec pause = {0, 50000};
+    nanosleep(&pause, NULL);
+}
+
+/* One eviction for an allocation that does not fit: false when none could
+ * be made, after waiting a little for owners in use on other threads. */
+static bool reclaim_for_allocation(mapping_device *dev, uint64_t budget, size_t bytes)
+{
+    uint64_t start = 0;
+    for (int tries = 0;; tries++) {
+        mapping_evict_result got = reclaim_one(dev);
+        if (got == MAPPING_EVICT_DONE)
+            return true;
+        if (got == MAPPING_EVICT_REFUSED)
+            return false;
+        uint64_t now_ns = mapping_os_now_ns();
+        if (!start)
+            start = now_ns;
+        else if (now_ns - start > IN_USE_WAIT_NS)
+            return false;
+        in_use_pause(tries);
+        if (atomic_load(&dev->resident) <= budget - bytes) /* another thread's eviction or free made room */
+            return true;
+    }
 }
 
 size_t mapping__budget_reclaim(mapping_device *dev, uint64_t target)
 {
     size_t n = 0;
-    while (atomic_load(&dev->resident) > target && !reclaiming && reclaim_one(dev))
+    while (atomic_load(&dev->resident) > target && !reclaiming && reclaim_one(dev) == MAPPING_EVICT_DONE)
         n++;
     return n;
 }
@@ -108,8 +157,9 @@ static mapping_status over_budget(const char *fn, mapping_device *dev, size_t by
                          "%s: %zu bytes more would exceed the memory budget of device %s (%" PRIu64 " bytes): %" PRIu64
                          " bytes are resident, %" PRIu64 " of them in buffers from mapping_allocate_gpu (never "
                          "evicted) and %" PRIu64 " in mirrors that could not be evicted now (acquired and not "
-                         "released, work queued, in use on another thread, MAPPING_RESIDENCY_KEEP, or an eviction "
-                         "was under way); free buffers, release or destroy mirrors, or raise the budget "
+                         "released, work queued, in a call on another thread for over 100 ms, "
+                         "MAPPING_RESIDENCY_KEEP, or an eviction was under way); free buffers, release or destroy "
+                         "mirrors, or raise the budget "
                          "(mapping_device_set_memory_budget); nothing was changed",
                          fn, bytes, dev->info.name, budget, resident, plain, resident - plain);
 }
@@ -126,7 +176,7 @@ mapping_status mapping__budget_reserve(const char *fn, mapping_device *dev, size
             peak_update(dev, now + bytes);
             return MAPPING_OK;
         }
-        if (bytes > budget || reclaiming || !reclaim_one(dev))
+        if (bytes > budget || reclaiming || !reclaim_for_allocation(dev, budget, bytes))
             return over_budget(fn, dev, bytes, budget);
     }
 }

@@ -315,17 +315,26 @@ mapping_status mapping__peer_link_measure(mapping_device *src, mapping_device *d
  * by calling their evict hook until the allocation fits; core knows
  * nothing else of them. */
 typedef struct mapping_reclaimable mapping_reclaimable;
+/* What an evict hook did: freed its memory; could not now because a call
+ * on another thread holds the owner (it will be idle again soon: the
+ * allocation waits a little for it); or will not (acquired, work queued,
+ * a graph addresses it, the eviction failed). */
+typedef enum mapping_evict_result {
+    MAPPING_EVICT_REFUSED = 0,
+    MAPPING_EVICT_DONE,
+    MAPPING_EVICT_IN_USE,
+} mapping_evict_result;
 struct mapping_reclaimable {
     mapping_list_node node;
     _Atomic uint64_t  stamp; /* the device's use_clock at the last use */
     _Atomic int       hint;  /* mapping_residency */
     _Atomic size_t    bytes; /* counted device bytes it holds now; 0: nothing to evict */
     uint64_t          tried; /* the reclaim round that last tried it (reclaim_lock held) */
-    /* Evicts it now if it can (not in use on any thread, nothing queued):
-     * true when it freed its memory. Called with the device's reclaim_lock
-     * held, on the thread that needs the memory; it must not allocate
-     * counted memory (an allocation it makes is refused, not reclaimed). */
-    bool (*evict)(mapping_reclaimable *r);
+    /* Evicts it now if it can (not in use on any thread, nothing queued).
+     * Called with the device's reclaim_lock held, on the thread that needs
+     * the memory; it must not allocate counted memory (an allocation it
+     * makes is refused, not reclaimed). */
+    mapping_evict_result (*evict)(mapping_reclaimable *r);
 };
 void mapping__reclaimable_add(mapping_device *dev, mapping_reclaimable *r);
 void mapping__reclaimable_remove(mapping_device *dev, mapping_reclaimable *r);

@@ -5,7 +5,11 @@
  * and hints, what is never evicted, and the statistics. The model over the
  * feature matrix (mirror_matrix_model.c) runs random budgets as well.
  */
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 #include "harness.h"
 
@@ -537,6 +541,76 @@ TEST(budget_evictions_across_threads_keep_every_familys_data)
     CHECK(test_stats(dev).evictions > before.evictions);
     CHECK(test_stats(dev).peak_resident_bytes <= base + 5 * 96 * KIB);
     CHECK(resident_of(dev) == base);
+    CHECK_OK(mapping_device_set_memory_budget(dev, 0));
+}
+
+/* An allocation that needs a family evicted which a call on another thread
+ * holds waits for that call to end, then evicts it (it failed at once
+ * before: a spurious out of memory under contention). Thread B's sync of
+ * the family holds it inside the log callback until the main thread has
+ * begun its allocation, and a little after. */
+typedef struct held_sync {
+    pthread_t        thread;
+    _Atomic int      in_call, allocating;
+    mapping_mirror  *m;
+    mapping_status   status;
+} held_sync;
+
+static void hold_in_the_sync(int level, const char *message, void *user)
+{
+    (void)level, (void)message;
+    held_sync *h = user;
+    if (!pthread_equal(pthread_self(), h->thread) || atomic_load(&h->in_call))
+        return;
+    atomic_store(&h->in_call, 1);
+    while (!atomic_load(&h->allocating))
+        sched_yield();
+    usleep(2000); /* the allocation is under way meanwhile */
+}
+
+static void *sync_held(void *arg)
+{
+    held_sync *h = arg;
+    h->status = mapping_mirror_sync_to_gpu(NULL, h->m);
+    atomic_store(&h->in_call, 1); /* no log line came: do not keep the main thread waiting */
+    return NULL;
+}
+
+TEST(an_allocation_waits_for_a_family_in_a_call_on_another_thread)
+{
+    mapping_device *dev = test_device();
+    enum { N = 256 * KIB };
+    uint64_t base = resident_of(dev);
+    CHECK_OK(mapping_device_set_memory_budget(dev, base + N));
+    mapping_mirror *m;
+    CHECK_OK(mapping_mirror_create(dev, N, 0, &m));
+    memset(mapping_mirror_cpu(m), 5, N);
+    CHECK_OK(mapping_mirror_mark_cpu_modified(m, 0, N));
+    held_sync h = {.m = m};
+    mapping_set_log(hold_in_the_sync, &h);
+    CHECK(pthread_create(&h.thread, NULL, sync_held, &h) == 0);
+    while (!atomic_load(&h.in_call))
+        sched_yield();
+    atomic_store(&h.allocating, 1);
+    mapping_buffer *buf = NULL;
+    mapping_status got = mapping_allocate_gpu(dev, N, &buf); /* needs m's device side */
+    CHECK(pthread_join(h.thread, NULL) == 0);
+    mapping_set_log(NULL, NULL);
+    CHECK_OK(h.status);
+    if (got != MAPPING_OK)
+        test_fail(__FILE__, __LINE__, "the allocation did not wait for the sync on the other thread: %s",
+                  mapping_last_error_message());
+    CHECK(!mapping_mirror_is_resident(m)); /* evicted once the sync was over */
+    mapping_free_gpu(buf);
+    unsigned char *back = malloc(N);
+    CHECK(back != NULL);
+    CHECK_OK(mapping_mirror_sync_to_gpu(NULL, m)); /* made again: nothing stale to upload */
+    read_device(m, back);
+    for (size_t i = 0; i < N; i++)
+        if (back[i] != 5)
+            test_fail(__FILE__, __LINE__, "device byte %zu is %d after the eviction and back", i, back[i]);
+    free(back);
+    mapping_mirror_destroy(m);
     CHECK_OK(mapping_device_set_memory_budget(dev, 0));
 }
 
