@@ -1284,11 +1284,12 @@ MAPPING_API size_t          mapping_multimirror_stale_bytes(const mapping_multim
  * for the multimirror's life; calling it again is a no-op.
  * MAPPING_ERR_UNSUPPORTED without a mechanism (mapping_write_tracking). */
 MAPPING_API mapping_status  mapping_multimirror_track_writes(mapping_multimirror *m);
-/* Memory budgets (see mapping_mirror_evict): the replica on a device that
- * had a budget when the multimirror was made counts against it and may be
- * evicted, least recently used first, when its device needs room (never
- * while a sync of the multimirror is queued and not complete, nor while a
- * call on it runs on another thread). An eviction of replica j writes the
+/* Memory budgets (see mapping_mirror_evict): the replica on a device with
+ * a budget (when the multimirror was made, or from its next call after the
+ * budget was set) counts against it and may be evicted, least recently
+ * used first, when its device needs room (never while a sync of the
+ * multimirror is queued and not complete; a call on it on another thread
+ * is waited for, as for a mirror). An eviction of replica j writes the
  * bytes only j holds (stale on the CPU, valid on j) back to the CPU, frees
  * j's buffer (mapping_multimirror_gpu gives NULL) and leaves j stale
  * everywhere; the next sync to j makes it again (all of its bytes then

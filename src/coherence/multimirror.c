@@ -56,12 +56,11 @@ struct mapping_multimirror {
      * (track/shadow.h): a written page's changed bytes become CPU marks. */
     mapping_track_region *track;
     mapping_track_shadow  shadow;
-    /* Memory budgets: replica j of a device that had a budget when the
-     * multimirror was made may be evicted (its buffer NULL until a sync to
-     * it makes it again). While any may, every call holds `lock`, so that
+    /* Memory budgets: replica j of a device with a budget (at creation, or
+     * set since: it joins at the next call) may be evicted (its buffer NULL
+     * until a sync to it makes it again). Every call holds `lock`, so that
      * an eviction from another thread waits for no call or skips it. */
     struct replica_node rep[MAPPING_MULTIMIRROR_MAX_DEVICES];
-    bool                budgeted;
     pthread_mutex_t     lock; /* error-checking: a call from its own eviction's callback is BUSY */
 };
 
@@ -91,12 +90,13 @@ static mapping_status oom(const char *fn)
     return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of host memory for the range sets", fn);
 }
 
-/* Memory budgets (the end of this file): a call begins (the lock, while a
- * replica may be evicted) and ends. */
+/* Memory budgets (the end of this file): a call begins (the lock; the
+ * replicas of devices given a budget since join it) and ends. */
 static mapping_status call_begin(const char *fn, mapping_multimirror *m);
 static void           call_end(mapping_multimirror *m);
 static void           budget_leave(mapping_multimirror *m);
-static void           budget_join(mapping_multimirror *m);
+static void           budget_begin(mapping_multimirror *m);
+static mapping_evict_result replica_evict_hook(mapping_reclaimable *node);
 
 /* Waits for the queued syncs, except those to side `keep_side` on
  * `keep_stream` (ordered already by that stream); -1 / NULL keeps none. */
@@ -221,7 +221,7 @@ mapping_status mapping_multimirror_create(mapping_device *const *devices, int co
         release(m);
         return mapping__fail(MAPPING_ERR_OUT_OF_HOST_MEMORY, "%s: out of memory for the handle registry", fn);
     }
-    budget_join(m);
+    budget_begin(m);
     *out = m;
     return MAPPING_OK;
 }
@@ -707,24 +707,43 @@ mapping_status mapping_multimirror_sync_to_cpu(mapping_multimirror *m)
 
 /* ---- memory budgets: replicas evicted and made again ---- */
 
+/* Replicas of devices with a budget join it (at creation, and at the first
+ * call after a budget was set on a device that had none): the budget may
+ * evict them from then on. The lock is held, or the multimirror is not
+ * yet known to any other thread. */
+static void budget_join(mapping_multimirror *m)
+{
+    for (int j = 0; j < m->count; j++) {
+        struct replica_node *r = &m->rep[j];
+        if (r->registered || !atomic_load(&m->dev[j]->budget))
+            continue;
+        *r = (struct replica_node){.m = m, .j = j, .registered = true};
+        r->node.evict = replica_evict_hook;
+        atomic_init(&r->node.bytes, m->buf[j] ? m->size : 0);
+        mapping__reclaimable_touch(m->dev[j], &r->node);
+        mapping__reclaimable_add(m->dev[j], &r->node);
+    }
+}
+
 static mapping_status call_begin(const char *fn, mapping_multimirror *m)
 {
-    int rc = m->budgeted ? pthread_mutex_lock(&m->lock) : 0;
+    int rc = pthread_mutex_lock(&m->lock);
     if (rc == EDEADLK)
         return mapping__fail(MAPPING_ERR_BUSY, "%s: the multimirror %p is being evicted (called from a callback of "
                                                "that eviction)", fn, (void *)m);
     if (rc)
         return mapping__fail(MAPPING_ERR_INTERNAL, "%s: the multimirror's lock: error %d", fn, rc);
-    for (int j = 0; j < m->count && m->budgeted; j++)
+    for (int j = 0; j < m->count; j++)
         if (m->rep[j].registered)
             mapping__reclaimable_touch(m->dev[j], &m->rep[j].node);
+        else if (atomic_load_explicit(&m->dev[j]->budget, memory_order_relaxed))
+            budget_join(m); /* a budget set since the last call */
     return MAPPING_OK;
 }
 
 static void call_end(mapping_multimirror *m)
 {
-    if (m->budgeted)
-        pthread_mutex_unlock(&m->lock);
+    pthread_mutex_unlock(&m->lock);
 }
 
 /* Whether queued syncs are all complete (then settled): an eviction by the
@@ -841,42 +860,27 @@ static mapping_status make_replica(const char *fn, mapping_multimirror *m, int j
     return MAPPING_OK;
 }
 
-/* At creation: the replicas of devices with a budget may be evicted. */
-static void budget_join(mapping_multimirror *m)
+/* At creation, the multimirror whole: its lock, and the replicas of
+ * devices with a budget join it. */
+static void budget_begin(mapping_multimirror *m)
 {
-    for (int j = 0; j < m->count; j++)
-        m->budgeted = m->budgeted || atomic_load(&m->dev[j]->budget) != 0;
-    if (!m->budgeted)
-        return;
     pthread_mutexattr_t attr;
     pthread_mutexattr_init(&attr);
     pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ERRORCHECK);
     pthread_mutex_init(&m->lock, &attr);
     pthread_mutexattr_destroy(&attr);
-    for (int j = 0; j < m->count; j++) {
-        struct replica_node *r = &m->rep[j];
-        if (!atomic_load(&m->dev[j]->budget))
-            continue;
-        *r = (struct replica_node){.m = m, .j = j, .registered = true};
-        r->node.evict = replica_evict_hook;
-        atomic_init(&r->node.bytes, m->size);
-        mapping__reclaimable_touch(m->dev[j], &r->node);
-        mapping__reclaimable_add(m->dev[j], &r->node);
-    }
+    budget_join(m);
 }
 
 /* At destroy: off the devices' lists, after an eviction running elsewhere. */
 static void budget_leave(mapping_multimirror *m)
 {
-    if (!m->budgeted)
-        return;
     pthread_mutex_lock(&m->lock);
     for (int j = 0; j < m->count; j++)
         if (m->rep[j].registered && mapping__device_alive(m->dev[j], m->dev_serial[j]))
             mapping__reclaimable_remove(m->dev[j], &m->rep[j].node);
     pthread_mutex_unlock(&m->lock);
     pthread_mutex_destroy(&m->lock);
-    m->budgeted = false;
 }
 
 mapping_status mapping_multimirror_evict(mapping_multimirror *m, int device)

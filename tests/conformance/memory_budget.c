@@ -660,6 +660,40 @@ TEST(multimirror_replicas_are_evicted_per_device)
     CHECK_OK(mapping_device_set_memory_budget(d1, 0));
 }
 
+/* A multimirror made before its devices had a budget joins it at its next
+ * call (as a mirror does): the budget may then evict its replica, and the
+ * data stays right. */
+TEST(multimirror_made_before_a_budget_joins_it_at_its_next_call)
+{
+    mapping_device *d0 = test_device(), *d1 = test_device2();
+    enum { N = 64 * KIB };
+    mapping_device *devs[2] = {d0, d1};
+    mapping_multimirror *m;
+    CHECK_OK(mapping_device_set_memory_budget(d1, 0));
+    CHECK_OK(mapping_multimirror_create(devs, 2, N, &m));
+    unsigned char *cpu = mapping_multimirror_cpu(m);
+    memset(cpu, 0x21, N);
+    CHECK_OK(mapping_multimirror_mark_cpu_modified(m, 0, N));
+    CHECK_OK(mapping_multimirror_sync_to_gpu(NULL, m, 1));
+    CHECK_OK(mapping_fill_gpu(NULL, mapping_multimirror_gpu(m, 1), 4096, 64, 0x42));
+    CHECK_OK(mapping_multimirror_mark_gpu_modified(m, 1, 4096, 64));
+    uint64_t base1 = resident_of(d1); /* the replica counts already */
+    CHECK_OK(mapping_device_set_memory_budget(d1, base1)); /* full */
+    CHECK(mapping_multimirror_is_resident(m, 1) == 1); /* a call: it joins, and stays until room is needed */
+    mapping_buffer *buf;
+    CHECK_OK(mapping_allocate_gpu(d1, N / 2, &buf)); /* only the replica can make room */
+    CHECK(mapping_multimirror_is_resident(m, 1) == 0);
+    for (int i = 0; i < 64; i++)
+        CHECK(cpu[4096 + i] == 0x42); /* written back */
+    mapping_free_gpu(buf);
+    CHECK_OK(mapping_multimirror_sync_to_gpu(NULL, m, 1)); /* made again */
+    unsigned char back[N];
+    CHECK_OK(mapping_sync_to_cpu_range(NULL, mapping_multimirror_gpu(m, 1), 0, back, N));
+    CHECK_BYTES(back, cpu, N);
+    mapping_multimirror_destroy(m);
+    CHECK_OK(mapping_device_set_memory_budget(d1, 0));
+}
+
 /* Each eviction is a trace event, with the bytes written back. */
 TEST(eviction_is_a_trace_event)
 {
