@@ -37,7 +37,7 @@ struct mirror_resident {
     mapping_reclaimable node; /* first: the hook finds the family from it */
     mirror_state       *st;
     pthread_mutex_t     lock;     /* held by every call on the family, and by an eviction */
-    _Atomic(const void *) caller; /* the thread in a call on the family (its token), or NULL */
+    _Atomic(const void *) caller; /* the thread in a call on the family (core.h's token), or NULL */
     _Atomic bool        resident; /* st->gpu is allocated */
     bool                registered; /* on the device's list (core) */
     mapping_range_set   dropped;  /* valid on the device at the last eviction, not uploaded or marked since */
@@ -51,17 +51,12 @@ static mapping_status lock_failed(const char *fn, const mirror_state *st, int rc
     return mapping__fail(MAPPING_ERR_INTERNAL, "%s: the mirror family's lock: error %d", fn, rc);
 }
 
-/* This thread, as the evict hook tells a family in a call on this thread
- * (its own allocation: the family will not be idle before it fails) from
- * one in a call on another (idle again soon). */
-static _Thread_local char this_thread;
-
 static mapping_status resident_call_begin(const char *fn, mirror_state *st)
 {
     int rc = pthread_mutex_lock(&st->resident->lock);
     if (rc)
         return lock_failed(fn, st, rc);
-    atomic_store_explicit(&st->resident->caller, &this_thread, memory_order_relaxed);
+    atomic_store_explicit(&st->resident->caller, mapping__reclaim_thread_token(), memory_order_relaxed);
     mapping__reclaimable_touch(st->dev, &st->resident->node);
     return MAPPING_OK;
 }
@@ -217,8 +212,9 @@ static mapping_evict_result evict_hook(mapping_reclaimable *node)
 {
     struct mirror_resident *r = (struct mirror_resident *)node;
     if (pthread_mutex_trylock(&r->lock) != 0) /* in a call: on another thread, or the allocation's own */
-        return atomic_load_explicit(&r->caller, memory_order_relaxed) == &this_thread ? MAPPING_EVICT_REFUSED
-                                                                                       : MAPPING_EVICT_IN_USE;
+        return atomic_load_explicit(&r->caller, memory_order_relaxed) == mapping__reclaim_thread_token()
+                   ? MAPPING_EVICT_REFUSED
+                   : MAPPING_EVICT_IN_USE;
     mapping_error_mark before;
     mapping__error_mark(&before);
     bool done = evictable(r->st) && evict_locked("mirror eviction (memory budget)", r->st, false) == MAPPING_OK;
@@ -294,7 +290,7 @@ mapping_status mapping__mirror_resident_begin(const char *fn, mirror_state *st, 
     pthread_mutexattr_destroy(&attr);
     if (locked) {
         pthread_mutex_lock(&r->lock); /* the call that begins it ends with its call_end */
-        atomic_init(&r->caller, &this_thread);
+        atomic_init(&r->caller, mapping__reclaim_thread_token());
     }
     r->st = st;
     r->node.evict = evict_hook;

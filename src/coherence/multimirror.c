@@ -61,7 +61,8 @@ struct mapping_multimirror {
      * until a sync to it makes it again). Every call holds `lock`, so that
      * an eviction from another thread waits for no call or skips it. */
     struct replica_node rep[MAPPING_MULTIMIRROR_MAX_DEVICES];
-    pthread_mutex_t     lock; /* error-checking: a call from its own eviction's callback is BUSY */
+    pthread_mutex_t     lock; /* error-checking: a call from a callback of a call or eviction is BUSY */
+    _Atomic(const void *) caller; /* the thread in a call (core.h's token), or NULL */
 };
 
 static mapping_status check_handle(const char *fn, const mapping_multimirror *m)
@@ -729,10 +730,11 @@ static mapping_status call_begin(const char *fn, mapping_multimirror *m)
 {
     int rc = pthread_mutex_lock(&m->lock);
     if (rc == EDEADLK)
-        return mapping__fail(MAPPING_ERR_BUSY, "%s: the multimirror %p is being evicted (called from a callback of "
-                                               "that eviction)", fn, (void *)m);
+        return mapping__fail(MAPPING_ERR_BUSY, "%s: a call on the multimirror %p, or its eviction, is under way on "
+                                               "this thread (called from a callback of it)", fn, (void *)m);
     if (rc)
         return mapping__fail(MAPPING_ERR_INTERNAL, "%s: the multimirror's lock: error %d", fn, rc);
+    atomic_store_explicit(&m->caller, mapping__reclaim_thread_token(), memory_order_relaxed);
     for (int j = 0; j < m->count; j++)
         if (m->rep[j].registered)
             mapping__reclaimable_touch(m->dev[j], &m->rep[j].node);
@@ -743,6 +745,7 @@ static mapping_status call_begin(const char *fn, mapping_multimirror *m)
 
 static void call_end(mapping_multimirror *m)
 {
+    atomic_store_explicit(&m->caller, NULL, memory_order_relaxed);
     pthread_mutex_unlock(&m->lock);
 }
 
@@ -835,8 +838,10 @@ static mapping_evict_result replica_evict_hook(mapping_reclaimable *node)
 {
     struct replica_node *r = (struct replica_node *)node;
     mapping_multimirror *m = r->m;
-    if (pthread_mutex_trylock(&m->lock) != 0)
-        return MAPPING_EVICT_IN_USE; /* in a call on another thread */
+    if (pthread_mutex_trylock(&m->lock) != 0) /* in a call: on another thread, or the allocation's own */
+        return atomic_load_explicit(&m->caller, memory_order_relaxed) == mapping__reclaim_thread_token()
+                   ? MAPPING_EVICT_REFUSED
+                   : MAPPING_EVICT_IN_USE;
     mapping_error_mark before;
     mapping__error_mark(&before);
     bool done = m->buf[r->j] && all_settled(m) &&

@@ -15,6 +15,12 @@
 
 static _Thread_local bool reclaiming;
 
+const void *mapping__reclaim_thread_token(void)
+{
+    static _Thread_local char token;
+    return &token;
+}
+
 bool mapping__budget_reclaiming(void)
 {
     return reclaiming;

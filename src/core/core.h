@@ -336,6 +336,11 @@ struct mapping_reclaimable {
      * makes is refused, not reclaimed). */
     mapping_evict_result (*evict)(mapping_reclaimable *r);
 };
+/* This thread, as a token (the address of a thread-local): an owner records
+ * it while a call holds its lock, so that its evict hook can tell a call on
+ * the allocating thread itself (REFUSED: it cannot end before the
+ * allocation does) from one on another thread (IN_USE: it ends soon). */
+const void *mapping__reclaim_thread_token(void);
 void mapping__reclaimable_add(mapping_device *dev, mapping_reclaimable *r);
 void mapping__reclaimable_remove(mapping_device *dev, mapping_reclaimable *r);
 /* r was used now: the last to be evicted of its hint. */
